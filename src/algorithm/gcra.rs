@@ -1,0 +1,72 @@
+//! GCRA, the generic cell rate algorithm: one theoretical arrival time (TAT) per key.
+//!
+//! Internally in nanoseconds so `T = P/L` stays exact up to 10^9 per second; results
+//! are rounded up to whole microseconds.
+
+use super::{Params, Rule, div_ceil};
+
+/// The theoretical arrival time in nanoseconds since the epoch (0: idle).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct State {
+    pub(crate) tat_ns: u64,
+}
+
+/// See [`Algorithm::Gcra`](crate::Algorithm::Gcra).
+#[derive(Debug)]
+pub(crate) struct Gcra;
+
+pub(crate) const NS_PER_US: u64 = 1_000;
+
+/// `max(TAT, now)` in nanoseconds: where the next charge starts.
+pub(crate) fn start_ns(s: State, now: u64) -> u64 {
+    s.tat_ns.max(now * NS_PER_US)
+}
+
+impl Rule for Gcra {
+    type State = State;
+
+    fn normalize(_p: &Params, _s: &mut State, now: u64) -> u64 {
+        // `max(TAT, now)` already treats a clock that went back as standing still.
+        now
+    }
+
+    fn admits(p: &Params, s: &State, now: u64, cost: u64) -> bool {
+        // max(TAT, now) + c·T − B·T ≤ now
+        start_ns(*s, now) + cost * p.emission_ns <= now * NS_PER_US + p.tolerance_ns
+    }
+
+    fn charge(p: &Params, s: &mut State, now: u64, cost: u64) -> u64 {
+        s.tat_ns = start_ns(*s, now) + cost * p.emission_ns;
+        0
+    }
+
+    fn remaining(p: &Params, s: &State, now: u64) -> u64 {
+        // floor((now + B·T − TAT) / T)
+        let headroom = (now * NS_PER_US + p.tolerance_ns).saturating_sub(start_ns(*s, now));
+        headroom / p.emission_ns
+    }
+
+    fn reset_at(_p: &Params, s: &State, now: u64) -> u64 {
+        div_ceil(start_ns(*s, now), NS_PER_US)
+    }
+
+    fn retry_at(p: &Params, s: &State, now: u64, cost: u64) -> u64 {
+        // max(TAT, now) + c·T − B·T, the instant the same request would fit.
+        div_ceil(
+            start_ns(*s, now) + cost * p.emission_ns - p.tolerance_ns,
+            NS_PER_US,
+        )
+    }
+
+    fn refund(p: &Params, s: &mut State, now: u64, amount: u64) {
+        // TAT = max(now, TAT − r·T)
+        s.tat_ns = s
+            .tat_ns
+            .saturating_sub(amount.saturating_mul(p.emission_ns))
+            .max(now * NS_PER_US);
+    }
+
+    fn idle_at(_p: &Params, s: &State) -> u64 {
+        div_ceil(s.tat_ns, NS_PER_US)
+    }
+}

@@ -1,0 +1,209 @@
+//! The seven algorithms, each a pure state transition in its own file.
+//!
+//! No file here reads a clock, does I/O or knows which store holds its state: each
+//! algorithm is a [`Rule`] over its own state type, driven by [`evaluate`] and
+//! [`refund`] with an explicit `now` in whole microseconds since the Unix epoch. The
+//! Redis store runs a Lua twin of each file (same stem) with the same arithmetic.
+
+pub(crate) mod fixed_window;
+pub(crate) mod gcra;
+pub(crate) mod leaky_bucket;
+mod params;
+pub(crate) mod sliding_window;
+pub(crate) mod sliding_window_counters;
+pub(crate) mod sliding_window_log;
+pub(crate) mod token_bucket;
+
+use std::fmt;
+
+pub(crate) use params::Params;
+
+/// How a policy counts. Every variant works on every store with identical answers.
+///
+/// Notation: limit `L` per period `P`, burst `B` (defaults to `L`), `T = P/L`. The
+/// window algorithms have capacity `L` (a custom burst is a configuration error); the
+/// token bucket, GCRA and leaky bucket have capacity `B`. Each variant states the most
+/// cost it can admit in any interval, the bound the property tests check.
+///
+/// ```
+/// use tollgate::{Algorithm, Policy, Quota};
+/// let policy = Policy::new("uploads", Quota::per_hour(60))?
+///     .algorithm(Algorithm::SlidingWindowCounters { buckets: 60 });
+/// assert_eq!(policy.algorithm_kind(), Algorithm::SlidingWindowCounters { buckets: 60 });
+/// assert_eq!(Algorithm::default(), Algorithm::Gcra);
+/// # Ok::<(), tollgate::ConfigError>(())
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
+pub enum Algorithm {
+    /// A counter per epoch-aligned window of length `P`, reset at each window edge.
+    ///
+    /// Memory: 16 bytes per key. Bound: at most `L` within one window, but up to `2L`
+    /// in an interval of length `P` that straddles an edge (the "boundary attack").
+    /// Pick it when simplicity and cheap state matter more than smoothness.
+    FixedWindow,
+    /// Sliding tail: the previous window's count, weighted by how much of it still
+    /// overlaps the sliding window, plus the current window's count.
+    ///
+    /// Memory: 24 bytes per key. An approximation of a true sliding window that assumes
+    /// the previous window's requests were spread evenly; over `P` it can admit more
+    /// than `L` only when the previous window's traffic was bunched at its end (at most
+    /// `2L` in the worst case, far less for steady traffic). A good default for
+    /// "N per minute" APIs.
+    SlidingWindow,
+    /// A sliding window at sub-window resolution: the sum of the last `buckets`
+    /// sub-windows of length `P / buckets` (`buckets` must divide `P` in microseconds).
+    ///
+    /// Memory: `8 × buckets + 32` bytes per key. Bound: at most `L` in any `buckets`
+    /// consecutive sub-windows; an interval of length `P` that starts inside a
+    /// sub-window also sees that sub-window's admissions, so the worst case is `2L`
+    /// (a full quota at the end of the oldest sub-window, another just after it leaves).
+    /// More buckets make that case narrower, not smaller.
+    SlidingWindowCounters {
+        /// Sub-windows per period (1 to 1024).
+        buckets: u32,
+    },
+    /// The exact sliding window: a log of admitted requests' times.
+    ///
+    /// Memory: 16 bytes per distinct admission instant (up to `16·L` bytes per key).
+    /// Bound: never more than `L` in any interval of length `P`. Pick it when exactness
+    /// matters and limits are small.
+    SlidingWindowLog,
+    /// Tokens refill continuously at `L/P` up to `B`; a request takes `cost` tokens.
+    ///
+    /// Memory: 16 bytes per key. Bound: at most `B + L·t/P` in any interval of length
+    /// `t`. Exact rational arithmetic: no rounding of the refill rate.
+    TokenBucket,
+    /// The generic cell rate algorithm: one "theoretical arrival time" per key.
+    ///
+    /// Memory: 8 bytes per key (the smallest). Bound: at most `B + L·t/P` in any
+    /// interval of length `t`, with `T` rounded up to the next nanosecond. The default:
+    /// smooth, exact, cheapest state.
+    #[default]
+    Gcra,
+    /// A queue drained at `L/P`, holding up to `B` requests: admitted requests are
+    /// delayed (see [`Decision::delay`](crate::Decision::delay)) so the inner service
+    /// sees a steady stream.
+    ///
+    /// Memory: 8 bytes per key. Bound: at most `B + L·t/P` admitted in any interval of
+    /// length `t`; served at most one per `T` after their delays.
+    LeakyBucket,
+}
+
+impl Algorithm {
+    /// Whether the algorithm accepts a burst different from the limit.
+    pub(crate) fn takes_burst(self) -> bool {
+        matches!(self, Self::TokenBucket | Self::Gcra | Self::LeakyBucket)
+    }
+
+    /// A short lowercase name, as used in Redis script names and logs.
+    ///
+    /// ```
+    /// assert_eq!(tollgate::Algorithm::SlidingWindowLog.name(), "sliding_window_log");
+    /// ```
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::FixedWindow => "fixed_window",
+            Self::SlidingWindow => "sliding_window",
+            Self::SlidingWindowCounters { .. } => "sliding_window_counters",
+            Self::SlidingWindowLog => "sliding_window_log",
+            Self::TokenBucket => "token_bucket",
+            Self::Gcra => "gcra",
+            Self::LeakyBucket => "leaky_bucket",
+        }
+    }
+}
+
+impl fmt::Display for Algorithm {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::SlidingWindowCounters { buckets } => {
+                write!(f, "sliding_window_counters({buckets})")
+            }
+            other => f.write_str(other.name()),
+        }
+    }
+}
+
+/// The outcome of one algorithm step, in microseconds; the store turns it into a
+/// [`Decision`](crate::Decision).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Verdict {
+    pub(crate) allowed: bool,
+    pub(crate) remaining: u64,
+    pub(crate) reset_after_us: u64,
+    pub(crate) retry_after_us: Option<u64>,
+    pub(crate) delay_us: u64,
+}
+
+/// One algorithm: a state type and its transitions.
+///
+/// `now` is in microseconds since the Unix epoch. Every method but `normalize` receives
+/// the *effective* now returned by `normalize`, which is never earlier than the state's
+/// own notion of time: a clock that steps backwards is treated as standing still, so
+/// it can never add quota.
+pub(crate) trait Rule {
+    type State: Default + Send + 'static;
+
+    /// Brings the state up to `now` (rolls windows, drops expired entries) without
+    /// changing what it admits; returns the effective now.
+    fn normalize(p: &Params, s: &mut Self::State, now: u64) -> u64;
+    /// Whether `cost` (1 ≤ cost ≤ capacity) fits now.
+    fn admits(p: &Params, s: &Self::State, now: u64, cost: u64) -> bool;
+    /// Charges `cost`; returns the delay in microseconds (leaky bucket) or 0.
+    fn charge(p: &Params, s: &mut Self::State, now: u64, cost: u64) -> u64;
+    /// Capacity left now.
+    fn remaining(p: &Params, s: &Self::State, now: u64) -> u64;
+    /// The earliest instant (µs, ≥ now) at which, with nothing else arriving, the full
+    /// capacity is available again.
+    fn reset_at(p: &Params, s: &Self::State, now: u64) -> u64;
+    /// The earliest instant (µs, > now) at which `cost` fits, given that it does not
+    /// fit now and `cost ≤ capacity`.
+    fn retry_at(p: &Params, s: &Self::State, now: u64, cost: u64) -> u64;
+    /// Returns up to `amount` of the newest charges; never better than idle.
+    fn refund(p: &Params, s: &mut Self::State, now: u64, amount: u64);
+    /// The instant (µs) from which the state is indistinguishable from a fresh one, so
+    /// a store may drop it.
+    fn idle_at(p: &Params, s: &Self::State) -> u64;
+}
+
+/// Runs one request of `cost` through rule `R` at `now`.
+///
+/// With `charge == false` the verdict says whether the request *would* be admitted
+/// but nothing is charged (the first phase of an all-or-nothing multi-policy check,
+/// and the peek of a cost-0 check).
+pub(crate) fn evaluate<R: Rule>(
+    p: &Params,
+    s: &mut R::State,
+    now: u64,
+    cost: u64,
+    charge: bool,
+) -> Verdict {
+    let t = R::normalize(p, s, now);
+    let allowed = cost == 0 || (cost <= p.capacity && R::admits(p, s, t, cost));
+    let delay_us = if allowed && charge && cost > 0 {
+        R::charge(p, s, t, cost)
+    } else {
+        0
+    };
+    let retry_after_us =
+        (!allowed && cost <= p.capacity).then(|| R::retry_at(p, s, t, cost).saturating_sub(now));
+    Verdict {
+        allowed,
+        remaining: R::remaining(p, s, t).min(p.capacity),
+        reset_after_us: R::reset_at(p, s, t).saturating_sub(now),
+        retry_after_us,
+        delay_us,
+    }
+}
+
+/// Refunds `amount` to rule `R`'s state at `now`.
+pub(crate) fn refund<R: Rule>(p: &Params, s: &mut R::State, now: u64, amount: u64) {
+    let t = R::normalize(p, s, now);
+    R::refund(p, s, t, amount);
+}
+
+/// `ceil(a / b)` for nanoseconds to microseconds and similar conversions.
+pub(crate) const fn div_ceil(a: u64, b: u64) -> u64 {
+    a.div_ceil(b)
+}

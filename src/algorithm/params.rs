@@ -1,0 +1,117 @@
+//! [`Params`]: every number an algorithm needs, derived once from a quota.
+//!
+//! Derived values are computed here, in Rust, once; the Redis scripts receive them as
+//! arguments so both stores round identically.
+
+use crate::Quota;
+
+use super::Algorithm;
+
+/// The longest a fluid algorithm's tolerance (`B·T`) may be: a century, in nanoseconds.
+/// Keeps `TAT = now + B·T` far inside `u64` nanoseconds since the epoch.
+const MAX_TOLERANCE_NS: u64 = 100 * 365 * 86_400 * 1_000_000_000;
+
+/// Keeps the token bucket's scaled capacity exact for Lua doubles.
+const MAX_TOKEN_UNITS: u64 = 1 << 53;
+
+/// Derived parameters of one (quota, algorithm) pair.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) struct Params {
+    pub(crate) algorithm: Algorithm,
+    /// `L`.
+    pub(crate) limit: u64,
+    /// `P` in microseconds.
+    pub(crate) period_us: u64,
+    /// `C`: `L` for window algorithms, `B` otherwise.
+    pub(crate) capacity: u64,
+    /// `T = P/L` in nanoseconds, rounded up (GCRA, leaky bucket).
+    pub(crate) emission_ns: u64,
+    /// `B·T` in nanoseconds (GCRA, leaky bucket).
+    pub(crate) tolerance_ns: u64,
+    /// Token bucket: one token is `P/g` units, `g = gcd(L, P)`.
+    pub(crate) units_per_token: u64,
+    /// Token bucket: `L/g` units refill per microsecond.
+    pub(crate) units_per_us: u64,
+    /// Sliding window counters: number of sub-windows.
+    pub(crate) buckets: u64,
+    /// Sliding window counters: sub-window length in microseconds.
+    pub(crate) bucket_us: u64,
+}
+
+impl Params {
+    /// Derives the parameters, or says why the combination is invalid.
+    pub(crate) fn new(quota: &Quota, algorithm: Algorithm) -> Result<Self, String> {
+        let limit = quota.limit();
+        let period_us = quota.period_micros();
+        if !algorithm.takes_burst() && quota.has_custom_burst() && quota.burst() != limit {
+            return Err(format!(
+                "{algorithm} has capacity equal to the limit; burst {} for quota \"{quota}\" \
+                 needs token_bucket, gcra or leaky_bucket",
+                quota.burst()
+            ));
+        }
+        let capacity = if algorithm.takes_burst() {
+            quota.burst()
+        } else {
+            limit
+        };
+        let period_in_ns = u128::from(period_us) * 1_000;
+        let emission_ns = period_in_ns.div_ceil(u128::from(limit)) as u64;
+        let tolerance_ns = u128::from(capacity) * u128::from(emission_ns);
+        if algorithm.takes_burst() && tolerance_ns > u128::from(MAX_TOLERANCE_NS) {
+            return Err(format!(
+                "burst {capacity} at quota \"{quota}\" takes more than a century to refill"
+            ));
+        }
+        let g = gcd(limit, period_us);
+        let units_per_token = period_us / g;
+        let units_per_us = limit / g;
+        if algorithm == Algorithm::TokenBucket
+            && u128::from(capacity) * u128::from(units_per_token) > u128::from(MAX_TOKEN_UNITS)
+        {
+            return Err(format!(
+                "quota \"{quota}\" with burst {capacity} is too fine-grained for exact \
+                 token-bucket arithmetic; use a limit that divides the period more evenly"
+            ));
+        }
+        let (buckets, bucket_us) = match algorithm {
+            Algorithm::SlidingWindowCounters { buckets } => {
+                let n = u64::from(buckets);
+                if !(1..=1024).contains(&n) {
+                    return Err(format!(
+                        "sliding_window_counters needs 1 to 1024 buckets, got {buckets}"
+                    ));
+                }
+                if !period_us.is_multiple_of(n) {
+                    return Err(format!(
+                        "{buckets} buckets do not divide the period of quota \"{quota}\" \
+                         ({period_us} µs) evenly"
+                    ));
+                }
+                (n, period_us / n)
+            }
+            _ => (1, period_us),
+        };
+        Ok(Self {
+            algorithm,
+            limit,
+            period_us,
+            capacity,
+            emission_ns,
+            tolerance_ns: tolerance_ns.min(u128::from(u64::MAX)) as u64,
+            units_per_token,
+            units_per_us,
+            buckets,
+            bucket_us,
+        })
+    }
+}
+
+const fn gcd(mut a: u64, mut b: u64) -> u64 {
+    while b != 0 {
+        let r = a % b;
+        a = b;
+        b = r;
+    }
+    a
+}

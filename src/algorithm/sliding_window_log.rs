@@ -1,0 +1,98 @@
+//! Sliding window log: the exact sliding window over a log of admissions.
+
+use std::collections::VecDeque;
+
+use super::{Params, Rule};
+
+/// Admitted `(instant µs, cost)` pairs, oldest first; one entry per distinct instant.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct State {
+    pub(crate) entries: VecDeque<(u64, u64)>,
+    /// Sum of the entries' costs.
+    pub(crate) total: u64,
+}
+
+/// See [`Algorithm::SlidingWindowLog`](crate::Algorithm::SlidingWindowLog).
+#[derive(Debug)]
+pub(crate) struct SlidingWindowLog;
+
+impl State {
+    /// The earliest instant ≥ `now` at which `total ≤ room`: when the entry whose
+    /// leaving makes enough room leaves.
+    fn earliest_within(&self, p: &Params, now: u64, room: u64) -> u64 {
+        let mut total = self.total;
+        if total <= room {
+            return now;
+        }
+        for &(at, cost) in &self.entries {
+            total -= cost;
+            if total <= room {
+                return at + p.period_us;
+            }
+        }
+        now
+    }
+}
+
+impl Rule for SlidingWindowLog {
+    type State = State;
+
+    fn normalize(p: &Params, s: &mut State, now: u64) -> u64 {
+        // An entry counts while `now − t < P`; entries "in the future" (the clock went
+        // back) keep counting.
+        while let Some(&(at, cost)) = s.entries.front() {
+            if at + p.period_us > now {
+                break;
+            }
+            s.entries.pop_front();
+            s.total -= cost;
+        }
+        now
+    }
+
+    fn admits(p: &Params, s: &State, _now: u64, cost: u64) -> bool {
+        s.total + cost <= p.limit
+    }
+
+    fn charge(_p: &Params, s: &mut State, now: u64, cost: u64) -> u64 {
+        // Keep the log sorted even if the clock went back: record at the newest instant,
+        // which makes the entry leave later, never earlier.
+        match s.entries.back_mut() {
+            Some((at, c)) if *at >= now => *c += cost,
+            _ => s.entries.push_back((now, cost)),
+        }
+        s.total += cost;
+        0
+    }
+
+    fn remaining(p: &Params, s: &State, _now: u64) -> u64 {
+        p.limit.saturating_sub(s.total)
+    }
+
+    fn reset_at(p: &Params, s: &State, now: u64) -> u64 {
+        s.entries.back().map_or(now, |&(at, _)| at + p.period_us)
+    }
+
+    fn retry_at(p: &Params, s: &State, now: u64, cost: u64) -> u64 {
+        s.earliest_within(p, now, p.limit - cost)
+    }
+
+    fn refund(_p: &Params, s: &mut State, _now: u64, mut amount: u64) {
+        while amount > 0 {
+            let Some((_, cost)) = s.entries.back_mut() else {
+                break;
+            };
+            let taken = amount.min(*cost);
+            *cost -= taken;
+            s.total -= taken;
+            amount -= taken;
+            if *cost == 0 {
+                s.entries.pop_back();
+            }
+        }
+    }
+
+    fn idle_at(p: &Params, s: &State) -> u64 {
+        s.entries.back().map_or(0, |&(at, _)| at + p.period_us)
+    }
+}

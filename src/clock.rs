@@ -1,0 +1,139 @@
+//! Time sources: [`SystemClock`] for production, [`ManualClock`] for tests and simulations.
+
+use std::fmt;
+use std::sync::Arc;
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// A source of "now", as time since the Unix epoch.
+///
+/// Windows are aligned to the Unix epoch so that every process agrees on them; a clock
+/// therefore reports epoch time, not an arbitrary instant. The stores read it once per
+/// decision (once per `check_all`, so every policy sees the same instant).
+///
+/// ```
+/// use std::time::Duration;
+/// use tollgate::{Clock, ManualClock};
+///
+/// let clock = ManualClock::new(Duration::from_secs(1_700_000_000));
+/// assert_eq!(clock.now(), Duration::from_secs(1_700_000_000));
+/// ```
+pub trait Clock: Send + Sync + fmt::Debug + 'static {
+    /// The current time since the Unix epoch.
+    fn now(&self) -> Duration;
+}
+
+/// The real clock: monotonic, anchored once to the Unix epoch.
+///
+/// The first reading pairs a monotonic [`Instant`] with the wall clock; every later
+/// reading adds the monotonic time elapsed since. Wall-clock steps (NTP, an operator)
+/// therefore never move it backwards, while processes started on machines with
+/// synchronised clocks still agree on window edges.
+///
+/// ```
+/// use tollgate::{Clock, SystemClock};
+/// let a = SystemClock.now();
+/// let b = SystemClock.now();
+/// assert!(b >= a);
+/// assert!(a.as_secs() > 1_600_000_000);
+/// ```
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SystemClock;
+
+fn anchor() -> &'static (Instant, Duration) {
+    static ANCHOR: OnceLock<(Instant, Duration)> = OnceLock::new();
+    ANCHOR.get_or_init(|| {
+        let since_epoch = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or(Duration::ZERO);
+        (Instant::now(), since_epoch)
+    })
+}
+
+impl Clock for SystemClock {
+    fn now(&self) -> Duration {
+        let (instant, since_epoch) = anchor();
+        *since_epoch + instant.elapsed()
+    }
+}
+
+/// A clock that moves only when told to. Clones share one time.
+///
+/// ```
+/// use std::time::Duration;
+/// use tollgate::{Clock, ManualClock};
+///
+/// let clock = ManualClock::new(Duration::from_secs(100));
+/// let shared = clock.clone();
+/// clock.advance(Duration::from_millis(1500));
+/// assert_eq!(shared.now(), Duration::from_micros(101_500_000));
+/// shared.set(Duration::from_secs(50)); // going backwards is allowed: tests need it
+/// assert_eq!(clock.now(), Duration::from_secs(50));
+/// ```
+#[derive(Clone, Default)]
+pub struct ManualClock {
+    micros: Arc<AtomicU64>,
+}
+
+impl ManualClock {
+    /// A clock reading `since_epoch` (microsecond resolution).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{Clock, ManualClock};
+    /// assert_eq!(ManualClock::new(Duration::from_secs(7)).now(), Duration::from_secs(7));
+    /// ```
+    pub fn new(since_epoch: Duration) -> Self {
+        Self {
+            micros: Arc::new(AtomicU64::new(micros_of(since_epoch))),
+        }
+    }
+
+    /// Moves the clock to `since_epoch`, forwards or backwards.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{Clock, ManualClock};
+    /// let clock = ManualClock::default();
+    /// clock.set(Duration::from_secs(3));
+    /// assert_eq!(clock.now(), Duration::from_secs(3));
+    /// ```
+    pub fn set(&self, since_epoch: Duration) {
+        self.micros.store(micros_of(since_epoch), Ordering::SeqCst);
+    }
+
+    /// Moves the clock forward by `by`.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{Clock, ManualClock};
+    /// let clock = ManualClock::default();
+    /// clock.advance(Duration::from_micros(10));
+    /// assert_eq!(clock.now(), Duration::from_micros(10));
+    /// ```
+    pub fn advance(&self, by: Duration) {
+        self.micros.fetch_add(micros_of(by), Ordering::SeqCst);
+    }
+}
+
+impl Clock for ManualClock {
+    fn now(&self) -> Duration {
+        Duration::from_micros(self.micros.load(Ordering::SeqCst))
+    }
+}
+
+impl fmt::Debug for ManualClock {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("ManualClock").field(&self.now()).finish()
+    }
+}
+
+fn micros_of(d: Duration) -> u64 {
+    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
+}
+
+/// Reads a clock as whole microseconds since the epoch, the unit every algorithm uses.
+pub(crate) fn now_micros(clock: &dyn Clock) -> u64 {
+    micros_of(clock.now())
+}

@@ -1,0 +1,153 @@
+//! The two error types: [`ConfigError`] at build time, [`StoreError`] at request time.
+//!
+//! A rejection is a [`Decision`](crate::Decision), never an error.
+
+use std::error::Error as StdError;
+use std::fmt;
+
+/// A configuration mistake, reported when a quota, policy or limiter is built.
+///
+/// The message quotes the offending input and says what was expected.
+///
+/// ```
+/// let err = "100 per fortnight".parse::<tollgate::Quota>().unwrap_err();
+/// assert!(err.to_string().contains("\"100 per fortnight\""));
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError {
+    message: String,
+}
+
+impl ConfigError {
+    pub(crate) fn new(message: impl Into<String>) -> Self {
+        Self {
+            message: message.into(),
+        }
+    }
+
+    /// The human-readable description of the mistake.
+    ///
+    /// ```
+    /// let err = tollgate::Quota::new(0, std::time::Duration::from_secs(1)).unwrap_err();
+    /// assert!(err.message().contains("limit"));
+    /// ```
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl StdError for ConfigError {}
+
+/// What went wrong when a store could not answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum StoreErrorKind {
+    /// The call did not finish before its deadline.
+    Timeout,
+    /// The connection to the backend failed or was lost.
+    Connection,
+    /// The backend is up but cannot serve right now (loading, failing over, read-only).
+    Unavailable,
+    /// The backend answered something the store did not expect.
+    Protocol,
+    /// `check` named a policy the limiter does not have.
+    UnknownPolicy,
+}
+
+impl fmt::Display for StoreErrorKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Timeout => "timeout",
+            Self::Connection => "connection",
+            Self::Unavailable => "unavailable",
+            Self::Protocol => "protocol",
+            Self::UnknownPolicy => "unknown policy",
+        })
+    }
+}
+
+/// A store could not make a decision.
+///
+/// The Tower layer turns this into its `FailMode`; used directly, the caller decides.
+///
+/// ```
+/// use tollgate::{Key, Limiter, Policy, Quota, StoreErrorKind};
+/// # futures_lite_block_on(async {
+/// let limiter = Limiter::builder()
+///     .policy(Policy::new("api", Quota::per_second(5))?)
+///     .build()?;
+/// let err = limiter.check("nope", &Key::from("alice"), 1).await.unwrap_err();
+/// assert_eq!(err.kind(), StoreErrorKind::UnknownPolicy);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// # }).unwrap();
+/// # fn futures_lite_block_on<F: std::future::Future>(f: F) -> F::Output {
+/// #     tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(f)
+/// # }
+/// ```
+#[derive(Debug)]
+pub struct StoreError {
+    kind: StoreErrorKind,
+    message: String,
+    source: Option<Box<dyn StdError + Send + Sync>>,
+}
+
+impl StoreError {
+    /// A store error of `kind` with a short description.
+    ///
+    /// ```
+    /// use tollgate::{StoreError, StoreErrorKind};
+    /// let err = StoreError::new(StoreErrorKind::Timeout, "no answer within 50 ms");
+    /// assert_eq!(err.to_string(), "store timeout: no answer within 50 ms");
+    /// ```
+    pub fn new(kind: StoreErrorKind, message: impl Into<String>) -> Self {
+        Self {
+            kind,
+            message: message.into(),
+            source: None,
+        }
+    }
+
+    /// Attaches the underlying error.
+    ///
+    /// ```
+    /// use tollgate::{StoreError, StoreErrorKind};
+    /// let io = std::io::Error::other("reset by peer");
+    /// let err = StoreError::new(StoreErrorKind::Connection, "lost").with_source(io);
+    /// assert!(std::error::Error::source(&err).is_some());
+    /// ```
+    #[must_use]
+    pub fn with_source(mut self, source: impl StdError + Send + Sync + 'static) -> Self {
+        self.source = Some(Box::new(source));
+        self
+    }
+
+    /// The kind of failure.
+    ///
+    /// ```
+    /// use tollgate::{StoreError, StoreErrorKind};
+    /// assert_eq!(StoreError::new(StoreErrorKind::Unavailable, "LOADING").kind(), StoreErrorKind::Unavailable);
+    /// ```
+    pub fn kind(&self) -> StoreErrorKind {
+        self.kind
+    }
+}
+
+impl fmt::Display for StoreError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "store {}: {}", self.kind, self.message)
+    }
+}
+
+impl StdError for StoreError {
+    fn source(&self) -> Option<&(dyn StdError + 'static)> {
+        self.source
+            .as_deref()
+            .map(|e| e as &(dyn StdError + 'static))
+    }
+}

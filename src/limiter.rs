@@ -1,0 +1,317 @@
+//! [`Limiter`]: named policies over one store, with all-or-nothing multi-policy checks.
+
+use std::any::Any;
+use std::fmt;
+use std::sync::Arc;
+
+use crate::store::{Charge, Store};
+use crate::{ConfigError, Decision, Key, MemoryStore, Policy, StoreError, StoreErrorKind};
+
+/// Decides whether keys may spend cost under named policies.
+///
+/// HTTP-free: use it in handlers, jobs, queue consumers or tonic interceptors; the
+/// Tower layer is built on it. Cheap to clone; clones share policies and state.
+///
+/// ```
+/// use tollgate::{Algorithm, Key, Limiter, Policy, Quota};
+/// # tokio::runtime::Builder::new_current_thread().build()?.block_on(async {
+/// let limiter = Limiter::builder()
+///     .policy(Policy::new("per-user", Quota::per_minute(2))?.algorithm(Algorithm::FixedWindow))
+///     .policy(Policy::new("global", Quota::per_second(1000))?)
+///     .build()?;
+/// let alice = Key::from("alice");
+/// let all = Key::from("");
+/// for expected in [true, true, false] {
+///     let decisions = limiter.check_all(&[("per-user", &alice, 1), ("global", &all, 1)]).await?;
+///     assert_eq!(decisions.iter().all(|d| d.allowed), expected);
+/// }
+/// // The third request was denied by "per-user", so "global" was not charged for it.
+/// assert_eq!(limiter.check("global", &all, 0).await?.remaining, 998);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// # })?;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Clone)]
+pub struct Limiter {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    policies: Vec<Policy>,
+    backend: Backend,
+}
+
+/// The memory store is called directly (no boxed future); any other store through
+/// the [`Store`] trait.
+enum Backend {
+    Memory(MemoryStore),
+    Other(Arc<dyn Store>),
+}
+
+impl fmt::Debug for Backend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Memory(store) => store.fmt(f),
+            Self::Other(store) => store.fmt(f),
+        }
+    }
+}
+
+/// Builds a [`Limiter`]; see [`Limiter::builder`].
+#[derive(Debug, Default)]
+#[must_use]
+pub struct LimiterBuilder {
+    policies: Vec<Policy>,
+    store: Option<Backend>,
+}
+
+impl LimiterBuilder {
+    /// Adds a policy. Names must be unique within a limiter.
+    ///
+    /// ```
+    /// use tollgate::{Limiter, Policy, Quota};
+    /// let limiter = Limiter::builder().policy(Policy::new("api", Quota::per_second(5))?).build()?;
+    /// assert_eq!(limiter.policies().len(), 1);
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    pub fn policy(mut self, policy: Policy) -> Self {
+        self.policies.push(policy);
+        self
+    }
+
+    /// Keeps state in `store` (default: a new [`MemoryStore`]).
+    ///
+    /// ```
+    /// use tollgate::{Limiter, MemoryStore, Policy, Quota};
+    /// let limiter = Limiter::builder()
+    ///     .policy(Policy::new("api", Quota::per_second(5))?)
+    ///     .store(MemoryStore::new().max_keys(1_000)?)
+    ///     .build()?;
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    pub fn store<S: Store>(mut self, store: S) -> Self {
+        // The memory store is recognised and called directly, without a boxed future.
+        let backend = match (&store as &dyn Any).downcast_ref::<MemoryStore>() {
+            Some(memory) => Backend::Memory(memory.clone()),
+            None => Backend::Other(Arc::new(store)),
+        };
+        self.store = Some(backend);
+        self
+    }
+
+    /// Validates every policy and builds the limiter.
+    ///
+    /// Fails when there is no policy, two policies share a name, or a policy's quota
+    /// does not suit its algorithm; the message names the policy.
+    ///
+    /// ```
+    /// use tollgate::{Algorithm, Limiter, Policy, Quota};
+    /// let err = Limiter::builder()
+    ///     .policy(Policy::new("api", Quota::per_second(5).with_burst(10)?)?.algorithm(Algorithm::FixedWindow))
+    ///     .build()
+    ///     .unwrap_err();
+    /// assert!(err.to_string().contains("\"api\""));
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    pub fn build(self) -> Result<Limiter, ConfigError> {
+        if self.policies.is_empty() {
+            return Err(ConfigError::new(
+                "a limiter needs at least one policy: add one with LimiterBuilder::policy",
+            ));
+        }
+        for (i, policy) in self.policies.iter().enumerate() {
+            policy.validate()?;
+            if self.policies[..i].iter().any(|p| p.name() == policy.name()) {
+                return Err(ConfigError::new(format!(
+                    "duplicate policy name \"{}\": names must be unique within a limiter",
+                    policy.name()
+                )));
+            }
+        }
+        let backend = self
+            .store
+            .unwrap_or_else(|| Backend::Memory(MemoryStore::new()));
+        Ok(Limiter {
+            inner: Arc::new(Inner {
+                policies: self.policies,
+                backend,
+            }),
+        })
+    }
+}
+
+impl Limiter {
+    /// Starts building a limiter.
+    ///
+    /// ```
+    /// let builder = tollgate::Limiter::builder();
+    /// assert!(builder.build().is_err()); // no policy yet
+    /// ```
+    pub fn builder() -> LimiterBuilder {
+        LimiterBuilder::default()
+    }
+
+    /// The limiter's policies, in the order they were added.
+    ///
+    /// ```
+    /// use tollgate::{Limiter, Policy, Quota};
+    /// let limiter = Limiter::builder().policy(Policy::new("api", Quota::per_second(5))?).build()?;
+    /// assert_eq!(limiter.policies()[0].name(), "api");
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    pub fn policies(&self) -> &[Policy] {
+        &self.inner.policies
+    }
+
+    /// The policy named `name`.
+    ///
+    /// ```
+    /// use tollgate::{Limiter, Policy, Quota};
+    /// let limiter = Limiter::builder().policy(Policy::new("api", Quota::per_second(5))?).build()?;
+    /// assert!(limiter.policy("api").is_some());
+    /// assert!(limiter.policy("other").is_none());
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    pub fn policy(&self, name: &str) -> Option<&Policy> {
+        self.inner.policies.iter().find(|p| p.name() == name)
+    }
+
+    fn find(&self, name: &str) -> Result<&Policy, StoreError> {
+        self.policy(name).ok_or_else(|| {
+            StoreError::new(
+                StoreErrorKind::UnknownPolicy,
+                format!(
+                    "no policy named \"{}\" in this limiter",
+                    name.escape_debug()
+                ),
+            )
+        })
+    }
+
+    /// Charges `cost` to `key` under `policy` if it fits. Cost 0 peeks: it reports the
+    /// key's state and charges nothing.
+    ///
+    /// ```
+    /// use tollgate::{Key, Limiter, Policy, Quota};
+    /// # tokio::runtime::Builder::new_current_thread().build()?.block_on(async {
+    /// let limiter = Limiter::builder().policy(Policy::new("api", Quota::per_minute(3))?).build()?;
+    /// let key = Key::from("alice");
+    /// assert_eq!(limiter.check("api", &key, 2).await?.remaining, 1);
+    /// assert!(!limiter.check("api", &key, 2).await?.allowed);
+    /// assert_eq!(limiter.check("api", &key, 0).await?.remaining, 1);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// # })?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub async fn check(&self, policy: &str, key: &Key, cost: u32) -> Result<Decision, StoreError> {
+        let policy = self.find(policy)?;
+        let charge = Charge {
+            policy,
+            key,
+            cost: u64::from(cost),
+        };
+        match &self.inner.backend {
+            Backend::Memory(store) => Ok(store.acquire_one(&charge)),
+            Backend::Other(store) => {
+                let mut decisions = store.acquire(std::slice::from_ref(&charge)).await?;
+                decisions.pop().ok_or_else(|| missing_decision(1, 0))
+            }
+        }
+    }
+
+    /// Checks several (policy, key, cost) at one instant, all-or-nothing: if any policy
+    /// denies, none is charged. Returns one decision per entry, in order; the request
+    /// passes when every decision is allowed.
+    ///
+    /// ```
+    /// use tollgate::{Key, Limiter, Policy, Quota};
+    /// # tokio::runtime::Builder::new_current_thread().build()?.block_on(async {
+    /// let limiter = Limiter::builder()
+    ///     .policy(Policy::new("burst", Quota::per_second(1))?)
+    ///     .policy(Policy::new("daily", Quota::per_day(100))?)
+    ///     .build()?;
+    /// let key = Key::from("alice");
+    /// let both = [("burst", &key, 1), ("daily", &key, 1)];
+    /// assert!(limiter.check_all(&both).await?.iter().all(|d| d.allowed));
+    /// let second = limiter.check_all(&both).await?;
+    /// assert!(!second[0].allowed && second[1].allowed);
+    /// assert_eq!(limiter.check("daily", &key, 0).await?.remaining, 99); // not charged twice
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// # })?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub async fn check_all(
+        &self,
+        checks: &[(&str, &Key, u32)],
+    ) -> Result<Vec<Decision>, StoreError> {
+        let charges = checks
+            .iter()
+            .map(|&(name, key, cost)| {
+                Ok(Charge {
+                    policy: self.find(name)?,
+                    key,
+                    cost: u64::from(cost),
+                })
+            })
+            .collect::<Result<Vec<_>, StoreError>>()?;
+        match &self.inner.backend {
+            Backend::Memory(store) => Ok(store.acquire_all(&charges)),
+            Backend::Other(store) => {
+                let decisions = store.acquire(&charges).await?;
+                if decisions.len() == charges.len() {
+                    Ok(decisions)
+                } else {
+                    Err(missing_decision(charges.len(), decisions.len()))
+                }
+            }
+        }
+    }
+
+    /// Returns up to `cost` of `key`'s newest charges under `policy`, for requests that
+    /// should not count after all (e.g. only failed logins count). Never leaves the key
+    /// better than idle.
+    ///
+    /// ```
+    /// use tollgate::{Key, Limiter, Policy, Quota};
+    /// # tokio::runtime::Builder::new_current_thread().build()?.block_on(async {
+    /// let limiter = Limiter::builder().policy(Policy::new("login", Quota::per_minute(5))?).build()?;
+    /// let key = Key::from("alice");
+    /// limiter.check("login", &key, 1).await?;
+    /// limiter.refund("login", &key, 1).await?;
+    /// assert_eq!(limiter.check("login", &key, 0).await?.remaining, 5);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// # })?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub async fn refund(&self, policy: &str, key: &Key, cost: u32) -> Result<(), StoreError> {
+        let policy = self.find(policy)?;
+        let charge = Charge {
+            policy,
+            key,
+            cost: u64::from(cost),
+        };
+        match &self.inner.backend {
+            Backend::Memory(store) => {
+                store.refund_now(&charge);
+                Ok(())
+            }
+            Backend::Other(store) => store.refund(charge).await,
+        }
+    }
+}
+
+fn missing_decision(expected: usize, got: usize) -> StoreError {
+    StoreError::new(
+        StoreErrorKind::Protocol,
+        format!("store returned {got} decisions for {expected} charges"),
+    )
+}
+
+impl fmt::Debug for Limiter {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Limiter")
+            .field("policies", &self.inner.policies)
+            .field("store", &self.inner.backend)
+            .finish()
+    }
+}

@@ -1,0 +1,284 @@
+//! [`MemoryStore`]: limiter state in this process, sharded and bounded.
+
+use std::fmt;
+use std::hash::BuildHasher;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use foldhash::fast::RandomState;
+
+use super::memory_shard::Shard;
+use super::{Charge, Store, StoreFuture, decision};
+use crate::algorithm::Verdict;
+use crate::clock::now_micros;
+use crate::{Clock, ConfigError, Decision, Key, SystemClock};
+
+/// The default bound on stored keys.
+pub const DEFAULT_MAX_KEYS: usize = 1_000_000;
+/// Upper bound on the number of shards (independent locks).
+const MAX_SHARDS: usize = 64;
+
+/// Limiter state in this process: the default store.
+///
+/// - **Concurrent:** keys are spread over up to 64 shards, each behind its own lock;
+///   there is no global lock. A decision holds one shard lock for a few dozen
+///   nanoseconds.
+/// - **Bounded:** at most [`max_keys`](MemoryStore::max_keys) keys (default
+///   [`DEFAULT_MAX_KEYS`], one million) across all policies, split evenly over the
+///   shards. A full shard first drops idle state; if every key in it is active, it
+///   evicts the sampled key closest to going idle (which then starts fresh).
+/// - **Self-cleaning:** each shard drops idle state (state that equals a fresh key's)
+///   at most once a second as it is used. No background thread, nothing to spawn.
+/// - **Shared:** clones share all state; one entry per (policy, key).
+///
+/// ```
+/// use std::time::Duration;
+/// use tollgate::{Key, Limiter, ManualClock, MemoryStore, Policy, Quota};
+/// # tokio::runtime::Builder::new_current_thread().build()?.block_on(async {
+/// let clock = ManualClock::new(Duration::from_secs(1_700_000_000));
+/// let store = MemoryStore::with_clock(clock.clone()).max_keys(10_000)?;
+/// let limiter = Limiter::builder()
+///     .policy(Policy::new("api", Quota::per_second(1))?)
+///     .store(store.clone())
+///     .build()?;
+/// limiter.check("api", &Key::from("alice"), 1).await?;
+/// assert_eq!(store.len(), 1);
+/// clock.advance(Duration::from_secs(5)); // alice is idle again
+/// limiter.check("api", &Key::from("bob"), 1).await?;
+/// assert_eq!(store.len(), 1); // the sweep dropped alice
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// # })?;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Clone)]
+pub struct MemoryStore {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    clock: Arc<dyn Clock>,
+    shards: Box<[Mutex<Shard>]>,
+    max_keys: usize,
+    hasher: RandomState,
+}
+
+impl MemoryStore {
+    /// A store on the system clock with room for [`DEFAULT_MAX_KEYS`] keys.
+    ///
+    /// ```
+    /// assert!(tollgate::MemoryStore::new().is_empty());
+    /// ```
+    pub fn new() -> Self {
+        Self::build(Arc::new(SystemClock), DEFAULT_MAX_KEYS)
+    }
+
+    /// A store reading time from `clock` (tests, simulations).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let store = tollgate::MemoryStore::with_clock(tollgate::ManualClock::new(Duration::from_secs(1)));
+    /// assert_eq!(store.max_key_count(), tollgate::DEFAULT_MAX_KEYS);
+    /// ```
+    pub fn with_clock(clock: impl Clock) -> Self {
+        Self::build(Arc::new(clock), DEFAULT_MAX_KEYS)
+    }
+
+    /// The same store bounded to `max_keys` keys (at least 1). Call it before use:
+    /// it starts from empty state.
+    ///
+    /// ```
+    /// let store = tollgate::MemoryStore::new().max_keys(10_000)?;
+    /// assert_eq!(store.max_key_count(), 10_000);
+    /// assert!(tollgate::MemoryStore::new().max_keys(0).is_err());
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    pub fn max_keys(self, max_keys: usize) -> Result<Self, ConfigError> {
+        if max_keys == 0 {
+            return Err(ConfigError::new(
+                "invalid max_keys 0: the memory store needs room for at least 1 key",
+            ));
+        }
+        Ok(Self::build(self.inner.clock.clone(), max_keys))
+    }
+
+    fn build(clock: Arc<dyn Clock>, max_keys: usize) -> Self {
+        // A power of two, so a shard is picked with a mask, and never more shards than
+        // keys, so every shard holds at least one.
+        let shard_count = if max_keys >= MAX_SHARDS {
+            MAX_SHARDS
+        } else {
+            1 << max_keys.ilog2()
+        };
+        let per_shard = max_keys / shard_count;
+        let hasher = RandomState::default();
+        let shards = (0..shard_count)
+            .map(|_| Mutex::new(Shard::new(per_shard, hasher)))
+            .collect();
+        Self {
+            inner: Arc::new(Inner {
+                clock,
+                shards,
+                max_keys,
+                hasher,
+            }),
+        }
+    }
+
+    /// The bound on stored keys.
+    ///
+    /// ```
+    /// assert_eq!(tollgate::MemoryStore::new().max_key_count(), 1_000_000);
+    /// ```
+    pub fn max_key_count(&self) -> usize {
+        self.inner.max_keys
+    }
+
+    /// How many (policy, key) states are stored now. Locks each shard in turn.
+    ///
+    /// ```
+    /// assert_eq!(tollgate::MemoryStore::new().len(), 0);
+    /// ```
+    pub fn len(&self) -> usize {
+        self.inner.shards.iter().map(|s| lock(s).len()).sum()
+    }
+
+    /// Whether no state is stored.
+    ///
+    /// ```
+    /// assert!(tollgate::MemoryStore::new().is_empty());
+    /// ```
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn shard_index(&self, key: &Key) -> usize {
+        // Bits 32.. of the hash: hashbrown uses the low bits for the bucket and the top
+        // seven for its tag, so the shard choice stays independent of both.
+        let hash = self.inner.hasher.hash_one(key);
+        (hash >> 32) as usize & (self.inner.shards.len() - 1)
+    }
+
+    fn now(&self) -> u64 {
+        now_micros(&*self.inner.clock)
+    }
+
+    /// One charge, synchronously: the limiter's fast path.
+    pub(crate) fn acquire_one(&self, charge: &Charge<'_>) -> Decision {
+        let now = self.now();
+        let policy = charge.policy;
+        let verdict = lock(&self.inner.shards[self.shard_index(charge.key)]).run(
+            policy.name(),
+            policy.params(),
+            charge.key,
+            now,
+            charge.cost,
+            true,
+        );
+        decision(policy, verdict)
+    }
+
+    /// Several charges, all-or-nothing, at one instant.
+    pub(crate) fn acquire_all(&self, charges: &[Charge<'_>]) -> Vec<Decision> {
+        if let [one] = charges {
+            return vec![self.acquire_one(one)];
+        }
+        let now = self.now();
+        let shard_of: Vec<usize> = charges.iter().map(|c| self.shard_index(c.key)).collect();
+        // Lock every involved shard in ascending order, so concurrent batches cannot
+        // deadlock, and hold them all: nobody sees a half-charged batch.
+        let mut order = shard_of.clone();
+        order.sort_unstable();
+        order.dedup();
+        let mut guards: Vec<MutexGuard<'_, Shard>> =
+            order.iter().map(|&i| lock(&self.inner.shards[i])).collect();
+        let mut run = |i: usize, charge: bool| -> Verdict {
+            let c = &charges[i];
+            let slot = order.binary_search(&shard_of[i]).unwrap_or_default();
+            guards[slot].run(
+                c.policy.name(),
+                c.policy.params(),
+                c.key,
+                now,
+                c.cost,
+                charge,
+            )
+        };
+        let tentative: Vec<Verdict> = (0..charges.len()).map(|i| run(i, false)).collect();
+        let verdicts = if tentative.iter().all(|v| v.allowed) {
+            let mut admitted = Vec::with_capacity(charges.len());
+            for i in 0..charges.len() {
+                let verdict = run(i, true);
+                if !verdict.allowed {
+                    // Only possible when one batch names the same (policy, key) twice:
+                    // each part fits alone, not together. Undo and deny the batch.
+                    for j in 0..i {
+                        let c = &charges[j];
+                        let slot = order.binary_search(&shard_of[j]).unwrap_or_default();
+                        guards[slot].refund(c.policy.name(), c.policy.params(), c.key, now, c.cost);
+                    }
+                    let mut denied = tentative;
+                    denied[i] = verdict;
+                    return charges
+                        .iter()
+                        .zip(denied)
+                        .map(|(c, v)| decision(c.policy, v))
+                        .collect();
+                }
+                admitted.push(verdict);
+            }
+            admitted
+        } else {
+            tentative
+        };
+        charges
+            .iter()
+            .zip(verdicts)
+            .map(|(c, v)| decision(c.policy, v))
+            .collect()
+    }
+
+    /// Refunds synchronously.
+    pub(crate) fn refund_now(&self, charge: &Charge<'_>) {
+        let now = self.now();
+        lock(&self.inner.shards[self.shard_index(charge.key)]).refund(
+            charge.policy.name(),
+            charge.policy.params(),
+            charge.key,
+            now,
+            charge.cost,
+        );
+    }
+}
+
+/// A poisoned shard only means a panic elsewhere while it was held; its state is
+/// plain data that every transition leaves consistent, so keep serving.
+fn lock(shard: &Mutex<Shard>) -> MutexGuard<'_, Shard> {
+    shard.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl Default for MemoryStore {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl fmt::Debug for MemoryStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MemoryStore")
+            .field("clock", &self.inner.clock)
+            .field("shards", &self.inner.shards.len())
+            .field("max_keys", &self.inner.max_keys)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Store for MemoryStore {
+    fn acquire<'a>(&'a self, charges: &'a [Charge<'a>]) -> StoreFuture<'a, Vec<Decision>> {
+        let decisions = self.acquire_all(charges);
+        Box::pin(async move { Ok(decisions) })
+    }
+
+    fn refund<'a>(&'a self, charge: Charge<'a>) -> StoreFuture<'a, ()> {
+        self.refund_now(&charge);
+        Box::pin(async { Ok(()) })
+    }
+}

@@ -1,0 +1,257 @@
+//! One shard of the memory store: the states of the keys that hash to it, one table
+//! per policy, bounded and swept of idle state as it is used.
+
+use std::collections::HashMap;
+use std::ptr;
+
+use foldhash::fast::RandomState;
+
+use crate::Algorithm;
+use crate::Key;
+use crate::algorithm::{
+    self, Params, Rule, Verdict, fixed_window::FixedWindow, gcra::Gcra, leaky_bucket::LeakyBucket,
+    sliding_window::SlidingWindow, sliding_window_counters::SlidingWindowCounters,
+    sliding_window_log::SlidingWindowLog, token_bucket::TokenBucket,
+};
+
+/// How often (µs of store time) a shard drops idle state as it is touched.
+const SWEEP_INTERVAL_US: u64 = 1_000_000;
+/// How many entries an eviction looks at when no idle state is left.
+const EVICTION_SAMPLE: usize = 8;
+
+type Map<S> = HashMap<Key, S, RandomState>;
+
+/// One policy's states in this shard, typed by algorithm so each entry is as small as
+/// its algorithm allows (GCRA: 16-byte key + 8-byte state).
+enum States {
+    FixedWindow(Map<<FixedWindow as Rule>::State>),
+    SlidingWindow(Map<<SlidingWindow as Rule>::State>),
+    SlidingWindowCounters(Map<<SlidingWindowCounters as Rule>::State>),
+    SlidingWindowLog(Map<<SlidingWindowLog as Rule>::State>),
+    TokenBucket(Map<<TokenBucket as Rule>::State>),
+    Gcra(Map<<Gcra as Rule>::State>),
+    LeakyBucket(Map<<LeakyBucket as Rule>::State>),
+}
+
+/// Runs `$body` with `$map` bound to the typed map and `$rule` to its rule type.
+macro_rules! with_rule {
+    ($states:expr, |$map:ident, $rule:ident| $body:expr) => {
+        match $states {
+            States::FixedWindow($map) => {
+                #[allow(dead_code)]
+                type $rule = FixedWindow;
+                $body
+            }
+            States::SlidingWindow($map) => {
+                #[allow(dead_code)]
+                type $rule = SlidingWindow;
+                $body
+            }
+            States::SlidingWindowCounters($map) => {
+                #[allow(dead_code)]
+                type $rule = SlidingWindowCounters;
+                $body
+            }
+            States::SlidingWindowLog($map) => {
+                #[allow(dead_code)]
+                type $rule = SlidingWindowLog;
+                $body
+            }
+            States::TokenBucket($map) => {
+                #[allow(dead_code)]
+                type $rule = TokenBucket;
+                $body
+            }
+            States::Gcra($map) => {
+                #[allow(dead_code)]
+                type $rule = Gcra;
+                $body
+            }
+            States::LeakyBucket($map) => {
+                #[allow(dead_code)]
+                type $rule = LeakyBucket;
+                $body
+            }
+        }
+    };
+}
+
+impl States {
+    fn new(algorithm: Algorithm, h: RandomState) -> Self {
+        match algorithm {
+            Algorithm::FixedWindow => Self::FixedWindow(Map::with_hasher(h)),
+            Algorithm::SlidingWindow => Self::SlidingWindow(Map::with_hasher(h)),
+            Algorithm::SlidingWindowCounters { .. } => {
+                Self::SlidingWindowCounters(Map::with_hasher(h))
+            }
+            Algorithm::SlidingWindowLog => Self::SlidingWindowLog(Map::with_hasher(h)),
+            Algorithm::TokenBucket => Self::TokenBucket(Map::with_hasher(h)),
+            Algorithm::Gcra => Self::Gcra(Map::with_hasher(h)),
+            Algorithm::LeakyBucket => Self::LeakyBucket(Map::with_hasher(h)),
+        }
+    }
+
+    fn len(&self) -> usize {
+        with_rule!(self, |map, R| map.len())
+    }
+}
+
+struct Table {
+    name: &'static str,
+    params: Params,
+    states: States,
+}
+
+/// The states of one shard.
+pub(crate) struct Shard {
+    tables: Vec<Table>,
+    capacity: usize,
+    next_sweep: u64,
+    hasher: RandomState,
+}
+
+fn run_in<R: Rule>(
+    map: &mut Map<R::State>,
+    p: &Params,
+    key: &Key,
+    now: u64,
+    cost: u64,
+    charge: bool,
+) -> Verdict {
+    if let Some(state) = map.get_mut(key) {
+        return algorithm::evaluate::<R>(p, state, now, cost, charge);
+    }
+    let mut state = R::State::default();
+    let verdict = algorithm::evaluate::<R>(p, &mut state, now, cost, charge);
+    // Only a charge creates state: peeks and denials of unknown keys store nothing.
+    if charge && verdict.allowed && cost > 0 {
+        map.insert(*key, state);
+    }
+    verdict
+}
+
+fn refund_in<R: Rule>(map: &mut Map<R::State>, p: &Params, key: &Key, now: u64, amount: u64) {
+    if let Some(state) = map.get_mut(key) {
+        algorithm::refund::<R>(p, state, now, amount);
+    }
+}
+
+impl Shard {
+    pub(crate) fn new(capacity: usize, hasher: RandomState) -> Self {
+        Self {
+            tables: Vec::new(),
+            capacity,
+            next_sweep: 0,
+            hasher,
+        }
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.tables.iter().map(|t| t.states.len()).sum()
+    }
+
+    fn table_index(&mut self, name: &'static str, params: &Params) -> usize {
+        // Names are interned, so pointer equality is name equality.
+        if let Some(i) = self
+            .tables
+            .iter()
+            .position(|t| ptr::eq(t.name, name) && t.params == *params)
+        {
+            return i;
+        }
+        self.tables.push(Table {
+            name,
+            params: *params,
+            states: States::new(params.algorithm, self.hasher),
+        });
+        self.tables.len() - 1
+    }
+
+    /// Decides `cost` for `key` under the policy (`name`, `params`) at `now`.
+    pub(crate) fn run(
+        &mut self,
+        name: &'static str,
+        params: &Params,
+        key: &Key,
+        now: u64,
+        cost: u64,
+        charge: bool,
+    ) -> Verdict {
+        if now >= self.next_sweep {
+            self.sweep(now);
+        }
+        let index = self.table_index(name, params);
+        if charge && cost > 0 && self.len() >= self.capacity && !self.contains(index, key) {
+            self.make_room(now);
+        }
+        let table = &mut self.tables[index];
+        with_rule!(&mut table.states, |map, R| run_in::<R>(
+            map,
+            &table.params,
+            key,
+            now,
+            cost,
+            charge
+        ))
+    }
+
+    /// Refunds `amount` to `key` under the policy (`name`, `params`) at `now`.
+    pub(crate) fn refund(
+        &mut self,
+        name: &'static str,
+        params: &Params,
+        key: &Key,
+        now: u64,
+        amount: u64,
+    ) {
+        let index = self.table_index(name, params);
+        let table = &mut self.tables[index];
+        with_rule!(&mut table.states, |map, R| refund_in::<R>(
+            map,
+            &table.params,
+            key,
+            now,
+            amount
+        ));
+    }
+
+    fn contains(&self, index: usize, key: &Key) -> bool {
+        with_rule!(&self.tables[index].states, |map, R| map.contains_key(key))
+    }
+
+    /// Drops every state that is indistinguishable from a fresh one.
+    fn sweep(&mut self, now: u64) {
+        self.next_sweep = now.saturating_add(SWEEP_INTERVAL_US);
+        for table in &mut self.tables {
+            let p = &table.params;
+            with_rule!(&mut table.states, |map, R| map
+                .retain(|_, s| <R as Rule>::idle_at(p, s) > now));
+        }
+    }
+
+    /// Frees one slot: idle state first; if every key is active, the sampled state
+    /// closest to going idle.
+    fn make_room(&mut self, now: u64) {
+        self.sweep(now);
+        if self.len() < self.capacity {
+            return;
+        }
+        let mut victim: Option<(u64, usize, Key)> = None;
+        for (index, table) in self.tables.iter().enumerate() {
+            let p = &table.params;
+            with_rule!(&table.states, |map, R| {
+                for (key, state) in map.iter().take(EVICTION_SAMPLE) {
+                    let idle_at = <R as Rule>::idle_at(p, state);
+                    if victim.is_none_or(|(best, _, _)| idle_at < best) {
+                        victim = Some((idle_at, index, *key));
+                    }
+                }
+            });
+        }
+        if let Some((_, index, key)) = victim {
+            with_rule!(&mut self.tables[index].states, |map, R| {
+                map.remove(&key);
+            });
+        }
+    }
+}

@@ -1,0 +1,70 @@
+//! Where state lives: the [`Store`] trait and [`MemoryStore`].
+
+pub(crate) mod memory;
+mod memory_shard;
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::time::Duration;
+
+pub use memory::MemoryStore;
+
+use crate::algorithm::Verdict;
+use crate::{Decision, Key, Policy, StoreError};
+
+/// The future a [`Store`] returns.
+pub type StoreFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, StoreError>> + Send + 'a>>;
+
+/// One policy's share of a request: charge `cost` to `key` under `policy`.
+#[derive(Debug, Clone, Copy)]
+pub struct Charge<'a> {
+    /// The policy (quota and algorithm) to count under.
+    pub policy: &'a Policy,
+    /// Whose state to charge.
+    pub key: &'a Key,
+    /// How much; 0 peeks without charging.
+    pub cost: u64,
+}
+
+/// A place where limiter state lives.
+///
+/// Implemented by [`MemoryStore`] (and, with their features, the Redis stores). A store
+/// owns its notion of time: it reads its clock once per call, so every charge of one
+/// [`acquire`](Store::acquire) is decided at the same instant.
+///
+/// ```
+/// use tollgate::{Charge, Key, MemoryStore, Policy, Quota, Store};
+/// # tokio::runtime::Builder::new_current_thread().build()?.block_on(async {
+/// let store = MemoryStore::new();
+/// let policy = Policy::new("api", Quota::per_second(1))?;
+/// let key = Key::from("alice");
+/// let charge = Charge { policy: &policy, key: &key, cost: 1 };
+/// assert!(store.acquire(&[charge]).await?[0].allowed);
+/// assert!(!store.acquire(&[charge]).await?[0].allowed);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// # })?;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub trait Store: Send + Sync + fmt::Debug + 'static {
+    /// Decides every charge at one instant, all-or-nothing: if any is denied, none is
+    /// charged. Returns one decision per charge, in order.
+    fn acquire<'a>(&'a self, charges: &'a [Charge<'a>]) -> StoreFuture<'a, Vec<Decision>>;
+
+    /// Returns up to `charge.cost` of the key's newest charges (never leaving it better
+    /// than idle).
+    fn refund<'a>(&'a self, charge: Charge<'a>) -> StoreFuture<'a, ()>;
+}
+
+/// Builds the public decision from an algorithm's verdict.
+pub(crate) fn decision(policy: &Policy, verdict: Verdict) -> Decision {
+    Decision {
+        allowed: verdict.allowed,
+        limit: policy.params().capacity,
+        remaining: verdict.remaining,
+        reset_after: Duration::from_micros(verdict.reset_after_us),
+        retry_after: verdict.retry_after_us.map(Duration::from_micros),
+        delay: Duration::from_micros(verdict.delay_us),
+        policy: policy.name(),
+    }
+}
