@@ -37,9 +37,9 @@ impl Rule for FixedWindow {
         s.count + cost <= p.limit
     }
 
-    fn charge(_p: &Params, s: &mut State, _now: u64, cost: u64) -> u64 {
+    fn charge(_p: &Params, s: &mut State, now: u64, cost: u64) -> u64 {
         s.count += cost;
-        0
+        now
     }
 
     fn remaining(p: &Params, s: &State, _now: u64) -> u64 {

@@ -37,7 +37,7 @@ impl Rule for Gcra {
 
     fn charge(p: &Params, s: &mut State, now: u64, cost: u64) -> u64 {
         s.tat_ns = start_ns(*s, now) + cost * p.emission_ns;
-        0
+        now
     }
 
     fn remaining(p: &Params, s: &State, now: u64) -> u64 {

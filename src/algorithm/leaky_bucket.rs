@@ -23,9 +23,9 @@ impl Rule for LeakyBucket {
 
     fn charge(p: &Params, s: &mut State, now: u64, cost: u64) -> u64 {
         // The request is served when the queue ahead of it has drained.
-        let wait_ns = start_ns(*s, now) - now * NS_PER_US;
+        let served_ns = start_ns(*s, now);
         Gcra::charge(p, s, now, cost);
-        div_ceil(wait_ns, NS_PER_US)
+        div_ceil(served_ns, NS_PER_US)
     }
 
     fn remaining(p: &Params, s: &State, now: u64) -> u64 {

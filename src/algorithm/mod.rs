@@ -150,7 +150,9 @@ pub(crate) trait Rule {
     fn normalize(p: &Params, s: &mut Self::State, now: u64) -> u64;
     /// Whether `cost` (1 ≤ cost ≤ capacity) fits now.
     fn admits(p: &Params, s: &Self::State, now: u64, cost: u64) -> bool;
-    /// Charges `cost`; returns the delay in microseconds (leaky bucket) or 0.
+    /// Charges `cost`; returns the instant (µs, rounded up) from which the request may
+    /// be served: `now` for every algorithm but the leaky bucket, whose requests wait
+    /// for the queue ahead of them.
     fn charge(p: &Params, s: &mut Self::State, now: u64, cost: u64) -> u64;
     /// Capacity left now.
     fn remaining(p: &Params, s: &Self::State, now: u64) -> u64;
@@ -167,7 +169,12 @@ pub(crate) trait Rule {
     fn idle_at(p: &Params, s: &Self::State) -> u64;
 }
 
-/// Runs one request of `cost` through rule `R` at `now`.
+/// Runs one request of `cost` through rule `R`.
+///
+/// `now` is the caller's clock reading; `floor` is the latest instant the store has
+/// seen. A store passes its floor so that a clock stepping backwards is treated as
+/// standing still at the floor: the algorithm computes at `max(now, floor)`, while the
+/// durations it reports are measured from `now`, the clock the caller will wait on.
 ///
 /// With `charge == false` the verdict says whether the request *would* be admitted
 /// but nothing is charged (the first phase of an all-or-nothing multi-policy check,
@@ -176,13 +183,19 @@ pub(crate) fn evaluate<R: Rule>(
     p: &Params,
     s: &mut R::State,
     now: u64,
+    floor: u64,
     cost: u64,
     charge: bool,
 ) -> Verdict {
-    let t = R::normalize(p, s, now);
+    let t = R::normalize(p, s, now.max(floor));
     let allowed = cost == 0 || (cost <= p.capacity && R::admits(p, s, t, cost));
+    // Like every duration, the delay is measured from the caller's `now`; a request
+    // servable at the effective instant is servable right away.
     let delay_us = if allowed && charge && cost > 0 {
-        R::charge(p, s, t, cost)
+        match R::charge(p, s, t, cost) {
+            at if at <= t => 0,
+            at => at - now,
+        }
     } else {
         0
     };
@@ -191,15 +204,20 @@ pub(crate) fn evaluate<R: Rule>(
     Verdict {
         allowed,
         remaining: R::remaining(p, s, t).min(p.capacity),
-        reset_after_us: R::reset_at(p, s, t).saturating_sub(now),
+        // Already full at the effective instant means full now: a clock that is behind
+        // stands still at `t`.
+        reset_after_us: match R::reset_at(p, s, t) {
+            at if at <= t => 0,
+            at => at - now,
+        },
         retry_after_us,
         delay_us,
     }
 }
 
-/// Refunds `amount` to rule `R`'s state at `now`.
-pub(crate) fn refund<R: Rule>(p: &Params, s: &mut R::State, now: u64, amount: u64) {
-    let t = R::normalize(p, s, now);
+/// Refunds `amount` to rule `R`'s state at `max(now, floor)`.
+pub(crate) fn refund<R: Rule>(p: &Params, s: &mut R::State, now: u64, floor: u64, amount: u64) {
+    let t = R::normalize(p, s, now.max(floor));
     R::refund(p, s, t, amount);
 }
 

@@ -80,9 +80,9 @@ impl Rule for SlidingWindow {
         s.used(p, now) + cost <= p.limit
     }
 
-    fn charge(_p: &Params, s: &mut State, _now: u64, cost: u64) -> u64 {
+    fn charge(_p: &Params, s: &mut State, now: u64, cost: u64) -> u64 {
         s.current += cost;
-        0
+        now
     }
 
     fn remaining(p: &Params, s: &State, now: u64) -> u64 {

@@ -67,14 +67,14 @@ impl Rule for SlidingWindowCounters {
         s.total + cost <= p.limit
     }
 
-    fn charge(p: &Params, s: &mut State, _now: u64, cost: u64) -> u64 {
+    fn charge(p: &Params, s: &mut State, now: u64, cost: u64) -> u64 {
         if s.counts.is_empty() {
             s.counts = vec![0; p.buckets as usize].into_boxed_slice();
         }
         let slot = slot(p, s.index);
         s.counts[slot] += cost;
         s.total += cost;
-        0
+        now
     }
 
     fn remaining(p: &Params, s: &State, _now: u64) -> u64 {

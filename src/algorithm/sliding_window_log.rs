@@ -10,6 +10,8 @@ pub(crate) struct State {
     pub(crate) entries: VecDeque<(u64, u64)>,
     /// Sum of the entries' costs.
     pub(crate) total: u64,
+    /// The latest instant the log has seen: a clock behind it stands still here.
+    pub(crate) last: u64,
 }
 
 /// See [`Algorithm::SlidingWindowLog`](crate::Algorithm::SlidingWindowLog).
@@ -38,8 +40,11 @@ impl Rule for SlidingWindowLog {
     type State = State;
 
     fn normalize(p: &Params, s: &mut State, now: u64) -> u64 {
-        // An entry counts while `now − t < P`; entries "in the future" (the clock went
-        // back) keep counting.
+        // A clock that went back stands still at the latest instant seen, so entries
+        // neither leave early nor get recorded in the past.
+        let now = now.max(s.last);
+        s.last = now;
+        // An entry counts while `now − t < P`.
         while let Some(&(at, cost)) = s.entries.front() {
             if at + p.period_us > now {
                 break;
@@ -55,14 +60,14 @@ impl Rule for SlidingWindowLog {
     }
 
     fn charge(_p: &Params, s: &mut State, now: u64, cost: u64) -> u64 {
-        // Keep the log sorted even if the clock went back: record at the newest instant,
-        // which makes the entry leave later, never earlier.
+        // `now` is never behind the newest entry (see `normalize`); charges at one
+        // instant share an entry.
         match s.entries.back_mut() {
-            Some((at, c)) if *at >= now => *c += cost,
+            Some((at, c)) if *at == now => *c += cost,
             _ => s.entries.push_back((now, cost)),
         }
         s.total += cost;
-        0
+        now
     }
 
     fn remaining(p: &Params, s: &State, _now: u64) -> u64 {

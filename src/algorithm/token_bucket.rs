@@ -31,17 +31,17 @@ impl Rule for TokenBucket {
             s.deficit = s.deficit.saturating_sub(refilled);
             s.last = now;
         }
-        // A clock behind `last` refills nothing.
-        now
+        // A clock behind `last` stands still there: it refills nothing.
+        s.last
     }
 
     fn admits(p: &Params, s: &State, _now: u64, cost: u64) -> bool {
         s.deficit + cost * p.units_per_token <= p.capacity * p.units_per_token
     }
 
-    fn charge(p: &Params, s: &mut State, _now: u64, cost: u64) -> u64 {
+    fn charge(p: &Params, s: &mut State, now: u64, cost: u64) -> u64 {
         s.deficit += cost * p.units_per_token;
-        0
+        now
     }
 
     fn remaining(p: &Params, s: &State, _now: u64) -> u64 {

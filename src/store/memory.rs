@@ -35,16 +35,19 @@ const MAX_SHARDS: usize = 64;
 /// use tollgate::{Key, Limiter, ManualClock, MemoryStore, Policy, Quota};
 /// # tokio::runtime::Builder::new_current_thread().build()?.block_on(async {
 /// let clock = ManualClock::new(Duration::from_secs(1_700_000_000));
-/// let store = MemoryStore::with_clock(clock.clone()).max_keys(10_000)?;
+/// // One key at most (one shard): a tiny bound makes the behaviour visible.
+/// let store = MemoryStore::with_clock(clock.clone()).max_keys(1)?;
 /// let limiter = Limiter::builder()
 ///     .policy(Policy::new("api", Quota::per_second(1))?)
 ///     .store(store.clone())
 ///     .build()?;
-/// limiter.check("api", &Key::from("alice"), 1).await?;
-/// assert_eq!(store.len(), 1);
-/// clock.advance(Duration::from_secs(5)); // alice is idle again
-/// limiter.check("api", &Key::from("bob"), 1).await?;
-/// assert_eq!(store.len(), 1); // the sweep dropped alice
+/// for caller in ["alice", "bob", "carol"] {
+///     assert!(limiter.check("api", &Key::from(caller), 1).await?.allowed);
+///     assert_eq!(store.len(), 1); // the bound holds even when every key is active
+/// }
+/// clock.advance(Duration::from_secs(5)); // carol is idle again
+/// limiter.check("api", &Key::from("dave"), 0).await?; // any call sweeps its shard
+/// assert_eq!(store.len(), 0);
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// # })?;
 /// # Ok::<(), Box<dyn std::error::Error>>(())

@@ -107,6 +107,9 @@ pub(crate) struct Shard {
     tables: Vec<Table>,
     capacity: usize,
     next_sweep: u64,
+    /// The latest instant this shard has seen. Time never runs backwards for the keys
+    /// in it: a clock that steps back is treated as standing still here.
+    latest: u64,
     hasher: RandomState,
 }
 
@@ -114,15 +117,15 @@ fn run_in<R: Rule>(
     map: &mut Map<R::State>,
     p: &Params,
     key: &Key,
-    now: u64,
+    (now, floor): (u64, u64),
     cost: u64,
     charge: bool,
 ) -> Verdict {
     if let Some(state) = map.get_mut(key) {
-        return algorithm::evaluate::<R>(p, state, now, cost, charge);
+        return algorithm::evaluate::<R>(p, state, now, floor, cost, charge);
     }
     let mut state = R::State::default();
-    let verdict = algorithm::evaluate::<R>(p, &mut state, now, cost, charge);
+    let verdict = algorithm::evaluate::<R>(p, &mut state, now, floor, cost, charge);
     // Only a charge creates state: peeks and denials of unknown keys store nothing.
     if charge && verdict.allowed && cost > 0 {
         map.insert(*key, state);
@@ -130,9 +133,15 @@ fn run_in<R: Rule>(
     verdict
 }
 
-fn refund_in<R: Rule>(map: &mut Map<R::State>, p: &Params, key: &Key, now: u64, amount: u64) {
+fn refund_in<R: Rule>(
+    map: &mut Map<R::State>,
+    p: &Params,
+    key: &Key,
+    (now, floor): (u64, u64),
+    amount: u64,
+) {
     if let Some(state) = map.get_mut(key) {
-        algorithm::refund::<R>(p, state, now, amount);
+        algorithm::refund::<R>(p, state, now, floor, amount);
     }
 }
 
@@ -142,6 +151,7 @@ impl Shard {
             tables: Vec::new(),
             capacity,
             next_sweep: 0,
+            latest: 0,
             hasher,
         }
     }
@@ -177,22 +187,29 @@ impl Shard {
         cost: u64,
         charge: bool,
     ) -> Verdict {
-        if now >= self.next_sweep {
-            self.sweep(now);
+        let floor = self.advance(now);
+        if floor >= self.next_sweep {
+            self.sweep(floor);
         }
         let index = self.table_index(name, params);
         if charge && cost > 0 && self.len() >= self.capacity && !self.contains(index, key) {
-            self.make_room(now);
+            self.make_room(floor);
         }
         let table = &mut self.tables[index];
         with_rule!(&mut table.states, |map, R| run_in::<R>(
             map,
             &table.params,
             key,
-            now,
+            (now, floor),
             cost,
             charge
         ))
+    }
+
+    /// Records `now` and returns the latest instant seen, `max(now, latest)`.
+    fn advance(&mut self, now: u64) -> u64 {
+        self.latest = self.latest.max(now);
+        self.latest
     }
 
     /// Refunds `amount` to `key` under the policy (`name`, `params`) at `now`.
@@ -204,13 +221,14 @@ impl Shard {
         now: u64,
         amount: u64,
     ) {
+        let floor = self.advance(now);
         let index = self.table_index(name, params);
         let table = &mut self.tables[index];
         with_rule!(&mut table.states, |map, R| refund_in::<R>(
             map,
             &table.params,
             key,
-            now,
+            (now, floor),
             amount
         ));
     }

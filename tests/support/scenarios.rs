@@ -1,0 +1,946 @@
+//! Hand-computed scenario tables: the exact answer of every algorithm, step by step.
+//!
+//! Every expected value below was worked out by hand from DESIGN.md §3 (the arithmetic
+//! is in the comment on each step), not copied from the implementation: the tables are
+//! an independent check, and every store (memory, Redis, Redis Cluster) must reproduce
+//! them to the microsecond.
+//!
+//! Times are offsets in µs from [`BASE`], a multiple of 86 400 s, so windows of 1 s,
+//! 10 s, 1 min, 1 h and 1 day all start there. In the comments, `e` is the offset in the
+//! current window, `w0`, `w1`, … the windows, `s0`, `s1`, … the sub-windows, and
+//! `→ X` gives the instant (offset) whose distance from the step's time is reported.
+//!
+//! Mount this file as `crate::support::scenarios` (the macro names that path), then
+//! invoke the macro once per store with anything callable as
+//! `make_store(clock: ManualClock) -> impl Store` (a path or a closure):
+//!
+//! ```ignore
+//! mod support {
+//!     pub(crate) mod scenarios;
+//! }
+//! support::scenarios::scenario_tests!(tollgate::MemoryStore::with_clock);
+//! // or, e.g.: scenario_tests!(|clock| redis_store_for_test(clock))
+//! ```
+
+use std::error::Error;
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use tollgate::{Algorithm, Key, Limiter, ManualClock, Policy, Quota, Store};
+
+/// Every scenario starts here: 2023-11-14T00:00:00Z, a multiple of one day.
+pub(crate) const BASE: Duration = Duration::from_secs(1_699_920_000);
+
+/// One hand-computed scenario: a policy and the requests made under it, in order.
+#[derive(Debug)]
+pub(crate) struct Scenario {
+    /// Also the policy's name, so failures and Redis keys say which table it is.
+    pub(crate) name: &'static str,
+    /// Parsed with `str::parse::<Quota>()`.
+    pub(crate) quota: &'static str,
+    /// Applied with `Quota::with_burst` (token bucket, GCRA and leaky bucket only).
+    pub(crate) burst: Option<u64>,
+    pub(crate) algorithm: Algorithm,
+    pub(crate) steps: &'static [Step],
+}
+
+/// One request (or refund) at `BASE + at_us`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Step {
+    /// Offset from [`BASE`]; may be earlier than the previous step's (clock went back).
+    pub(crate) at_us: u64,
+    pub(crate) op: Op,
+}
+
+/// What a step does.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Op {
+    /// `Limiter::check(cost)`, and the decision it must return.
+    Check { cost: u32, expect: Expect },
+    /// `Limiter::refund(amount)`.
+    Refund { amount: u32 },
+}
+
+/// The expected decision of a check, durations in µs. `limit` is not listed: it is
+/// always the capacity, derived from the scenario's quota and burst.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Expect {
+    pub(crate) allowed: bool,
+    pub(crate) remaining: u64,
+    pub(crate) reset_after_us: u64,
+    pub(crate) retry_after_us: Option<u64>,
+    pub(crate) delay_us: u64,
+}
+
+// Step constructors, named for what the step expects, so a table reads as a story.
+
+/// An admitted check without delay.
+const fn ok(at_us: u64, cost: u32, remaining: u64, reset_after_us: u64) -> Step {
+    queued(at_us, cost, remaining, reset_after_us, 0)
+}
+
+/// An admitted check with a delay (leaky bucket).
+const fn queued(at_us: u64, cost: u32, remaining: u64, reset_after_us: u64, delay_us: u64) -> Step {
+    check(at_us, cost, true, remaining, reset_after_us, None, delay_us)
+}
+
+/// A denied check that fits later, after exactly `retry_after_us`.
+const fn deny(
+    at_us: u64,
+    cost: u32,
+    remaining: u64,
+    reset_after_us: u64,
+    retry_after_us: u64,
+) -> Step {
+    check(
+        at_us,
+        cost,
+        false,
+        remaining,
+        reset_after_us,
+        Some(retry_after_us),
+        0,
+    )
+}
+
+/// A denied check whose cost exceeds the capacity: it can never fit.
+const fn never(at_us: u64, cost: u32, remaining: u64, reset_after_us: u64) -> Step {
+    check(at_us, cost, false, remaining, reset_after_us, None, 0)
+}
+
+/// A cost-0 check: always allowed, charges nothing, reports the current state.
+const fn peek(at_us: u64, remaining: u64, reset_after_us: u64) -> Step {
+    ok(at_us, 0, remaining, reset_after_us)
+}
+
+const fn refund(at_us: u64, amount: u32) -> Step {
+    Step {
+        at_us,
+        op: Op::Refund { amount },
+    }
+}
+
+const fn check(
+    at_us: u64,
+    cost: u32,
+    allowed: bool,
+    remaining: u64,
+    reset_after_us: u64,
+    retry_after_us: Option<u64>,
+    delay_us: u64,
+) -> Step {
+    Step {
+        at_us,
+        op: Op::Check {
+            cost,
+            expect: Expect {
+                allowed,
+                remaining,
+                reset_after_us,
+                retry_after_us,
+                delay_us,
+            },
+        },
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// FixedWindow: k += c while k + c ≤ L; retry/reset = start of next window − now.
+// ---------------------------------------------------------------------------------------
+
+/// L = 5, P = 1 s: edges, costs, peeks, retry and reset.
+pub(crate) const FIXED_WINDOW_EDGES: Scenario = Scenario {
+    name: "fixed_window/edges",
+    quota: "5/s",
+    burst: None,
+    algorithm: Algorithm::FixedWindow,
+    steps: &[
+        // no state: remaining L, reset 0
+        peek(0, 5, 0),
+        // w0, k = 2; reset → 1 000 000
+        ok(0, 2, 3, 1_000_000),
+        // k = 5; reset 1 000 000 − 250 000
+        ok(250_000, 3, 0, 750_000),
+        // 5 + 1 > 5; retry = reset = 1 000 000 − 400 000
+        deny(400_000, 1, 0, 600_000, 600_000),
+        // 6 > L: never fits, no retry
+        never(400_000, 6, 0, 600_000),
+        // 1 µs before the edge: still w0
+        deny(999_999, 1, 0, 1, 1),
+        // k = 5 − 2 = 3
+        refund(999_999, 2),
+        peek(999_999, 2, 1),
+        // k = 5
+        ok(999_999, 2, 0, 1),
+        // at the edge: w1 starts empty; k = 4; reset → 2 000 000
+        ok(1_000_000, 4, 1, 1_000_000),
+        // 4 + 2 > 5; retry = reset = 2 000 000 − 1 000 001
+        deny(1_000_001, 2, 1, 999_999, 999_999),
+        // c = L waits for the next window too
+        deny(1_000_001, 5, 1, 999_999, 999_999),
+        // k = 5
+        ok(1_000_001, 1, 0, 999_999),
+        // w2: the count of w1 is gone, refund has nothing to return
+        refund(2_100_000, 3),
+        peek(2_100_000, 5, 0),
+        // c = L from an empty window; reset 3 000 000 − 2 100 000
+        ok(2_100_000, 5, 0, 900_000),
+    ],
+};
+
+/// L = 3, P = 1 min: refunds, and a clock that goes back into the previous window.
+pub(crate) const FIXED_WINDOW_REFUND_AND_BACKWARDS: Scenario = Scenario {
+    name: "fixed_window/refund-backwards",
+    quota: "3/min",
+    burst: None,
+    algorithm: Algorithm::FixedWindow,
+    steps: &[
+        // w0 = [0, 60 s): k = 2; reset → 60 000 000
+        ok(59_000_000, 2, 1, 1_000_000),
+        // w1 = [60 s, 120 s): k = 3; reset → 120 000 000
+        ok(60_000_000, 3, 0, 60_000_000),
+        // k = 2
+        refund(61_000_000, 1),
+        peek(61_000_000, 1, 59_000_000),
+        // Back to 30 s, inside w0: the key stands at the start of w1 (k = 2), not in
+        // w0 (where 1 would be left). 2 + 2 > 3; retry = reset = 120 000 000 − 30 000 000
+        deny(30_000_000, 2, 1, 90_000_000, 90_000_000),
+        // k = 3, charged to w1
+        ok(30_000_000, 1, 0, 90_000_000),
+        // 1 µs before w1 ends
+        deny(119_999_999, 1, 0, 1, 1),
+        // at the edge: w2 empty
+        peek(120_000_000, 3, 0),
+    ],
+};
+
+/// L = 3, P = 1 min: a key refunded to zero while the clock is behind its window.
+pub(crate) const FIXED_WINDOW_BACKWARDS_EMPTY: Scenario = Scenario {
+    name: "fixed_window/backwards-empty",
+    quota: "3/min",
+    burst: None,
+    algorithm: Algorithm::FixedWindow,
+    steps: &[
+        // w1: k = 3; reset → 120 000 000
+        ok(60_000_000, 3, 0, 60_000_000),
+        // back into w0: stands at w1's start; retry = reset = 120 000 000 − 30 000 000
+        deny(30_000_000, 1, 0, 90_000_000, 90_000_000),
+        // same window (w1): k = 0
+        refund(30_000_000, 5),
+        // k = 0: remaining is already L, so reset is 0 ("0 if k = 0"), however far back
+        // the clock stands
+        peek(30_000_000, 3, 0),
+        // k = 1 in w1; reset measured from the real now: 120 000 000 − 30 000 000
+        ok(30_000_000, 1, 2, 90_000_000),
+    ],
+};
+
+// ---------------------------------------------------------------------------------------
+// SlidingWindow: used = floor(p·(P−e)/P) + k. For a previous count p alone,
+// floor(p·(P−e)/P) ≤ r  ⇔  p·(P−e) < (r+1)·P.
+// ---------------------------------------------------------------------------------------
+
+/// L = 10, P = 1 s: the weighted tail, its rounding down, and rolling windows.
+pub(crate) const SLIDING_WINDOW_EDGES: Scenario = Scenario {
+    name: "sliding_window/edges",
+    quota: "10/s",
+    burst: None,
+    algorithm: Algorithm::SlidingWindow,
+    steps: &[
+        peek(0, 10, 0),
+        // w0: p = 0, k = 4. reset: never 0 in w0 (k = 4); in w1 p = 4:
+        // 4(P−e) < P ⇔ e > 750 000 → e = 750 001 → 1 750 001
+        ok(0, 4, 6, 1_750_001),
+        // used 4 + 6 = 10 ≤ 10, k = 10. reset: in w1 p = 10: 10(P−e) < P ⇔
+        // e > 900 000 → 1 900 001; 1 900 001 − 500 000
+        ok(500_000, 6, 0, 1_400_001),
+        // 1 µs before the edge: used 10. retry: need used ≤ 9; never in w0; in w1
+        // 10(P−e) < 10P ⇔ e > 0 → 1 000 001 → 2. reset 1 900 001 − 999 999
+        deny(999_999, 1, 0, 900_002, 2),
+        // at the edge: p = 10, k = 0, e = 0 → used floor(10·P/P) = 10; retry → 1 000 001
+        deny(1_000_000, 1, 0, 900_001, 1),
+        // e = 1: floor(10·999 999/10⁶) = 9, + 1 = 10, k = 1. reset: never 0 in w1
+        // (k = 1); in w2 p = 1: (P−e) < P ⇔ e > 0 → 2 000 001
+        ok(1_000_001, 1, 0, 1_000_000),
+        // e = 250 000: floor(10·750 000/10⁶) = 7, + k 1 = 8; 8 + 3 > 10. retry: need
+        // floor(10(P−e)/P) ≤ 6 ⇔ 10(P−e) < 7P ⇔ e > 300 000 → 1 300 001 → 50 001.
+        // reset → 2 000 001
+        deny(1_250_000, 3, 2, 750_001, 50_001),
+        // e = 300 001: floor(10·699 999/10⁶) = 6, + 1 + 3 = 10, k = 4.
+        // reset: in w2 p = 4: e > 750 000 → 2 750 001; − 1 300 001
+        ok(1_300_001, 3, 0, 1_450_000),
+        // c > L
+        never(1_300_001, 11, 0, 1_450_000),
+        // c = L: retry when used = 0, i.e. the reset
+        deny(1_300_001, 10, 0, 1_450_000, 1_450_000),
+    ],
+};
+
+/// L = 20, P = 10 s: refunds from k then p, and a clock that goes back.
+pub(crate) const SLIDING_WINDOW_REFUND_AND_BACKWARDS: Scenario = Scenario {
+    name: "sliding_window/refund-backwards",
+    quota: "20 per 10 seconds",
+    burst: None,
+    algorithm: Algorithm::SlidingWindow,
+    steps: &[
+        // w0, k = 8. reset: in w1 p = 8: 8(P−e) < P ⇔ e > 8 750 000 → 18 750 001
+        ok(9_000_000, 8, 12, 9_750_001),
+        // w1, p = 8, k = 0, e = 2 000 000: floor(8·8/10) = 6 → remaining 14;
+        // reset → 18 750 001
+        peek(12_000_000, 14, 6_750_001),
+        // 6 + 5 = 11, k = 5, remaining 9. reset: in w2 p = 5: 5(P−e) < P ⇔
+        // e > 8 000 000 → 28 000 001
+        ok(12_000_000, 5, 9, 16_000_001),
+        // from k: k = 2
+        refund(12_000_000, 3),
+        // used 6 + 2 = 8. reset: in w2 p = 2: e > 5 000 000 → 25 000 001
+        peek(12_000_000, 12, 13_000_001),
+        // k 2 → 0, then p 8 → 6
+        refund(12_000_000, 4),
+        // floor(6·8/10) = 4 → 16. reset: in w1 (k = 0): 6(P−e) < P ⇔
+        // e > 8 333 333.3 → 8 333 334 → 18 333 334
+        peek(12_000_000, 16, 6_333_334),
+        // c = L: 4 + 20 > 20; retry = reset
+        deny(12_000_000, 20, 16, 6_333_334, 6_333_334),
+        // 4 + 16 = 20, k = 16. reset: in w2 p = 16: 16(P−e) < P ⇔ e > 9 375 000
+        // → 29 375 001
+        ok(12_000_000, 16, 0, 17_375_001),
+        // Back to 5 s (w0): stands at w1's start, e = 0: used 6 + 16 = 22 > L →
+        // remaining 0. retry: need floor(6(P−e)/P) ≤ 3 ⇔ 6(P−e) < 4P ⇔
+        // e > 3 333 333.3 → 13 333 334 − 5 000 000. reset 29 375 001 − 5 000 000
+        deny(5_000_000, 1, 0, 24_375_001, 8_333_334),
+        peek(5_000_000, 0, 24_375_001),
+        // w2 edge: p = 16, k = 0, e = 0 → used 16; k = 4. reset: in w3 p = 4:
+        // e > 7 500 000 → 37 500 001
+        ok(20_000_000, 4, 0, 17_500_001),
+        // w3 edge: p = 4, e = 0 → used 4
+        peek(30_000_000, 16, 7_500_001),
+        // w5: two windows on, p = k = 0
+        peek(50_000_000, 20, 0),
+    ],
+};
+
+/// L = 20, P = 10 s: a key refunded to zero while the clock is behind its window.
+pub(crate) const SLIDING_WINDOW_BACKWARDS_EMPTY: Scenario = Scenario {
+    name: "sliding_window/backwards-empty",
+    quota: "20 per 10 seconds",
+    burst: None,
+    algorithm: Algorithm::SlidingWindow,
+    steps: &[
+        // w2, k = 4. reset: in w3 p = 4: 4(P−e) < P ⇔ e > 7 500 000 → 37 500 001
+        ok(20_000_000, 4, 16, 17_500_001),
+        // w3 edge: p = 4, k = 0, used 4 → 37 500 001
+        peek(30_000_000, 16, 7_500_001),
+        // back to 25 s: stands at w3's start, used 4; reset 37 500 001 − 25 000 000
+        peek(25_000_000, 16, 12_500_001),
+        // k = 0, then p 4 → 0
+        refund(25_000_000, 4),
+        // used 0: remaining is already L, so reset is 0
+        peek(25_000_000, 20, 0),
+    ],
+};
+
+// ---------------------------------------------------------------------------------------
+// SlidingWindowCounters{N}: sum of sub-windows i−N+1 ..= i; at boundary j the
+// sub-window j − N leaves.
+// ---------------------------------------------------------------------------------------
+
+/// L = 8, P = 1 s, N = 4: sub-windows of 250 ms.
+pub(crate) const SLIDING_WINDOW_COUNTERS_EDGES: Scenario = Scenario {
+    name: "sliding_window_counters/edges",
+    quota: "8/s",
+    burst: None,
+    algorithm: Algorithm::SlidingWindowCounters { buckets: 4 },
+    steps: &[
+        peek(0, 8, 0),
+        // s0 = 3. reset: s0 leaves at boundary 4 → 1 000 000
+        ok(100_000, 3, 5, 900_000),
+        // s1 = 2, sum 5. reset: s1 leaves at 5 → 1 250 000
+        ok(300_000, 2, 3, 950_000),
+        // 1 µs before s3: s2 = 3, sum 8. reset: s2 leaves at 6 → 1 500 000
+        ok(749_999, 3, 0, 750_001),
+        // s3, sum 8. retry (sum ≤ 7): at 4 s0 leaves → 5 → 1 000 000. reset → 1 500 000
+        deny(999_999, 1, 0, 500_001, 1),
+        // sum ≤ 4: at 4 → 5, at 5 s1 leaves → 3 → 1 250 000
+        deny(999_999, 4, 0, 500_001, 250_001),
+        never(999_999, 9, 0, 500_001),
+        // at boundary 4: s1..s4 = 2 + 3 + 0 + 0 = 5; s4 = 3, sum 8. reset: 5 → 6,
+        // 6 → 3, 7 → 3, 8 (s4 leaves) → 0 → 2 000 000
+        ok(1_000_000, 3, 0, 1_000_000),
+        // c = L: retry = reset = 2 000 000 − 1 000 001
+        deny(1_000_001, 8, 0, 999_999, 999_999),
+        // s5: s2..s5 = 3 + 0 + 3 + 0 = 6 → 2; reset → 2 000 000
+        peek(1_250_000, 2, 750_000),
+    ],
+};
+
+/// L = 12, P = 1 min, N = 6: sub-windows of 10 s; refunds and a clock that goes back.
+pub(crate) const SLIDING_WINDOW_COUNTERS_REFUND_AND_BACKWARDS: Scenario = Scenario {
+    name: "sliding_window_counters/refund-backwards",
+    quota: "12/min",
+    burst: None,
+    algorithm: Algorithm::SlidingWindowCounters { buckets: 6 },
+    steps: &[
+        // s0 = 4. reset: s0 leaves at 6 → 60 000 000
+        ok(5_000_000, 4, 8, 55_000_000),
+        // s2 = 5, sum 9. reset: s2 leaves at 8 → 80 000 000
+        ok(25_000_000, 5, 3, 55_000_000),
+        // newest first: s2 5 → 3, sum 7
+        refund(25_000_000, 2),
+        peek(25_000_000, 5, 55_000_000),
+        // s2 3 → 0, s1 has none, s0 4 → 3: sum 3
+        refund(25_000_000, 4),
+        // reset: s0 leaves at 6 → 60 000 000
+        peek(25_000_000, 9, 35_000_000),
+        // s3 = 9, sum 12. reset: s3 leaves at 9 → 90 000 000
+        ok(35_000_000, 9, 0, 55_000_000),
+        // Back to 12 s (s1): stands at s3's start, sum 12. retry (sum ≤ 11): 4 → 12,
+        // 5 → 12, 6 (s0 leaves) → 9 → 60 000 000. reset 90 000 000 − 12 000 000
+        deny(12_000_000, 1, 0, 78_000_000, 48_000_000),
+        // newest first: s3 9 → 7, sum 10
+        refund(12_000_000, 2),
+        peek(12_000_000, 2, 78_000_000),
+        // charged to s3 (where the key stands), not s1: s3 = 9, sum 12
+        ok(12_000_000, 2, 0, 78_000_000),
+        // boundary 6: s1..s6 = s3 9 → s6 = 3, sum 12. reset: s6 leaves at 12 → 120 000 000
+        ok(60_000_000, 3, 0, 60_000_000),
+        // s7: s2..s7 = 9 + 3 = 12 (had the backwards charge gone to s1, it would have
+        // left at 7). retry (sum ≤ 11): 8 → 12, 9 (s3 leaves) → 3 → 90 000 000
+        deny(70_000_000, 1, 0, 50_000_000, 20_000_000),
+    ],
+};
+
+/// L = 12, P = 1 min, N = 6: a key refunded to zero while the clock is behind it.
+pub(crate) const SLIDING_WINDOW_COUNTERS_BACKWARDS_EMPTY: Scenario = Scenario {
+    name: "sliding_window_counters/backwards-empty",
+    quota: "12/min",
+    burst: None,
+    algorithm: Algorithm::SlidingWindowCounters { buckets: 6 },
+    steps: &[
+        // s3 = 12. reset: s3 leaves at 9 → 90 000 000
+        ok(35_000_000, 12, 0, 55_000_000),
+        // back to 12 s: stands at s3's start; retry = reset = 90 000 000 − 12 000 000
+        deny(12_000_000, 1, 0, 78_000_000, 78_000_000),
+        // s3 → 0, sum 0
+        refund(12_000_000, 20),
+        // sum 0: remaining is already L, so reset is 0
+        peek(12_000_000, 12, 0),
+    ],
+};
+
+// ---------------------------------------------------------------------------------------
+// SlidingWindowLog: an entry (t, c) counts while now − t < P.
+// ---------------------------------------------------------------------------------------
+
+/// L = 5, P = 1 s: entries leaving exactly at t + P, merged same-instant charges.
+pub(crate) const SLIDING_WINDOW_LOG_EDGES: Scenario = Scenario {
+    name: "sliding_window_log/edges",
+    quota: "5/s",
+    burst: None,
+    algorithm: Algorithm::SlidingWindowLog,
+    steps: &[
+        peek(0, 5, 0),
+        // [(100 000, 2)]; reset → 1 100 000
+        ok(100_000, 2, 3, 1_000_000),
+        // same µs: merged into [(100 000, 3)]
+        ok(100_000, 1, 2, 1_000_000),
+        // [(100 000, 3), (600 000, 2)], Σ 5; reset → 1 600 000
+        ok(600_000, 2, 0, 1_000_000),
+        // Σ + 1 > 5; room when (100 000, 3) leaves → 1 100 000
+        deny(700_000, 1, 0, 900_000, 400_000),
+        never(700_000, 6, 0, 900_000),
+        // 1 µs before the oldest leaves: now − t = 999 999 < P, still counts
+        deny(1_099_999, 1, 0, 500_001, 1),
+        // at its edge: now − t = P, gone; Σ 2 + 3 = 5:
+        // [(600 000, 2), (1 100 000, 3)]; reset → 2 100 000
+        ok(1_100_000, 3, 0, 1_000_000),
+        // c = L: room for 5 only when both leave → 2 100 000 − 1 100 001
+        deny(1_100_001, 5, 0, 999_999, 999_999),
+        // (600 000, 2) leaves: Σ 3; reset → 2 100 000
+        peek(1_600_000, 2, 500_000),
+    ],
+};
+
+/// L = 4, P = 10 s: refunds of the newest entries, a clock that goes back.
+pub(crate) const SLIDING_WINDOW_LOG_REFUND_AND_BACKWARDS: Scenario = Scenario {
+    name: "sliding_window_log/refund-backwards",
+    quota: "4/10s",
+    burst: None,
+    algorithm: Algorithm::SlidingWindowLog,
+    steps: &[
+        // [(1 s, 1)]; reset → 11 000 000
+        ok(1_000_000, 1, 3, 10_000_000),
+        // [(1 s, 1), (3 s, 2)]; reset → 13 000 000
+        ok(3_000_000, 2, 1, 10_000_000),
+        // newest first: [(1 s, 1), (3 s, 1)]
+        refund(3_000_000, 1),
+        peek(3_000_000, 2, 10_000_000),
+        // [(1 s, 1)]; reset → 11 000 000
+        refund(4_000_000, 1),
+        peek(4_000_000, 3, 7_000_000),
+        // [(1 s, 1), (6 s, 3)], Σ 4; reset → 16 000 000
+        ok(6_000_000, 3, 0, 10_000_000),
+        // Back to 2 s: the entry at 6 s is "in the future" and still counts, Σ 4.
+        // room when (1 s, 1) leaves → 11 000 000; reset 16 000 000 − 2 000 000
+        deny(2_000_000, 1, 0, 14_000_000, 9_000_000),
+        // [(1 s, 1), (6 s, 2)]
+        refund(2_000_000, 1),
+        // Admitted at 2 s while the log's newest entry is at 6 s: the log stays in time
+        // order and the charge joins (6 s, ·) — the clock stands still at the newest
+        // entry, as window algorithms stand at their window's start — so it leaves at
+        // 16 s, not 12 s: [(1 s, 1), (6 s, 3)]; reset → 16 000 000
+        ok(2_000_000, 1, 0, 14_000_000),
+        // (1 s, 1) leaves at exactly 11 s: Σ 3
+        peek(11_000_000, 1, 5_000_000),
+        // Σ 3 + 2 > 4 until (6 s, 3) leaves at 16 s (a charge logged at 2 s would
+        // have left at 12 s and let this pass)
+        deny(15_999_999, 2, 1, 1, 1),
+        peek(16_000_000, 4, 0),
+    ],
+};
+
+// ---------------------------------------------------------------------------------------
+// TokenBucket: τ refills at L/P up to B; retry (c − τ)·P/L, reset (B − τ)·P/L.
+// ---------------------------------------------------------------------------------------
+
+/// L = 10, P = 1 s, B = 5: one token per 100 ms.
+pub(crate) const TOKEN_BUCKET_EDGES: Scenario = Scenario {
+    name: "token_bucket/edges",
+    quota: "10/s",
+    burst: Some(5),
+    algorithm: Algorithm::TokenBucket,
+    steps: &[
+        // starts full: τ = 5
+        peek(0, 5, 0),
+        // τ = 2; reset 3 × 100 000
+        ok(0, 3, 2, 300_000),
+        // 2 < 3; retry (3 − 2) × 100 000
+        deny(0, 3, 2, 300_000, 100_000),
+        never(0, 6, 2, 300_000),
+        // τ = 2 + 1.5 = 3.5 → 0.5; reset 4.5 × 100 000
+        ok(150_000, 3, 0, 450_000),
+        // retry (1 − 0.5) × 100 000
+        deny(150_000, 1, 0, 450_000, 50_000),
+        // τ = 0.5 + 0.49999 = 0.99999 < 1: retry 1 µs; reset 4.00001 × 100 000
+        deny(199_999, 1, 0, 400_001, 1),
+        // τ = 1 → 0; reset 5 × 100 000
+        ok(200_000, 1, 0, 500_000),
+        peek(200_000, 0, 500_000),
+        // τ = min(5, 0 + 8) = 5 → 0
+        ok(1_000_000, 5, 0, 500_000),
+        // c = B: retry = reset
+        deny(1_000_000, 5, 0, 500_000, 500_000),
+        // τ = 2.50001 → 2; reset 2.49999 × 100 000
+        peek(1_250_001, 2, 249_999),
+    ],
+};
+
+/// L = 3, P = 1 s, B = 3: a token every 333 333.3 µs (exact rational, rounded up
+/// only in the answer), and refunds.
+pub(crate) const TOKEN_BUCKET_RATIONAL_AND_REFUND: Scenario = Scenario {
+    name: "token_bucket/rational-refund",
+    quota: "3/s",
+    burst: None,
+    algorithm: Algorithm::TokenBucket,
+    steps: &[
+        // τ = 1; reset 2/3 s = 666 666.7 → 666 667
+        ok(0, 2, 1, 666_667),
+        // retry 1/3 s = 333 333.3 → 333 334
+        deny(0, 2, 1, 666_667, 333_334),
+        // τ = 1 + 0.3 = 1.3; retry 0.7/3 s = 233 333.3 → 233 334;
+        // reset 1.7/3 s = 566 666.7 → 566 667
+        deny(100_000, 2, 1, 566_667, 233_334),
+        // τ = 2.3
+        refund(100_000, 1),
+        // τ = 0.3; reset 2.7/3 s = 900 000
+        ok(100_000, 2, 0, 900_000),
+        // 1 µs before the token: τ = 0.3 + 233 333 × 3/10⁶ = 0.999999; retry
+        // 10⁻⁶/3 s → 1 µs; reset (3 − 0.999999)/3 s = 666 667
+        deny(333_333, 1, 0, 666_667, 1),
+        // τ = 0.3 + 0.700002 = 1.000002 → 0.000002; reset 2.999998/3 s =
+        // 999 999.3 → 1 000 000
+        ok(333_334, 1, 0, 1_000_000),
+        // retry 0.999998/3 s = 333 332.7 → 333 333
+        deny(333_334, 1, 0, 1_000_000, 333_333),
+        // full again long after; a refund never makes it better than full
+        refund(10_000_000, 2),
+        peek(10_000_000, 3, 0),
+    ],
+};
+
+/// L = 3, P = 1 s, B = 3: a clock behind the last refill refills nothing, so the
+/// waits are measured from that refill and come out longer from the real now.
+pub(crate) const TOKEN_BUCKET_BACKWARDS: Scenario = Scenario {
+    name: "token_bucket/backwards",
+    quota: "3/s",
+    burst: None,
+    algorithm: Algorithm::TokenBucket,
+    steps: &[
+        // τ = 1; reset 2/3 s → 666 667
+        ok(0, 2, 1, 666_667),
+        // τ = 1 + 0.3 = 1.3 → 0.3 (last refill at 100 000); reset 2.7/3 s = 900 000
+        ok(100_000, 1, 0, 900_000),
+        // Back to 50 000: τ stays 0.3 until 100 000, then refills. Admitted at the
+        // first µs x with 0.3 + (x − 100 000)·3/10⁶ ≥ 1 ⇔ x ≥ 333 333.3 → 333 334;
+        // retry 333 334 − 50 000. Full at 100 000 + 900 000 → reset 950 000
+        deny(50_000, 1, 0, 950_000, 283_334),
+        peek(50_000, 0, 950_000),
+        // check of the retry: at 333 334, τ = 0.3 + 0.700002 ≥ 1 → 0.000002;
+        // reset 2.999998/3 s → 1 000 000
+        ok(333_334, 1, 0, 1_000_000),
+    ],
+};
+
+// ---------------------------------------------------------------------------------------
+// Gcra (ns inside, T = ceil(P_ns/L)): admit iff max(TAT, now) + c·T − B·T ≤ now;
+// remaining floor((now + B·T − max(TAT, now))/T); reset TAT − now.
+// ---------------------------------------------------------------------------------------
+
+/// L = 10, P = 1 s, B = 5: T = 100 ms exactly, B·T = 500 ms.
+pub(crate) const GCRA_EDGES: Scenario = Scenario {
+    name: "gcra/edges",
+    quota: "10/s",
+    burst: Some(5),
+    algorithm: Algorithm::Gcra,
+    steps: &[
+        peek(0, 5, 0),
+        // TAT = 0 + 100 = 100 ms; remaining floor((500 − 100)/100) = 4
+        ok(0, 1, 4, 100_000),
+        // 100 + 300 − 500 ≤ 0; TAT = 400 ms; floor(100/100) = 1
+        ok(0, 3, 1, 400_000),
+        // 400 + 200 − 500 = 100 ms > 0; retry 100 ms
+        deny(0, 2, 1, 400_000, 100_000),
+        never(0, 6, 1, 400_000),
+        // 1 µs early: 100 ms > 99.999 ms; remaining floor(199.999/100) = 1;
+        // reset 400 000 − 99 999
+        deny(99_999, 2, 1, 300_001, 1),
+        // 100 ≤ 100: TAT = 600 ms; floor((100 + 500 − 600)/100) = 0
+        ok(100_000, 2, 0, 500_000),
+        peek(100_000, 0, 500_000),
+        // c = B: 600 + 500 − 500 = 600 ms; retry 500 ms = reset
+        deny(100_000, 5, 0, 500_000, 500_000),
+        // TAT 600 < now: 1000 + 500 − 500 ≤ 1000; TAT = 1500 ms
+        ok(1_000_000, 5, 0, 500_000),
+        // floor((1100.001 + 500 − 1500)/100) = 1; reset 1 500 000 − 1 100 001
+        peek(1_100_001, 1, 399_999),
+    ],
+};
+
+/// L = 3, P = 1 s, B = 3: T = ceil(10⁹/3) = 333 333 334 ns, B·T = 1 000 000 002 ns;
+/// rounding of an inexact T, refunds, and a clock that goes back.
+pub(crate) const GCRA_REFUND_AND_BACKWARDS: Scenario = Scenario {
+    name: "gcra/refund-backwards",
+    quota: "3/s",
+    burst: None,
+    algorithm: Algorithm::Gcra,
+    steps: &[
+        // TAT = 333 333 334 ns; floor((1 000 000 002 − 333 333 334)/T) = 2;
+        // reset 333 333.334 µs → 333 334
+        ok(0, 1, 2, 333_334),
+        // 333 333 334 + 666 666 668 − 1 000 000 002 = 0 ≤ 0: TAT = 1 000 000 002 ns;
+        // reset 1 000 000.002 µs → 1 000 001
+        ok(0, 2, 0, 1_000_001),
+        // TAT + T − B·T = 333 333 334 ns → 333 334 µs
+        deny(0, 1, 0, 1_000_001, 333_334),
+        // 333 333 334 > 333 333 000: retry 334 ns → 1 µs; remaining
+        // floor(333 333 000/T) = 0; reset 1 000 001 − 333 333
+        deny(333_333, 1, 0, 666_668, 1),
+        // 333 333 334 ≤ 333 334 000: TAT = 1 333 333 336; remaining floor(666/T) = 0;
+        // reset ceil(1 333 333.336) − 333 334
+        ok(333_334, 1, 0, 1_000_000),
+        // Back to 100 ms: max(TAT, now) = TAT; TAT + T − B·T = 666 666 668 ns >
+        // 100 000 000: denied, retry 566 666 668 ns → 566 667; remaining 0;
+        // reset 1 333 334 − 100 000
+        deny(100_000, 1, 0, 1_233_334, 566_667),
+        peek(100_000, 0, 1_233_334),
+        // TAT = max(333 334 000, 1 333 333 336 − 666 666 668) = 666 666 668
+        refund(333_334, 2),
+        // floor((333 334 000 + 1 000 000 002 − 666 666 668)/T) = floor(666 667 334/T)
+        // = 2; reset ceil(666 666.668) − 333 334 = 666 667 − 333 334
+        peek(333_334, 2, 333_333),
+        // 666 666 668 + T − B·T = 0: TAT = 1 000 000 002; remaining
+        // floor(333 334 000/T) = 1; reset 1 000 001 − 333 334
+        ok(333_334, 1, 1, 666_667),
+        // TAT = max(now, TAT − 10T) = now: idle, not better
+        refund(333_334, 10),
+        peek(333_334, 3, 0),
+        peek(2_000_000, 3, 0),
+    ],
+};
+
+/// L = 3, P = 1 s, B = 3 (T = 333 333 334 ns): a request while the clock is behind
+/// the latest instant seen, with quota left at that instant. The store treats the
+/// clock as standing still at that instant (333 334 µs), so going back neither adds
+/// nor removes quota; durations are measured from the caller's (earlier) `now`.
+pub(crate) const GCRA_BACKWARDS_WITH_QUOTA_LEFT: Scenario = Scenario {
+    name: "gcra/backwards-quota-left",
+    quota: "3/s",
+    burst: None,
+    algorithm: Algorithm::Gcra,
+    steps: &[
+        // TAT = 3T = 1 000 000 002 ns
+        ok(0, 3, 0, 1_000_001),
+        // 1 000 000 002 + T − B·T = 333 333 334 ≤ 333 334 000: TAT = 1 333 333 336;
+        // reset ceil(1 333 333.336) − 333 334
+        ok(333_334, 1, 0, 1_000_000),
+        // TAT = max(333 334 000, 1 333 333 336 − 2T) = 666 666 668
+        refund(333_334, 2),
+        // floor((333 334 000 + B·T − 666 666 668)/T) = 2; reset 666 667 − 333 334
+        peek(333_334, 2, 333_333),
+        // Back to 100 ms, evaluated at 333 334 000 ns: 666 666 668 + T − B·T = 0 ≤ t:
+        // TAT = 1 000 000 002; remaining floor((333 334 000 + B·T − TAT)/T) = 1;
+        // reset ceil(1 000 000.002) − 100 000 (the caller's clock)
+        ok(100_000, 1, 1, 900_001),
+        // 1 000 000 002 + T − B·T = 333 333 334 ≤ 333 334 000: admitted, TAT =
+        // 1 333 333 336; remaining floor(666/T) = 0; reset 1 333 334 − 100 000
+        ok(100_000, 1, 0, 1_233_334),
+        // 1 333 333 336 + T − B·T = 666 666 668 > 333 334 000: retry
+        // ceil(666 666.668) − 100 000 = 566 667
+        deny(100_000, 1, 0, 1_233_334, 566_667),
+    ],
+};
+
+// ---------------------------------------------------------------------------------------
+// LeakyBucket: GCRA's rule with the queue's tail as TAT; delay = max(TAT, now) − now.
+// ---------------------------------------------------------------------------------------
+
+/// L = 10, P = 1 s, B = 3: T = 100 ms, B·T = 300 ms.
+pub(crate) const LEAKY_BUCKET_EDGES: Scenario = Scenario {
+    name: "leaky_bucket/edges",
+    quota: "10/s",
+    burst: Some(3),
+    algorithm: Algorithm::LeakyBucket,
+    steps: &[
+        peek(0, 3, 0),
+        // B requests at one instant: delays 0, T, 2T; TAT 100, 200, 300 ms
+        queued(0, 1, 2, 100_000, 0),
+        queued(0, 1, 1, 200_000, 100_000),
+        queued(0, 1, 0, 300_000, 200_000),
+        // 300 + 100 − 0 > 300; retry 300 + 100 − 300 − 0 = 100 ms
+        deny(0, 1, 0, 300_000, 100_000),
+        never(0, 4, 0, 300_000),
+        // 1 µs early: 400 − 99.999 = 300.001 > 300; retry 1 µs; remaining
+        // floor((99.999 + 300 − 300)/100) = 0; reset 300 000 − 99 999
+        deny(99_999, 1, 0, 200_001, 1),
+        // 400 − 100 = 300 ≤ 300: delay 300 − 100 = 200 ms, TAT 400 ms
+        queued(100_000, 1, 0, 300_000, 200_000),
+        // floor((250 + 300 − 400)/100) = 1; reset 400 − 250 ms
+        peek(250_000, 1, 150_000),
+        // 400 + 200 − 250 = 350 > 300; retry 400 + 200 − 300 − 250 = 50 ms
+        deny(250_000, 2, 1, 150_000, 50_000),
+        // 400 + 200 − 300 = 300 ≤ 300: delay 400 − 300 = 100 ms, TAT 600 ms
+        queued(300_000, 2, 0, 300_000, 100_000),
+        // idle again (TAT 600 < 1000): c = B from idle, delay 0, TAT 1300 ms
+        queued(1_000_000, 3, 0, 300_000, 0),
+    ],
+};
+
+/// L = 3, P = 1 s, B = 2: T = 333 333 334 ns, B·T = 666 666 668 ns; delays rounded
+/// up to µs, refunds, and a clock that goes back.
+pub(crate) const LEAKY_BUCKET_REFUND_AND_BACKWARDS: Scenario = Scenario {
+    name: "leaky_bucket/refund-backwards",
+    quota: "3/s",
+    burst: Some(2),
+    algorithm: Algorithm::LeakyBucket,
+    steps: &[
+        // TAT = T; remaining floor((B·T − T)/T) = 1; reset 333 333.334 → 333 334
+        queued(0, 1, 1, 333_334, 0),
+        // T + T ≤ B·T: delay T = 333 333.334 → 333 334; TAT = 666 666 668;
+        // reset 666 666.668 → 666 667
+        queued(0, 1, 0, 666_667, 333_334),
+        // retry 666 666 668 + T − B·T = 333 333 334 ns → 333 334
+        deny(0, 1, 0, 666_667, 333_334),
+        // c = B: retry 666 666 668 + 2T − B·T = 666 666 668 ns → 666 667 = reset
+        deny(0, 2, 0, 666_667, 666_667),
+        // TAT = max(0, 666 666 668 − T) = 333 333 334
+        refund(0, 1),
+        peek(0, 1, 333_334),
+        // 333 333 334 + T − 200 000 000 = 466 666 668 ≤ B·T: delay
+        // 133 333 334 ns → 133 334; TAT = 666 666 668; remaining floor(200 000 000/T)
+        // = 0; reset 666 667 − 200 000
+        queued(200_000, 1, 0, 466_667, 133_334),
+        // Back to 100 ms: 666 666 668 + T − 100 000 000 = 900 000 002 > B·T; retry
+        // 1 000 000 002 − B·T − 100 000 000 = 233 333 334 ns → 233 334;
+        // reset 666 667 − 100 000
+        deny(100_000, 1, 0, 566_667, 233_334),
+        // 1 µs early: 1 000 000 002 − 333 333 000 = 666 667 002 > B·T; retry 334 ns → 1;
+        // reset 666 667 − 333 333
+        deny(333_333, 1, 0, 333_334, 1),
+        // 1 000 000 002 − 333 334 000 = 666 666 002 ≤ B·T: delay 666 666 668 −
+        // 333 334 000 = 333 332 668 ns → 333 333; TAT = 1 000 000 002;
+        // reset 1 000 001 − 333 334
+        queued(333_334, 1, 0, 666_667, 333_333),
+        // TAT = max(333 334 000, 1 000 000 002 − 2T = 333 333 334) = 333 334 000 = now:
+        // idle, not better
+        refund(333_334, 2),
+        peek(333_334, 2, 0),
+        peek(5_000_000, 2, 0),
+    ],
+};
+
+/// L = 10, P = 1 s, B = 2 (T = 100 ms, B·T = 200 ms): a request queued while the
+/// clock is behind the latest instant seen; its delay runs on the caller's clock.
+pub(crate) const LEAKY_BUCKET_BACKWARDS_DELAY: Scenario = Scenario {
+    name: "leaky_bucket/backwards-delay",
+    quota: "10/s",
+    burst: Some(2),
+    algorithm: Algorithm::LeakyBucket,
+    steps: &[
+        // TAT = 100 ms; remaining floor((200 − 100)/100) = 1
+        queued(0, 1, 1, 100_000, 0),
+        // floor((50 + 200 − 100)/100) = 1; reset 100 − 50 ms
+        peek(50_000, 1, 50_000),
+        // Back to 20 ms: max(TAT, now) = 100; 100 + 100 − 20 = 180 ≤ 200: the request
+        // waits for the queue ahead of it, delay 100 − 20 = 80 ms. TAT = 200 ms;
+        // remaining floor((20 + 200 − 200)/100) = 0; reset 200 − 20 ms
+        queued(20_000, 1, 0, 180_000, 80_000),
+        // 200 + 100 − 200 − 20 = 80 ms
+        deny(20_000, 1, 0, 180_000, 80_000),
+    ],
+};
+
+// ---------------------------------------------------------------------------------------
+// The runner.
+// ---------------------------------------------------------------------------------------
+
+/// What a decision said, in the same shape as [`Expect`] plus the capacity.
+#[derive(Debug, PartialEq, Eq)]
+struct Seen {
+    limit: u64,
+    expect: Expect,
+}
+
+/// Runs `scenario` against a fresh store built by `make_store`, then fails listing
+/// every step whose decision differs from the table (later steps may differ only
+/// because an earlier one did; the first is the one to read).
+pub(crate) async fn run<S: Store>(
+    scenario: &Scenario,
+    make_store: impl FnOnce(ManualClock) -> S,
+) -> Result<(), Box<dyn Error>> {
+    let clock = ManualClock::new(BASE);
+    let mut quota: Quota = scenario.quota.parse()?;
+    if let Some(burst) = scenario.burst {
+        quota = quota.with_burst(burst)?;
+    }
+    let capacity = scenario.burst.unwrap_or(quota.limit());
+    let limiter = Limiter::builder()
+        .policy(Policy::new(scenario.name, quota)?.algorithm(scenario.algorithm))
+        .store(make_store(clock.clone()))
+        .build()?;
+    let key = Key::from("scenario-subject");
+    let mut failures = String::new();
+    for (index, step) in scenario.steps.iter().enumerate() {
+        clock.set(BASE + Duration::from_micros(step.at_us));
+        match step.op {
+            Op::Refund { amount } => limiter.refund(scenario.name, &key, amount).await?,
+            Op::Check { cost, expect } => {
+                let decision = limiter.check(scenario.name, &key, cost).await?;
+                let seen = Seen {
+                    limit: decision.limit,
+                    expect: Expect {
+                        allowed: decision.allowed,
+                        remaining: decision.remaining,
+                        reset_after_us: micros(decision.reset_after)?,
+                        retry_after_us: decision.retry_after.map(micros).transpose()?,
+                        delay_us: micros(decision.delay)?,
+                    },
+                };
+                let want = Seen {
+                    limit: capacity,
+                    expect,
+                };
+                if seen != want || decision.policy != scenario.name {
+                    writeln!(
+                        failures,
+                        "  step {index} (at {} µs, cost {cost}):\n    expected {want:?}\n    \
+                         got      {seen:?} (policy {:?})",
+                        step.at_us, decision.policy
+                    )?;
+                }
+            }
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "scenario {:?} ({}, {}) differs from its table:\n{failures}",
+        scenario.name,
+        scenario.algorithm,
+        scenario.quota
+    );
+    Ok(())
+}
+
+/// A decision's duration in whole µs; a fraction of a µs would break the contract
+/// that durations are rounded up to whole microseconds.
+fn micros(d: Duration) -> Result<u64, String> {
+    if !d.subsec_nanos().is_multiple_of(1_000) {
+        return Err(format!("{d:?} is not a whole number of microseconds"));
+    }
+    u64::try_from(d.as_micros()).map_err(|e| e.to_string())
+}
+
+/// Expands to one `#[tokio::test]` per scenario above, each on a fresh store built by
+/// `$make_store` (callable as `make_store(clock: ManualClock) -> impl Store`).
+///
+/// Needs this file mounted as `crate::support::scenarios`.
+macro_rules! scenario_tests {
+    ($make_store:expr) => {
+        $crate::support::scenarios::scenario_tests!(@each $make_store;
+            fixed_window_counts_per_window_and_waits_for_the_edge
+                => FIXED_WINDOW_EDGES,
+            fixed_window_refunds_and_holds_a_backwards_clock_at_the_window_start
+                => FIXED_WINDOW_REFUND_AND_BACKWARDS,
+            fixed_window_empty_key_behind_its_window_resets_now
+                => FIXED_WINDOW_BACKWARDS_EMPTY,
+            sliding_window_weights_the_previous_window_rounding_down
+                => SLIDING_WINDOW_EDGES,
+            sliding_window_refunds_current_then_previous_and_never_gains_going_back
+                => SLIDING_WINDOW_REFUND_AND_BACKWARDS,
+            sliding_window_empty_key_behind_its_window_resets_now
+                => SLIDING_WINDOW_BACKWARDS_EMPTY,
+            sliding_window_counters_release_counts_at_sub_window_boundaries
+                => SLIDING_WINDOW_COUNTERS_EDGES,
+            sliding_window_counters_refund_newest_and_charge_where_the_key_stands
+                => SLIDING_WINDOW_COUNTERS_REFUND_AND_BACKWARDS,
+            sliding_window_counters_empty_key_behind_its_sub_window_resets_now
+                => SLIDING_WINDOW_COUNTERS_BACKWARDS_EMPTY,
+            sliding_window_log_entries_leave_exactly_one_period_later
+                => SLIDING_WINDOW_LOG_EDGES,
+            sliding_window_log_refunds_newest_and_keeps_future_entries
+                => SLIDING_WINDOW_LOG_REFUND_AND_BACKWARDS,
+            token_bucket_refills_continuously_up_to_the_burst
+                => TOKEN_BUCKET_EDGES,
+            token_bucket_rounds_exact_rational_waits_up_and_refunds
+                => TOKEN_BUCKET_RATIONAL_AND_REFUND,
+            token_bucket_behind_its_last_refill_waits_from_that_refill
+                => TOKEN_BUCKET_BACKWARDS,
+            gcra_admits_the_burst_then_one_per_emission_interval
+                => GCRA_EDGES,
+            gcra_rounds_inexact_intervals_and_never_gains_going_back
+                => GCRA_REFUND_AND_BACKWARDS,
+            gcra_behind_the_latest_instant_stands_still_there
+                => GCRA_BACKWARDS_WITH_QUOTA_LEFT,
+            leaky_bucket_queues_the_burst_with_growing_delays
+                => LEAKY_BUCKET_EDGES,
+            leaky_bucket_rounds_delays_up_and_never_gains_going_back
+                => LEAKY_BUCKET_REFUND_AND_BACKWARDS,
+            leaky_bucket_delay_behind_the_latest_instant_runs_on_the_callers_clock
+                => LEAKY_BUCKET_BACKWARDS_DELAY,
+        );
+    };
+    (@each $make_store:expr; $($(#[$attr:meta])* $test:ident => $scenario:ident,)*) => {
+        $(
+            $(#[$attr])*
+            #[tokio::test]
+            async fn $test() -> Result<(), Box<dyn std::error::Error>> {
+                $crate::support::scenarios::run(
+                    &$crate::support::scenarios::$scenario,
+                    $make_store,
+                )
+                .await
+            }
+        )*
+    };
+}
+
+pub(crate) use scenario_tests;
