@@ -1,56 +1,99 @@
-//! Fires a burst of requests at an in-memory limiter and prints every decision.
+//! An axum server with tollgate in front, firing a burst at itself over real HTTP and
+//! printing what came back: status, rate-limit headers, Retry-After.
 //!
 //! Run with: `cargo run --example quickstart`
 
+use std::net::SocketAddr;
 use std::time::Duration;
 
-use tollgate::{Algorithm, Key, Limiter, ManualClock, MemoryStore, Policy, Quota};
+use axum::Router;
+use axum::routing::{get, post};
+use bytes::Bytes;
+use http::{Method, Request};
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+use tollgate::{Costs, Limiter, Policy, Quota, RateLimitLayer, TrustedProxies, key};
 
-#[tokio::main(flavor = "current_thread")]
+#[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    // A manual clock makes the run reproducible: 10 requests in the first second, then
-    // a pause, then a few more.
-    let clock = ManualClock::new(Duration::from_secs(1_700_000_000));
     let limiter = Limiter::builder()
+        // Per client: 5 per second, bursts of 3; creating a user costs 2.
         .policy(
-            Policy::new("api", "5/s".parse::<Quota>()?.with_burst(3)?)?.algorithm(Algorithm::Gcra),
+            Policy::new("per-client", Quota::per_second(5).with_burst(3)?)?
+                .key(key::client_ip(TrustedProxies::none()))
+                .costs(Costs::new().route(Method::POST, "/users", 2)?),
         )
-        .policy(Policy::new("daily", Quota::per_day(12))?.algorithm(Algorithm::FixedWindow))
-        .store(MemoryStore::with_clock(clock.clone()))
-        .build()?;
-    let caller = Key::from("203.0.113.9".parse::<std::net::IpAddr>()?);
+        // Everyone together: 20 per minute.
+        .policy(Policy::new("global", "20/min".parse()?)?.key(key::global()))
+        .build()?; // in memory
+    let app = Router::new()
+        .route("/", get(|| async { "hello" }))
+        .route("/users", post(|| async { "created" }))
+        .layer(RateLimitLayer::new(limiter));
 
-    println!("policies: api = 5/s with a burst of 3 (gcra), daily = 12/day (fixed window)\n");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    let server = tokio::spawn(async move {
+        axum::serve(
+            listener,
+            app.into_make_service_with_connect_info::<SocketAddr>(),
+        )
+        .await
+    });
+    println!("serving on http://{addr}; firing a burst at it\n");
     println!(
-        "{:>8}  {:>7}  {:>14}  {:>16}  {:>12}",
-        "t (ms)", "result", "api remaining", "daily remaining", "retry after"
+        "{:<6} {:<12} {:<6} {:<40} {:<42} Retry-After",
+        "t(ms)", "request", "status", "RateLimit", "RateLimit-Policy"
     );
-    let mut elapsed = Duration::ZERO;
-    let schedule = [
-        0, 0, 0, 0, 50, 100, 150, 200, 250, 300, 1_500, 1_500, 1_500, 1_700, 3_000,
+
+    let client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
+    let started = tokio::time::Instant::now();
+    let schedule: [(u64, Method, &str); 10] = [
+        (0, Method::GET, "/"),
+        (0, Method::GET, "/"),
+        (0, Method::GET, "/"),
+        (0, Method::GET, "/"),
+        (250, Method::POST, "/users"),
+        (450, Method::POST, "/users"),
+        (450, Method::GET, "/"),
+        (650, Method::GET, "/"),
+        (1_100, Method::POST, "/users"),
+        (1_100, Method::GET, "/"),
     ];
-    for at_ms in schedule {
-        let at = Duration::from_millis(at_ms);
-        clock.advance(at.saturating_sub(elapsed));
-        elapsed = at;
-        let decisions = limiter
-            .check_all(&[("api", &caller, 1), ("daily", &caller, 1)])
-            .await?;
-        let passed = decisions.iter().all(|d| d.allowed);
-        let retry = decisions
-            .iter()
-            .filter_map(|d| d.retry_after)
-            .max()
-            .map_or_else(|| "-".to_string(), |d| format!("{} ms", d.as_millis()));
+    for (at_ms, method, path) in schedule {
+        tokio::time::sleep_until(started + Duration::from_millis(at_ms)).await;
+        let request = Request::builder()
+            .method(method.clone())
+            .uri(format!("http://{addr}{path}"))
+            .body(Full::default())?;
+        let response = client.request(request).await?;
+        let header = |name: &str| {
+            response
+                .headers()
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("-")
+                .to_string()
+        };
+        let (ratelimit, policy, retry) = (
+            header("ratelimit"),
+            header("ratelimit-policy"),
+            header("retry-after"),
+        );
+        let status = response.status();
+        let _body = response.into_body().collect().await?;
         println!(
-            "{:>8}  {:>7}  {:>14}  {:>16}  {:>12}",
+            "{:<6} {:<12} {:<6} {:<40} {:<42} {}",
             at_ms,
-            if passed { "200" } else { "429" },
-            decisions[0].remaining,
-            decisions[1].remaining,
+            format!("{method} {path}"),
+            status.as_u16(),
+            ratelimit,
+            policy,
             retry
         );
     }
-    println!("\nA request denied by one policy is charged to none (see \"daily remaining\").");
+    server.abort();
+    println!("\nPOST /users costs 2; a request one policy rejects is charged to none.");
     Ok(())
 }

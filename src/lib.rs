@@ -1,7 +1,8 @@
 //! # tollgate
 //!
 //! Exact, fast rate limiting for Tower services, jobs and anything else that must say
-//! "not now" to a caller: seven algorithms, one result shape, state in memory.
+//! "not now" to a caller: seven algorithms, one result shape, state in memory or in
+//! Redis, standard rate-limit headers on every response.
 //!
 //! A [`Limiter`] holds named [`Policy`]s (a [`Quota`] counted by an [`Algorithm`]) over
 //! a store ([`MemoryStore`] by default). For each request it returns a [`Decision`]:
@@ -31,6 +32,24 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
+//! ## In a Tower stack
+//!
+//! [`RateLimitLayer`] puts a limiter in front of any Tower service over `http`
+//! requests: axum routers, tonic servers, hyper stacks.
+//!
+//! ```
+//! use axum::{Router, routing::get};
+//! use tollgate::{Limiter, Policy, Quota, RateLimitLayer, TrustedProxies, key};
+//!
+//! let limiter = Limiter::builder()
+//!     .policy(Policy::new("api", Quota::per_minute(100).with_burst(20)?)?.key(key::client_ip(TrustedProxies::none())))
+//!     .build()?;
+//! let app: Router = Router::new()
+//!     .route("/", get(|| async { "hello" }))
+//!     .layer(RateLimitLayer::new(limiter));
+//! # Ok::<(), tollgate::ConfigError>(())
+//! ```
+//!
 //! ## Guarantees
 //!
 //! - Every algorithm is exact: integer microsecond arithmetic (nanoseconds inside GCRA
@@ -43,22 +62,38 @@
 //!   printed.
 
 mod algorithm;
+mod body;
 mod clock;
+mod cost;
 mod decision;
 mod error;
+mod future;
+pub mod headers;
 pub mod key;
+mod layer;
 mod limiter;
+mod observe;
 mod policy;
 mod quota;
+mod response;
+mod service;
 mod store;
 
 pub use algorithm::Algorithm;
+pub use body::RateLimitBody;
 pub use clock::{Clock, ManualClock, SystemClock};
+pub use cost::Costs;
 pub use decision::Decision;
 pub use error::{ConfigError, StoreError, StoreErrorKind};
+pub use future::ResponseFuture;
+pub use headers::{HeaderStyle, ResetFormat};
 pub use key::Key;
+pub use key::TrustedProxies;
+pub use layer::{FailMode, RateLimitLayer};
 pub use limiter::{Limiter, LimiterBuilder};
-pub use policy::Policy;
+pub use policy::{MissingKey, Policy};
 pub use quota::{MAX_COUNT, Quota};
+pub use response::{RejectReason, Rejection, RejectionInfo};
+pub use service::{Decisions, RateLimit};
 pub use store::memory::DEFAULT_MAX_KEYS;
 pub use store::{Charge, MemoryStore, Store, StoreFuture};

@@ -4,7 +4,7 @@ use std::any::Any;
 use std::fmt;
 use std::sync::Arc;
 
-use crate::store::{Charge, Store};
+use crate::store::{Charge, Store, StoreFuture};
 use crate::{ConfigError, Decision, Key, MemoryStore, Policy, StoreError, StoreErrorKind};
 
 /// Decides whether keys may spend cost under named policies.
@@ -131,6 +131,11 @@ impl LimiterBuilder {
         let backend = self
             .store
             .unwrap_or_else(|| Backend::Memory(MemoryStore::new()));
+        if let Backend::Other(store) = &backend {
+            for policy in &self.policies {
+                store.validate(policy)?;
+            }
+        }
         Ok(Limiter {
             inner: Arc::new(Inner {
                 policies: self.policies,
@@ -296,6 +301,83 @@ impl Limiter {
                 Ok(())
             }
             Backend::Other(store) => store.refund(charge).await,
+        }
+    }
+}
+
+/// A decision the layer can take without awaiting (memory store), or a future for it.
+pub(crate) enum Pending {
+    Ready(Result<Vec<Decision>, StoreError>),
+    Waiting(StoreFuture<'static, Vec<Decision>>),
+}
+
+impl Limiter {
+    /// Decides `checks` (policy index, key, cost) all-or-nothing: synchronously on the
+    /// memory store, else through a `'static` future that owns what it needs.
+    pub(crate) fn decide(&self, checks: &[(usize, Key, u64)]) -> Pending {
+        let policies = &self.inner.policies;
+        match &self.inner.backend {
+            Backend::Memory(store) => {
+                let charges: Vec<Charge<'_>> = checks
+                    .iter()
+                    .map(|(index, key, cost)| Charge {
+                        policy: &policies[*index],
+                        key,
+                        cost: *cost,
+                    })
+                    .collect();
+                Pending::Ready(Ok(store.acquire_all(&charges)))
+            }
+            Backend::Other(store) => {
+                let (limiter, store, checks) = (self.clone(), store.clone(), checks.to_vec());
+                Pending::Waiting(Box::pin(async move {
+                    let charges: Vec<Charge<'_>> = checks
+                        .iter()
+                        .map(|(index, key, cost)| Charge {
+                            policy: &limiter.inner.policies[*index],
+                            key,
+                            cost: *cost,
+                        })
+                        .collect();
+                    let decisions = store.acquire(&charges).await?;
+                    if decisions.len() == charges.len() {
+                        Ok(decisions)
+                    } else {
+                        Err(missing_decision(charges.len(), decisions.len()))
+                    }
+                }))
+            }
+        }
+    }
+
+    /// Refunds `cost` to `key` under the policy at `index`: at once on the memory
+    /// store, else in a future the caller runs in the background.
+    pub(crate) fn refund_later(
+        &self,
+        index: usize,
+        key: Key,
+        cost: u64,
+    ) -> Option<StoreFuture<'static, ()>> {
+        match &self.inner.backend {
+            Backend::Memory(store) => {
+                store.refund_now(&Charge {
+                    policy: &self.inner.policies[index],
+                    key: &key,
+                    cost,
+                });
+                None
+            }
+            Backend::Other(store) => {
+                let (limiter, store) = (self.clone(), store.clone());
+                Some(Box::pin(async move {
+                    let charge = Charge {
+                        policy: &limiter.inner.policies[index],
+                        key: &key,
+                        cost,
+                    };
+                    store.refund(charge).await
+                }))
+            }
         }
     }
 }

@@ -2,20 +2,50 @@
 
 use std::collections::HashSet;
 use std::fmt;
-use std::sync::{Mutex, OnceLock, PoisonError};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+
+use http::StatusCode;
 
 use crate::algorithm::Params;
-use crate::{Algorithm, ConfigError, Quota};
+use crate::key::{self, Extractor};
+use crate::{Algorithm, ConfigError, Costs, Quota};
+
+/// What a policy does with a request its key extractor finds no key for.
+///
+/// ```
+/// use tollgate::{MissingKey, Policy, Quota};
+/// let strict = Policy::new("api", Quota::per_second(5))?.on_missing_key(MissingKey::Reject);
+/// assert_eq!(strict.missing_key(), MissingKey::Reject);
+/// assert_eq!(MissingKey::default(), MissingKey::Skip);
+/// # Ok::<(), tollgate::ConfigError>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
+pub enum MissingKey {
+    /// The policy does not apply to the request (the default).
+    #[default]
+    Skip,
+    /// The request is rejected as if the policy had denied it.
+    Reject,
+}
+
+type CountWhen = dyn Fn(StatusCode) -> bool + Send + Sync;
 
 /// The longest policy name accepted (it appears in headers and Redis keys).
 const MAX_NAME_LEN: usize = 64;
 
-/// A named limit: a [`Quota`] counted by an [`Algorithm`] (default [`Algorithm::Gcra`]).
+/// A named limit: a [`Quota`] counted by an [`Algorithm`] (default [`Algorithm::Gcra`]),
+/// and, for the Tower layer, how a request's key and cost are found.
 ///
 /// The name identifies the policy in `check` calls, response headers, logs and Redis
 /// keys: 1 to 64 printable ASCII characters. State is kept per (policy, key), and two
 /// limiters with an identical policy (same name, quota and algorithm) on one store
 /// share that state, just as two processes on one Redis do.
+///
+/// In the layer, a policy without [`key`](Policy::key) limits all requests together
+/// ([`key::global`]), every request costs 1 unless [`costs`](Policy::costs) says
+/// otherwise, and every response counts unless [`count_when`](Policy::count_when)
+/// says otherwise.
 ///
 /// ```
 /// use tollgate::{Algorithm, Policy, Quota};
@@ -37,6 +67,10 @@ pub struct Policy {
     /// Derived from quota and algorithm; `Err` is reported when the limiter is built,
     /// so that the `algorithm` setter can stay infallible.
     params: Result<Params, String>,
+    key: Extractor,
+    costs: Costs,
+    missing_key: MissingKey,
+    count_when: Option<Arc<CountWhen>>,
 }
 
 impl Policy {
@@ -65,7 +99,132 @@ impl Policy {
             quota,
             algorithm,
             params: Params::new(&quota, algorithm),
+            key: key::global(),
+            costs: Costs::new(),
+            missing_key: MissingKey::Skip,
+            count_when: None,
         })
+    }
+
+    /// Finds each request's key with `extractor` (default: [`key::global`], one key
+    /// for all requests).
+    ///
+    /// ```
+    /// use tollgate::{Key, Policy, Quota};
+    /// let per_user = Policy::new("per-user", Quota::per_minute(60))?
+    ///     .key(|parts: &http::request::Parts| parts.headers.get("x-user").map(|v| Key::from(v.as_bytes())));
+    /// let (parts, _) = http::Request::get("/").header("x-user", "42").body(())?.into_parts();
+    /// assert_eq!(per_user.key_of(&parts), Some(Key::from("42")));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    #[must_use]
+    pub fn key(mut self, extractor: impl Into<Extractor>) -> Self {
+        self.key = extractor.into();
+        self
+    }
+
+    /// Prices requests with `costs` (default: 1 each). A cost above the policy's
+    /// capacity is reported by [`LimiterBuilder::build`](crate::LimiterBuilder::build).
+    ///
+    /// ```
+    /// use tollgate::{Costs, Policy, Quota};
+    /// let policy = Policy::new("api", Quota::per_minute(60))?
+    ///     .costs(|parts: &http::request::Parts| if parts.method == http::Method::GET { 1 } else { 2 });
+    /// let (post, _) = http::Request::post("/").body(())?.into_parts();
+    /// assert_eq!(policy.cost_of(&post), 2);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    #[must_use]
+    pub fn costs(mut self, costs: impl Into<Costs>) -> Self {
+        self.costs = costs.into();
+        self
+    }
+
+    /// What to do with requests that have no key for this policy (default: skip).
+    ///
+    /// ```
+    /// use tollgate::{MissingKey, Policy, Quota};
+    /// let p = Policy::new("api", Quota::per_second(1))?.on_missing_key(MissingKey::Reject);
+    /// assert_eq!(p.missing_key(), MissingKey::Reject);
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    #[must_use]
+    pub fn on_missing_key(mut self, missing_key: MissingKey) -> Self {
+        self.missing_key = missing_key;
+        self
+    }
+
+    /// Counts only responses whose status satisfies `predicate`; the cost of the
+    /// others is refunded (e.g. count only failed logins).
+    ///
+    /// ```
+    /// use http::StatusCode;
+    /// use tollgate::{Policy, Quota};
+    /// let failed_logins = Policy::new("login", Quota::per_hour(5))?
+    ///     .count_when(|status| status == StatusCode::UNAUTHORIZED);
+    /// assert!(failed_logins.counts(StatusCode::UNAUTHORIZED));
+    /// assert!(!failed_logins.counts(StatusCode::OK));
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    #[must_use]
+    pub fn count_when<F>(mut self, predicate: F) -> Self
+    where
+        F: Fn(StatusCode) -> bool + Send + Sync + 'static,
+    {
+        self.count_when = Some(Arc::new(predicate));
+        self
+    }
+
+    /// The key of a request under this policy, if it has one.
+    ///
+    /// ```
+    /// let policy = tollgate::Policy::new("api", tollgate::Quota::per_second(1))?;
+    /// let (parts, _) = http::Request::get("/").body(())?.into_parts();
+    /// assert_eq!(policy.key_of(&parts), tollgate::key::global().extract(&parts));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn key_of(&self, parts: &http::request::Parts) -> Option<crate::Key> {
+        self.key.extract(parts)
+    }
+
+    /// What a request costs under this policy.
+    ///
+    /// ```
+    /// let policy = tollgate::Policy::new("api", tollgate::Quota::per_second(1))?;
+    /// let (parts, _) = http::Request::get("/").body(())?.into_parts();
+    /// assert_eq!(policy.cost_of(&parts), 1);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn cost_of(&self, parts: &http::request::Parts) -> u32 {
+        self.costs.cost(parts)
+    }
+
+    /// What this policy does with requests that have no key.
+    ///
+    /// ```
+    /// let policy = tollgate::Policy::new("api", tollgate::Quota::per_second(1))?;
+    /// assert_eq!(policy.missing_key(), tollgate::MissingKey::Skip);
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    pub fn missing_key(&self) -> MissingKey {
+        self.missing_key
+    }
+
+    /// Whether a response with `status` counts against this policy (always, unless
+    /// [`count_when`](Policy::count_when) was set).
+    ///
+    /// ```
+    /// let policy = tollgate::Policy::new("api", tollgate::Quota::per_second(1))?;
+    /// assert!(policy.counts(http::StatusCode::INTERNAL_SERVER_ERROR));
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    pub fn counts(&self, status: StatusCode) -> bool {
+        self.count_when.as_ref().is_none_or(|counts| counts(status))
+    }
+
+    /// Whether some responses may be refunded (a `count_when` predicate is set).
+    pub(crate) fn refunds_some_responses(&self) -> bool {
+        self.count_when.is_some()
     }
 
     /// Counts this policy with `algorithm`. Invalid combinations (a custom burst on a
@@ -145,8 +304,8 @@ impl Policy {
     pub(crate) fn validate(&self) -> Result<(), ConfigError> {
         self.params
             .as_ref()
-            .map(|_| ())
-            .map_err(|why| ConfigError::new(format!("invalid policy \"{}\": {why}", self.name)))
+            .map_err(|why| ConfigError::new(format!("invalid policy \"{}\": {why}", self.name)))?;
+        self.costs.validate(self.name, self.capacity())
     }
 }
 
@@ -156,6 +315,10 @@ impl fmt::Debug for Policy {
             .field("name", &self.name)
             .field("quota", &self.quota)
             .field("algorithm", &self.algorithm)
+            .field("key", &self.key)
+            .field("costs", &self.costs)
+            .field("missing_key", &self.missing_key)
+            .field("count_when", &self.count_when.is_some())
             .finish_non_exhaustive()
     }
 }

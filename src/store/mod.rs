@@ -11,7 +11,7 @@ use std::time::Duration;
 pub use memory::MemoryStore;
 
 use crate::algorithm::Verdict;
-use crate::{Decision, Key, Policy, StoreError};
+use crate::{ConfigError, Decision, Key, Policy, StoreError};
 
 /// The future a [`Store`] returns.
 pub type StoreFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, StoreError>> + Send + 'a>>;
@@ -54,6 +54,14 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
     /// Returns up to `charge.cost` of the key's newest charges (never leaving it better
     /// than idle).
     fn refund<'a>(&'a self, charge: Charge<'a>) -> StoreFuture<'a, ()>;
+
+    /// Says whether this store can serve `policy` exactly; called for every policy by
+    /// [`LimiterBuilder::build`](crate::LimiterBuilder::build). The default accepts
+    /// every policy.
+    fn validate(&self, policy: &Policy) -> Result<(), ConfigError> {
+        let _ = policy;
+        Ok(())
+    }
 }
 
 /// Builds the public decision from an algorithm's verdict.

@@ -1,0 +1,73 @@
+//! Shared by the examples: serve an axum app on 127.0.0.1 and fire requests at it.
+
+#![allow(dead_code, unreachable_pub)]
+
+use std::net::SocketAddr;
+
+use axum::Router;
+use bytes::Bytes;
+use http::Request;
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::{Client, connect::HttpConnector};
+use hyper_util::rt::TokioExecutor;
+
+/// An app served on an ephemeral port, with a client to call it.
+pub struct Demo {
+    pub addr: SocketAddr,
+    client: Client<HttpConnector, Full<Bytes>>,
+    server: tokio::task::JoinHandle<()>,
+}
+
+impl Demo {
+    pub async fn start(app: Router) -> std::io::Result<Self> {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let addr = listener.local_addr()?;
+        let server = tokio::spawn(async move {
+            let service = app.into_make_service_with_connect_info::<SocketAddr>();
+            let _ = axum::serve(listener, service).await;
+        });
+        let client = Client::builder(TokioExecutor::new()).build_http();
+        Ok(Self {
+            addr,
+            client,
+            server,
+        })
+    }
+
+    /// Sends `request` (a path-only URI) and prints one line: what was sent, the status
+    /// and the given headers.
+    pub async fn show(
+        &self,
+        request: Request<Full<Bytes>>,
+        headers: &[&str],
+    ) -> Result<u16, Box<dyn std::error::Error>> {
+        let (mut parts, body) = request.into_parts();
+        let label = format!("{} {}", parts.method, parts.uri);
+        parts.uri = format!("http://{}{}", self.addr, parts.uri).parse()?;
+        let response = self
+            .client
+            .request(Request::from_parts(parts, body))
+            .await?;
+        let status = response.status().as_u16();
+        let shown: Vec<String> = headers
+            .iter()
+            .map(|name| {
+                let value = response
+                    .headers()
+                    .get(*name)
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or("-");
+                format!("{name}: {value}")
+            })
+            .collect();
+        let _ = response.into_body().collect().await?;
+        println!("{label:<28} {status}  {}", shown.join("  "));
+        Ok(status)
+    }
+}
+
+impl Drop for Demo {
+    fn drop(&mut self) {
+        self.server.abort();
+    }
+}

@@ -1,0 +1,101 @@
+//! [`RateLimitBody`]: the response body of a rate-limited service, either the inner
+//! service's body or a short rejection body.
+
+use std::fmt;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use http_body::{Body, Frame, SizeHint};
+use pin_project_lite::pin_project;
+
+pin_project! {
+    /// The body of a response that went through [`RateLimit`](crate::RateLimit): the
+    /// inner service's body, or the layer's own rejection body.
+    ///
+    /// ```
+    /// use http_body::Body;
+    /// let body = tollgate::RateLimitBody::<http_body_util_like::Empty>::rejection("slow down");
+    /// assert_eq!(body.size_hint().exact(), Some(9));
+    /// # mod http_body_util_like {
+    /// #     use std::{pin::Pin, task::{Context, Poll}};
+    /// #     pub struct Empty;
+    /// #     impl http_body::Body for Empty {
+    /// #         type Data = bytes::Bytes;
+    /// #         type Error = std::convert::Infallible;
+    /// #         fn poll_frame(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<Option<Result<http_body::Frame<bytes::Bytes>, Self::Error>>> { Poll::Ready(None) }
+    /// #     }
+    /// # }
+    /// ```
+    // pin-project-lite takes no attributes on variant fields; the variants say what
+    // their fields are.
+    #[allow(missing_docs)]
+    #[project = BodyProj]
+    pub enum RateLimitBody<B> {
+        /// The inner service's body (`body`).
+        Inner { #[pin] body: B },
+        /// A rejection written by the layer (`bytes`: what is left to send).
+        Rejection { bytes: Option<Bytes> },
+    }
+}
+
+impl<B> RateLimitBody<B> {
+    /// Wraps the inner service's body.
+    pub(crate) fn inner(body: B) -> Self {
+        Self::Inner { body }
+    }
+
+    /// A rejection body of `bytes` (empty for gRPC).
+    pub fn rejection(bytes: impl Into<Bytes>) -> Self {
+        let bytes = bytes.into();
+        Self::Rejection {
+            bytes: (!bytes.is_empty()).then_some(bytes),
+        }
+    }
+}
+
+impl<B> Body for RateLimitBody<B>
+where
+    B: Body<Data = Bytes>,
+{
+    type Data = Bytes;
+    type Error = B::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+        match self.project() {
+            BodyProj::Inner { body } => body.poll_frame(cx),
+            BodyProj::Rejection { bytes } => Poll::Ready(bytes.take().map(|b| Ok(Frame::data(b)))),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match self {
+            Self::Inner { body } => body.is_end_stream(),
+            Self::Rejection { bytes } => bytes.is_none(),
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match self {
+            Self::Inner { body } => body.size_hint(),
+            Self::Rejection { bytes } => {
+                SizeHint::with_exact(bytes.as_ref().map_or(0, |b| b.len() as u64))
+            }
+        }
+    }
+}
+
+impl<B> fmt::Debug for RateLimitBody<B> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Inner { .. } => f.write_str("RateLimitBody::Inner"),
+            Self::Rejection { bytes } => f
+                .debug_struct("RateLimitBody::Rejection")
+                .field("len", &bytes.as_ref().map_or(0, Bytes::len))
+                .finish(),
+        }
+    }
+}

@@ -1,0 +1,218 @@
+//! Rate-limit response headers: every header name the layer writes, in one place,
+//! and the styles that write them from decisions.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use http::header::{HeaderMap, HeaderName, HeaderValue, RETRY_AFTER};
+
+use crate::{Decision, Policy};
+
+/// `RateLimit-Policy` (draft-11 and draft-06).
+pub const RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
+/// `RateLimit` (draft-11).
+pub const RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
+/// `RateLimit-Limit` (draft-06).
+pub const RATELIMIT_LIMIT: HeaderName = HeaderName::from_static("ratelimit-limit");
+/// `RateLimit-Remaining` (draft-06).
+pub const RATELIMIT_REMAINING: HeaderName = HeaderName::from_static("ratelimit-remaining");
+/// `RateLimit-Reset` (draft-06).
+pub const RATELIMIT_RESET: HeaderName = HeaderName::from_static("ratelimit-reset");
+/// `X-RateLimit-Limit` (legacy).
+pub const X_RATELIMIT_LIMIT: HeaderName = HeaderName::from_static("x-ratelimit-limit");
+/// `X-RateLimit-Remaining` (legacy).
+pub const X_RATELIMIT_REMAINING: HeaderName = HeaderName::from_static("x-ratelimit-remaining");
+/// `X-RateLimit-Reset` (legacy).
+pub const X_RATELIMIT_RESET: HeaderName = HeaderName::from_static("x-ratelimit-reset");
+/// `grpc-status` (gRPC rejections).
+pub const GRPC_STATUS: HeaderName = HeaderName::from_static("grpc-status");
+/// `grpc-message` (gRPC rejections).
+pub const GRPC_MESSAGE: HeaderName = HeaderName::from_static("grpc-message");
+/// `grpc-retry-pushback-ms` (gRPC rejections): when a client may retry.
+pub const GRPC_RETRY_PUSHBACK_MS: HeaderName = HeaderName::from_static("grpc-retry-pushback-ms");
+
+/// Which rate-limit headers the layer writes on limited responses, allowed or not.
+///
+/// ```
+/// use tollgate::{HeaderStyle, ResetFormat};
+/// assert_eq!(HeaderStyle::default(), HeaderStyle::Draft11);
+/// let legacy = HeaderStyle::Legacy(ResetFormat::UnixEpoch);
+/// assert_ne!(legacy, HeaderStyle::None);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
+pub enum HeaderStyle {
+    /// draft-ietf-httpapi-ratelimit-headers-11: `RateLimit-Policy: "api";q=100;w=60`
+    /// and `RateLimit: "api";r=37;t=12`, one list member per policy.
+    #[default]
+    Draft11,
+    /// draft-06: `RateLimit-Limit`, `RateLimit-Remaining`, `RateLimit-Reset` for the
+    /// most constrained policy, and `RateLimit-Policy: 100;w=60, 1000;w=1`.
+    Draft06,
+    /// `X-RateLimit-Limit`, `X-RateLimit-Remaining`, `X-RateLimit-Reset` for the most
+    /// constrained policy, the reset in the given format.
+    Legacy(ResetFormat),
+    /// No rate-limit headers (rejections still carry `Retry-After`).
+    None,
+}
+
+/// How the legacy `X-RateLimit-Reset` header expresses the reset.
+///
+/// ```
+/// let format = tollgate::ResetFormat::Seconds;
+/// assert_ne!(format, tollgate::ResetFormat::UnixEpoch);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ResetFormat {
+    /// Seconds from now until the reset, rounded up.
+    Seconds,
+    /// The reset as a Unix timestamp in whole seconds, rounded up.
+    UnixEpoch,
+}
+
+/// Whole seconds, rounded up: headers never promise a reset earlier than the real one.
+pub(crate) fn ceil_secs(d: Duration) -> u64 {
+    d.as_secs() + u64::from(d.subsec_nanos() > 0)
+}
+
+/// The reset a header reports: for a policy that denied the request, the wait until
+/// the request would fit (its `retry_after`), so that `Retry-After` is never earlier
+/// than `t`; otherwise the time until the quota is whole again.
+fn until_quota(d: &Decision) -> Duration {
+    match (d.allowed, d.retry_after) {
+        (false, Some(retry)) => retry,
+        _ => d.reset_after,
+    }
+}
+
+/// A policy's name as a Structured Field string: quoted, `\` and `"` escaped.
+fn sf_string(name: &str) -> String {
+    let mut quoted = String::with_capacity(name.len() + 2);
+    quoted.push('"');
+    for c in name.chars() {
+        if c == '"' || c == '\\' {
+            quoted.push('\\');
+        }
+        quoted.push(c);
+    }
+    quoted.push('"');
+    quoted
+}
+
+/// The per-limiter parts of the headers, computed once when the layer is built.
+#[derive(Debug, Clone)]
+pub(crate) struct HeaderPlan {
+    style: HeaderStyle,
+    /// Per policy: its Structured-Field name (draft-11), in limiter order.
+    names: Vec<String>,
+    /// Per policy: its `RateLimit-Policy` list member.
+    policy_members: Vec<String>,
+}
+
+impl HeaderPlan {
+    pub(crate) fn new(style: HeaderStyle, policies: &[Policy]) -> Self {
+        let names: Vec<String> = policies.iter().map(|p| sf_string(p.name())).collect();
+        let policy_members = policies
+            .iter()
+            .zip(&names)
+            .map(|(p, name)| {
+                let quota = p.quota();
+                let window = ceil_secs(quota.period()).max(1);
+                match style {
+                    HeaderStyle::Draft06 => format!("{};w={window}", quota.limit()),
+                    _ => format!("{name};q={};w={window}", quota.limit()),
+                }
+            })
+            .collect();
+        Self {
+            style,
+            names,
+            policy_members,
+        }
+    }
+
+    /// Writes the style's headers for `decisions`, each paired with the index of its
+    /// policy in the limiter.
+    pub(crate) fn write(&self, decisions: &[(usize, Decision)], headers: &mut HeaderMap) {
+        if decisions.is_empty() {
+            return;
+        }
+        match self.style {
+            HeaderStyle::None => {}
+            HeaderStyle::Draft11 => {
+                let mut policy = String::with_capacity(32 * decisions.len());
+                let mut state = String::with_capacity(32 * decisions.len());
+                for (i, (index, d)) in decisions.iter().enumerate() {
+                    if i > 0 {
+                        policy.push_str(", ");
+                        state.push_str(", ");
+                    }
+                    policy.push_str(&self.policy_members[*index]);
+                    state.push_str(&self.names[*index]);
+                    state.push_str(";r=");
+                    state.push_str(itoa::Buffer::new().format(d.remaining));
+                    state.push_str(";t=");
+                    state.push_str(itoa::Buffer::new().format(ceil_secs(until_quota(d))));
+                }
+                insert(headers, RATELIMIT_POLICY, policy);
+                insert(headers, RATELIMIT, state);
+            }
+            HeaderStyle::Draft06 => {
+                let tightest = tightest(decisions);
+                let mut policy = String::with_capacity(16 * decisions.len());
+                for (i, (index, _)) in decisions.iter().enumerate() {
+                    if i > 0 {
+                        policy.push_str(", ");
+                    }
+                    policy.push_str(&self.policy_members[*index]);
+                }
+                insert_number(headers, RATELIMIT_LIMIT, tightest.limit);
+                insert_number(headers, RATELIMIT_REMAINING, tightest.remaining);
+                insert_number(headers, RATELIMIT_RESET, ceil_secs(until_quota(tightest)));
+                insert(headers, RATELIMIT_POLICY, policy);
+            }
+            HeaderStyle::Legacy(format) => {
+                let tightest = tightest(decisions);
+                let reset = match format {
+                    ResetFormat::Seconds => ceil_secs(until_quota(tightest)),
+                    ResetFormat::UnixEpoch => {
+                        let now = SystemTime::now()
+                            .duration_since(UNIX_EPOCH)
+                            .unwrap_or(Duration::ZERO);
+                        ceil_secs(now + until_quota(tightest))
+                    }
+                };
+                insert_number(headers, X_RATELIMIT_LIMIT, tightest.limit);
+                insert_number(headers, X_RATELIMIT_REMAINING, tightest.remaining);
+                insert_number(headers, X_RATELIMIT_RESET, reset);
+            }
+        }
+    }
+}
+
+/// The decision closest to its limit: a denial first, then the fewest remaining, then
+/// the latest reset.
+fn tightest(decisions: &[(usize, Decision)]) -> &Decision {
+    decisions
+        .iter()
+        .map(|(_, d)| d)
+        .min_by_key(|d| (d.allowed, d.remaining, std::cmp::Reverse(d.reset_after)))
+        .unwrap_or(&decisions[0].1)
+}
+
+/// `Retry-After` for a rejection: whole seconds rounded up, at least 1.
+pub(crate) fn write_retry_after(headers: &mut HeaderMap, retry_after: Duration) {
+    insert_number(headers, RETRY_AFTER, ceil_secs(retry_after).max(1));
+}
+
+fn insert(headers: &mut HeaderMap, name: HeaderName, value: String) {
+    // Names are printable ASCII and the rest are digits and separators, so this
+    // cannot fail; if it ever did, leaving the header out is the safe answer.
+    if let Ok(value) = HeaderValue::try_from(value) {
+        headers.insert(name, value);
+    }
+}
+
+pub(crate) fn insert_number(headers: &mut HeaderMap, name: HeaderName, value: u64) {
+    headers.insert(name, HeaderValue::from(value));
+}

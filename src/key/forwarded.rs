@@ -1,0 +1,322 @@
+//! Reading forwarding headers (`Forwarded`, `X-Forwarded-For`, `X-Real-IP`) as chains
+//! of hops, and walking them from the right.
+//!
+//! Everything here reads attacker-controlled bytes: no allocation that grows with the
+//! input, no panic, and an unreadable hop stops the walk rather than guessing.
+
+use std::net::{IpAddr, Ipv6Addr, SocketAddr};
+
+use http::HeaderMap;
+use http::header::{FORWARDED, HeaderName};
+
+use super::ip::canonical;
+
+/// A forwarding header [`client_ip`](super::client_ip) can believe.
+///
+/// ```
+/// use tollgate::key::ProxyHeader;
+/// assert_eq!(ProxyHeader::XForwardedFor.name(), "x-forwarded-for");
+/// assert_eq!(ProxyHeader::Forwarded.name(), "forwarded");
+/// assert_eq!(ProxyHeader::XRealIp.name(), "x-real-ip");
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ProxyHeader {
+    /// `Forwarded` (RFC 7239): the `for=` parameter of each element.
+    Forwarded,
+    /// `X-Forwarded-For`: a comma-separated list of addresses.
+    XForwardedFor,
+    /// `X-Real-IP`: a single address.
+    XRealIp,
+}
+
+impl ProxyHeader {
+    pub(crate) const ALL: [ProxyHeader; 3] = [
+        ProxyHeader::Forwarded,
+        ProxyHeader::XForwardedFor,
+        ProxyHeader::XRealIp,
+    ];
+
+    /// The header's name, lowercase.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Forwarded => "forwarded",
+            Self::XForwardedFor => "x-forwarded-for",
+            Self::XRealIp => "x-real-ip",
+        }
+    }
+
+    fn header_name(self) -> HeaderName {
+        match self {
+            Self::Forwarded => FORWARDED,
+            Self::XForwardedFor => HeaderName::from_static("x-forwarded-for"),
+            Self::XRealIp => HeaderName::from_static("x-real-ip"),
+        }
+    }
+}
+
+/// The most hops a walk looks at. Real chains have a handful; a longer header is
+/// read in full but only its rightmost hops are kept, so memory stays fixed. A walk
+/// that runs past them stops at the last verified address, as for any unreadable hop.
+const MAX_HOPS: usize = 32;
+
+/// The rightmost [`MAX_HOPS`] raw hops of a header, in a fixed-size ring.
+struct Hops<'a> {
+    slots: [&'a [u8]; MAX_HOPS],
+    pushed: usize,
+}
+
+impl<'a> Hops<'a> {
+    fn new() -> Self {
+        Self {
+            slots: [&[]; MAX_HOPS],
+            pushed: 0,
+        }
+    }
+
+    fn push(&mut self, hop: &'a [u8]) {
+        let hop = hop.trim_ascii();
+        // Empty list elements ("a,,b") name no hop (RFC 9110 §5.6.1).
+        if !hop.is_empty() {
+            self.slots[self.pushed % MAX_HOPS] = hop;
+            self.pushed += 1;
+        }
+    }
+
+    /// Newest (rightmost) first.
+    fn newest_first(&self) -> impl Iterator<Item = &'a [u8]> + '_ {
+        let kept = self.pushed.min(MAX_HOPS);
+        (1..=kept).map(move |back| self.slots[(self.pushed - back) % MAX_HOPS])
+    }
+}
+
+/// The client named by `header`, walked from `peer` (a trusted proxy); `None` when the
+/// header is absent or lists no hop.
+pub(crate) fn client(
+    headers: &HeaderMap,
+    header: ProxyHeader,
+    peer: IpAddr,
+    trusted: &dyn Fn(IpAddr) -> bool,
+) -> Option<IpAddr> {
+    let mut hops = Hops::new();
+    let mut lines = headers.get_all(header.header_name()).iter().peekable();
+    lines.peek()?;
+    let parse: fn(&[u8]) -> Option<IpAddr> = match header {
+        ProxyHeader::Forwarded => {
+            for line in lines {
+                split_outside_quotes(line.as_bytes(), b',', |element| hops.push(element));
+            }
+            forwarded_for
+        }
+        ProxyHeader::XForwardedFor => {
+            for line in lines {
+                line.as_bytes()
+                    .split(|&b| b == b',')
+                    .for_each(|hop| hops.push(hop));
+            }
+            address
+        }
+        ProxyHeader::XRealIp => {
+            let first = lines.next()?;
+            if lines.next().is_some() {
+                // Two "single" addresses: not something a proxy writes. Unreadable.
+                return Some(peer);
+            }
+            hops.push(first.as_bytes());
+            address
+        }
+    };
+    if hops.pushed == 0 {
+        return None;
+    }
+    Some(walk(hops.newest_first().map(parse), peer, trusted))
+}
+
+/// Right to left: step over trusted hops, stop at the first untrusted one; an
+/// unreadable hop (or the end of the kept hops) leaves the last verified address.
+fn walk(
+    hops: impl Iterator<Item = Option<IpAddr>>,
+    peer: IpAddr,
+    trusted: &dyn Fn(IpAddr) -> bool,
+) -> IpAddr {
+    let mut verified = peer;
+    for hop in hops {
+        match hop.map(canonical) {
+            Some(ip) if trusted(ip) => verified = ip,
+            Some(ip) => return ip,
+            None => return verified,
+        }
+    }
+    verified
+}
+
+/// Calls `each` with the parts of `input` between `separator`s that are outside
+/// quoted strings (with `\` escapes inside them, RFC 9110 §5.6.4).
+fn split_outside_quotes<'a>(input: &'a [u8], separator: u8, mut each: impl FnMut(&'a [u8])) {
+    let mut start = 0;
+    let mut quoted = false;
+    let mut escaped = false;
+    for (i, &b) in input.iter().enumerate() {
+        if escaped {
+            escaped = false;
+        } else if quoted {
+            match b {
+                b'\\' => escaped = true,
+                b'"' => quoted = false,
+                _ => {}
+            }
+        } else if b == b'"' {
+            quoted = true;
+        } else if b == separator {
+            each(&input[start..i]);
+            start = i + 1;
+        }
+    }
+    each(&input[start..]);
+}
+
+/// The address in the `for=` parameter of one `Forwarded` element, if readable.
+///
+/// `None` for elements without exactly one `for=`, for `unknown` and obfuscated
+/// identifiers (`_hidden`), and for anything malformed.
+fn forwarded_for(element: &[u8]) -> Option<IpAddr> {
+    let mut value = None;
+    let mut count = 0_u32;
+    split_outside_quotes(element, b';', |pair| {
+        let pair = pair.trim_ascii();
+        let Some(eq) = pair.iter().position(|&b| b == b'=') else {
+            return;
+        };
+        if pair[..eq].trim_ascii().eq_ignore_ascii_case(b"for") {
+            count += 1;
+            value = Some(pair[eq + 1..].trim_ascii());
+        }
+    });
+    if count != 1 {
+        return None;
+    }
+    node(unquote(value?)?)
+}
+
+/// The content of a token or a quoted string. Node values never need escapes, so a
+/// quoted string with one is rejected rather than unescaped.
+fn unquote(value: &[u8]) -> Option<&[u8]> {
+    match value {
+        [b'"', inner @ .., b'"'] if !inner.iter().any(|&b| b == b'"' || b == b'\\') => Some(inner),
+        [b'"', ..] | [.., b'"'] => None,
+        token => Some(token),
+    }
+}
+
+/// An RFC 7239 node: `IPv4[:port]` or `[IPv6][:port]`. `unknown` and obfuscated
+/// identifiers are not addresses.
+fn node(node: &[u8]) -> Option<IpAddr> {
+    let text = std::str::from_utf8(node).ok()?;
+    if let Some(rest) = text.strip_prefix('[') {
+        let (v6, after) = rest.split_once(']')?;
+        let ip = v6.parse::<Ipv6Addr>().ok()?;
+        return match after.strip_prefix(':') {
+            None if after.is_empty() => Some(IpAddr::V6(ip)),
+            Some(port) if valid_port(port) => Some(IpAddr::V6(ip)),
+            _ => None,
+        };
+    }
+    // Tolerated: an unbracketed IPv6 address (some proxies write them so).
+    if let Ok(ip) = text.parse::<IpAddr>() {
+        return Some(ip);
+    }
+    let (v4, port) = text.split_once(':')?;
+    if !valid_port(port) {
+        return None;
+    }
+    v4.parse::<std::net::Ipv4Addr>().ok().map(IpAddr::V4)
+}
+
+/// A port or an obfuscated port (`_abc`), RFC 7239 §6.
+fn valid_port(port: &str) -> bool {
+    match port.strip_prefix('_') {
+        Some(obfuscated) => {
+            !obfuscated.is_empty()
+                && obfuscated
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'_' || b == b'-')
+        }
+        None => port.parse::<u16>().is_ok(),
+    }
+}
+
+/// One `X-Forwarded-For` / `X-Real-IP` entry: an address, tolerating a port
+/// (`192.0.2.1:8080`, `[2001:db8::1]:8080`) or brackets (`[2001:db8::1]`).
+fn address(hop: &[u8]) -> Option<IpAddr> {
+    let text = std::str::from_utf8(hop).ok()?;
+    if let Ok(ip) = text.parse::<IpAddr>() {
+        return Some(ip);
+    }
+    if let Ok(addr) = text.parse::<SocketAddr>() {
+        return Some(addr.ip());
+    }
+    text.strip_prefix('[')?
+        .strip_suffix(']')?
+        .parse::<Ipv6Addr>()
+        .ok()
+        .map(IpAddr::V6)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ip(s: &str) -> IpAddr {
+        s.parse().expect("valid literal")
+    }
+
+    #[test]
+    fn reads_forwarded_nodes() {
+        assert_eq!(
+            forwarded_for(b"for=192.0.2.60;proto=http;by=203.0.113.43"),
+            Some(ip("192.0.2.60"))
+        );
+        assert_eq!(
+            forwarded_for(b"For=\"[2001:db8:cafe::17]:4711\""),
+            Some(ip("2001:db8:cafe::17"))
+        );
+        assert_eq!(
+            forwarded_for(b"for=\"192.0.2.43:47011\""),
+            Some(ip("192.0.2.43"))
+        );
+        assert_eq!(
+            forwarded_for(b"for=\"[2001:db8::1]:_port\""),
+            Some(ip("2001:db8::1"))
+        );
+        assert_eq!(forwarded_for(b"for=unknown"), None);
+        assert_eq!(forwarded_for(b"for=_hidden"), None);
+        assert_eq!(forwarded_for(b"proto=https"), None);
+        assert_eq!(forwarded_for(b"for=1.2.3.4;for=5.6.7.8"), None);
+        assert_eq!(forwarded_for(b"for=\"[2001:db8::1\""), None);
+        assert_eq!(forwarded_for(b"for=\"1.2.3.4"), None);
+        assert_eq!(forwarded_for(b"for=\"1.2\\\".3.4\""), None);
+        assert_eq!(forwarded_for(b"for=1.2.3.4:99999"), None);
+    }
+
+    #[test]
+    fn splits_only_outside_quotes() {
+        let mut parts = Vec::new();
+        split_outside_quotes(b"a=\"x,y\", b=\"\\\",\", c", b',', |p| {
+            parts.push(p.trim_ascii());
+        });
+        assert_eq!(parts, [&b"a=\"x,y\""[..], b"b=\"\\\",\"", b"c"]);
+    }
+
+    #[test]
+    fn keeps_only_the_rightmost_hops() {
+        let mut hops = Hops::new();
+        let many: Vec<String> = (0..100).map(|i| i.to_string()).collect();
+        for hop in &many {
+            hops.push(hop.as_bytes());
+        }
+        let newest: Vec<&[u8]> = hops.newest_first().collect();
+        assert_eq!(newest.len(), MAX_HOPS);
+        assert_eq!(newest[0], b"99");
+        assert_eq!(newest[MAX_HOPS - 1], b"68");
+    }
+}

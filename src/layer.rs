@@ -1,0 +1,224 @@
+//! [`RateLimitLayer`]: the Tower layer and its options.
+
+use std::fmt;
+use std::sync::Arc;
+
+use http::request::Parts;
+use tower_layer::Layer;
+
+use crate::headers::HeaderPlan;
+use crate::{HeaderStyle, Limiter, RateLimit, Rejection};
+
+type Predicate = dyn Fn(&Parts) -> bool + Send + Sync;
+
+/// What the layer does when the store cannot decide (Redis down, slow, failing over).
+///
+/// ```
+/// assert_eq!(tollgate::FailMode::default(), tollgate::FailMode::Open);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
+pub enum FailMode {
+    /// Let the request through, unlimited, and log a warning (the default): an outage
+    /// of the limiter is not an outage of the API.
+    #[default]
+    Open,
+    /// Reject with 503 and `Retry-After: 1` (gRPC `UNAVAILABLE`).
+    Closed,
+}
+
+/// Everything the service needs, shared by every clone of the layer and the service.
+#[derive(Clone)]
+pub(crate) struct Shared {
+    pub(crate) limiter: Limiter,
+    pub(crate) headers: HeaderPlan,
+    pub(crate) rejection: Rejection,
+    pub(crate) fail_mode: FailMode,
+    pub(crate) shadow: bool,
+    pub(crate) allow: Vec<Arc<Predicate>>,
+    pub(crate) deny: Vec<Arc<Predicate>>,
+}
+
+/// Rate limiting for any Tower service over `http` requests: axum routers, tonic
+/// servers, hyper stacks.
+///
+/// For each request, every policy of the [`Limiter`] finds the request's key and cost;
+/// the policies are checked all-or-nothing. Admitted requests reach the inner service
+/// (leaky-bucket decisions after their delay) with their [`Decisions`](crate::Decisions)
+/// in the request extensions; rejected ones get a 429 (gRPC: `RESOURCE_EXHAUSTED`)
+/// without their body being read. Every limited response carries rate-limit headers.
+///
+/// Clones of the layer, and of the services it builds, share one limiter: a clone never
+/// gets fresh quota. The layer adds no error type: `RateLimit<S>::Error` is `S::Error`,
+/// so it drops into an axum `Router` without `HandleErrorLayer`.
+///
+/// ```
+/// use tollgate::{Limiter, Policy, Quota, RateLimitLayer, HeaderStyle, FailMode, Rejection};
+/// let limiter = Limiter::builder().policy(Policy::new("api", Quota::per_minute(100))?).build()?;
+/// let layer = RateLimitLayer::new(limiter)
+///     .headers(HeaderStyle::Draft11)
+///     .rejection(Rejection::Problem)
+///     .on_store_error(FailMode::Open)
+///     .allow(|parts: &http::request::Parts| parts.uri.path() == "/health");
+/// # let _ = layer;
+/// # Ok::<(), tollgate::ConfigError>(())
+/// ```
+///
+/// # Deployment caveat
+///
+/// Keys are only as trustworthy as their source. Behind a proxy, use
+/// [`key::client_ip`](crate::key) with the proxies you trust, not `peer_ip`, or every
+/// client shares the proxy's quota; never trust forwarding headers from the open
+/// internet.
+#[derive(Clone)]
+pub struct RateLimitLayer {
+    shared: Arc<Shared>,
+}
+
+impl RateLimitLayer {
+    /// A layer deciding with `limiter`, writing draft-11 headers, rejecting with a text
+    /// 429, failing open.
+    ///
+    /// ```
+    /// let limiter = tollgate::Limiter::builder()
+    ///     .policy(tollgate::Policy::new("api", tollgate::Quota::per_second(10))?)
+    ///     .build()?;
+    /// let layer = tollgate::RateLimitLayer::new(limiter);
+    /// # let _ = layer;
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    pub fn new(limiter: Limiter) -> Self {
+        let headers = HeaderPlan::new(HeaderStyle::default(), limiter.policies());
+        Self {
+            shared: Arc::new(Shared {
+                limiter,
+                headers,
+                rejection: Rejection::default(),
+                fail_mode: FailMode::default(),
+                shadow: false,
+                allow: Vec::new(),
+                deny: Vec::new(),
+            }),
+        }
+    }
+
+    fn shared(&mut self) -> &mut Shared {
+        Arc::make_mut(&mut self.shared)
+    }
+
+    /// Which rate-limit headers to write (default [`HeaderStyle::Draft11`]).
+    ///
+    /// ```
+    /// # let limiter = tollgate::Limiter::builder().policy(tollgate::Policy::new("api", tollgate::Quota::per_second(10))?).build()?;
+    /// let layer = tollgate::RateLimitLayer::new(limiter).headers(tollgate::HeaderStyle::None);
+    /// # let _ = layer;
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    #[must_use]
+    pub fn headers(mut self, style: HeaderStyle) -> Self {
+        let shared = self.shared();
+        shared.headers = HeaderPlan::new(style, shared.limiter.policies());
+        self
+    }
+
+    /// How HTTP rejections look (default: a short text 429). Accepts a
+    /// [`Rejection`] or a closure building the response.
+    ///
+    /// ```
+    /// # let limiter = tollgate::Limiter::builder().policy(tollgate::Policy::new("api", tollgate::Quota::per_second(10))?).build()?;
+    /// let layer = tollgate::RateLimitLayer::new(limiter).rejection(tollgate::Rejection::Json);
+    /// # let _ = layer;
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    #[must_use]
+    pub fn rejection(mut self, rejection: impl Into<Rejection>) -> Self {
+        self.shared().rejection = rejection.into();
+        self
+    }
+
+    /// What to do when the store fails (default [`FailMode::Open`]).
+    ///
+    /// ```
+    /// # let limiter = tollgate::Limiter::builder().policy(tollgate::Policy::new("api", tollgate::Quota::per_second(10))?).build()?;
+    /// let layer = tollgate::RateLimitLayer::new(limiter).on_store_error(tollgate::FailMode::Closed);
+    /// # let _ = layer;
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    #[must_use]
+    pub fn on_store_error(mut self, mode: FailMode) -> Self {
+        self.shared().fail_mode = mode;
+        self
+    }
+
+    /// Shadow mode: decide, log and write headers, but never reject. For trying limits
+    /// on production traffic before enforcing them.
+    ///
+    /// ```
+    /// # let limiter = tollgate::Limiter::builder().policy(tollgate::Policy::new("api", tollgate::Quota::per_second(10))?).build()?;
+    /// let layer = tollgate::RateLimitLayer::new(limiter).shadow(true);
+    /// # let _ = layer;
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    #[must_use]
+    pub fn shadow(mut self, shadow: bool) -> Self {
+        self.shared().shadow = shadow;
+        self
+    }
+
+    /// Requests matching `predicate` skip every policy (health checks, internal
+    /// callers). Checked after [`deny`](RateLimitLayer::deny).
+    ///
+    /// ```
+    /// # let limiter = tollgate::Limiter::builder().policy(tollgate::Policy::new("api", tollgate::Quota::per_second(10))?).build()?;
+    /// let layer = tollgate::RateLimitLayer::new(limiter)
+    ///     .allow(|parts: &http::request::Parts| parts.uri.path() == "/health");
+    /// # let _ = layer;
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    #[must_use]
+    pub fn allow<F>(mut self, predicate: F) -> Self
+    where
+        F: Fn(&Parts) -> bool + Send + Sync + 'static,
+    {
+        self.shared().allow.push(Arc::new(predicate));
+        self
+    }
+
+    /// Requests matching `predicate` are rejected with 403 (gRPC `PERMISSION_DENIED`)
+    /// before any policy is checked.
+    ///
+    /// ```
+    /// # let limiter = tollgate::Limiter::builder().policy(tollgate::Policy::new("api", tollgate::Quota::per_second(10))?).build()?;
+    /// let layer = tollgate::RateLimitLayer::new(limiter)
+    ///     .deny(|parts: &http::request::Parts| parts.headers.contains_key("x-banned"));
+    /// # let _ = layer;
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    #[must_use]
+    pub fn deny<F>(mut self, predicate: F) -> Self
+    where
+        F: Fn(&Parts) -> bool + Send + Sync + 'static,
+    {
+        self.shared().deny.push(Arc::new(predicate));
+        self
+    }
+}
+
+impl<S> Layer<S> for RateLimitLayer {
+    type Service = RateLimit<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        RateLimit::new(inner, self.shared.clone())
+    }
+}
+
+impl fmt::Debug for RateLimitLayer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RateLimitLayer")
+            .field("limiter", &self.shared.limiter)
+            .field("rejection", &self.shared.rejection)
+            .field("fail_mode", &self.shared.fail_mode)
+            .field("shadow", &self.shared.shadow)
+            .finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,77 @@
+//! Logs and metrics of the layer's decisions, in one place. Compiled to nothing
+//! without the `tracing` and `metrics` features. Never records keys: they are API
+//! tokens and client addresses.
+
+use crate::{Decision, StoreError};
+
+/// What became of a request the policies were checked for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Outcome {
+    Allowed,
+    Rejected,
+    ShadowRejected,
+}
+
+impl Outcome {
+    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+    fn label(self) -> &'static str {
+        match self {
+            Self::Allowed => "allowed",
+            Self::Rejected => "rejected",
+            Self::ShadowRejected => "shadow_rejected",
+        }
+    }
+}
+
+/// Records the outcome of one request under each of its decisions' policies.
+#[cfg_attr(
+    not(any(feature = "tracing", feature = "metrics")),
+    allow(unused_variables)
+)]
+pub(crate) fn decided(decisions: &[Decision], outcome: Outcome) {
+    #[cfg(feature = "metrics")]
+    for d in decisions {
+        metrics::counter!("tollgate_requests_total", "policy" => d.policy, "outcome" => outcome.label())
+            .increment(1);
+    }
+    #[cfg(feature = "tracing")]
+    match outcome {
+        Outcome::Allowed => {}
+        Outcome::Rejected => {
+            for d in decisions.iter().filter(|d| !d.allowed) {
+                tracing::debug!(target: "tollgate", policy = d.policy, retry_after_ms = d.retry_after.map(|r| r.as_millis() as u64), "request rejected");
+            }
+        }
+        Outcome::ShadowRejected => {
+            for d in decisions.iter().filter(|d| !d.allowed) {
+                tracing::info!(target: "tollgate", policy = d.policy, "request would have been rejected (shadow mode)");
+            }
+        }
+    }
+}
+
+/// Records a store failure and what the layer did about it.
+#[cfg_attr(
+    not(any(feature = "tracing", feature = "metrics")),
+    allow(unused_variables)
+)]
+pub(crate) fn store_failed(error: &StoreError, failing_open: bool) {
+    #[cfg(feature = "metrics")]
+    metrics::counter!("tollgate_store_errors_total", "kind" => error.kind().to_string())
+        .increment(1);
+    #[cfg(feature = "tracing")]
+    tracing::warn!(target: "tollgate", %error, fail_open = failing_open, "rate-limit store failed");
+}
+
+/// Records a refund that could not be applied.
+#[cfg_attr(
+    not(any(feature = "tracing", feature = "metrics")),
+    allow(unused_variables)
+)]
+pub(crate) fn refund_failed(error: &StoreError) {
+    #[cfg(feature = "metrics")]
+    metrics::counter!("tollgate_store_errors_total", "kind" => error.kind().to_string())
+        .increment(1);
+    #[cfg(feature = "tracing")]
+    tracing::warn!(target: "tollgate", %error, "rate-limit refund failed");
+}

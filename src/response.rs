@@ -1,0 +1,321 @@
+//! Rejections: the responses the layer writes instead of calling the inner service,
+//! for HTTP (text, JSON, RFC 9457 problem details, or your own) and for gRPC.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::header::{CONTENT_TYPE, HeaderMap, HeaderValue, RETRY_AFTER};
+use http::{Response, StatusCode};
+
+use crate::Decision;
+use crate::headers::{
+    GRPC_MESSAGE, GRPC_RETRY_PUSHBACK_MS, GRPC_STATUS, ceil_secs, insert_number, write_retry_after,
+};
+
+/// Why the layer answered a request itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum RejectReason {
+    /// A policy denied the request (429, gRPC `RESOURCE_EXHAUSTED`).
+    RateLimited,
+    /// A policy set to [`MissingKey::Reject`](crate::MissingKey::Reject) found no key
+    /// (429, gRPC `RESOURCE_EXHAUSTED`).
+    MissingKey,
+    /// The request matched a [`deny`](crate::RateLimitLayer::deny) predicate (403,
+    /// gRPC `PERMISSION_DENIED`).
+    Denied,
+    /// The store failed and the layer fails closed (503, gRPC `UNAVAILABLE`).
+    StoreUnavailable,
+}
+
+impl RejectReason {
+    fn status(self) -> StatusCode {
+        match self {
+            Self::RateLimited | Self::MissingKey => StatusCode::TOO_MANY_REQUESTS,
+            Self::Denied => StatusCode::FORBIDDEN,
+            Self::StoreUnavailable => StatusCode::SERVICE_UNAVAILABLE,
+        }
+    }
+
+    /// The gRPC status code: 8 `RESOURCE_EXHAUSTED`, 7 `PERMISSION_DENIED`, 14
+    /// `UNAVAILABLE`.
+    fn grpc_status(self) -> u64 {
+        match self {
+            Self::RateLimited | Self::MissingKey => 8,
+            Self::Denied => 7,
+            Self::StoreUnavailable => 14,
+        }
+    }
+
+    fn code(self) -> &'static str {
+        match self {
+            Self::RateLimited => "rate_limited",
+            Self::MissingKey => "missing_key",
+            Self::Denied => "denied",
+            Self::StoreUnavailable => "limiter_unavailable",
+        }
+    }
+
+    fn message(self, retry_after: Option<Duration>) -> &'static str {
+        match self {
+            Self::RateLimited if retry_after.is_none() => "request cost exceeds the rate limit",
+            Self::RateLimited => "rate limit exceeded",
+            Self::MissingKey => "request has no rate-limit key",
+            Self::Denied => "request denied",
+            Self::StoreUnavailable => "rate limiter unavailable",
+        }
+    }
+}
+
+/// What a rejection is about; handed to a custom [`Rejection`].
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct RejectionInfo {
+    /// Why the request is rejected.
+    pub reason: RejectReason,
+    /// The decisions of every policy checked (empty when none was).
+    pub decisions: Vec<Decision>,
+    /// When the request may be retried; `None` when waiting will not help (its cost
+    /// exceeds a policy's capacity) or does not apply (a deny list).
+    pub retry_after: Option<Duration>,
+}
+
+impl RejectionInfo {
+    /// Names of the policies that denied the request.
+    ///
+    /// ```
+    /// # use tollgate::{RejectionInfo, RejectReason};
+    /// # fn show(info: &RejectionInfo) -> String {
+    /// info.denied_by().collect::<Vec<_>>().join(", ")
+    /// # }
+    /// ```
+    pub fn denied_by(&self) -> impl Iterator<Item = &'static str> + '_ {
+        self.decisions
+            .iter()
+            .filter(|d| !d.allowed)
+            .map(|d| d.policy)
+    }
+}
+
+type CustomFn = dyn Fn(&RejectionInfo) -> Response<Bytes> + Send + Sync;
+
+/// How HTTP rejections look. gRPC requests always get a gRPC status instead.
+///
+/// Whatever the body, the layer adds `Retry-After` and the rate-limit headers when
+/// the response does not set them itself.
+///
+/// ```
+/// use bytes::Bytes;
+/// use http::{Response, StatusCode};
+/// use tollgate::{Rejection, RejectionInfo};
+///
+/// assert!(matches!(Rejection::default(), Rejection::Text));
+/// let custom = Rejection::custom(|info: &RejectionInfo| {
+///     Response::builder()
+///         .status(StatusCode::TOO_MANY_REQUESTS)
+///         .body(Bytes::from(format!("slow down ({:?})", info.reason)))
+///         .expect("valid response")
+/// });
+/// assert!(matches!(custom, Rejection::Custom(_)));
+/// ```
+#[derive(Clone, Default)]
+#[non_exhaustive]
+pub enum Rejection {
+    /// A one-line `text/plain` body (the default).
+    #[default]
+    Text,
+    /// `application/json`: `{"error": "...", "message": "...", "retry_after": 3, "policies": [...]}`.
+    Json,
+    /// RFC 9457 `application/problem+json`.
+    Problem,
+    /// Your own response.
+    Custom(Arc<CustomFn>),
+}
+
+impl Rejection {
+    /// A rejection built by `build`.
+    pub fn custom<F>(build: F) -> Self
+    where
+        F: Fn(&RejectionInfo) -> Response<Bytes> + Send + Sync + 'static,
+    {
+        Self::Custom(Arc::new(build))
+    }
+
+    /// The HTTP response for `info`; rate-limit headers are added by the caller.
+    pub(crate) fn http_response(&self, info: &RejectionInfo) -> Response<Bytes> {
+        let retry = info.retry_after.map(|d| ceil_secs(d).max(1));
+        let (content_type, body) = match self {
+            Self::Custom(build) => {
+                let mut response = build(info);
+                add_retry_after(response.headers_mut(), info);
+                return response;
+            }
+            Self::Text => {
+                let body = match retry {
+                    Some(secs) => format!(
+                        "{}: retry after {secs} s\n",
+                        info.reason.message(info.retry_after)
+                    ),
+                    None => format!("{}\n", info.reason.message(info.retry_after)),
+                };
+                ("text/plain; charset=utf-8", body)
+            }
+            Self::Json => {
+                let body = format!(
+                    r#"{{"error":"{}","message":"{}","retry_after":{},"policies":[{}]}}"#,
+                    info.reason.code(),
+                    info.reason.message(info.retry_after),
+                    retry.map_or_else(|| "null".to_string(), |s| s.to_string()),
+                    json_names(info)
+                );
+                ("application/json", body)
+            }
+            Self::Problem => {
+                let status = info.reason.status();
+                let body = format!(
+                    r#"{{"type":"about:blank","title":"{}","status":{},"detail":"{}","retry_after":{},"policies":[{}]}}"#,
+                    status.canonical_reason().unwrap_or("Error"),
+                    status.as_u16(),
+                    info.reason.message(info.retry_after),
+                    retry.map_or_else(|| "null".to_string(), |s| s.to_string()),
+                    json_names(info)
+                );
+                ("application/problem+json", body)
+            }
+        };
+        let mut response = Response::new(Bytes::from(body));
+        *response.status_mut() = info.reason.status();
+        response
+            .headers_mut()
+            .insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
+        add_retry_after(response.headers_mut(), info);
+        response
+    }
+}
+
+impl fmt::Debug for Rejection {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Text => "Rejection::Text",
+            Self::Json => "Rejection::Json",
+            Self::Problem => "Rejection::Problem",
+            Self::Custom(_) => "Rejection::Custom(..)",
+        })
+    }
+}
+
+impl<F> From<F> for Rejection
+where
+    F: Fn(&RejectionInfo) -> Response<Bytes> + Send + Sync + 'static,
+{
+    fn from(build: F) -> Self {
+        Self::custom(build)
+    }
+}
+
+/// Policy names as JSON strings (names are printable ASCII: only `"` and `\` need
+/// escaping).
+fn json_names(info: &RejectionInfo) -> String {
+    info.denied_by()
+        .map(|name| format!("\"{}\"", name.replace('\\', "\\\\").replace('"', "\\\"")))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+fn add_retry_after(headers: &mut HeaderMap, info: &RejectionInfo) {
+    if let Some(retry) = info.retry_after
+        && !headers.contains_key(RETRY_AFTER)
+    {
+        write_retry_after(headers, retry);
+    }
+}
+
+/// A gRPC "trailers-only" rejection: HTTP 200, the status in the headers, no body.
+/// The content type is the request's gRPC flavour, so gRPC-Web clients understand it.
+pub(crate) fn grpc_response(
+    info: &RejectionInfo,
+    content_type: GrpcContentType,
+) -> Response<Bytes> {
+    let mut response = Response::new(Bytes::new());
+    let headers = response.headers_mut();
+    headers.insert(
+        CONTENT_TYPE,
+        HeaderValue::from_static(content_type.as_str()),
+    );
+    insert_number(headers, GRPC_STATUS, info.reason.grpc_status());
+    let message = match info.retry_after {
+        Some(retry) => format!(
+            "{}, retry after {} ms",
+            info.reason.message(info.retry_after),
+            retry.as_millis().max(1)
+        ),
+        None => info.reason.message(info.retry_after).to_string(),
+    };
+    if let Ok(value) = HeaderValue::try_from(percent_encode(&message)) {
+        headers.insert(GRPC_MESSAGE, value);
+    }
+    match info.retry_after {
+        Some(retry) => {
+            let millis = u64::try_from(retry.as_millis()).unwrap_or(u64::MAX).max(1);
+            insert_number(headers, GRPC_RETRY_PUSHBACK_MS, millis);
+        }
+        // A negative pushback tells gRPC clients not to retry (gRFC A6).
+        None if info.reason == RejectReason::RateLimited => {
+            headers.insert(GRPC_RETRY_PUSHBACK_MS, HeaderValue::from_static("-1"));
+        }
+        None => {}
+    }
+    response
+}
+
+/// gRPC's `grpc-message` encoding: bytes outside printable ASCII, and `%`, as `%XX`.
+pub(crate) fn percent_encode(message: &str) -> String {
+    use std::fmt::Write as _;
+    let mut encoded = String::with_capacity(message.len());
+    for byte in message.bytes() {
+        if (0x20..=0x7e).contains(&byte) && byte != b'%' {
+            encoded.push(char::from(byte));
+        } else {
+            let _ = write!(encoded, "%{byte:02X}");
+        }
+    }
+    encoded
+}
+
+/// The gRPC flavour of a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum GrpcContentType {
+    Grpc,
+    GrpcWeb,
+    GrpcWebText,
+}
+
+impl GrpcContentType {
+    fn as_str(self) -> &'static str {
+        match self {
+            Self::Grpc => "application/grpc",
+            Self::GrpcWeb => "application/grpc-web",
+            Self::GrpcWebText => "application/grpc-web-text",
+        }
+    }
+}
+
+/// The request's gRPC flavour, when its content type starts with `application/grpc`
+/// (in any case); `None` for plain HTTP.
+pub(crate) fn grpc_flavour(headers: &HeaderMap) -> Option<GrpcContentType> {
+    let value = headers.get(CONTENT_TYPE)?.as_bytes();
+    let starts = |prefix: &[u8]| {
+        value.len() >= prefix.len() && value[..prefix.len()].eq_ignore_ascii_case(prefix)
+    };
+    if starts(b"application/grpc-web-text") {
+        Some(GrpcContentType::GrpcWebText)
+    } else if starts(b"application/grpc-web") {
+        Some(GrpcContentType::GrpcWeb)
+    } else if starts(b"application/grpc") {
+        Some(GrpcContentType::Grpc)
+    } else {
+        None
+    }
+}

@@ -1,0 +1,159 @@
+//! [`RateLimit`]: the service the layer wraps around yours.
+
+use std::fmt;
+use std::ops::Deref;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{Request, Response};
+use http_body::Body;
+use tower_service::Service;
+
+use crate::future::ResponseFuture;
+use crate::layer::Shared;
+use crate::limiter::Pending;
+use crate::response::{RejectReason, RejectionInfo, grpc_flavour};
+use crate::{Decision, MissingKey, RateLimitBody};
+
+/// The decisions of every policy checked for a request, in limiter order; put in the
+/// request extensions for handlers.
+///
+/// ```
+/// use tollgate::Decisions;
+/// async fn handler(decisions: Option<axum_like::Extension<Decisions>>) {
+///     if let Some(axum_like::Extension(decisions)) = decisions {
+///         for d in decisions.iter() {
+///             println!("{}: {} left", d.policy, d.remaining);
+///         }
+///     }
+/// }
+/// # mod axum_like { #[derive(Clone)] pub struct Extension<T>(pub T); }
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Decisions(pub(crate) Vec<Decision>);
+
+impl Decisions {
+    /// The decision of the policy named `policy`, if it was checked.
+    ///
+    /// ```
+    /// let decisions = tollgate::Decisions::default();
+    /// assert!(decisions.get("api").is_none());
+    /// ```
+    pub fn get(&self, policy: &str) -> Option<&Decision> {
+        self.0.iter().find(|d| d.policy == policy)
+    }
+}
+
+impl Deref for Decisions {
+    type Target = [Decision];
+
+    fn deref(&self) -> &[Decision] {
+        &self.0
+    }
+}
+
+/// Rate limiting around an inner service; built by [`RateLimitLayer`](crate::RateLimitLayer).
+///
+/// Clones share the layer's limiter and state.
+#[derive(Clone)]
+pub struct RateLimit<S> {
+    inner: S,
+    shared: Arc<Shared>,
+}
+
+impl<S> RateLimit<S> {
+    pub(crate) fn new(inner: S, shared: Arc<Shared>) -> Self {
+        Self { inner, shared }
+    }
+
+    /// The wrapped service.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+}
+
+impl<S: fmt::Debug> fmt::Debug for RateLimit<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RateLimit")
+            .field("inner", &self.inner)
+            .field("limiter", &self.shared.limiter)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S, ReqBody, ResBody> Service<Request<ReqBody>> for RateLimit<S>
+where
+    S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone,
+    ResBody: Body<Data = Bytes>,
+{
+    type Response = Response<RateLimitBody<ResBody>>;
+    type Error = S::Error;
+    type Future = ResponseFuture<S, ReqBody>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        // Readiness is the inner service's: limits are decided per request, never by
+        // holding back readiness (which would throttle every caller at once).
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
+        // The ready service goes into the future; this service keeps a fresh clone.
+        let clone = self.inner.clone();
+        let inner = std::mem::replace(&mut self.inner, clone);
+        let shared = self.shared.clone();
+        let (parts, body) = request.into_parts();
+        let grpc = grpc_flavour(&parts.headers);
+
+        if shared.deny.iter().any(|deny| deny(&parts)) {
+            let info = RejectionInfo {
+                reason: RejectReason::Denied,
+                decisions: Vec::new(),
+                retry_after: None,
+            };
+            return ResponseFuture::rejected(&shared, grpc, &info, &[]);
+        }
+        if shared.allow.iter().any(|allow| allow(&parts)) {
+            return ResponseFuture::unlimited(shared, inner, Request::from_parts(parts, body));
+        }
+
+        let mut checks = Vec::with_capacity(shared.limiter.policies().len());
+        let mut missing_key = None;
+        for (index, policy) in shared.limiter.policies().iter().enumerate() {
+            match policy.key_of(&parts) {
+                Some(key) => {
+                    let cost = policy.cost_of(&parts);
+                    // Free requests skip the store entirely.
+                    if cost > 0 {
+                        checks.push((index, key, u64::from(cost)));
+                    }
+                }
+                None if policy.missing_key() == MissingKey::Reject => {
+                    missing_key = Some(policy.quota().period());
+                }
+                None => {}
+            }
+        }
+        if let Some(period) = missing_key.filter(|_| !shared.shadow) {
+            let info = RejectionInfo {
+                reason: RejectReason::MissingKey,
+                decisions: Vec::new(),
+                retry_after: Some(period.max(Duration::from_secs(1))),
+            };
+            return ResponseFuture::rejected(&shared, grpc, &info, &[]);
+        }
+        if checks.is_empty() {
+            return ResponseFuture::unlimited(shared, inner, Request::from_parts(parts, body));
+        }
+        let request = Request::from_parts(parts, body);
+        match shared.limiter.decide(&checks) {
+            Pending::Ready(result) => {
+                ResponseFuture::decided(shared, inner, request, checks, grpc, result)
+            }
+            Pending::Waiting(decision) => {
+                ResponseFuture::deciding(shared, inner, request, checks, grpc, decision)
+            }
+        }
+    }
+}
