@@ -6,8 +6,16 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
+use http::StatusCode;
 use http_body::{Body, Frame, SizeHint};
 use pin_project_lite::pin_project;
+
+use crate::headers::GRPC_STATUS;
+use crate::response::grpc_http_status;
+
+/// Called with the HTTP equivalent of a gRPC response's final status, once its
+/// trailers arrive (`count_when` refunds for gRPC).
+pub(crate) type OnGrpcStatus = Box<dyn FnOnce(StatusCode) + Send>;
 
 pin_project! {
     /// The body of a response that went through [`RateLimit`](crate::RateLimit): the
@@ -33,7 +41,7 @@ pin_project! {
     #[project = BodyProj]
     pub enum RateLimitBody<B> {
         /// The inner service's body (`body`).
-        Inner { #[pin] body: B },
+        Inner { #[pin] body: B, on_status: Option<OnGrpcStatus> },
         /// A rejection written by the layer (`bytes`: what is left to send).
         Rejection { bytes: Option<Bytes> },
     }
@@ -42,7 +50,18 @@ pin_project! {
 impl<B> RateLimitBody<B> {
     /// Wraps the inner service's body.
     pub(crate) fn inner(body: B) -> Self {
-        Self::Inner { body }
+        Self::Inner {
+            body,
+            on_status: None,
+        }
+    }
+
+    /// Wraps a gRPC body whose final status decides refunds.
+    pub(crate) fn watching(body: B, on_status: OnGrpcStatus) -> Self {
+        Self::Inner {
+            body,
+            on_status: Some(on_status),
+        }
     }
 
     /// A rejection body of `bytes` (empty for gRPC).
@@ -66,21 +85,30 @@ where
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
         match self.project() {
-            BodyProj::Inner { body } => body.poll_frame(cx),
+            BodyProj::Inner { body, on_status } => {
+                let frame = body.poll_frame(cx);
+                if let Poll::Ready(Some(Ok(frame))) = &frame
+                    && let Some(status) = frame.trailers_ref().and_then(|t| t.get(GRPC_STATUS))
+                    && let Some(on_status) = on_status.take()
+                {
+                    on_status(grpc_http_status(status.as_bytes()));
+                }
+                frame
+            }
             BodyProj::Rejection { bytes } => Poll::Ready(bytes.take().map(|b| Ok(Frame::data(b)))),
         }
     }
 
     fn is_end_stream(&self) -> bool {
         match self {
-            Self::Inner { body } => body.is_end_stream(),
+            Self::Inner { body, .. } => body.is_end_stream(),
             Self::Rejection { bytes } => bytes.is_none(),
         }
     }
 
     fn size_hint(&self) -> SizeHint {
         match self {
-            Self::Inner { body } => body.size_hint(),
+            Self::Inner { body, .. } => body.size_hint(),
             Self::Rejection { bytes } => {
                 SizeHint::with_exact(bytes.as_ref().map_or(0, |b| b.len() as u64))
             }

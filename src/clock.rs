@@ -19,6 +19,9 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 /// let clock = ManualClock::new(Duration::from_secs(1_700_000_000));
 /// assert_eq!(clock.now(), Duration::from_secs(1_700_000_000));
 /// ```
+///
+/// Readings later than 10^16 µs (in the year 2286) are read as that instant by the stores,
+/// so a clock gone wild saturates instead of overflowing their arithmetic.
 pub trait Clock: Send + Sync + fmt::Debug + 'static {
     /// The current time since the Unix epoch.
     fn now(&self) -> Duration;
@@ -113,7 +116,13 @@ impl ManualClock {
     /// assert_eq!(clock.now(), Duration::from_micros(10));
     /// ```
     pub fn advance(&self, by: Duration) {
-        self.micros.fetch_add(micros_of(by), Ordering::SeqCst);
+        let by = micros_of(by);
+        // Saturates: a clock advanced past `u64::MAX` µs must not wrap to the past.
+        let _ = self
+            .micros
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |now| {
+                Some(now.saturating_add(by))
+            });
     }
 }
 
@@ -133,7 +142,15 @@ fn micros_of(d: Duration) -> u64 {
     u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
 }
 
+/// The latest instant the stores compute at, in microseconds since the epoch (late
+/// in the year 2286): far beyond any real clock, and early enough that every
+/// algorithm's arithmetic (GCRA's nanoseconds plus a century of tolerance) stays
+/// inside `u64`.
+pub(crate) const MAX_NOW_MICROS: u64 = 10_000_000_000_000_000;
+
 /// Reads a clock as whole microseconds since the epoch, the unit every algorithm uses.
+/// A reading past [`MAX_NOW_MICROS`] (a broken clock, a test's `Duration::MAX`) is read
+/// as that instant: time saturates there rather than overflowing.
 pub(crate) fn now_micros(clock: &dyn Clock) -> u64 {
-    micros_of(clock.now())
+    micros_of(clock.now()).min(MAX_NOW_MICROS)
 }

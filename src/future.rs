@@ -9,14 +9,18 @@ use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::{HeaderMap, Request, Response};
+use http::{HeaderMap, Request, Response, StatusCode};
 use pin_project_lite::pin_project;
 use tokio::time::Sleep;
 use tower_service::Service;
 
+use crate::body::OnGrpcStatus;
+use crate::headers::GRPC_STATUS;
 use crate::layer::Shared;
 use crate::observe::{self, Outcome};
-use crate::response::{GrpcContentType, RejectReason, RejectionInfo, grpc_response};
+use crate::response::{
+    GrpcContentType, RejectReason, RejectionInfo, grpc_http_status, grpc_response,
+};
 use crate::store::StoreFuture;
 use crate::{Decision, Decisions, FailMode, Key, RateLimitBody, StoreError};
 
@@ -232,18 +236,49 @@ where
         }
     }
 
-    /// Headers and refunds once the inner service has answered.
-    fn finish(&self, headers: &mut HeaderMap, status: http::StatusCode) {
+    /// Headers and refunds once the inner service has answered. For a gRPC response
+    /// whose status comes in the trailers, returns the hook that settles refunds then.
+    fn finish(&self, headers: &mut HeaderMap, status: StatusCode) -> Option<OnGrpcStatus> {
         self.shared.headers.write(&self.decisions, headers);
         let policies = self.shared.limiter.policies();
-        for (index, key, cost) in &self.checks {
-            let policy = &policies[*index];
-            if policy.refunds_some_responses()
-                && !policy.counts(status)
-                && let Some(refund) = self.shared.limiter.refund_later(*index, *key, *cost)
-            {
-                spawn_refund(refund);
-            }
+        if !self
+            .checks
+            .iter()
+            .any(|(index, _, _)| policies[*index].refunds_some_responses())
+        {
+            return None;
+        }
+        if self.grpc.is_none() {
+            refund_uncounted(&self.shared, &self.checks, status);
+            return None;
+        }
+        // gRPC answers HTTP 200; its own status is in the headers of a trailers-only
+        // response, else in the trailers at the end of the body.
+        if let Some(code) = headers.get(GRPC_STATUS) {
+            refund_uncounted(
+                &self.shared,
+                &self.checks,
+                grpc_http_status(code.as_bytes()),
+            );
+            return None;
+        }
+        let (shared, checks) = (self.shared.clone(), self.checks.clone());
+        Some(Box::new(move |status| {
+            refund_uncounted(&shared, &checks, status);
+        }))
+    }
+}
+
+/// Refunds each checked policy whose `count_when` does not count `status`.
+fn refund_uncounted(shared: &Shared, checks: &Checks, status: StatusCode) {
+    let policies = shared.limiter.policies();
+    for (index, key, cost) in checks {
+        let policy = &policies[*index];
+        if policy.refunds_some_responses()
+            && !policy.counts(status)
+            && let Some(refund) = shared.limiter.refund_later(*index, *key, *cost)
+        {
+            spawn_refund(refund);
         }
     }
 }
@@ -307,11 +342,17 @@ where
                 }
                 StateProj::Calling { future } => {
                     let mut response = ready!(future.poll(cx))?;
-                    if let Some(context) = this.context.as_ref() {
-                        let status = response.status();
-                        context.finish(response.headers_mut(), status);
-                    }
-                    return Poll::Ready(Ok(response.map(RateLimitBody::inner)));
+                    let status = response.status();
+                    let on_status = this
+                        .context
+                        .as_ref()
+                        .and_then(|context| context.finish(response.headers_mut(), status));
+                    return Poll::Ready(Ok(match on_status {
+                        Some(on_status) => {
+                            response.map(|body| RateLimitBody::watching(body, on_status))
+                        }
+                        None => response.map(RateLimitBody::inner),
+                    }));
                 }
                 StateProj::Answered { response } => {
                     let response = response

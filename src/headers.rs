@@ -107,12 +107,14 @@ pub(crate) struct HeaderPlan {
     names: Vec<String>,
     /// Per policy: its `RateLimit-Policy` list member.
     policy_members: Vec<String>,
+    /// `RateLimit-Policy` when every policy was checked (the common case), built once.
+    all_policies: Option<HeaderValue>,
 }
 
 impl HeaderPlan {
     pub(crate) fn new(style: HeaderStyle, policies: &[Policy]) -> Self {
         let names: Vec<String> = policies.iter().map(|p| sf_string(p.name())).collect();
-        let policy_members = policies
+        let policy_members: Vec<String> = policies
             .iter()
             .zip(&names)
             .map(|(p, name)| {
@@ -124,11 +126,30 @@ impl HeaderPlan {
                 }
             })
             .collect();
+        let all_policies = HeaderValue::try_from(policy_members.join(", ")).ok();
         Self {
             style,
             names,
             policy_members,
+            all_policies,
         }
+    }
+
+    /// The `RateLimit-Policy` value for `decisions`.
+    fn policy_header(&self, decisions: &[(usize, Decision)]) -> Option<HeaderValue> {
+        let everyone = decisions.len() == self.policy_members.len()
+            && decisions
+                .iter()
+                .enumerate()
+                .all(|(i, (index, _))| i == *index);
+        if everyone {
+            return self.all_policies.clone();
+        }
+        let members: Vec<&str> = decisions
+            .iter()
+            .map(|(index, _)| self.policy_members[*index].as_str())
+            .collect();
+        HeaderValue::try_from(members.join(", ")).ok()
     }
 
     /// Writes the style's headers for `decisions`, each paired with the index of its
@@ -140,36 +161,30 @@ impl HeaderPlan {
         match self.style {
             HeaderStyle::None => {}
             HeaderStyle::Draft11 => {
-                let mut policy = String::with_capacity(32 * decisions.len());
                 let mut state = String::with_capacity(32 * decisions.len());
                 for (i, (index, d)) in decisions.iter().enumerate() {
                     if i > 0 {
-                        policy.push_str(", ");
                         state.push_str(", ");
                     }
-                    policy.push_str(&self.policy_members[*index]);
                     state.push_str(&self.names[*index]);
                     state.push_str(";r=");
                     state.push_str(itoa::Buffer::new().format(d.remaining));
                     state.push_str(";t=");
                     state.push_str(itoa::Buffer::new().format(ceil_secs(until_quota(d))));
                 }
-                insert(headers, RATELIMIT_POLICY, policy);
+                if let Some(policy) = self.policy_header(decisions) {
+                    headers.insert(RATELIMIT_POLICY, policy);
+                }
                 insert(headers, RATELIMIT, state);
             }
             HeaderStyle::Draft06 => {
                 let tightest = tightest(decisions);
-                let mut policy = String::with_capacity(16 * decisions.len());
-                for (i, (index, _)) in decisions.iter().enumerate() {
-                    if i > 0 {
-                        policy.push_str(", ");
-                    }
-                    policy.push_str(&self.policy_members[*index]);
-                }
                 insert_number(headers, RATELIMIT_LIMIT, tightest.limit);
                 insert_number(headers, RATELIMIT_REMAINING, tightest.remaining);
                 insert_number(headers, RATELIMIT_RESET, ceil_secs(until_quota(tightest)));
-                insert(headers, RATELIMIT_POLICY, policy);
+                if let Some(policy) = self.policy_header(decisions) {
+                    headers.insert(RATELIMIT_POLICY, policy);
+                }
             }
             HeaderStyle::Legacy(format) => {
                 let tightest = tightest(decisions);

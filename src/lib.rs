@@ -95,5 +95,7 @@ pub use policy::{MissingKey, Policy};
 pub use quota::{MAX_COUNT, Quota};
 pub use response::{RejectReason, Rejection, RejectionInfo};
 pub use service::{Decisions, RateLimit};
+#[cfg(feature = "redis")]
+pub use store::RedisStore;
 pub use store::memory::DEFAULT_MAX_KEYS;
-pub use store::{Charge, MemoryStore, Store, StoreFuture};
+pub use store::{Charge, Fallback, MemoryStore, Store, StoreFuture};

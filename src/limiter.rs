@@ -318,6 +318,14 @@ impl Limiter {
         let policies = &self.inner.policies;
         match &self.inner.backend {
             Backend::Memory(store) => {
+                if let [(index, key, cost)] = checks {
+                    let charge = Charge {
+                        policy: &policies[*index],
+                        key,
+                        cost: *cost,
+                    };
+                    return Pending::Ready(Ok(vec![store.acquire_one(&charge)]));
+                }
                 let charges: Vec<Charge<'_>> = checks
                     .iter()
                     .map(|(index, key, cost)| Charge {

@@ -157,6 +157,11 @@ impl Policy {
     /// Counts only responses whose status satisfies `predicate`; the cost of the
     /// others is refunded (e.g. count only failed logins).
     ///
+    /// For gRPC, whose responses are all HTTP 200, the predicate sees the HTTP status
+    /// conventionally paired with the call's `grpc-status` (`UNAUTHENTICATED` → 401,
+    /// `PERMISSION_DENIED` → 403, `NOT_FOUND` → 404, `RESOURCE_EXHAUSTED` → 429, `OK` →
+    /// 200, …), read from the headers or, at the end of the body, from the trailers.
+    ///
     /// ```
     /// use http::StatusCode;
     /// use tollgate::{Policy, Quota};

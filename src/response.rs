@@ -270,6 +270,29 @@ pub(crate) fn grpc_response(
     response
 }
 
+/// The HTTP status conventionally paired with a gRPC status code, so that
+/// `count_when(|status| …)` reads the same for HTTP and gRPC responses. Unknown or
+/// malformed codes map to 500.
+pub(crate) fn grpc_http_status(code: &[u8]) -> StatusCode {
+    let code = std::str::from_utf8(code)
+        .ok()
+        .and_then(|c| c.trim().parse::<u16>().ok());
+    match code {
+        Some(0) => StatusCode::OK,
+        Some(1) => StatusCode::from_u16(499).unwrap_or(StatusCode::BAD_REQUEST),
+        Some(3 | 9 | 11) => StatusCode::BAD_REQUEST,
+        Some(4) => StatusCode::GATEWAY_TIMEOUT,
+        Some(5) => StatusCode::NOT_FOUND,
+        Some(6 | 10) => StatusCode::CONFLICT,
+        Some(7) => StatusCode::FORBIDDEN,
+        Some(8) => StatusCode::TOO_MANY_REQUESTS,
+        Some(12) => StatusCode::NOT_IMPLEMENTED,
+        Some(14) => StatusCode::SERVICE_UNAVAILABLE,
+        Some(16) => StatusCode::UNAUTHORIZED,
+        _ => StatusCode::INTERNAL_SERVER_ERROR,
+    }
+}
+
 /// gRPC's `grpc-message` encoding: bytes outside printable ASCII, and `%`, as `%XX`.
 pub(crate) fn percent_encode(message: &str) -> String {
     use std::fmt::Write as _;

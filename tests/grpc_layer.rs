@@ -399,3 +399,30 @@ async fn peer_ip_keys_by_the_tcp_peer_through_tonic_connect_info() {
     );
     assert_eq!(server.counts.calls(), 2);
 }
+
+#[tokio::test]
+async fn count_when_reads_the_grpc_status_from_headers_and_trailers() {
+    let clock = ManualClock::new(BASE);
+    // Only failed logins count: gRPC's UNAUTHENTICATED maps to HTTP 401.
+    let logins =
+        per_minute("logins", 2).count_when(|status| status == http::StatusCode::UNAUTHORIZED);
+    let server = GrpcServer::start(RateLimitLayer::new(limiter(logins, &clock))).await;
+    let mut client = server.client().await;
+    // Successes end with `grpc-status: 0` in the trailers: refunded.
+    for _ in 0..5 {
+        client
+            .echo(ping("right"))
+            .await
+            .expect("a success does not count");
+    }
+    // Failures are trailers-only responses (status in the headers): they count.
+    for _ in 0..2 {
+        let status = client
+            .echo(ping("wrong"))
+            .await
+            .expect_err("unauthenticated");
+        assert_eq!(status.code(), Code::Unauthenticated);
+    }
+    let status = client.echo(ping("right")).await.expect_err("limited");
+    assert_eq!(status.code(), Code::ResourceExhausted);
+}

@@ -24,8 +24,10 @@ const MAX_SHARDS: usize = 64;
 ///   nanoseconds.
 /// - **Bounded:** at most [`max_keys`](MemoryStore::max_keys) keys (default
 ///   [`DEFAULT_MAX_KEYS`], one million) across all policies, split evenly over the
-///   shards. A full shard first drops idle state; if every key in it is active, it
-///   evicts the sampled key closest to going idle (which then starts fresh).
+///   shards. A new key in a full shard evicts, from a small sample, the state
+///   closest to going idle (an idle one when the sample has one; an evicted active
+///   key starts fresh). A flood of new keys costs each request the same constant
+///   work: nothing scans a whole shard per request.
 /// - **Self-cleaning:** each shard drops idle state (state that equals a fresh key's)
 ///   at most once a second as it is used. No background thread, nothing to spawn.
 /// - **Shared:** clones share all state; one entry per (policy, key).

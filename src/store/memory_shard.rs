@@ -193,7 +193,7 @@ impl Shard {
         }
         let index = self.table_index(name, params);
         if charge && cost > 0 && self.len() >= self.capacity && !self.contains(index, key) {
-            self.make_room(floor);
+            self.make_room();
         }
         let table = &mut self.tables[index];
         with_rule!(&mut table.states, |map, R| run_in::<R>(
@@ -247,13 +247,13 @@ impl Shard {
         }
     }
 
-    /// Frees one slot: idle state first; if every key is active, the sampled state
-    /// closest to going idle.
-    fn make_room(&mut self, now: u64) {
-        self.sweep(now);
-        if self.len() < self.capacity {
-            return;
-        }
+    /// Frees one slot: the sampled state closest to going idle (an idle one if the
+    /// sample holds one).
+    ///
+    /// No sweep here: `run` already sweeps once a second, and a sweep scans the whole
+    /// shard. Sweeping on every insertion into a full shard would make each request of
+    /// a flood of new keys cost a scan of the shard under its lock.
+    fn make_room(&mut self) {
         let mut victim: Option<(u64, usize, Key)> = None;
         for (index, table) in self.tables.iter().enumerate() {
             let p = &table.params;
@@ -271,5 +271,46 @@ impl Shard {
                 map.remove(&key);
             });
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Quota;
+
+    #[test]
+    fn a_full_shard_evicts_one_state_per_new_key_between_sweeps() {
+        // Regression: a full shard used to sweep itself on every new key, a scan of
+        // the whole shard per request under a flood of distinct keys.
+        let params = Params::new(&Quota::per_second(1_000), Algorithm::Gcra).expect("params");
+        let mut shard = Shard::new(4, RandomState::default());
+        let start = 10_000_000;
+        for i in 0..4_u64 {
+            assert!(
+                shard
+                    .run("api", &params, &Key::from(i), start, 1, true)
+                    .allowed
+            );
+        }
+        // Every state is idle 1 ms later, but the next sweep is due only at
+        // `start + 1 s`: before it, a new key evicts one state and leaves the others.
+        let before_sweep = start + SWEEP_INTERVAL_US / 2;
+        assert!(
+            shard
+                .run("api", &params, &Key::from(4_u64), before_sweep, 1, true)
+                .allowed
+        );
+        assert_eq!(shard.len(), 4);
+        // The sweep, when due, drops what is idle.
+        shard.run(
+            "api",
+            &params,
+            &Key::from(5_u64),
+            start + SWEEP_INTERVAL_US,
+            0,
+            false,
+        );
+        assert_eq!(shard.len(), 0);
     }
 }

@@ -1,13 +1,21 @@
 //! Where state lives: the [`Store`] trait and [`MemoryStore`].
 
+#[cfg(feature = "redis")]
+mod block_cache;
+mod fallback;
 pub(crate) mod memory;
 mod memory_shard;
+#[cfg(feature = "redis")]
+mod redis;
 
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
 use std::time::Duration;
 
+#[cfg(feature = "redis")]
+pub use self::redis::RedisStore;
+pub use fallback::Fallback;
 pub use memory::MemoryStore;
 
 use crate::algorithm::Verdict;

@@ -101,7 +101,8 @@ impl Service<http::Request<Body>> for Limited {
     }
 }
 
-/// Unary: answers with the request's text and the caller's address.
+/// Unary: answers with the request's text and the caller's address; the text "wrong"
+/// is answered with `UNAUTHENTICATED` (a failed login).
 struct Echo(Arc<Counts>);
 
 impl UnaryService<Ping> for Echo {
@@ -113,6 +114,9 @@ impl UnaryService<Ping> for Echo {
         Box::pin(async move {
             counts.calls.fetch_add(1, Ordering::SeqCst);
             counts.messages.fetch_add(1, Ordering::SeqCst);
+            if request.get_ref().text == "wrong" {
+                return Err(Status::unauthenticated("wrong password"));
+            }
             let peer = request
                 .remote_addr()
                 .map(|addr| addr.ip().to_string())

@@ -1,0 +1,69 @@
+//! Redis key names: `<prefix>:<policy>:{<subject>}:<algorithm>:<parameters>`.
+//!
+//! The subject is the caller key's fingerprint in hex: fixed length, and the only text
+//! between braces, so it alone picks the Redis Cluster slot. Braces (and `%`) in the
+//! prefix or the policy name are percent-escaped, so neither can open a hash tag of
+//! its own. The algorithm and its parameters end the name: a policy whose quota or
+//! algorithm changes starts from fresh state instead of misreading the old one, as in
+//! the memory store.
+
+use std::fmt::Write as _;
+
+use crate::algorithm::Params;
+use crate::{Algorithm, Key, Policy};
+
+/// Percent-escapes the characters that would change which part of a key Redis Cluster
+/// hashes.
+pub(super) fn escape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '%' => out.push_str("%25"),
+            '{' => out.push_str("%7B"),
+            '}' => out.push_str("%7D"),
+            other => out.push(other),
+        }
+    }
+    out
+}
+
+/// The key of `policy`'s state for `key`; `prefix` is already escaped.
+pub(super) fn state_key(prefix: &str, policy: &Policy, key: &Key) -> String {
+    let p: &Params = policy.params();
+    let mut out = String::with_capacity(prefix.len() + policy.name().len() + 96);
+    let _ = write!(
+        out,
+        "{prefix}:{}:{{{}}}:{}:{}:{}:{}",
+        escape(policy.name()),
+        key.to_hex(),
+        p.algorithm.name(),
+        p.limit,
+        p.period_us,
+        p.capacity
+    );
+    if let Algorithm::SlidingWindowCounters { buckets } = p.algorithm {
+        let _ = write!(out, ":{buckets}");
+    }
+    out
+}
+
+/// The second key of the sliding window log (its sorted set); same hash tag.
+pub(super) fn log_key(state_key: &str) -> String {
+    format!("{state_key}:log")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Quota;
+
+    #[test]
+    fn braces_in_names_cannot_open_a_hash_tag() {
+        let policy = Policy::new("a{b}c", Quota::per_second(1)).unwrap_or_else(|e| panic!("{e}"));
+        let key = state_key(&escape("pre{x}"), &policy, &Key::from("k"));
+        let open = key.find('{').unwrap_or_default();
+        let close = key.find('}').unwrap_or_default();
+        assert_eq!(&key[open + 1..close], Key::from("k").to_hex());
+        assert!(key.starts_with("pre%7Bx%7D:a%7Bb%7Dc:{"));
+    }
+}

@@ -1,0 +1,518 @@
+//! [`RedisStore`]: limiter state in Redis or Redis Cluster, shared by every process.
+
+mod connection;
+mod keys;
+mod script;
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use deadpool_redis::Runtime;
+use deadpool_redis::redis::RedisError;
+use tokio::time::{Instant, timeout_at};
+
+use self::connection::{Conn, Connections, Source, breaks_connection, store_error};
+use self::script::Mode;
+use super::block_cache::BlockCache;
+use super::{Charge, Store, StoreFuture, decision};
+use crate::algorithm::Verdict;
+use crate::clock::now_micros;
+use crate::{
+    Algorithm, Clock, ConfigError, Decision, Key, Policy, StoreError, StoreErrorKind, SystemClock,
+};
+
+/// Integers in Lua scripts are doubles: exact below 2^53.
+const LUA_EXACT: u128 = 1 << 53;
+
+/// Limiter state in Redis or Redis Cluster: every process that points at the same
+/// server (and prefix) shares one limit.
+///
+/// - **One round trip per decision.** Each algorithm is a Lua script (the twin of its
+///   Rust file, with identical arithmetic and answers), run with `EVALSHA`; a
+///   `NOSCRIPT` after a flush or failover reloads it by itself. A multi-policy
+///   [`check_all`](crate::Limiter::check_all) is one script that decides every policy
+///   and charges all or none. On a cluster, policies whose keys live on different
+///   slots are charged in order, and the charged ones are refunded when a later one
+///   denies.
+/// - **Time:** the server's `TIME` by default, so processes with skewed clocks agree;
+///   [`with_clock`](RedisStore::with_clock) injects a clock instead (tests). Time never
+///   runs backwards for a key: each key remembers the latest instant it saw.
+/// - **Keys:** `<prefix>:<policy>:{<subject>}:<algorithm>:<limit>:<period µs>:<capacity>`,
+///   where the subject is the caller key's fixed-length fingerprint in hex, so it
+///   alone picks the cluster slot and caller bytes can neither choose it nor make keys
+///   long. Every key carries a TTL matching its state's retention.
+/// - **Failure is normal:** every call has a deadline ([`DEFAULT_DEADLINE`](RedisStore::DEFAULT_DEADLINE), see
+///   [`deadline`](RedisStore::deadline)); timeouts, lost connections, `LOADING`,
+///   `CLUSTERDOWN` and `READONLY` come back as [`StoreError`]s of the matching
+///   [`StoreErrorKind`], never as panics. Pair it with
+///   [`Fallback`](crate::Fallback) to keep limiting from memory while Redis is away.
+/// - **Blocked-key cache:** once Redis denies a key until T, this process denies the
+///   same key (at the same or a higher cost) until T without a round trip. On by
+///   default, bounded ([`block_cache`](RedisStore::block_cache)).
+///
+/// Clones share the connection and the cache.
+///
+/// ```no_run
+/// use tollgate::{Key, Limiter, Policy, Quota, RedisStore};
+/// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+/// let store = RedisStore::from_url("redis://127.0.0.1:6379")?.prefix("myapp");
+/// let limiter = Limiter::builder()
+///     .policy(Policy::new("api", Quota::per_minute(100))?)
+///     .store(store)
+///     .build()?;
+/// let decision = limiter.check("api", &Key::from("alice"), 1).await?;
+/// assert!(decision.allowed);
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone)]
+pub struct RedisStore {
+    connections: Arc<Connections>,
+    clock: Option<Arc<dyn Clock>>,
+    prefix: Arc<str>,
+    deadline: Duration,
+    cache: Option<Arc<BlockCache>>,
+}
+
+impl RedisStore {
+    /// The default deadline of one store call: 50 ms.
+    pub const DEFAULT_DEADLINE: Duration = Duration::from_millis(50);
+    /// The default bound on the blocked-key cache: 10 000 keys.
+    pub const DEFAULT_BLOCK_CACHE_KEYS: usize = 10_000;
+    /// The default key prefix: `tollgate`.
+    pub const DEFAULT_PREFIX: &'static str = "tollgate";
+
+    fn new(source: Source) -> Self {
+        Self {
+            connections: Arc::new(Connections::new(source)),
+            clock: None,
+            prefix: Arc::from(Self::DEFAULT_PREFIX),
+            deadline: Self::DEFAULT_DEADLINE,
+            cache: Some(Arc::new(BlockCache::new(Self::DEFAULT_BLOCK_CACHE_KEYS))),
+        }
+    }
+
+    /// A store on a standalone Redis reached through `pool`.
+    ///
+    /// The store takes one multiplexed connection from the pool and shares it among
+    /// all calls (concurrent calls are pipelined on it); it takes another when that
+    /// one breaks.
+    ///
+    /// ```no_run
+    /// use deadpool_redis::{Config, Runtime};
+    /// let pool = Config::from_url("redis://127.0.0.1:6379").create_pool(Some(Runtime::Tokio1))?;
+    /// let store = tollgate::RedisStore::from_pool(pool);
+    /// assert!(!store.is_cluster());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn from_pool(pool: deadpool_redis::Pool) -> Self {
+        Self::new(Source::Standalone(pool))
+    }
+
+    /// A store on the standalone Redis at `url` (`redis://[user:password@]host[:port][/db]`).
+    /// Nothing connects until the first call.
+    ///
+    /// ```
+    /// let store = tollgate::RedisStore::from_url("redis://127.0.0.1:6379")?;
+    /// assert!(!store.is_cluster());
+    /// assert!(tollgate::RedisStore::from_url("http://nope").is_err());
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    pub fn from_url(url: &str) -> Result<Self, ConfigError> {
+        let pool = deadpool_redis::Config::from_url(url)
+            .create_pool(Some(Runtime::Tokio1))
+            .map_err(|e| {
+                // The URL may hold a password: say what is wrong, not what was given.
+                ConfigError::new(format!("invalid redis url: {e}"))
+            })?;
+        Ok(Self::from_pool(pool))
+    }
+
+    /// A store on a Redis Cluster reached through `pool`.
+    ///
+    /// ```no_run
+    /// use deadpool_redis::{Runtime, cluster::Config};
+    /// let urls = vec!["redis://127.0.0.1:7000".to_owned(), "redis://127.0.0.1:7001".to_owned()];
+    /// let pool = Config::from_urls(urls).create_pool(Some(Runtime::Tokio1))?;
+    /// let store = tollgate::RedisStore::from_cluster_pool(pool);
+    /// assert!(store.is_cluster());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn from_cluster_pool(pool: deadpool_redis::cluster::Pool) -> Self {
+        Self::new(Source::Cluster(pool))
+    }
+
+    /// A store on the Redis Cluster with these seed nodes (any subset of the cluster's
+    /// nodes; the rest are discovered). Nothing connects until the first call.
+    ///
+    /// ```
+    /// let store = tollgate::RedisStore::from_cluster_urls(["redis://127.0.0.1:7000", "redis://127.0.0.1:7001"])?;
+    /// assert!(store.is_cluster());
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    pub fn from_cluster_urls<I, S>(urls: I) -> Result<Self, ConfigError>
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        let urls: Vec<String> = urls.into_iter().map(Into::into).collect();
+        if urls.is_empty() {
+            return Err(ConfigError::new(
+                "a redis cluster store needs at least one node url",
+            ));
+        }
+        let pool = deadpool_redis::cluster::Config::from_urls(urls)
+            .create_pool(Some(Runtime::Tokio1))
+            .map_err(|e| ConfigError::new(format!("invalid redis cluster url: {e}")))?;
+        Ok(Self::from_cluster_pool(pool))
+    }
+
+    /// Reads time from `clock` instead of the server's `TIME` (tests, conformance,
+    /// simulations). Every process sharing the state must then agree on time.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let clock = tollgate::ManualClock::new(Duration::from_secs(1_700_000_000));
+    /// let store = tollgate::RedisStore::from_url("redis://127.0.0.1:6379")?.with_clock(clock);
+    /// # let _ = store;
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    #[must_use]
+    pub fn with_clock(mut self, clock: impl Clock) -> Self {
+        self.clock = Some(Arc::new(clock));
+        self
+    }
+
+    /// Starts every key with `prefix` (default [`DEFAULT_PREFIX`](RedisStore::DEFAULT_PREFIX)); braces and `%`
+    /// are escaped so the prefix can never become a hash tag.
+    ///
+    /// ```
+    /// use tollgate::{Key, Policy, Quota, RedisStore};
+    /// let store = RedisStore::from_url("redis://127.0.0.1:6379")?.prefix("shop{eu}");
+    /// let policy = Policy::new("api", Quota::per_second(5))?;
+    /// assert!(store.state_key(&policy, &Key::from("alice")).starts_with("shop%7Beu%7D:api:{"));
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    #[must_use]
+    pub fn prefix(mut self, prefix: &str) -> Self {
+        self.prefix = Arc::from(keys::escape(prefix));
+        self
+    }
+
+    /// Bounds every store call (connecting, loading the script, running it) to
+    /// `deadline` (default [`DEFAULT_DEADLINE`](RedisStore::DEFAULT_DEADLINE), 50 ms); a call that takes longer
+    /// fails with [`StoreErrorKind::Timeout`]. Zero is a [`ConfigError`].
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let store = tollgate::RedisStore::from_url("redis://127.0.0.1:6379")?.deadline(Duration::from_millis(20))?;
+    /// assert_eq!(store.deadline_duration(), Duration::from_millis(20));
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    pub fn deadline(mut self, deadline: Duration) -> Result<Self, ConfigError> {
+        if deadline.is_zero() {
+            return Err(ConfigError::new(
+                "invalid redis deadline 0: a store call needs some time to answer",
+            ));
+        }
+        self.deadline = deadline;
+        Ok(self)
+    }
+
+    /// The deadline of one store call.
+    ///
+    /// ```
+    /// let store = tollgate::RedisStore::from_url("redis://127.0.0.1:6379")?;
+    /// assert_eq!(store.deadline_duration(), tollgate::RedisStore::DEFAULT_DEADLINE);
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    pub fn deadline_duration(&self) -> Duration {
+        self.deadline
+    }
+
+    /// Remembers up to `max_keys` blocked keys (default [`DEFAULT_BLOCK_CACHE_KEYS`](RedisStore::DEFAULT_BLOCK_CACHE_KEYS));
+    /// 0 turns the blocked-key cache off, so every call goes to Redis.
+    ///
+    /// ```
+    /// let store = tollgate::RedisStore::from_url("redis://127.0.0.1:6379")?.block_cache(0);
+    /// assert_eq!(store.block_cache_capacity(), 0);
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    #[must_use]
+    pub fn block_cache(mut self, max_keys: usize) -> Self {
+        self.cache = (max_keys > 0).then(|| Arc::new(BlockCache::new(max_keys)));
+        self
+    }
+
+    /// The bound on the blocked-key cache (0: off).
+    ///
+    /// ```
+    /// let store = tollgate::RedisStore::from_url("redis://127.0.0.1:6379")?;
+    /// assert_eq!(store.block_cache_capacity(), tollgate::RedisStore::DEFAULT_BLOCK_CACHE_KEYS);
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    pub fn block_cache_capacity(&self) -> usize {
+        self.cache.as_ref().map_or(0, |c| c.max_keys())
+    }
+
+    /// How many keys the blocked-key cache holds now.
+    ///
+    /// ```
+    /// let store = tollgate::RedisStore::from_url("redis://127.0.0.1:6379")?;
+    /// assert_eq!(store.blocked_keys(), 0);
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    pub fn blocked_keys(&self) -> usize {
+        self.cache.as_ref().map_or(0, |c| c.len())
+    }
+
+    /// Whether the store talks to a Redis Cluster.
+    ///
+    /// ```
+    /// assert!(!tollgate::RedisStore::from_url("redis://127.0.0.1:6379")?.is_cluster());
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    pub fn is_cluster(&self) -> bool {
+        self.connections.is_cluster()
+    }
+
+    /// The Redis key holding `policy`'s state for `key` (for operators and tests; the
+    /// sliding window log adds a sorted set under this name plus `:log`).
+    ///
+    /// ```
+    /// use tollgate::{Key, Policy, Quota, RedisStore};
+    /// let store = RedisStore::from_url("redis://127.0.0.1:6379")?;
+    /// let policy = Policy::new("api", Quota::per_second(5))?;
+    /// let name = store.state_key(&policy, &Key::from("alice"));
+    /// assert!(name.starts_with("tollgate:api:{"));
+    /// assert!(name.ends_with("}:gcra:5:1000000:5"));
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    pub fn state_key(&self, policy: &Policy, key: &Key) -> String {
+        keys::state_key(&self.prefix, policy, key)
+    }
+
+    /// The injected clock's reading, or `None` for the server's clock.
+    fn clock_now(&self) -> Option<u64> {
+        self.clock.as_deref().map(now_micros)
+    }
+
+    /// The local clock of the blocked-key cache.
+    fn local_now(&self) -> u64 {
+        self.clock_now().unwrap_or_else(|| now_micros(&SystemClock))
+    }
+
+    fn timeout_error(&self) -> StoreError {
+        StoreError::new(
+            StoreErrorKind::Timeout,
+            format!("no answer from redis within {:?}", self.deadline),
+        )
+    }
+
+    /// Runs one script call before `deadline`.
+    async fn run(
+        &self,
+        deadline: Instant,
+        now: Option<u64>,
+        mode: Mode,
+        charges: &[&Charge<'_>],
+    ) -> Result<Vec<Verdict>, StoreError> {
+        let (generation, mut conn) = timeout_at(deadline, self.connections.get())
+            .await
+            .map_err(|_| self.timeout_error())??;
+        let invocation = script::invocation(&self.prefix, now, mode, charges);
+        let call = async {
+            let reply: Result<Vec<i64>, RedisError> = match &mut conn {
+                Conn::Standalone(c) => invocation.invoke_async(c).await,
+                Conn::Cluster(c) => invocation.invoke_async(c).await,
+            };
+            reply
+        };
+        match timeout_at(deadline, call).await {
+            Ok(Ok(reply)) => {
+                let count = if mode == Mode::Refund {
+                    0
+                } else {
+                    charges.len()
+                };
+                script::verdicts(&reply, count)
+            }
+            Ok(Err(err)) => {
+                if breaks_connection(&err) {
+                    self.connections.discard(generation);
+                }
+                Err(store_error(err))
+            }
+            Err(_) => {
+                // A server that stopped answering may be gone for good (a network
+                // partition never closes the socket): the next call reconnects.
+                self.connections.discard(generation);
+                Err(self.timeout_error())
+            }
+        }
+    }
+
+    async fn acquire_remote(&self, charges: &[Charge<'_>]) -> Result<Vec<Verdict>, StoreError> {
+        let deadline = Instant::now() + self.deadline;
+        let now = self.clock_now();
+        let all: Vec<&Charge<'_>> = charges.iter().collect();
+        if !self.is_cluster() || charges.iter().all(|c| c.key == charges[0].key) {
+            // One server, or one hash tag: one script decides and charges everything.
+            return self.run(deadline, now, Mode::Acquire, &all).await;
+        }
+        self.acquire_across_slots(deadline, now, charges).await
+    }
+
+    /// A cluster batch whose keys live on several slots: each slot's charges are one
+    /// all-or-nothing script, run in order; a denial refunds the slots charged before
+    /// it, and the slots after it are decided without charging.
+    async fn acquire_across_slots(
+        &self,
+        deadline: Instant,
+        now: Option<u64>,
+        charges: &[Charge<'_>],
+    ) -> Result<Vec<Verdict>, StoreError> {
+        let mut groups: Vec<(Key, Vec<&Charge<'_>>, Vec<usize>)> = Vec::new();
+        for (i, charge) in charges.iter().enumerate() {
+            match groups.iter_mut().find(|(key, _, _)| key == charge.key) {
+                Some((_, members, indices)) => {
+                    members.push(charge);
+                    indices.push(i);
+                }
+                None => groups.push((*charge.key, vec![charge], vec![i])),
+            }
+        }
+        let mut verdicts: Vec<Option<Verdict>> = vec![None; charges.len()];
+        let mut charged_groups = 0;
+        let mut denied = false;
+        for (_, members, indices) in &groups {
+            let mode = if denied { Mode::DryRun } else { Mode::Acquire };
+            let result = self.run(deadline, now, mode, members).await;
+            let group_verdicts = match result {
+                Ok(v) => v,
+                Err(err) => {
+                    if !denied {
+                        self.refund_groups(deadline, now, &groups[..charged_groups])
+                            .await;
+                    }
+                    return Err(err);
+                }
+            };
+            if !denied {
+                if group_verdicts.iter().all(|v| v.allowed) {
+                    charged_groups += 1;
+                } else {
+                    denied = true;
+                    self.refund_groups(deadline, now, &groups[..charged_groups])
+                        .await;
+                }
+            }
+            for (&i, v) in indices.iter().zip(group_verdicts) {
+                verdicts[i] = Some(v);
+            }
+        }
+        verdicts
+            .into_iter()
+            .map(|v| {
+                v.ok_or_else(|| {
+                    StoreError::new(StoreErrorKind::Protocol, "a charge got no verdict")
+                })
+            })
+            .collect()
+    }
+
+    /// Best effort: a refund that fails leaves those keys charged for a request that
+    /// was denied, which errs on the limiter's side.
+    async fn refund_groups(
+        &self,
+        deadline: Instant,
+        now: Option<u64>,
+        groups: &[(Key, Vec<&Charge<'_>>, Vec<usize>)],
+    ) {
+        for (_, members, _) in groups {
+            let _ = self.run(deadline, now, Mode::Refund, members).await;
+        }
+    }
+}
+
+impl fmt::Debug for RedisStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisStore")
+            .field("cluster", &self.is_cluster())
+            .field("prefix", &self.prefix)
+            .field("deadline", &self.deadline)
+            .field("clock", &self.clock)
+            .field("block_cache", &self.block_cache_capacity())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Store for RedisStore {
+    fn acquire<'a>(&'a self, charges: &'a [Charge<'a>]) -> StoreFuture<'a, Vec<Decision>> {
+        Box::pin(async move {
+            if charges.is_empty() {
+                return Ok(Vec::new());
+            }
+            let sent = self.local_now();
+            if let Some(cache) = &self.cache {
+                // Answered locally only when every charge is blocked: the others'
+                // own answers need the store.
+                let local: Option<Vec<Decision>> =
+                    charges.iter().map(|c| cache.check(c, sent)).collect();
+                if let Some(decisions) = local {
+                    return Ok(decisions);
+                }
+            }
+            let verdicts = self.acquire_remote(charges).await?;
+            let decisions: Vec<Decision> = charges
+                .iter()
+                .zip(verdicts)
+                .map(|(c, v)| decision(c.policy, v))
+                .collect();
+            if let Some(cache) = &self.cache {
+                for (charge, decision) in charges.iter().zip(&decisions) {
+                    if !decision.allowed {
+                        cache.record(charge, sent, decision);
+                    }
+                }
+            }
+            Ok(decisions)
+        })
+    }
+
+    fn refund<'a>(&'a self, charge: Charge<'a>) -> StoreFuture<'a, ()> {
+        Box::pin(async move {
+            // Even a refund of 0 goes to Redis: it records the instant, as the memory
+            // store's refund does.
+            if let Some(cache) = &self.cache {
+                cache.forget(&charge);
+            }
+            let deadline = Instant::now() + self.deadline;
+            self.run(deadline, self.clock_now(), Mode::Refund, &[&charge])
+                .await
+                .map(drop)
+        })
+    }
+
+    /// Rejects policies whose arithmetic would leave the integers Lua holds exactly
+    /// (below 2^53): a sliding window multiplies counts by the period, so `limit ×
+    /// period in µs` must stay below 2^53 (e.g. at most 104 days at a limit of 1000).
+    fn validate(&self, policy: &Policy) -> Result<(), ConfigError> {
+        policy.validate()?;
+        let p = policy.params();
+        if p.algorithm == Algorithm::SlidingWindow
+            && u128::from(p.limit) * u128::from(p.period_us) >= LUA_EXACT
+        {
+            return Err(ConfigError::new(format!(
+                "invalid policy \"{}\" for the redis store: sliding_window computes \
+                 limit × period ({} × {} µs), which must stay below 2^53 to be exact in \
+                 Lua; use a smaller limit, a shorter period or sliding_window_counters",
+                policy.name(),
+                p.limit,
+                p.period_us
+            )));
+        }
+        Ok(())
+    }
+}

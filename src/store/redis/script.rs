@@ -1,0 +1,172 @@
+//! The Lua scripts, their arguments and their replies.
+//!
+//! Each algorithm's script is the prelude, the algorithm's file (the twin of the Rust
+//! file with the same stem in `src/algorithm/`) and the driver, joined at compile
+//! time. Lua runs a script's whole body on every call, so a script defines only the
+//! algorithm it needs; a batch that mixes algorithms runs the script holding all
+//! seven, still in one round trip.
+
+use std::sync::LazyLock;
+
+use redis::{Script, ScriptInvocation};
+
+use super::keys;
+use crate::algorithm::Verdict;
+use crate::store::Charge;
+use crate::{Algorithm, StoreError, StoreErrorKind};
+
+/// Joins the prelude, the named algorithm files and the driver.
+macro_rules! script_source {
+    ($($file:literal),+) => {
+        concat!(
+            include_str!("scripts/prelude.lua"),
+            $(include_str!(concat!("scripts/", $file, ".lua")),)+
+            include_str!("scripts/driver.lua"),
+        )
+    };
+}
+
+/// Every script, in the order of [`index`]; the last one holds every algorithm.
+/// `redis::Script` reloads a script by itself after a `NOSCRIPT` (a flush, a restart,
+/// a failover to a replica that never saw it).
+static SCRIPTS: LazyLock<[Script; 8]> = LazyLock::new(|| {
+    [
+        Script::new(script_source!("fixed_window")),
+        Script::new(script_source!("sliding_window")),
+        Script::new(script_source!("sliding_window_counters")),
+        Script::new(script_source!("sliding_window_log")),
+        Script::new(script_source!("token_bucket")),
+        Script::new(script_source!("gcra")),
+        // The leaky bucket is GCRA with a queue: it builds on GCRA's functions.
+        Script::new(script_source!("gcra", "leaky_bucket")),
+        Script::new(script_source!(
+            "fixed_window",
+            "sliding_window",
+            "sliding_window_counters",
+            "sliding_window_log",
+            "token_bucket",
+            "gcra",
+            "leaky_bucket"
+        )),
+    ]
+});
+
+fn index(algorithm: Algorithm) -> usize {
+    match algorithm {
+        Algorithm::FixedWindow => 0,
+        Algorithm::SlidingWindow => 1,
+        Algorithm::SlidingWindowCounters { .. } => 2,
+        Algorithm::SlidingWindowLog => 3,
+        Algorithm::TokenBucket => 4,
+        Algorithm::Gcra => 5,
+        Algorithm::LeakyBucket => 6,
+    }
+}
+
+/// The smallest script that can run every charge of the batch.
+fn script_for(charges: &[&Charge<'_>]) -> &'static Script {
+    let first = charges.first().map(|c| index(c.policy.params().algorithm));
+    let same = charges
+        .iter()
+        .all(|c| Some(index(c.policy.params().algorithm)) == first);
+    &SCRIPTS[match first {
+        Some(i) if same => i,
+        _ => 7,
+    }]
+}
+
+/// What the script does with a batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Mode {
+    /// Decide every charge at one instant and charge all of them or none.
+    Acquire,
+    /// Decide, charge nothing.
+    DryRun,
+    /// Return each charge's cost to its key.
+    Refund,
+}
+
+impl Mode {
+    fn arg(self) -> &'static str {
+        match self {
+            Self::Acquire => "a",
+            Self::DryRun => "d",
+            Self::Refund => "r",
+        }
+    }
+}
+
+/// Builds the invocation for `charges` at `now` (µs; `None`: the server's clock).
+pub(super) fn invocation<'s>(
+    prefix: &str,
+    now: Option<u64>,
+    mode: Mode,
+    charges: &[&Charge<'_>],
+) -> ScriptInvocation<'s> {
+    let mut inv = script_for(charges).prepare_invoke();
+    inv.arg(now.map(|n| n.to_string()).unwrap_or_default())
+        .arg(mode.arg());
+    for charge in charges {
+        let p = charge.policy.params();
+        let state = keys::state_key(prefix, charge.policy, charge.key);
+        // The driver reads keys in order: the log's sorted set follows its hash.
+        if p.algorithm == Algorithm::SlidingWindowLog {
+            let log = keys::log_key(&state);
+            inv.key(state).key(log);
+        } else {
+            inv.key(state);
+        }
+        let extra: [u64; 4] = match p.algorithm {
+            Algorithm::SlidingWindowCounters { .. } => [p.buckets, p.bucket_us, 0, 0],
+            Algorithm::TokenBucket => [p.units_per_token, p.units_per_us, 0, 0],
+            // Nanoseconds split into (µs, ns): a double is not exact past 2^53.
+            Algorithm::Gcra | Algorithm::LeakyBucket => [
+                p.emission_ns / 1_000,
+                p.emission_ns % 1_000,
+                p.tolerance_ns / 1_000,
+                p.tolerance_ns % 1_000,
+            ],
+            _ => [0; 4],
+        };
+        inv.arg(p.algorithm.name())
+            .arg(charge.cost)
+            .arg(p.limit)
+            .arg(p.period_us)
+            .arg(p.capacity)
+            .arg(&extra[..]);
+    }
+    inv
+}
+
+/// Reads 5 integers per charge.
+pub(super) fn verdicts(reply: &[i64], count: usize) -> Result<Vec<Verdict>, StoreError> {
+    let bad = || {
+        StoreError::new(
+            StoreErrorKind::Protocol,
+            format!(
+                "the rate-limit script returned {} values for {count} charges",
+                reply.len()
+            ),
+        )
+    };
+    if reply.len() != count * 5 {
+        return Err(bad());
+    }
+    reply
+        .chunks_exact(5)
+        .map(|v| {
+            let non_negative = |x: i64| u64::try_from(x).map_err(|_| bad());
+            Ok(Verdict {
+                allowed: v[0] == 1,
+                remaining: non_negative(v[1])?,
+                reset_after_us: non_negative(v[2])?,
+                retry_after_us: if v[3] < 0 {
+                    None
+                } else {
+                    Some(non_negative(v[3])?)
+                },
+                delay_us: non_negative(v[4])?,
+            })
+        })
+        .collect()
+}

@@ -1,0 +1,220 @@
+//! Redis failing under load: flushed scripts, a killed server, a restarted one, a
+//! stopped one (SIGSTOP), a read-only replica, and `Fallback` riding it out. Every
+//! call must come back, as a decision or a `StoreError`, within the deadline (plus
+//! generous slack for a busy test machine): never a panic, never a hang.
+
+mod support {
+    pub(crate) mod redis_server;
+}
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use support::redis_server::RedisServer;
+use tollgate::{
+    Charge, Fallback, Key, Limiter, MemoryStore, Policy, Quota, RedisStore, Store, StoreErrorKind,
+};
+
+const DEADLINE: Duration = Duration::from_millis(50);
+/// Scheduling noise on a loaded two-core machine, not a performance target.
+const SLACK: Duration = Duration::from_millis(450);
+
+type TestResult = Result<(), Box<dyn std::error::Error>>;
+
+fn store(server: &RedisServer) -> RedisStore {
+    RedisStore::from_url(&server.url())
+        .expect("a valid url")
+        .deadline(DEADLINE)
+        .expect("a deadline")
+        .block_cache(0)
+}
+
+fn limiter(store: impl Store) -> Limiter {
+    Limiter::builder()
+        .policy(Policy::new("api", Quota::per_second(1_000_000)).expect("a policy"))
+        .store(store)
+        .build()
+        .expect("a limiter")
+}
+
+#[tokio::test]
+async fn a_call_after_script_flush_reloads_the_script() -> TestResult {
+    let server = RedisServer::start();
+    let limiter = limiter(store(&server));
+    let key = Key::from("alice");
+    assert!(limiter.check("api", &key, 1).await?.allowed);
+    assert_eq!(server.cli(&["SCRIPT", "FLUSH"]), "OK");
+    assert!(limiter.check("api", &key, 1).await?.allowed);
+    Ok(())
+}
+
+/// 64 tasks call in a loop until `stop`; every call is checked for its duration and,
+/// when it fails, for its error kind.
+fn load(limiter: &Limiter, stop: &Arc<AtomicBool>) -> Vec<tokio::task::JoinHandle<(u64, u64)>> {
+    (0..64)
+        .map(|i| {
+            let limiter = limiter.clone();
+            let stop = stop.clone();
+            tokio::spawn(async move {
+                let key = Key::from(i as u64);
+                let (mut ok, mut failed) = (0, 0);
+                while !stop.load(Ordering::Relaxed) {
+                    let started = Instant::now();
+                    let result = limiter.check("api", &key, 1).await;
+                    let took = started.elapsed();
+                    assert!(took <= DEADLINE + SLACK, "a call took {took:?}");
+                    match result {
+                        Ok(_) => ok += 1,
+                        Err(err) => {
+                            assert!(
+                                matches!(
+                                    err.kind(),
+                                    StoreErrorKind::Connection | StoreErrorKind::Timeout
+                                ),
+                                "unexpected error {err}"
+                            );
+                            failed += 1;
+                            // A down server fails fast: don't spin.
+                            tokio::time::sleep(Duration::from_millis(5)).await;
+                        }
+                    }
+                }
+                (ok, failed)
+            })
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_server_mid_load_fails_calls_within_the_deadline_then_restart_resumes() -> TestResult
+{
+    let mut server = RedisServer::start();
+    let limiter = limiter(store(&server));
+    let stop = Arc::new(AtomicBool::new(false));
+    let tasks = load(&limiter, &stop);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    server.kill();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    stop.store(true, Ordering::Relaxed);
+    let (mut ok, mut failed) = (0, 0);
+    for task in tasks {
+        let (o, f) = task.await?; // a panic in a task (a slow call) fails here
+        ok += o;
+        failed += f;
+    }
+    assert!(ok > 0 && failed > 0, "ok {ok}, failed {failed}");
+
+    // Restarted: decisions resume within a second.
+    server.restart();
+    let restarted = Instant::now();
+    loop {
+        if limiter.check("api", &Key::from("after"), 1).await.is_ok() {
+            break;
+        }
+        assert!(
+            restarted.elapsed() < Duration::from_secs(1),
+            "no decision 1 s after the restart"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn stopped_server_calls_time_out_within_the_deadline() -> TestResult {
+    let server = RedisServer::start();
+    let limiter = limiter(store(&server));
+    let key = Key::from("alice");
+    assert!(limiter.check("api", &key, 1).await?.allowed);
+    server.pause();
+    let calls: Vec<_> = (0..16)
+        .map(|_| {
+            let limiter = limiter.clone();
+            tokio::spawn(async move {
+                let started = Instant::now();
+                let result = limiter.check("api", &Key::from("alice"), 1).await;
+                (started.elapsed(), result.map(|_| ()).map_err(|e| e.kind()))
+            })
+        })
+        .collect();
+    let mut results = Vec::new();
+    for call in calls {
+        results.push(call.await?);
+    }
+    server.resume();
+    for (took, result) in results {
+        assert_eq!(result, Err(StoreErrorKind::Timeout));
+        assert!(
+            took >= DEADLINE && took <= DEADLINE + SLACK,
+            "took {took:?}"
+        );
+    }
+    // Resumed: answers come back.
+    let resumed = Instant::now();
+    while limiter.check("api", &key, 1).await.is_err() {
+        assert!(
+            resumed.elapsed() < Duration::from_secs(2),
+            "no answer after SIGCONT"
+        );
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_read_only_replica_is_unavailable() -> TestResult {
+    let primary = RedisServer::start();
+    let replica = RedisServer::start();
+    replica.cli(&["REPLICAOF", "127.0.0.1", &primary.port().to_string()]);
+    let store = RedisStore::from_url(&replica.url())?.deadline(Duration::from_secs(5))?;
+    let policy = Policy::new("api", Quota::per_second(5))?;
+    let key = Key::from("alice");
+    let err = store
+        .acquire(&[Charge {
+            policy: &policy,
+            key: &key,
+            cost: 1,
+        }])
+        .await
+        .expect_err("a replica refuses writes");
+    assert_eq!(err.kind(), StoreErrorKind::Unavailable, "{err}");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fallback_serves_from_memory_while_redis_is_down_and_returns() -> TestResult {
+    let mut server = RedisServer::start();
+    let redis = store(&server);
+    let fallback =
+        Fallback::new(redis.clone(), MemoryStore::new()).probe_interval(Duration::from_millis(100));
+    let limiter = limiter(fallback.clone());
+    let policy = limiter.policy("api").ok_or("policy")?.clone();
+    let key = Key::from("alice");
+    assert!(limiter.check("api", &key, 1).await?.allowed);
+    assert!(fallback.serving_primary());
+
+    server.kill();
+    for _ in 0..20 {
+        let started = Instant::now();
+        let decision = limiter.check("api", &key, 1).await?; // never an error
+        assert!(decision.allowed);
+        assert!(started.elapsed() <= DEADLINE + SLACK);
+    }
+    assert!(!fallback.serving_primary());
+
+    server.restart();
+    let restarted = Instant::now();
+    while !fallback.serving_primary() {
+        limiter.check("api", &key, 1).await?;
+        assert!(
+            restarted.elapsed() < Duration::from_secs(1),
+            "still on the insurance store"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // Back on Redis: the state lives there again.
+    limiter.check("api", &key, 1).await?;
+    let name = redis.state_key(&policy, &key);
+    assert_eq!(server.cli(&["EXISTS", &name]), "1");
+    Ok(())
+}

@@ -1,0 +1,26 @@
+//! The hand-computed scenario tables (`tests/support/scenarios.rs`) on a real local
+//! three-master Redis Cluster, with an injected clock: the same answers as the memory
+//! store, field by field.
+
+mod support {
+    pub(crate) mod redis_cluster;
+    pub(crate) mod redis_server;
+    pub(crate) mod scenarios;
+}
+
+use support::redis_cluster::shared_cluster;
+use support::redis_server::unique_prefix;
+use tollgate::{ManualClock, RedisStore};
+
+fn store(clock: ManualClock) -> RedisStore {
+    RedisStore::from_cluster_urls(shared_cluster().urls())
+        .expect("valid urls")
+        .prefix(&unique_prefix("scenario"))
+        .block_cache(0)
+        // Generous: these tests check answers, not speed, on a possibly busy machine.
+        .deadline(std::time::Duration::from_secs(5))
+        .expect("a deadline")
+        .with_clock(clock)
+}
+
+support::scenarios::scenario_tests!(store);

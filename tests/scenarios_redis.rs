@@ -1,0 +1,26 @@
+//! The hand-computed scenario tables (`tests/support/scenarios.rs`) on a private
+//! standalone Redis, with an injected clock: the same answers as the memory store,
+//! field by field.
+
+mod support {
+    pub(crate) mod redis_server;
+    pub(crate) mod scenarios;
+}
+
+use support::redis_server::{shared_server, unique_prefix};
+use tollgate::{ManualClock, RedisStore};
+
+/// The blocked-key cache is off: the tables pin what the store itself answers (a
+/// table may refund a denied key and ask again at the same instant).
+fn store(clock: ManualClock) -> RedisStore {
+    RedisStore::from_url(&shared_server().url())
+        .expect("a valid url")
+        .prefix(&unique_prefix("scenario"))
+        .block_cache(0)
+        // Generous: these tests check answers, not speed, on a possibly busy machine.
+        .deadline(std::time::Duration::from_secs(5))
+        .expect("a deadline")
+        .with_clock(clock)
+}
+
+support::scenarios::scenario_tests!(store);

@@ -1,0 +1,259 @@
+//! Private `redis-server` processes for tests: an ephemeral port, a temporary
+//! directory, no persistence, killed on drop. Never the server on 6379.
+//!
+//! Each server runs under a small `sh` watchdog that holds a pipe from the test
+//! process: when the test process exits, even without running destructors (servers
+//! kept in statics), the pipe closes and the watchdog kills its server.
+
+#![allow(dead_code)]
+
+use std::fmt::Write as _;
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::thread::sleep;
+use std::time::{Duration, Instant};
+
+use tempfile::TempDir;
+
+/// One private redis-server.
+#[derive(Debug)]
+pub(crate) struct RedisServer {
+    port: u16,
+    dir: TempDir,
+    extra: Vec<String>,
+    watchdog: Option<Child>,
+    pid: u32,
+}
+
+/// A port nobody listens on now (and, for cluster nodes, whose bus port +10000 is free).
+pub(crate) fn free_port(with_bus: bool) -> u16 {
+    for _ in 0..200 {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral port");
+        let port = listener.local_addr().expect("local addr").port();
+        if port == 6379 {
+            continue;
+        }
+        if with_bus {
+            let Some(bus) = port.checked_add(10_000) else {
+                continue;
+            };
+            if TcpListener::bind(("127.0.0.1", bus)).is_err() {
+                continue;
+            }
+        }
+        return port;
+    }
+    panic!("no free port found");
+}
+
+impl RedisServer {
+    /// Starts a standalone server.
+    pub(crate) fn start() -> Self {
+        Self::start_with(&[])
+    }
+
+    /// Starts a server with extra `redis-server` arguments (e.g. cluster mode).
+    pub(crate) fn start_with(extra: &[&str]) -> Self {
+        let with_bus = extra.contains(&"--cluster-enabled");
+        let dir = tempfile::tempdir().expect("temp dir for redis-server");
+        let mut server = Self {
+            port: 0,
+            dir,
+            extra: extra.iter().map(|s| (*s).to_owned()).collect(),
+            watchdog: None,
+            pid: 0,
+        };
+        // A probed port can be taken by someone else before the server binds it: try
+        // a few.
+        for _ in 0..5 {
+            server.port = free_port(with_bus);
+            if server.spawn() {
+                return server;
+            }
+            server.kill();
+        }
+        panic!("redis-server did not start (is it installed? scripts/test installs it)");
+    }
+
+    /// Starts the server on `self.port`; false if it does not answer within 10 s.
+    fn spawn(&mut self) -> bool {
+        let port = self.port.to_string();
+        let mut args: Vec<String> = vec![
+            "--port".into(),
+            port,
+            "--bind".into(),
+            "127.0.0.1".into(),
+            "--save".into(),
+            String::new(),
+            "--appendonly".into(),
+            "no".into(),
+            "--dir".into(),
+            self.dir.path().display().to_string(),
+            "--daemonize".into(),
+            "no".into(),
+            "--loglevel".into(),
+            "warning".into(),
+        ];
+        args.extend(self.extra.iter().cloned());
+        // `read` returns when the test process's end of the pipe closes.
+        let script =
+            "redis-server \"$@\" >/dev/null 2>&1 & pid=$!; read _; kill -9 $pid 2>/dev/null; wait";
+        let child = Command::new("sh")
+            .arg("-c")
+            .arg(script)
+            .arg("sh")
+            .args(&args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn redis-server (is it installed? scripts/test installs it)");
+        self.watchdog = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let pid = self.try_command(&["INFO", "server"]).and_then(|info| {
+                info.lines()
+                    .find_map(|l| l.strip_prefix("process_id:"))
+                    .and_then(|p| p.trim().parse().ok())
+            });
+            if let Some(pid) = pid {
+                self.pid = pid;
+                return true;
+            }
+            if Instant::now() >= deadline {
+                return false;
+            }
+            sleep(Duration::from_millis(20));
+        }
+    }
+
+    pub(crate) fn port(&self) -> u16 {
+        self.port
+    }
+
+    pub(crate) fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    pub(crate) fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    pub(crate) fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    /// Runs one command through `redis-cli` and returns its output.
+    pub(crate) fn cli(&self, args: &[&str]) -> String {
+        cli(self.port, args)
+    }
+
+    /// Sends a raw RESP command over TCP; `None` if the server does not answer.
+    fn try_command(&self, args: &[&str]) -> Option<String> {
+        let mut stream = TcpStream::connect(("127.0.0.1", self.port)).ok()?;
+        stream
+            .set_read_timeout(Some(Duration::from_millis(500)))
+            .ok()?;
+        let mut request = format!("*{}\r\n", args.len());
+        for arg in args {
+            let _ = write!(request, "${}\r\n{arg}\r\n", arg.len());
+        }
+        stream.write_all(request.as_bytes()).ok()?;
+        let mut reply = Vec::new();
+        let mut buf = [0_u8; 4096];
+        loop {
+            match stream.read(&mut buf) {
+                Ok(n) if n > 0 => {
+                    reply.extend_from_slice(&buf[..n]);
+                    if reply.ends_with(b"\r\n") && reply.len() > 8 {
+                        break;
+                    }
+                }
+                _ => break,
+            }
+        }
+        let text = String::from_utf8_lossy(&reply).into_owned();
+        (!text.is_empty() && !text.starts_with('-')).then_some(text)
+    }
+
+    /// SIGKILL: the server dies at once, connections drop.
+    pub(crate) fn kill(&mut self) {
+        signal("KILL", self.pid);
+        self.pid = 0;
+        if let Some(mut watchdog) = self.watchdog.take() {
+            drop(watchdog.stdin.take());
+            let _ = watchdog.wait();
+        }
+    }
+
+    /// Starts the server again on the same port and directory.
+    pub(crate) fn restart(&mut self) {
+        self.kill();
+        assert!(
+            self.spawn(),
+            "redis-server did not restart on port {}",
+            self.port
+        );
+    }
+
+    /// SIGSTOP: the server stops answering but keeps its connections.
+    pub(crate) fn pause(&self) {
+        signal("STOP", self.pid);
+    }
+
+    /// SIGCONT.
+    pub(crate) fn resume(&self) {
+        signal("CONT", self.pid);
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        signal("CONT", self.pid);
+        self.kill();
+    }
+}
+
+fn signal(name: &str, pid: u32) {
+    if pid == 0 {
+        return;
+    }
+    let _ = Command::new("kill")
+        .arg(format!("-{name}"))
+        .arg(pid.to_string())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status();
+}
+
+/// `redis-cli -p <port> <args>`.
+pub(crate) fn cli(port: u16, args: &[&str]) -> String {
+    let out = Command::new("redis-cli")
+        .arg("-p")
+        .arg(port.to_string())
+        .args(args)
+        .output()
+        .expect("run redis-cli");
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+/// One server shared by every test of a test binary (each test uses its own prefix).
+pub(crate) fn shared_server() -> &'static RedisServer {
+    static SERVER: OnceLock<RedisServer> = OnceLock::new();
+    SERVER.get_or_init(RedisServer::start)
+}
+
+/// A key prefix no other test in this process uses.
+pub(crate) fn unique_prefix(name: &str) -> String {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    format!("test{}-{name}", NEXT.fetch_add(1, Ordering::Relaxed))
+}
+
+/// Where the binaries are: the directory of the temp dir, for diagnostics.
+pub(crate) fn data_dir(server: &RedisServer) -> PathBuf {
+    server.dir().to_path_buf()
+}
