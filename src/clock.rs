@@ -4,7 +4,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// A source of "now", as time since the Unix epoch.
 ///
@@ -25,14 +25,29 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 pub trait Clock: Send + Sync + fmt::Debug + 'static {
     /// The current time since the Unix epoch.
     fn now(&self) -> Duration;
+
+    /// The current time in whole microseconds since the Unix epoch, the unit every
+    /// algorithm uses. Override it when the clock can answer without building a
+    /// `Duration` (it is read on every decision).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{Clock, ManualClock};
+    /// assert_eq!(ManualClock::new(Duration::from_millis(1500)).now_micros(), 1_500_000);
+    /// ```
+    fn now_micros(&self) -> u64 {
+        micros_of(self.now())
+    }
 }
 
 /// The real clock: monotonic, anchored once to the Unix epoch.
 ///
-/// The first reading pairs a monotonic [`Instant`] with the wall clock; every later
+/// The first reading pairs a monotonic instant with the wall clock; every later
 /// reading adds the monotonic time elapsed since. Wall-clock steps (NTP, an operator)
 /// therefore never move it backwards, while processes started on machines with
-/// synchronised clocks still agree on window edges.
+/// synchronised clocks still agree on window edges. The monotonic source is the CPU's
+/// invariant time-stamp counter where available (a few nanoseconds per reading, via
+/// `quanta`), the OS monotonic clock otherwise.
 ///
 /// ```
 /// use tollgate::{Clock, SystemClock};
@@ -44,20 +59,40 @@ pub trait Clock: Send + Sync + fmt::Debug + 'static {
 #[derive(Debug, Clone, Copy, Default)]
 pub struct SystemClock;
 
-fn anchor() -> &'static (Instant, Duration) {
-    static ANCHOR: OnceLock<(Instant, Duration)> = OnceLock::new();
+/// The monotonic source and the epoch time of its first reading.
+struct Anchor {
+    source: quanta::Clock,
+    start: quanta::Instant,
+    start_since_epoch_us: u64,
+}
+
+fn anchor() -> &'static Anchor {
+    static ANCHOR: OnceLock<Anchor> = OnceLock::new();
     ANCHOR.get_or_init(|| {
+        let source = quanta::Clock::new();
+        let start = source.now();
         let since_epoch = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .unwrap_or(Duration::ZERO);
-        (Instant::now(), since_epoch)
+        Anchor {
+            source,
+            start,
+            start_since_epoch_us: micros_of(since_epoch),
+        }
     })
 }
 
 impl Clock for SystemClock {
     fn now(&self) -> Duration {
-        let (instant, since_epoch) = anchor();
-        *since_epoch + instant.elapsed()
+        Duration::from_micros(self.now_micros())
+    }
+
+    fn now_micros(&self) -> u64 {
+        let anchor = anchor();
+        let elapsed = anchor.source.now().duration_since(anchor.start);
+        anchor.start_since_epoch_us
+            + elapsed.as_secs() * 1_000_000
+            + u64::from(elapsed.subsec_micros())
     }
 }
 
@@ -128,7 +163,11 @@ impl ManualClock {
 
 impl Clock for ManualClock {
     fn now(&self) -> Duration {
-        Duration::from_micros(self.micros.load(Ordering::SeqCst))
+        Duration::from_micros(self.now_micros())
+    }
+
+    fn now_micros(&self) -> u64 {
+        self.micros.load(Ordering::SeqCst)
     }
 }
 
@@ -152,5 +191,5 @@ pub(crate) const MAX_NOW_MICROS: u64 = 10_000_000_000_000_000;
 /// A reading past [`MAX_NOW_MICROS`] (a broken clock, a test's `Duration::MAX`) is read
 /// as that instant: time saturates there rather than overflowing.
 pub(crate) fn now_micros(clock: &dyn Clock) -> u64 {
-    micros_of(clock.now()).min(MAX_NOW_MICROS)
+    clock.now_micros().min(MAX_NOW_MICROS)
 }

@@ -1,6 +1,6 @@
 //! [`Policy`]: a named quota, counted by one algorithm.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
@@ -64,9 +64,14 @@ pub struct Policy {
     name: &'static str,
     quota: Quota,
     algorithm: Algorithm,
-    /// Derived from quota and algorithm; `Err` is reported when the limiter is built,
+    /// Derived from quota and algorithm; always usable.
+    params: Params,
+    /// Why the quota does not suit the algorithm, reported when the limiter is built
     /// so that the `algorithm` setter can stay infallible.
-    params: Result<Params, String>,
+    problem: Option<String>,
+    /// Identifies (name, params) process-wide: the memory store finds a policy's
+    /// table by this number instead of comparing names and parameters.
+    table: u32,
     key: Extractor,
     costs: Costs,
     missing_key: MissingKey,
@@ -94,11 +99,15 @@ impl Policy {
             )));
         }
         let algorithm = Algorithm::default();
+        let (params, problem) = Params::new(&quota, algorithm);
+        let name = intern(name);
         Ok(Self {
-            name: intern(name),
+            name,
             quota,
             algorithm,
-            params: Params::new(&quota, algorithm),
+            table: table_id(name, &params),
+            params,
+            problem,
             key: key::global(),
             costs: Costs::new(),
             missing_key: MissingKey::Skip,
@@ -245,7 +254,8 @@ impl Policy {
     #[must_use]
     pub fn algorithm(mut self, algorithm: Algorithm) -> Self {
         self.algorithm = algorithm;
-        self.params = Params::new(&self.quota, algorithm);
+        (self.params, self.problem) = Params::new(&self.quota, algorithm);
+        self.table = table_id(self.name, &self.params);
         self
     }
 
@@ -298,18 +308,24 @@ impl Policy {
         }
     }
 
-    /// Validated parameters; the limiter builder rejects policies whose are invalid.
+    /// The derived parameters (usable even when the limiter builder would refuse the
+    /// policy).
     pub(crate) fn params(&self) -> &Params {
-        match &self.params {
-            Ok(params) => params,
-            Err(_) => unreachable!("policies are validated by LimiterBuilder::build"),
-        }
+        &self.params
+    }
+
+    /// The process-wide number of this policy's (name, parameters).
+    pub(crate) fn table(&self) -> u32 {
+        self.table
     }
 
     pub(crate) fn validate(&self) -> Result<(), ConfigError> {
-        self.params
-            .as_ref()
-            .map_err(|why| ConfigError::new(format!("invalid policy \"{}\": {why}", self.name)))?;
+        if let Some(why) = &self.problem {
+            return Err(ConfigError::new(format!(
+                "invalid policy \"{}\": {why}",
+                self.name
+            )));
+        }
         self.costs.validate(self.name, self.capacity())
     }
 }
@@ -326,6 +342,18 @@ impl fmt::Debug for Policy {
             .field("count_when", &self.count_when.is_some())
             .finish_non_exhaustive()
     }
+}
+
+/// Numbers each distinct (name, parameters) once per process; equal policies built
+/// by different limiters get the same number, so they share state in one store.
+fn table_id(name: &'static str, params: &Params) -> u32 {
+    static TABLES: OnceLock<Mutex<HashMap<(&'static str, Params), u32>>> = OnceLock::new();
+    let mut tables = TABLES
+        .get_or_init(Mutex::default)
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner);
+    let next = u32::try_from(tables.len()).unwrap_or(u32::MAX);
+    *tables.entry((name, *params)).or_insert(next)
 }
 
 /// Policy names live for the whole program: decisions carry them as `&'static str`,

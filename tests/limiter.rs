@@ -315,3 +315,34 @@ fn extreme_rates_do_not_overflow() {
         assert!(d.allowed && d.remaining == 0, "{algorithm}: {d:?}");
     }
 }
+
+#[test]
+fn a_store_answers_a_policy_no_limiter_validated_without_panicking() {
+    // The limiter builder refuses these combinations; a store used directly must
+    // still answer sanely rather than panic.
+    let store = MemoryStore::with_clock(ManualClock::new(BASE));
+    let odd = [
+        Algorithm::SlidingWindowCounters { buckets: 7 },
+        Algorithm::SlidingWindowCounters { buckets: 0 },
+        Algorithm::FixedWindow,
+        Algorithm::TokenBucket,
+    ];
+    for algorithm in odd {
+        let policy = Policy::new(
+            "unchecked",
+            Quota::per_minute(60).with_burst(5).expect("burst"),
+        )
+        .expect("policy")
+        .algorithm(algorithm);
+        let key = Key::from("a");
+        let charge = tollgate::Charge {
+            policy: &policy,
+            key: &key,
+            cost: 1,
+        };
+        let decisions =
+            immediate(tollgate::Store::acquire(&store, &[charge])).expect("memory store");
+        assert!(decisions[0].allowed, "{algorithm}");
+        assert!(decisions[0].remaining < decisions[0].limit, "{algorithm}");
+    }
+}

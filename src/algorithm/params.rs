@@ -39,12 +39,18 @@ pub(crate) struct Params {
 }
 
 impl Params {
-    /// Derives the parameters, or says why the combination is invalid.
-    pub(crate) fn new(quota: &Quota, algorithm: Algorithm) -> Result<Self, String> {
+    /// Derives the parameters and says whether the combination is invalid.
+    ///
+    /// The parameters are always usable, even for an invalid combination (values are
+    /// clamped into range), so a store handed an unvalidated policy answers sanely
+    /// instead of panicking; [`LimiterBuilder::build`](crate::LimiterBuilder::build)
+    /// refuses such policies with the returned message.
+    pub(crate) fn new(quota: &Quota, algorithm: Algorithm) -> (Self, Option<String>) {
         let limit = quota.limit();
         let period_us = quota.period_micros();
+        let mut problem = None;
         if !algorithm.takes_burst() && quota.has_custom_burst() && quota.burst() != limit {
-            return Err(format!(
+            problem = Some(format!(
                 "{algorithm} has capacity equal to the limit; burst {} for quota \"{quota}\" \
                  needs token_bucket, gcra or leaky_bucket",
                 quota.burst()
@@ -59,51 +65,54 @@ impl Params {
         let emission_ns = period_in_ns.div_ceil(u128::from(limit)) as u64;
         let tolerance_ns = u128::from(capacity) * u128::from(emission_ns);
         if algorithm.takes_burst() && tolerance_ns > u128::from(MAX_TOLERANCE_NS) {
-            return Err(format!(
+            problem = Some(format!(
                 "burst {capacity} at quota \"{quota}\" takes more than a century to refill"
             ));
         }
         let g = gcd(limit, period_us);
-        let units_per_token = period_us / g;
-        let units_per_us = limit / g;
-        if algorithm == Algorithm::TokenBucket
-            && u128::from(capacity) * u128::from(units_per_token) > u128::from(MAX_TOKEN_UNITS)
-        {
-            return Err(format!(
-                "quota \"{quota}\" with burst {capacity} is too fine-grained for exact \
-                 token-bucket arithmetic; use a limit that divides the period more evenly"
-            ));
+        let (mut units_per_token, mut units_per_us) = (period_us / g, limit / g);
+        if u128::from(capacity) * u128::from(units_per_token) > u128::from(MAX_TOKEN_UNITS) {
+            if algorithm == Algorithm::TokenBucket {
+                problem = Some(format!(
+                    "quota \"{quota}\" with burst {capacity} is too fine-grained for exact \
+                     token-bucket arithmetic; use a limit that divides the period more evenly"
+                ));
+            }
+            // Usable stand-ins: one unit per token, refilled at the rate rounded up.
+            units_per_token = 1;
+            units_per_us = limit.div_ceil(period_us);
         }
         let (buckets, bucket_us) = match algorithm {
             Algorithm::SlidingWindowCounters { buckets } => {
                 let n = u64::from(buckets);
                 if !(1..=1024).contains(&n) {
-                    return Err(format!(
+                    problem = Some(format!(
                         "sliding_window_counters needs 1 to 1024 buckets, got {buckets}"
                     ));
-                }
-                if !period_us.is_multiple_of(n) {
-                    return Err(format!(
+                } else if !period_us.is_multiple_of(n) {
+                    problem = Some(format!(
                         "{buckets} buckets do not divide the period of quota \"{quota}\" \
                          ({period_us} µs) evenly"
                     ));
                 }
+                let n = n.clamp(1, 1024).min(period_us);
                 (n, period_us / n)
             }
             _ => (1, period_us),
         };
-        Ok(Self {
+        let params = Self {
             algorithm,
             limit,
             period_us,
             capacity,
             emission_ns,
-            tolerance_ns: tolerance_ns.min(u128::from(u64::MAX)) as u64,
+            tolerance_ns: tolerance_ns.min(u128::from(MAX_TOLERANCE_NS)) as u64,
             units_per_token,
             units_per_us,
             buckets,
             bucket_us,
-        })
+        };
+        (params, problem)
     }
 }
 

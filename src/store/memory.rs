@@ -171,8 +171,7 @@ impl MemoryStore {
         let now = self.now();
         let policy = charge.policy;
         let verdict = lock(&self.inner.shards[self.shard_index(charge.key)]).run(
-            policy.name(),
-            policy.params(),
+            policy,
             charge.key,
             now,
             charge.cost,
@@ -198,14 +197,7 @@ impl MemoryStore {
         let mut run = |i: usize, charge: bool| -> Verdict {
             let c = &charges[i];
             let slot = order.binary_search(&shard_of[i]).unwrap_or_default();
-            guards[slot].run(
-                c.policy.name(),
-                c.policy.params(),
-                c.key,
-                now,
-                c.cost,
-                charge,
-            )
+            guards[slot].run(c.policy, c.key, now, c.cost, charge)
         };
         let tentative: Vec<Verdict> = (0..charges.len()).map(|i| run(i, false)).collect();
         let verdicts = if tentative.iter().all(|v| v.allowed) {
@@ -218,7 +210,7 @@ impl MemoryStore {
                     for j in 0..i {
                         let c = &charges[j];
                         let slot = order.binary_search(&shard_of[j]).unwrap_or_default();
-                        guards[slot].refund(c.policy.name(), c.policy.params(), c.key, now, c.cost);
+                        guards[slot].refund(c.policy, c.key, now, c.cost);
                     }
                     let mut denied = tentative;
                     denied[i] = verdict;
@@ -245,8 +237,7 @@ impl MemoryStore {
     pub(crate) fn refund_now(&self, charge: &Charge<'_>) {
         let now = self.now();
         lock(&self.inner.shards[self.shard_index(charge.key)]).refund(
-            charge.policy.name(),
-            charge.policy.params(),
+            charge.policy,
             charge.key,
             now,
             charge.cost,

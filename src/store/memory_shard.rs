@@ -2,17 +2,16 @@
 //! per policy, bounded and swept of idle state as it is used.
 
 use std::collections::HashMap;
-use std::ptr;
 
 use foldhash::fast::RandomState;
 
 use crate::Algorithm;
-use crate::Key;
 use crate::algorithm::{
     self, Params, Rule, Verdict, fixed_window::FixedWindow, gcra::Gcra, leaky_bucket::LeakyBucket,
     sliding_window::SlidingWindow, sliding_window_counters::SlidingWindowCounters,
     sliding_window_log::SlidingWindowLog, token_bucket::TokenBucket,
 };
+use crate::{Key, Policy};
 
 /// How often (µs of store time) a shard drops idle state as it is touched.
 const SWEEP_INTERVAL_US: u64 = 1_000_000;
@@ -97,7 +96,8 @@ impl States {
 }
 
 struct Table {
-    name: &'static str,
+    /// [`Policy::table`]: equal (name, parameters) share a table.
+    id: u32,
     params: Params,
     states: States,
 }
@@ -106,6 +106,9 @@ struct Table {
 pub(crate) struct Shard {
     tables: Vec<Table>,
     capacity: usize,
+    /// States stored across all tables (kept here: summing the tables per decision
+    /// showed up in profiles).
+    entries: usize,
     next_sweep: u64,
     /// The latest instant this shard has seen. Time never runs backwards for the keys
     /// in it: a clock that steps back is treated as standing still here.
@@ -150,6 +153,7 @@ impl Shard {
         Self {
             tables: Vec::new(),
             capacity,
+            entries: 0,
             next_sweep: 0,
             latest: 0,
             hasher,
@@ -157,31 +161,27 @@ impl Shard {
     }
 
     pub(crate) fn len(&self) -> usize {
-        self.tables.iter().map(|t| t.states.len()).sum()
+        self.entries
     }
 
-    fn table_index(&mut self, name: &'static str, params: &Params) -> usize {
-        // Names are interned, so pointer equality is name equality.
-        if let Some(i) = self
-            .tables
-            .iter()
-            .position(|t| ptr::eq(t.name, name) && t.params == *params)
-        {
+    fn table_index(&mut self, policy: &Policy) -> usize {
+        let id = policy.table();
+        if let Some(i) = self.tables.iter().position(|t| t.id == id) {
             return i;
         }
+        let params = *policy.params();
         self.tables.push(Table {
-            name,
-            params: *params,
+            id,
+            params,
             states: States::new(params.algorithm, self.hasher),
         });
         self.tables.len() - 1
     }
 
-    /// Decides `cost` for `key` under the policy (`name`, `params`) at `now`.
+    /// Decides `cost` for `key` under `policy` at `now`.
     pub(crate) fn run(
         &mut self,
-        name: &'static str,
-        params: &Params,
+        policy: &Policy,
         key: &Key,
         now: u64,
         cost: u64,
@@ -191,19 +191,22 @@ impl Shard {
         if floor >= self.next_sweep {
             self.sweep(floor);
         }
-        let index = self.table_index(name, params);
+        let index = self.table_index(policy);
         if charge && cost > 0 && self.len() >= self.capacity && !self.contains(index, key) {
             self.make_room();
         }
         let table = &mut self.tables[index];
-        with_rule!(&mut table.states, |map, R| run_in::<R>(
+        let before = table.states.len();
+        let verdict = with_rule!(&mut table.states, |map, R| run_in::<R>(
             map,
             &table.params,
             key,
             (now, floor),
             cost,
             charge
-        ))
+        ));
+        self.entries += table.states.len() - before;
+        verdict
     }
 
     /// Records `now` and returns the latest instant seen, `max(now, latest)`.
@@ -212,17 +215,10 @@ impl Shard {
         self.latest
     }
 
-    /// Refunds `amount` to `key` under the policy (`name`, `params`) at `now`.
-    pub(crate) fn refund(
-        &mut self,
-        name: &'static str,
-        params: &Params,
-        key: &Key,
-        now: u64,
-        amount: u64,
-    ) {
+    /// Refunds `amount` to `key` under `policy` at `now`.
+    pub(crate) fn refund(&mut self, policy: &Policy, key: &Key, now: u64, amount: u64) {
         let floor = self.advance(now);
-        let index = self.table_index(name, params);
+        let index = self.table_index(policy);
         let table = &mut self.tables[index];
         with_rule!(&mut table.states, |map, R| refund_in::<R>(
             map,
@@ -245,6 +241,7 @@ impl Shard {
             with_rule!(&mut table.states, |map, R| map
                 .retain(|_, s| <R as Rule>::idle_at(p, s) > now));
         }
+        self.entries = self.tables.iter().map(|t| t.states.len()).sum();
     }
 
     /// Frees one slot: the sampled state closest to going idle (an idle one if the
@@ -268,7 +265,9 @@ impl Shard {
         }
         if let Some((_, index, key)) = victim {
             with_rule!(&mut self.tables[index].states, |map, R| {
-                map.remove(&key);
+                if map.remove(&key).is_some() {
+                    self.entries -= 1;
+                }
             });
         }
     }
@@ -283,29 +282,24 @@ mod tests {
     fn a_full_shard_evicts_one_state_per_new_key_between_sweeps() {
         // Regression: a full shard used to sweep itself on every new key, a scan of
         // the whole shard per request under a flood of distinct keys.
-        let params = Params::new(&Quota::per_second(1_000), Algorithm::Gcra).expect("params");
+        let policy = Policy::new("api", Quota::per_second(1_000)).expect("policy");
         let mut shard = Shard::new(4, RandomState::default());
         let start = 10_000_000;
         for i in 0..4_u64 {
-            assert!(
-                shard
-                    .run("api", &params, &Key::from(i), start, 1, true)
-                    .allowed
-            );
+            assert!(shard.run(&policy, &Key::from(i), start, 1, true).allowed);
         }
         // Every state is idle 1 ms later, but the next sweep is due only at
         // `start + 1 s`: before it, a new key evicts one state and leaves the others.
         let before_sweep = start + SWEEP_INTERVAL_US / 2;
         assert!(
             shard
-                .run("api", &params, &Key::from(4_u64), before_sweep, 1, true)
+                .run(&policy, &Key::from(4_u64), before_sweep, 1, true)
                 .allowed
         );
         assert_eq!(shard.len(), 4);
         // The sweep, when due, drops what is idle.
         shard.run(
-            "api",
-            &params,
+            &policy,
             &Key::from(5_u64),
             start + SWEEP_INTERVAL_US,
             0,
