@@ -60,6 +60,8 @@
 //!   idle state by itself.
 //! - [`Key`]s are fixed-size fingerprints: raw API keys and IPs are never stored or
 //!   printed.
+//!
+//! Which algorithm to pick, measured by the `lab` feature: `docs/choosing-an-algorithm.md`.
 
 mod algorithm;
 mod body;
@@ -70,6 +72,8 @@ mod error;
 mod future;
 pub mod headers;
 pub mod key;
+#[cfg(feature = "lab")]
+pub mod lab;
 mod layer;
 mod limiter;
 mod observe;
