@@ -10,6 +10,10 @@
 //! connection, the connection tollgate itself uses. Server time (`TIME`) is used, as
 //! in production; the blocked-key cache is off for these rows.
 //!
+//! Each row also reports Redis's own cost of one script call (`usec_per_call` of
+//! `EVALSHA` in `INFO commandstats`, reset before the row), the figure that bounds
+//! throughput when Redis's single thread is the bottleneck.
+//!
 //! Then the blocked-key cache: one task asks about a denied hot key in a loop, with
 //! the cache on (answered in process) and off (a round trip to be denied).
 //!
@@ -43,6 +47,31 @@ struct Row {
     per_second: f64,
     p50: Duration,
     p99: Duration,
+    /// Server-side µs per `EVALSHA` (`INFO commandstats`).
+    script_us: f64,
+}
+
+/// Resets the server's command statistics before a row.
+async fn reset_stats(admin: &mut redis::aio::MultiplexedConnection) {
+    let _: () = redis::cmd("CONFIG")
+        .arg("RESETSTAT")
+        .query_async(admin)
+        .await
+        .expect("CONFIG RESETSTAT");
+}
+
+/// `usec_per_call` of `EVALSHA` since the last reset.
+async fn script_usec(admin: &mut redis::aio::MultiplexedConnection) -> f64 {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(admin)
+        .await
+        .expect("INFO commandstats");
+    info.lines()
+        .find(|l| l.starts_with("cmdstat_evalsha:"))
+        .and_then(|l| l.split(',').find_map(|f| f.strip_prefix("usec_per_call=")))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(f64::NAN)
 }
 
 /// Runs `TASKS` copies of `call` for `secs`, timing every call.
@@ -83,6 +112,7 @@ where
         per_second: all.len() as f64 / elapsed.as_secs_f64(),
         p50: at(0.50),
         p99: at(0.99),
+        script_us: f64::NAN,
     }
 }
 
@@ -114,65 +144,74 @@ async fn throughput(url: &str, secs: f64) -> Vec<Row> {
         .get_multiplexed_async_connection()
         .await
         .expect("a connection");
+    let mut admin = client
+        .get_multiplexed_async_connection()
+        .await
+        .expect("a connection");
     let script = Arc::new(redis::Script::new("return 1"));
     let keys: Arc<Vec<String>> =
         Arc::new((0..TASKS).map(|i| format!("raw:{{{i:032x}}}")).collect());
-    rows.push(
-        measure(
-            "raw redis-rs EVALSHA (`return 1`)".into(),
-            secs,
-            move |task| {
-                let mut conn = conn.clone();
-                let script = script.clone();
-                let keys = keys.clone();
-                async move {
-                    let _: i64 = script
-                        .key(&keys[task])
-                        .arg(&[0_u64; 9][..])
-                        .invoke_async(&mut conn)
-                        .await
-                        .expect("a reply");
-                }
-            },
-        )
-        .await,
-    );
+    reset_stats(&mut admin).await;
+    let mut row = measure(
+        "raw redis-rs EVALSHA (`return 1`)".into(),
+        secs,
+        move |task| {
+            let mut conn = conn.clone();
+            let script = script.clone();
+            let keys = keys.clone();
+            async move {
+                let _: i64 = script
+                    .key(&keys[task])
+                    .arg(&[0_u64; 9][..])
+                    .invoke_async(&mut conn)
+                    .await
+                    .expect("a reply");
+            }
+        },
+    )
+    .await;
+    row.script_us = script_usec(&mut admin).await;
+    rows.push(row);
 
     // Every request admitted: 10⁶ per 1000 s per key, far more than a run spends.
     let quota = Quota::new(1_000_000, Duration::from_secs(1_000)).expect("a quota");
     for algorithm in ALGORITHMS {
         let limiter = limiter(url, algorithm, quota, 0);
         let keys: Arc<Vec<Key>> = Arc::new((0..TASKS as u64).map(Key::from).collect());
-        rows.push(
-            measure(format!("tollgate {algorithm}"), secs, move |task| {
-                let limiter = limiter.clone();
-                let keys = keys.clone();
-                async move {
-                    let d = limiter
-                        .check("bench", &keys[task], 1)
-                        .await
-                        .expect("a decision");
-                    assert!(d.allowed);
-                }
-            })
-            .await,
-        );
+        reset_stats(&mut admin).await;
+        let mut row = measure(format!("tollgate {algorithm}"), secs, move |task| {
+            let limiter = limiter.clone();
+            let keys = keys.clone();
+            async move {
+                let d = limiter
+                    .check("bench", &keys[task], 1)
+                    .await
+                    .expect("a decision");
+                assert!(d.allowed);
+            }
+        })
+        .await;
+        row.script_us = script_usec(&mut admin).await;
+        rows.push(row);
     }
     rows
 }
 
 fn print_rows(rows: &[Row]) {
-    println!("| calls (64 tasks, 1 redis-server) | decisions/s | vs raw | p50 | p99 |");
-    println!("|---|---:|---:|---:|---:|");
+    println!(
+        "| calls (64 tasks, 1 redis-server) | decisions/s | vs raw | p50 | p99 | script µs/call |"
+    );
+    println!("|---|---:|---:|---:|---:|---:|");
     let raw = rows[0].per_second;
     for row in rows {
         println!(
-            "| {} | {:.0} | {:.2}× | {:.0} µs | {:.0} µs |",
+            "| {} | {:.0} | {:.2}× | {:.0} µs | {:.0} µs | {:.1} |",
             row.name,
             row.per_second,
             row.per_second / raw,
             row.p50.as_secs_f64() * 1e6,
-            row.p99.as_secs_f64() * 1e6
+            row.p99.as_secs_f64() * 1e6,
+            row.script_us
         );
     }
 }

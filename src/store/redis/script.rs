@@ -109,7 +109,7 @@ pub(super) fn invocation<'s>(
     for charge in charges {
         let p = charge.policy.params();
         let state = keys::state_key(prefix, charge.policy, charge.key);
-        // The driver reads keys in order: the log's sorted set follows its hash.
+        // The driver reads keys in order: the log's sorted set follows its state.
         if p.algorithm == Algorithm::SlidingWindowLog {
             let log = keys::log_key(&state);
             inv.key(state).key(log);

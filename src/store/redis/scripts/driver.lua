@@ -9,6 +9,13 @@
 --
 -- Returns 5 integers per charge: allowed (1/0), remaining, reset_after (µs),
 -- retry_after (µs, -1 for none), delay (µs). Durations, never timestamps.
+--
+-- An algorithm either has a `decide(keys, now, ARGV, i, charge)` that makes one whole
+-- decision from its arguments at ARGV[i..] (the algorithms whose state is a few
+-- numbers: a flat function over locals is several times cheaper in Lua than the
+-- steps below, and Lua runs a script's whole body on every call), or the steps
+-- (load, normalize, admits, charge, ...) that `evaluate` combines. Refunds always go
+-- through the steps.
 
 local now = tonumber(ARGV[1])
 if not now then
@@ -17,20 +24,35 @@ if not now then
 end
 local mode = ARGV[2]
 
+-- The common case, one charge decided by an algorithm with a `decide` of its own
+-- (see gcra.lua): straight there, without building the tables below.
+if #ARGV == 11 and mode ~= 'r' then
+  local decide = A[ARGV[3]].decide
+  if decide then
+    return decide(KEYS, now, ARGV, 3, mode == 'a')
+  end
+end
+
 local charges = {}
 local next_key = 1
+-- One charge (the common case) owns every key: no per-charge copy of KEYS.
+local single = #ARGV == 11
 for i = 3, #ARGV, 9 do
   local alg = A[ARGV[i]]
-  local keys = {}
-  for j = 1, alg.nkeys do
-    keys[j] = KEYS[next_key]
-    next_key = next_key + 1
+  local keys = KEYS
+  if not single then
+    keys = {}
+    for j = 1, alg.nkeys do
+      keys[j] = KEYS[next_key]
+      next_key = next_key + 1
+    end
   end
   local x1, x2, x3, x4 = tonumber(ARGV[i + 5]), tonumber(ARGV[i + 6]),
     tonumber(ARGV[i + 7]), tonumber(ARGV[i + 8])
   charges[#charges + 1] = {
     alg = alg,
     keys = keys,
+    argi = i,
     cost = tonumber(ARGV[i + 1]),
     p = {
       limit = tonumber(ARGV[i + 2]),
@@ -55,6 +77,9 @@ end
 -- key), reports durations from `now`.
 local function evaluate(c, charge)
   local alg, p, cost = c.alg, c.p, c.cost
+  if alg.decide then
+    return alg.decide(c.keys, now, ARGV, c.argi, charge)
+  end
   local s = alg.load(c.keys)
   local exists = s ~= nil
   if not exists then
@@ -89,11 +114,7 @@ local function evaluate(c, charge)
     -- No charge, but the key saw a later instant (and the log dropped entries that
     -- left): record it, so that a clock stepping back later stands still here, as
     -- the memory store's floor does. Nothing else is written.
-    if alg.touch then
-      alg.touch(c.keys, p, s)
-    else
-      hset(c.keys[1], 's', s.s)
-    end
+    alg.touch(c.keys, p, s)
   end
   local verdict = { 0, remaining, reset, retry, delay }
   if allowed then

@@ -1,18 +1,68 @@
 -- Fixed window: the Lua twin of src/algorithm/fixed_window.rs.
--- State (hash): w = window index, k = count, s = latest instant seen.
+-- State (string, see prelude.lua): "<s> <w> <k>", s = latest instant seen,
+-- w = window index, k = count.
+
+-- One whole decision (the driver's `evaluate`, specialised, as gcra.lua's): the
+-- state stays in locals. `m` is the latest instant seen, `t` the instant decided at.
+local function fw_decide(keys, now, args, i, charge)
+  local cost, limit = tonumber(args[i + 1]), tonumber(args[i + 2])
+  local period, cap = tonumber(args[i + 3]), tonumber(args[i + 4])
+  local v = redis.call('GET', keys[1])
+  local w, k, floor, tail = 0, 0, 0, nil
+  if v then
+    local s, rest, sw, sk = string.match(v, '^(%S+)( (%S+) (%S+))$')
+    w, k, floor, tail = tonumber(sw), tonumber(sk), tonumber(s), rest
+  end
+  local m = math.max(now, floor)
+  local window = idiv(m, period)
+  if window > w then
+    w = window
+    k = 0
+  end
+  -- A clock behind the stored window stands at the window's start.
+  local t = math.max(m, w * period)
+  local allowed = cost == 0 or (cost <= cap and k + cost <= limit)
+  local retry = -1
+  local window_end = (w + 1) * period
+  if allowed and charge and cost > 0 then
+    k = k + cost
+    redis.call('SET', keys[1], string.format('%.0f %.0f %.0f', m, w, k), 'PX',
+      ttl_ms(math.max(window_end, m), now))
+  else
+    if not allowed and cost <= cap then
+      retry = math.max(window_end - now, 0)
+    end
+    if v and m > floor then
+      -- No charge, but a later instant: record it (see the driver's `evaluate`).
+      redis.call('SET', keys[1], num(m) .. tail, 'KEEPTTL')
+    end
+  end
+  local reset = 0
+  if k > 0 and window_end > t then
+    reset = window_end - now
+  end
+  local verdict = { 0, math.min(math.max(limit - k, 0), cap), reset, retry, 0 }
+  if allowed then
+    verdict[1] = 1
+  end
+  return verdict
+end
 
 A.fixed_window = {
   nkeys = 1,
   load = function(keys)
-    local v = redis.call('HMGET', keys[1], 'w', 'k', 's')
-    if not v[1] then
+    local v = redis.call('GET', keys[1])
+    if not v then
       return nil
     end
-    return { w = tonumber(v[1]), k = tonumber(v[2]), s = tonumber(v[3]) }
+    local s, tail, w, k = string.match(v, '^(%S+)( (%S+) (%S+))$')
+    return { w = tonumber(w), k = tonumber(k), s = tonumber(s), tail = tail }
   end,
   fresh = function()
     return { w = 0, k = 0, s = 0 }
   end,
+  decide = fw_decide,
+  -- The steps below serve refunds.
   normalize = function(p, s, now)
     local w = idiv(now, p.period)
     if w > s.w then
@@ -21,25 +71,6 @@ A.fixed_window = {
     end
     -- A clock behind the stored window stands at the window's start.
     return math.max(now, s.w * p.period)
-  end,
-  admits = function(p, s, _, cost)
-    return s.k + cost <= p.limit
-  end,
-  charge = function(_, s, now, cost)
-    s.k = s.k + cost
-    return now
-  end,
-  remaining = function(p, s)
-    return math.max(p.limit - s.k, 0)
-  end,
-  reset_at = function(p, s, now)
-    if s.k == 0 then
-      return now
-    end
-    return (s.w + 1) * p.period
-  end,
-  retry_at = function(p, s)
-    return (s.w + 1) * p.period
   end,
   refund = function(_, s, _, amount)
     s.k = s.k - math.min(amount, s.k)
@@ -51,7 +82,7 @@ A.fixed_window = {
     return (s.w + 1) * p.period
   end,
   save = function(keys, _, s, ttl)
-    hset(keys[1], 'w', s.w, 'k', s.k, 's', s.s)
-    redis.call('PEXPIRE', keys[1], ttl)
+    redis.call('SET', keys[1], string.format('%.0f %.0f %.0f', s.s, s.w, s.k), 'PX', ttl)
   end,
+  touch = touch_string,
 }

@@ -2,7 +2,8 @@
 -- Nanoseconds since the epoch (~1.7e18) are not exact in a double, so every instant
 -- and duration is a pair (µs, ns) with 0 <= ns < 1000: the TAT, T = (p.t_us, p.t_ns)
 -- and B*T = (p.b_us, p.b_ns), all split in Rust.
--- State (hash): a, b = TAT as (µs, ns) (0, 0 when idle), s = latest instant seen.
+-- State (string, see prelude.lua): "<s> <a> <b>", s = latest instant seen,
+-- (a, b) = TAT as (µs, ns), (0, 0) when idle.
 
 local function ns_norm(us, ns)
   local carry = idiv(ns, 1000)
@@ -38,77 +39,110 @@ local function ns_ceil_us(us, ns)
   return us
 end
 
--- max(TAT, now): where the next charge starts.
-local function gcra_start(s, now)
-  if ns_le(s.a, s.b, now, 0) then
-    return now, 0
-  end
-  return s.a, s.b
-end
-
--- max(TAT, now) + c*T
-local function gcra_end(p, s, now, cost)
-  local s_us, s_ns = gcra_start(s, now)
-  local c_us, c_ns = ns_mul(cost, p.t_us, p.t_ns)
-  return ns_add(s_us, s_ns, c_us, c_ns)
-end
-
 -- Whether n*T <= h.
-local function gcra_fits(p, n, h_us, h_ns)
-  local m_us, m_ns = ns_mul(n, p.t_us, p.t_ns)
+local function gcra_fits(n, t_us, t_ns, h_us, h_ns)
+  local m_us, m_ns = ns_mul(n, t_us, t_ns)
   return ns_le(m_us, m_ns, h_us, h_ns)
+end
+
+-- One whole decision (the driver's `evaluate`, specialised): GCRA's state is three
+-- numbers, so they stay in locals and the call builds no state table and makes no
+-- per-step calls through the algorithm table; this is most of a call's cost in Lua.
+-- `args[i..]` is the charge's arguments (see driver.lua); `queue`: the leaky bucket,
+-- whose admitted request waits until the queue ahead of it has drained.
+local function gcra_decide(keys, now, args, i, charge, queue)
+  local cost, cap = tonumber(args[i + 1]), tonumber(args[i + 4])
+  local t_us, t_ns = tonumber(args[i + 5]), tonumber(args[i + 6])
+  local b_us, b_ns = tonumber(args[i + 7]), tonumber(args[i + 8])
+  local v = redis.call('GET', keys[1])
+  local a, b, floor, tail = 0, 0, 0, nil
+  if v then
+    local s, rest, ta, tb = string.match(v, '^(%S+)( (%S+) (%S+))$')
+    a, b, floor, tail = tonumber(ta), tonumber(tb), tonumber(s), rest
+  end
+  -- max(TAT, now) already treats a clock that went back as standing still; `t` is
+  -- also the latest instant seen.
+  local t = math.max(now, floor)
+  -- Where the next charge starts, max(TAT, t), and ends, + c*T.
+  local st_us, st_ns = a, b
+  if ns_le(a, b, t, 0) then
+    st_us, st_ns = t, 0
+  end
+  local c_us, c_ns = ns_mul(cost, t_us, t_ns)
+  local e_us, e_ns = ns_add(st_us, st_ns, c_us, c_ns)
+  -- max(TAT, t) + c*T <= t + B*T
+  local allowed = cost == 0 or (cost <= cap and ns_le(e_us, e_ns, t + b_us, b_ns))
+  local delay, retry = 0, -1
+  if allowed and charge and cost > 0 then
+    if queue then
+      local served = ns_ceil_us(st_us, st_ns)
+      if served > t then
+        delay = served - now
+      end
+    end
+    -- The new TAT; the next charge starts there (it is >= the old start >= t).
+    a, b = e_us, e_ns
+    st_us, st_ns = e_us, e_ns
+    local until_us = math.max(ns_ceil_us(a, b), t)
+    redis.call('SET', keys[1], string.format('%.0f %.0f %.0f', t, a, b), 'PX',
+      ttl_ms(until_us, now))
+  else
+    if not allowed and cost <= cap then
+      -- max(TAT, t) + c*T - B*T, the instant the same request would fit.
+      retry = math.max(ns_ceil_us(ns_sub(e_us, e_ns, b_us, b_ns)) - now, 0)
+    end
+    if v and t > floor then
+      -- No charge, but a later instant: record it (see the driver's `evaluate`).
+      redis.call('SET', keys[1], num(t) .. tail, 'KEEPTTL')
+    end
+  end
+  -- floor((t + B*T - max(TAT, t)) / T): a double estimate, then corrected with exact
+  -- pair arithmetic (the estimate is off by at most one).
+  local remaining = 0
+  local lim_us, lim_ns = ns_norm(t + b_us, b_ns)
+  if not ns_le(lim_us, lim_ns, st_us, st_ns) then
+    local h_us, h_ns = ns_sub(lim_us, lim_ns, st_us, st_ns)
+    local q = math.floor((h_us * 1000 + h_ns) / (t_us * 1000 + t_ns))
+    while q > 0 and not gcra_fits(q, t_us, t_ns, h_us, h_ns) do
+      q = q - 1
+    end
+    while gcra_fits(q + 1, t_us, t_ns, h_us, h_ns) do
+      q = q + 1
+    end
+    remaining = math.min(q, cap)
+  end
+  local reset = ns_ceil_us(st_us, st_ns)
+  if reset <= t then
+    reset = 0
+  else
+    reset = reset - now
+  end
+  local verdict = { 0, remaining, reset, retry, delay }
+  if allowed then
+    verdict[1] = 1
+  end
+  return verdict
 end
 
 A.gcra = {
   nkeys = 1,
   load = function(keys)
-    local v = redis.call('HMGET', keys[1], 'a', 'b', 's')
-    if not v[1] then
+    local v = redis.call('GET', keys[1])
+    if not v then
       return nil
     end
-    return { a = tonumber(v[1]), b = tonumber(v[2]), s = tonumber(v[3]) }
+    local s, tail, a, b = string.match(v, '^(%S+)( (%S+) (%S+))$')
+    return { a = tonumber(a), b = tonumber(b), s = tonumber(s), tail = tail }
   end,
   fresh = function()
     return { a = 0, b = 0, s = 0 }
   end,
+  decide = function(keys, now, args, i, charge)
+    return gcra_decide(keys, now, args, i, charge, false)
+  end,
+  -- For refunds.
   normalize = function(_, _, now)
-    -- max(TAT, now) already treats a clock that went back as standing still.
     return now
-  end,
-  admits = function(p, s, now, cost)
-    -- max(TAT, now) + c*T <= now + B*T
-    local e_us, e_ns = gcra_end(p, s, now, cost)
-    return ns_le(e_us, e_ns, now + p.b_us, p.b_ns)
-  end,
-  charge = function(p, s, now, cost)
-    s.a, s.b = gcra_end(p, s, now, cost)
-    return now
-  end,
-  remaining = function(p, s, now)
-    -- floor((now + B*T - max(TAT, now)) / T): a double estimate, then corrected with
-    -- exact pair arithmetic (the estimate is off by at most one).
-    local lim_us, lim_ns = ns_norm(now + p.b_us, p.b_ns)
-    local s_us, s_ns = gcra_start(s, now)
-    if ns_le(lim_us, lim_ns, s_us, s_ns) then
-      return 0
-    end
-    local h_us, h_ns = ns_sub(lim_us, lim_ns, s_us, s_ns)
-    local q = math.floor((h_us * 1000 + h_ns) / (p.t_us * 1000 + p.t_ns))
-    while q > 0 and not gcra_fits(p, q, h_us, h_ns) do
-      q = q - 1
-    end
-    while gcra_fits(p, q + 1, h_us, h_ns) do
-      q = q + 1
-    end
-    return q
-  end,
-  reset_at = function(_, s, now)
-    return ns_ceil_us(gcra_start(s, now))
-  end,
-  retry_at = function(p, s, now, cost)
-    -- max(TAT, now) + c*T - B*T, the instant the same request would fit.
-    local e_us, e_ns = gcra_end(p, s, now, cost)
-    return ns_ceil_us(ns_sub(e_us, e_ns, p.b_us, p.b_ns))
   end,
   refund = function(p, s, now, amount)
     -- TAT = max(now, TAT - r*T), saturating: a refund larger than the TAT is idle.
@@ -131,7 +165,7 @@ A.gcra = {
     return ns_ceil_us(s.a, s.b)
   end,
   save = function(keys, _, s, ttl)
-    hset(keys[1], 'a', s.a, 'b', s.b, 's', s.s)
-    redis.call('PEXPIRE', keys[1], ttl)
+    redis.call('SET', keys[1], string.format('%.0f %.0f %.0f', s.s, s.a, s.b), 'PX', ttl)
   end,
+  touch = touch_string,
 }

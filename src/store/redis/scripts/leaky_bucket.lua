@@ -7,8 +7,6 @@ for name, f in pairs(A.gcra) do
   A.leaky_bucket[name] = f
 end
 
-A.leaky_bucket.charge = function(p, s, now, cost)
-  local served = ns_ceil_us(gcra_start(s, now))
-  A.gcra.charge(p, s, now, cost)
-  return served
+A.leaky_bucket.decide = function(keys, now, args, i, charge)
+  return gcra_decide(keys, now, args, i, charge, true)
 end

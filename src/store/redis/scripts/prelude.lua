@@ -1,6 +1,6 @@
--- tollgate: helpers shared by every algorithm. The store sends one script made of this
--- prelude, the seven algorithm files (the Lua twins of src/algorithm/*.rs) and
--- driver.lua, so a request that spans several algorithms is still one round trip.
+-- tollgate: helpers shared by every algorithm. Each script the store sends is this
+-- prelude, the algorithm files it needs (the Lua twins of src/algorithm/*.rs) and
+-- driver.lua (see src/store/redis/script.rs).
 --
 -- Lua numbers are doubles: every integer here stays below 2^53 (the store rejects
 -- policies that could leave that range), and every division goes through `idiv`,
@@ -28,13 +28,12 @@ local function ceil_div(a, b)
   return q
 end
 
--- HSET with every value written as an integer.
-local function hset(key, ...)
-  local args = { ... }
-  for i = 2, #args, 2 do
-    args[i] = num(args[i])
-  end
-  redis.call('HSET', key, unpack(args))
+-- A state is one string of integers, "<s> <field> ...", with `s` (the latest
+-- instant seen) first: one GET reads it and one `SET … PX` writes it with its TTL,
+-- where a hash took HMGET, HSET and PEXPIRE. `tail` is the text after `s`, kept so
+-- that `touch_string` can record a later instant without rewriting the other fields.
+local function touch_string(keys, _, s)
+  redis.call('SET', keys[1], num(s.s) .. s.tail, 'KEEPTTL')
 end
 
 -- Keys outlive the instant they become idle by this much, so that state still

@@ -1,6 +1,6 @@
 -- Sliding window ("sliding tail"): the Lua twin of src/algorithm/sliding_window.rs.
--- State (hash): w = window index, p = previous count, k = current count,
--- s = latest instant seen.
+-- State (string, see prelude.lua): "<s> <w> <p> <k>", s = latest instant seen,
+-- w = window index, p = previous count, k = current count.
 -- The products count * period stay below 2^53: the store rejects larger L * P.
 
 -- floor(count * (P - e) / P)
@@ -16,34 +16,88 @@ local function sw_first_offset(count, room, period)
   return idiv((count - room - 1) * period, count) + 1
 end
 
-local function sw_used(p, s, now)
-  return sw_weighted(s.p, now - s.w * p.period, p.period) + s.k
-end
-
-local function sw_earliest_within(p, s, now, room)
-  local start = s.w * p.period
-  if s.k <= room then
-    local offset = sw_first_offset(s.p, room - s.k, p.period)
-    if offset < p.period then
-      return math.max(now, start + offset)
+-- The earliest instant >= t at which the weighted count is <= room, with nothing
+-- arriving; `start` is the current window's start.
+local function sw_earliest_within(period, start, prev, k, t, room)
+  if k <= room then
+    local offset = sw_first_offset(prev, room - k, period)
+    if offset < period then
+      return math.max(t, start + offset)
     end
   end
   -- Roll into the next window: the current count becomes the previous one.
-  return start + p.period + sw_first_offset(s.k, room, p.period)
+  return start + period + sw_first_offset(k, room, period)
+end
+
+-- One whole decision (the driver's `evaluate`, specialised, as gcra.lua's): the
+-- state stays in locals. `m` is the latest instant seen, `t` the instant decided at.
+local function sw_decide(keys, now, args, i, charge)
+  local cost, limit = tonumber(args[i + 1]), tonumber(args[i + 2])
+  local period, cap = tonumber(args[i + 3]), tonumber(args[i + 4])
+  local v = redis.call('GET', keys[1])
+  local w, prev, k, floor, tail = 0, 0, 0, 0, nil
+  if v then
+    local s, rest, sw, sp, sk = string.match(v, '^(%S+)( (%S+) (%S+) (%S+))$')
+    w, prev, k, floor, tail = tonumber(sw), tonumber(sp), tonumber(sk), tonumber(s), rest
+  end
+  local m = math.max(now, floor)
+  local window = idiv(m, period)
+  if window == w + 1 then
+    prev = k
+    k = 0
+    w = window
+  elseif window > w + 1 then
+    prev = 0
+    k = 0
+    w = window
+  end
+  local start = w * period
+  local t = math.max(m, start)
+  local weighted = sw_weighted(prev, t - start, period)
+  local allowed = cost == 0 or (cost <= cap and weighted + k + cost <= limit)
+  local retry = -1
+  if allowed and charge and cost > 0 then
+    k = k + cost
+    -- k > 0: the count weighs on the next window too.
+    redis.call('SET', keys[1], string.format('%.0f %.0f %.0f %.0f', m, w, prev, k), 'PX',
+      ttl_ms(math.max(start + 2 * period, m), now))
+  else
+    if not allowed and cost <= cap then
+      retry = math.max(sw_earliest_within(period, start, prev, k, t, limit - cost) - now, 0)
+    end
+    if v and m > floor then
+      -- No charge, but a later instant: record it (see the driver's `evaluate`).
+      redis.call('SET', keys[1], num(m) .. tail, 'KEEPTTL')
+    end
+  end
+  local reset = sw_earliest_within(period, start, prev, k, t, 0)
+  if reset <= t then
+    reset = 0
+  else
+    reset = reset - now
+  end
+  local verdict = { 0, math.min(math.max(limit - (weighted + k), 0), cap), reset, retry, 0 }
+  if allowed then
+    verdict[1] = 1
+  end
+  return verdict
 end
 
 A.sliding_window = {
   nkeys = 1,
   load = function(keys)
-    local v = redis.call('HMGET', keys[1], 'w', 'p', 'k', 's')
-    if not v[1] then
+    local v = redis.call('GET', keys[1])
+    if not v then
       return nil
     end
-    return { w = tonumber(v[1]), p = tonumber(v[2]), k = tonumber(v[3]), s = tonumber(v[4]) }
+    local s, tail, w, prev, k = string.match(v, '^(%S+)( (%S+) (%S+) (%S+))$')
+    return { w = tonumber(w), p = tonumber(prev), k = tonumber(k), s = tonumber(s), tail = tail }
   end,
   fresh = function()
     return { w = 0, p = 0, k = 0, s = 0 }
   end,
+  decide = sw_decide,
+  -- The steps below serve refunds.
   normalize = function(p, s, now)
     local w = idiv(now, p.period)
     if w == s.w + 1 then
@@ -56,22 +110,6 @@ A.sliding_window = {
       s.w = w
     end
     return math.max(now, s.w * p.period)
-  end,
-  admits = function(p, s, now, cost)
-    return sw_used(p, s, now) + cost <= p.limit
-  end,
-  charge = function(_, s, now, cost)
-    s.k = s.k + cost
-    return now
-  end,
-  remaining = function(p, s, now)
-    return math.max(p.limit - sw_used(p, s, now), 0)
-  end,
-  reset_at = function(p, s, now)
-    return sw_earliest_within(p, s, now, 0)
-  end,
-  retry_at = function(p, s, now, cost)
-    return sw_earliest_within(p, s, now, p.limit - cost)
   end,
   refund = function(_, s, _, amount)
     local from_current = math.min(amount, s.k)
@@ -87,7 +125,7 @@ A.sliding_window = {
     return 0
   end,
   save = function(keys, _, s, ttl)
-    hset(keys[1], 'w', s.w, 'p', s.p, 'k', s.k, 's', s.s)
-    redis.call('PEXPIRE', keys[1], ttl)
+    redis.call('SET', keys[1], string.format('%.0f %.0f %.0f %.0f', s.s, s.w, s.p, s.k), 'PX', ttl)
   end,
+  touch = touch_string,
 }

@@ -1,6 +1,7 @@
 -- Sliding window counters: the Lua twin of src/algorithm/sliding_window_counters.rs.
--- State (hash): i = newest sub-window index, t = total, s = latest instant seen, and
--- one field per non-zero sub-window count, named by its ring slot (index mod N).
+-- State (string, see prelude.lua): "<s> <i> <t>" then " <slot>:<count>" per non-zero
+-- sub-window count; s = latest instant seen, i = newest sub-window index, t = total,
+-- slot = the sub-window's ring slot (index mod N).
 
 local function swc_count(s, slot)
   return s.c[slot] or 0
@@ -24,18 +25,14 @@ end
 A.sliding_window_counters = {
   nkeys = 1,
   load = function(keys)
-    local v = redis.call('HGETALL', keys[1])
-    if #v == 0 then
+    local v = redis.call('GET', keys[1])
+    if not v then
       return nil
     end
-    local s = { i = 0, t = 0, s = 0, c = {} }
-    for j = 1, #v, 2 do
-      local field, value = v[j], tonumber(v[j + 1])
-      if field == 'i' or field == 't' or field == 's' then
-        s[field] = value
-      else
-        s.c[tonumber(field)] = value
-      end
+    local at, tail, i, t, counts = string.match(v, '^(%S+)( (%S+) (%S+)(.*))$')
+    local s = { i = tonumber(i), t = tonumber(t), s = tonumber(at), c = {}, tail = tail }
+    for slot, count in string.gmatch(counts, ' (%d+):(%d+)') do
+      s.c[tonumber(slot)] = tonumber(count)
     end
     return s
   end,
@@ -97,15 +94,13 @@ A.sliding_window_counters = {
   end,
   save = function(keys, _, s, ttl)
     -- Rewritten whole: sub-windows that left or were refunded to zero disappear.
-    redis.call('DEL', keys[1])
-    local args = { 'i', s.i, 't', s.t, 's', s.s }
+    local parts = { string.format('%.0f %.0f %.0f', s.s, s.i, s.t) }
     for slot, count in pairs(s.c) do
       if count > 0 then
-        args[#args + 1] = num(slot)
-        args[#args + 1] = count
+        parts[#parts + 1] = string.format('%.0f:%.0f', slot, count)
       end
     end
-    hset(keys[1], unpack(args))
-    redis.call('PEXPIRE', keys[1], ttl)
+    redis.call('SET', keys[1], table.concat(parts, ' '), 'PX', ttl)
   end,
+  touch = touch_string,
 }

@@ -1,11 +1,12 @@
 -- Sliding window log: the Lua twin of src/algorithm/sliding_window_log.rs.
--- State: keys[1] (hash) t = total cost, s = latest instant seen (the log's `last`);
+-- State: keys[1] (string, see prelude.lua) "<s> <t>", s = latest instant seen (the
+-- log's `last`), t = total cost;
 -- keys[2] (sorted set) one member per admission instant, "<instant>:<cost>", scored
 -- by the instant. One member per instant keeps members unique: a charge at the
 -- instant of the newest entry joins it, as in the Rust twin.
 --
 -- A call reads only what it needs: the newest entry and the entries that just left
--- (the total is kept in the hash). The whole log is read only to compute a denial's
+-- (the total is kept in keys[1]). The whole log is read only to compute a denial's
 -- retry or to refund, so an admitted request costs the same however long the log is.
 
 local function swl_parse(member)
@@ -41,11 +42,12 @@ end
 A.sliding_window_log = {
   nkeys = 2,
   load = function(keys)
-    local v = redis.call('HMGET', keys[1], 't', 's')
-    if not v[1] then
+    local v = redis.call('GET', keys[1])
+    if not v then
       return nil
     end
-    local s = { keys = keys, t = tonumber(v[1]), s = tonumber(v[2]), del = {}, add = {},
+    local at, total = string.match(v, '^(%S+) (%S+)$')
+    local s = { keys = keys, t = tonumber(total), s = tonumber(at), del = {}, add = {},
       trim = nil, floor_at = -1 }
     local newest = redis.call('ZRANGE', keys[2], -1, -1)
     if #newest > 0 then
@@ -144,7 +146,7 @@ A.sliding_window_log = {
     return 0
   end,
   -- Applies the trim and the changed entries; the set is never rewritten whole.
-  touch = function(keys, _, s)
+  apply = function(keys, s)
     if s.trim then
       redis.call('ZREMRANGEBYSCORE', keys[2], '-inf', num(s.trim))
     end
@@ -159,11 +161,14 @@ A.sliding_window_log = {
       end
       redis.call('ZADD', keys[2], unpack(args))
     end
-    hset(keys[1], 't', s.t, 's', s.s)
   end,
-  save = function(keys, p, s, ttl)
-    A.sliding_window_log.touch(keys, p, s)
-    redis.call('PEXPIRE', keys[1], ttl)
+  touch = function(keys, _, s)
+    A.sliding_window_log.apply(keys, s)
+    redis.call('SET', keys[1], string.format('%.0f %.0f', s.s, s.t), 'KEEPTTL')
+  end,
+  save = function(keys, _, s, ttl)
+    A.sliding_window_log.apply(keys, s)
+    redis.call('SET', keys[1], string.format('%.0f %.0f', s.s, s.t), 'PX', ttl)
     if s.newest then
       redis.call('PEXPIRE', keys[2], ttl)
     end
