@@ -317,3 +317,29 @@ async fn blocked_keys_are_denied_locally_until_their_retry() -> TestResult {
     assert_eq!(store.blocked_keys(), 0);
     Ok(())
 }
+
+#[tokio::test]
+async fn a_store_with_another_prefix_does_not_share_cached_denials() -> TestResult {
+    let server = RedisServer::start();
+    let first = RedisStore::from_url(&server.url())?.prefix("first");
+    let second = first.clone().prefix("second");
+    let build = |store: RedisStore| {
+        Limiter::builder()
+            .policy(Policy::new("api", Quota::per_day(1)).expect("policy"))
+            .store(store)
+            .build()
+            .expect("limiter")
+    };
+    let (a, b) = (build(first), build(second));
+    let key = Key::from("alice");
+    assert!(a.check("api", &key, 1).await?.allowed);
+    assert!(
+        !a.check("api", &key, 1).await?.allowed,
+        "spent, and now cached"
+    );
+    assert!(
+        b.check("api", &key, 1).await?.allowed,
+        "another key space starts fresh"
+    );
+    Ok(())
+}

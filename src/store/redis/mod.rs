@@ -197,6 +197,12 @@ impl RedisStore {
     #[must_use]
     pub fn prefix(mut self, prefix: &str) -> Self {
         self.prefix = Arc::from(keys::escape(prefix));
+        // Denials cached for one key space must not answer for another: a store with
+        // its own prefix gets its own cache (clones with the same prefix share one).
+        self.cache = self
+            .cache
+            .as_ref()
+            .map(|cache| Arc::new(BlockCache::new(cache.max_keys())));
         self
     }
 
