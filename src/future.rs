@@ -22,7 +22,7 @@ use crate::response::{
     GrpcContentType, RejectReason, RejectionInfo, grpc_http_status, grpc_response,
 };
 use crate::store::StoreFuture;
-use crate::{Decision, Decisions, FailMode, Key, RateLimitBody, StoreError};
+use crate::{Decision, Decisions, FailMode, Key, RateLimitBody, Rejection, StoreError};
 
 /// (policy index, key, cost) of each policy checked for a request.
 type Checks = Vec<(usize, Key, u64)>;
@@ -304,15 +304,24 @@ fn rejection(
 ) -> Response<Bytes> {
     let mut response = match grpc {
         Some(content_type) => grpc_response(info, content_type),
-        None => shared.rejection.http_response(info),
-    };
-    let mut headers = HeaderMap::new();
-    shared.headers.write(decisions, &mut headers);
-    for (name, value) in headers {
-        if let Some(name) = name {
-            response.headers_mut().entry(name).or_insert(value);
+        None if !matches!(shared.rejection, Rejection::Custom(_)) => {
+            shared.rejection.http_response(info)
         }
-    }
+        None => {
+            // A custom response keeps any rate-limit header it set itself.
+            let mut response = shared.rejection.http_response(info);
+            let mut headers = HeaderMap::new();
+            shared.headers.write(decisions, &mut headers);
+            for (name, value) in headers {
+                if let Some(name) = name {
+                    response.headers_mut().entry(name).or_insert(value);
+                }
+            }
+            return response;
+        }
+    };
+    // The built-in rejections set no rate-limit header: write them straight in.
+    shared.headers.write(decisions, response.headers_mut());
     response
 }
 
