@@ -4,6 +4,8 @@
 //! metadata and from the TCP peer (tonic's `TcpConnectInfo`), and the exact wire shape
 //! of a rejection (trailers-only HTTP 200).
 
+#[path = "support/broken_store.rs"]
+mod broken_store;
 #[path = "support/grpc.rs"]
 mod grpc_support;
 
@@ -11,6 +13,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
+use broken_store::BrokenStore;
 use bytes::{BufMut, Bytes, BytesMut};
 use grpc_support::{GrpcServer, Ping, ping};
 use http_body_util::{BodyExt, Full};
@@ -18,8 +21,7 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use prost::Message as _;
 use tollgate::{
-    Algorithm, Charge, Decision, FailMode, Limiter, ManualClock, MemoryStore, Policy, Quota,
-    RateLimitLayer, Store, StoreError, StoreErrorKind, StoreFuture, key,
+    Algorithm, FailMode, Limiter, ManualClock, MemoryStore, Policy, Quota, RateLimitLayer, key,
 };
 use tonic::codegen::tokio_stream::{self, StreamExt as _};
 use tonic::{Code, Status};
@@ -243,26 +245,6 @@ async fn a_rejection_is_a_trailers_only_http_200_on_the_wire() {
     );
     assert_eq!(collected.to_bytes(), Bytes::new());
     assert_eq!(server.counts.calls(), 1);
-}
-
-/// A store that always fails, to exercise the fail modes.
-#[derive(Debug)]
-struct BrokenStore(Arc<AtomicUsize>);
-
-impl Store for BrokenStore {
-    fn acquire<'a>(&'a self, _: &'a [Charge<'a>]) -> StoreFuture<'a, Vec<Decision>> {
-        self.0.fetch_add(1, Ordering::SeqCst);
-        Box::pin(async {
-            Err(StoreError::new(
-                StoreErrorKind::Connection,
-                "down for the test",
-            ))
-        })
-    }
-
-    fn refund<'a>(&'a self, _: Charge<'a>) -> StoreFuture<'a, ()> {
-        Box::pin(async { Ok(()) })
-    }
 }
 
 #[tokio::test]

@@ -2,6 +2,8 @@
 //! codes, exact header bytes, shared quota, all-or-nothing, refunds, shadow mode and
 //! failure modes.
 
+#[path = "support/broken_store.rs"]
+mod broken_store;
 #[path = "support/http.rs"]
 mod http_support;
 
@@ -11,14 +13,14 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::routing::{get, post};
+use broken_store::BrokenStore;
 use bytes::Bytes;
 use http::{Request, StatusCode};
 use http_body_util::Full;
 use http_support::Server;
 use tollgate::{
-    Algorithm, Charge, Decision, Decisions, FailMode, HeaderStyle, Key, Limiter, ManualClock,
-    MemoryStore, Policy, Quota, RateLimitLayer, Rejection, ResetFormat, Store, StoreError,
-    StoreErrorKind, StoreFuture, key,
+    Algorithm, Decision, Decisions, FailMode, HeaderStyle, Key, Limiter, ManualClock, MemoryStore,
+    Policy, Quota, RateLimitLayer, Rejection, ResetFormat, key,
 };
 
 const BASE: Duration = Duration::from_secs(1_699_920_000);
@@ -432,26 +434,6 @@ async fn futures_join(server: &Arc<Server>, n: usize) -> Vec<StatusCode> {
         statuses.push(task.await.expect("task"));
     }
     statuses
-}
-
-/// A store that always fails, to exercise the fail modes.
-#[derive(Debug)]
-struct BrokenStore(Arc<AtomicUsize>);
-
-impl Store for BrokenStore {
-    fn acquire<'a>(&'a self, _: &'a [Charge<'a>]) -> StoreFuture<'a, Vec<Decision>> {
-        self.0.fetch_add(1, Ordering::Relaxed);
-        Box::pin(async {
-            Err(StoreError::new(
-                StoreErrorKind::Connection,
-                "down for the test",
-            ))
-        })
-    }
-
-    fn refund<'a>(&'a self, _: Charge<'a>) -> StoreFuture<'a, ()> {
-        Box::pin(async { Ok(()) })
-    }
 }
 
 #[tokio::test]

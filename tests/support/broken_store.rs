@@ -1,0 +1,27 @@
+//! A store that always fails, to exercise the layer's fail modes. Not a mock of any
+//! backend: a deliberately broken `Store`, counting how often it was asked.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use tollgate::{Charge, Decision, Store, StoreError, StoreErrorKind, StoreFuture};
+
+/// Fails every `acquire` with a connection error; counts the calls in its `Arc`.
+#[derive(Debug)]
+pub(crate) struct BrokenStore(pub(crate) Arc<AtomicUsize>);
+
+impl Store for BrokenStore {
+    fn acquire<'a>(&'a self, _: &'a [Charge<'a>]) -> StoreFuture<'a, Vec<Decision>> {
+        self.0.fetch_add(1, Ordering::SeqCst);
+        Box::pin(async {
+            Err(StoreError::new(
+                StoreErrorKind::Connection,
+                "down for the test",
+            ))
+        })
+    }
+
+    fn refund<'a>(&'a self, _: Charge<'a>) -> StoreFuture<'a, ()> {
+        Box::pin(async { Ok(()) })
+    }
+}
