@@ -1,5 +1,6 @@
 //! `RedisStore` on a real local Redis Cluster: batches whose keys live on different
 //! slots, hash tags, and a master failing over (exactness: `tests/redis_exactness.rs`).
+#![cfg(feature = "redis")]
 
 mod support {
     pub(crate) mod redis_cluster;

@@ -1,6 +1,7 @@
 //! Exactness through Redis: four limiter instances (four "processes", each with its
 //! own connection) × 64 tasks hammer one key; the admitted cost equals the
 //! algorithm's bound exactly, never one more.
+#![cfg(feature = "redis")]
 
 mod support {
     pub(crate) mod redis_cluster;

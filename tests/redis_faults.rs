@@ -2,6 +2,7 @@
 //! stopped one (SIGSTOP), a read-only replica, and `Fallback` riding it out. Every
 //! call must come back, as a decision or a `StoreError`, within the deadline (plus
 //! generous slack for a busy test machine): never a panic, never a hang.
+#![cfg(feature = "redis")]
 
 mod support {
     pub(crate) mod redis_server;

@@ -1,6 +1,7 @@
 //! `RedisStore` against a private redis-server: the same answers as the memory store
 //! on random sequences, keys and TTLs, batches, refunds, validation and the blocked-key
 //! cache.
+#![cfg(feature = "redis")]
 
 mod support {
     pub(crate) mod redis_server;

@@ -1,6 +1,7 @@
 //! The hand-computed scenario tables (`tests/support/scenarios.rs`) on a real local
 //! three-master Redis Cluster, with an injected clock: the same answers as the memory
 //! store, field by field.
+#![cfg(feature = "redis")]
 
 mod support {
     pub(crate) mod redis_cluster;
