@@ -116,11 +116,7 @@ local function evaluate(c, charge)
     -- the memory store's floor does. Nothing else is written.
     alg.touch(c.keys, p, s)
   end
-  local verdict = { 0, remaining, reset, retry, delay }
-  if allowed then
-    verdict[1] = 1
-  end
-  return verdict
+  return verdict(allowed, remaining, reset, retry, delay)
 end
 
 local function refund(c, amount)

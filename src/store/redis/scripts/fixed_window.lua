@@ -41,22 +41,17 @@ local function fw_decide(keys, now, args, i, charge)
   if k > 0 and window_end > t then
     reset = window_end - now
   end
-  local verdict = { 0, math.min(math.max(limit - k, 0), cap), reset, retry, 0 }
-  if allowed then
-    verdict[1] = 1
-  end
-  return verdict
+  return verdict(allowed, math.min(math.max(limit - k, 0), cap), reset, retry, 0)
 end
 
 A.fixed_window = {
   nkeys = 1,
   load = function(keys)
-    local v = redis.call('GET', keys[1])
-    if not v then
+    local s, tail, w, k = load_two(keys[1])
+    if not s then
       return nil
     end
-    local s, tail, w, k = string.match(v, '^(%S+)( (%S+) (%S+))$')
-    return { w = tonumber(w), k = tonumber(k), s = tonumber(s), tail = tail }
+    return { w = w, k = k, s = s, tail = tail }
   end,
   fresh = function()
     return { w = 0, k = 0, s = 0 }

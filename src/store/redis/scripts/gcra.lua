@@ -117,22 +117,17 @@ local function gcra_decide(keys, now, args, i, charge, queue)
   else
     reset = reset - now
   end
-  local verdict = { 0, remaining, reset, retry, delay }
-  if allowed then
-    verdict[1] = 1
-  end
-  return verdict
+  return verdict(allowed, remaining, reset, retry, delay)
 end
 
 A.gcra = {
   nkeys = 1,
   load = function(keys)
-    local v = redis.call('GET', keys[1])
-    if not v then
+    local s, tail, a, b = load_two(keys[1])
+    if not s then
       return nil
     end
-    local s, tail, a, b = string.match(v, '^(%S+)( (%S+) (%S+))$')
-    return { a = tonumber(a), b = tonumber(b), s = tonumber(s), tail = tail }
+    return { a = a, b = b, s = s, tail = tail }
   end,
   fresh = function()
     return { a = 0, b = 0, s = 0 }

@@ -36,6 +36,23 @@ local function touch_string(keys, _, s)
   redis.call('SET', keys[1], num(s.s) .. s.tail, 'KEEPTTL')
 end
 
+-- Reads a two-field state "<s> <x> <y>" at `key`: the latest instant, the text after
+-- it (for `touch_string`) and the two fields; nil for a key with no state.
+local function load_two(key)
+  local v = redis.call('GET', key)
+  if not v then
+    return nil
+  end
+  local s, tail, x, y = string.match(v, '^(%S+)( (%S+) (%S+))$')
+  return tonumber(s), tail, tonumber(x), tonumber(y)
+end
+
+-- A decision as the store reads it back: allowed (1 or 0), remaining, reset, retry,
+-- delay.
+local function verdict(allowed, remaining, reset, retry, delay)
+  return { allowed and 1 or 0, remaining, reset, retry, delay }
+end
+
 -- Keys outlive the instant they become idle by this much, so that state still
 -- protects a clock that stepped back a little (its `s`, the latest instant seen).
 local SLACK_MS = 1000

@@ -76,11 +76,7 @@ local function sw_decide(keys, now, args, i, charge)
   else
     reset = reset - now
   end
-  local verdict = { 0, math.min(math.max(limit - (weighted + k), 0), cap), reset, retry, 0 }
-  if allowed then
-    verdict[1] = 1
-  end
-  return verdict
+  return verdict(allowed, math.min(math.max(limit - (weighted + k), 0), cap), reset, retry, 0)
 end
 
 A.sliding_window = {

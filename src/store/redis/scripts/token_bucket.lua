@@ -53,22 +53,17 @@ local function tb_decide(keys, now, args, i, charge)
   else
     reset = reset - now
   end
-  local verdict = { 0, math.min(idiv(cap * upt - d, upt), cap), reset, retry, 0 }
-  if allowed then
-    verdict[1] = 1
-  end
-  return verdict
+  return verdict(allowed, math.min(idiv(cap * upt - d, upt), cap), reset, retry, 0)
 end
 
 A.token_bucket = {
   nkeys = 1,
   load = function(keys)
-    local v = redis.call('GET', keys[1])
-    if not v then
+    local s, tail, d, l = load_two(keys[1])
+    if not s then
       return nil
     end
-    local s, tail, d, l = string.match(v, '^(%S+)( (%S+) (%S+))$')
-    return { d = tonumber(d), l = tonumber(l), s = tonumber(s), tail = tail }
+    return { d = d, l = l, s = s, tail = tail }
   end,
   fresh = function()
     return { d = 0, l = 0, s = 0 }
