@@ -346,3 +346,54 @@ fn a_store_answers_a_policy_no_limiter_validated_without_panicking() {
         assert!(decisions[0].remaining < decisions[0].limit, "{algorithm}");
     }
 }
+
+/// A store that is not the memory store (so the limiter reaches it through the
+/// `Store` trait) and that suspends once before answering, as a network store does.
+#[derive(Debug)]
+struct SuspendingStore(MemoryStore);
+
+impl tollgate::Store for SuspendingStore {
+    fn acquire<'a>(
+        &'a self,
+        charges: &'a [tollgate::Charge<'a>],
+    ) -> tollgate::StoreFuture<'a, Vec<tollgate::Decision>> {
+        Box::pin(async move {
+            tokio::task::yield_now().await;
+            self.0.acquire(charges).await
+        })
+    }
+
+    fn refund<'a>(&'a self, charge: tollgate::Charge<'a>) -> tollgate::StoreFuture<'a, ()> {
+        Box::pin(async move {
+            tokio::task::yield_now().await;
+            self.0.refund(charge).await
+        })
+    }
+}
+
+#[tokio::test]
+async fn check_through_a_store_that_suspends_decides_as_the_memory_store_does() {
+    let policy = || Policy::new("api", Quota::per_minute(3)).expect("policy");
+    let clock = ManualClock::new(BASE);
+    let direct = Limiter::builder()
+        .policy(policy())
+        .store(MemoryStore::with_clock(clock.clone()))
+        .build()
+        .expect("limiter");
+    let suspending = Limiter::builder()
+        .policy(policy())
+        .store(SuspendingStore(MemoryStore::with_clock(clock.clone())))
+        .build()
+        .expect("limiter");
+    let key = Key::from("alice");
+    for cost in [1, 0, 2, 1, 0, 3] {
+        let expected = direct.check("api", &key, cost).await.expect("memory store");
+        let got = suspending.check("api", &key, cost).await.expect("store");
+        assert_eq!(got, expected, "cost {cost}");
+    }
+    let unknown = suspending
+        .check("nope", &key, 1)
+        .await
+        .expect_err("unknown policy");
+    assert_eq!(unknown.kind(), StoreErrorKind::UnknownPolicy);
+}

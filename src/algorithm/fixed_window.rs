@@ -25,7 +25,7 @@ impl Rule for FixedWindow {
     type State = State;
 
     fn normalize(p: &Params, s: &mut State, now: u64) -> u64 {
-        let window = now / p.period_us;
+        let window = p.per_period.div(now);
         if window > s.window {
             *s = State { window, count: 0 };
         }

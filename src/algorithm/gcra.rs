@@ -43,7 +43,7 @@ impl Rule for Gcra {
     fn remaining(p: &Params, s: &State, now: u64) -> u64 {
         // floor((now + B·T − TAT) / T)
         let headroom = (now * NS_PER_US + p.tolerance_ns).saturating_sub(start_ns(*s, now));
-        headroom / p.emission_ns
+        p.per_emission.div(headroom)
     }
 
     fn reset_at(_p: &Params, s: &State, now: u64) -> u64 {

@@ -5,6 +5,7 @@
 //! [`refund`] with an explicit `now` in whole microseconds since the Unix epoch. The
 //! Redis store runs a Lua twin of each file (same stem) with the same arithmetic.
 
+mod divisor;
 pub(crate) mod fixed_window;
 pub(crate) mod gcra;
 pub(crate) mod leaky_bucket;
@@ -16,6 +17,7 @@ pub(crate) mod token_bucket;
 
 use std::fmt;
 
+pub(crate) use divisor::Divisor;
 pub(crate) use params::Params;
 
 /// How a policy counts. Every variant works on every store with identical answers.

@@ -5,7 +5,7 @@
 
 use crate::Quota;
 
-use super::Algorithm;
+use super::{Algorithm, Divisor};
 
 /// The longest a fluid algorithm's tolerance (`B·T`) may be: a century, in nanoseconds.
 /// Keeps `TAT = now + B·T` far inside `u64` nanoseconds since the epoch.
@@ -36,6 +36,12 @@ pub(crate) struct Params {
     pub(crate) buckets: u64,
     /// Sliding window counters: sub-window length in microseconds.
     pub(crate) bucket_us: u64,
+    /// Division by `period_us`, `emission_ns`, `units_per_token` and `bucket_us`,
+    /// without a `div` instruction on every decision.
+    pub(crate) per_period: Divisor,
+    pub(crate) per_emission: Divisor,
+    pub(crate) per_token: Divisor,
+    pub(crate) per_bucket: Divisor,
 }
 
 impl Params {
@@ -111,6 +117,10 @@ impl Params {
             units_per_us,
             buckets,
             bucket_us,
+            per_period: Divisor::new(period_us),
+            per_emission: Divisor::new(emission_ns),
+            per_token: Divisor::new(units_per_token),
+            per_bucket: Divisor::new(bucket_us),
         };
         (params, problem)
     }

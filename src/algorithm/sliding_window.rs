@@ -59,7 +59,7 @@ impl Rule for SlidingWindow {
     type State = State;
 
     fn normalize(p: &Params, s: &mut State, now: u64) -> u64 {
-        let window = now / p.period_us;
+        let window = p.per_period.div(now);
         if window == s.window + 1 {
             *s = State {
                 window,

@@ -46,7 +46,7 @@ impl Rule for SlidingWindowCounters {
     type State = State;
 
     fn normalize(p: &Params, s: &mut State, now: u64) -> u64 {
-        let index = now / p.bucket_us;
+        let index = p.per_bucket.div(now);
         if index > s.index {
             if index - s.index >= p.buckets || s.total == 0 {
                 s.counts.iter_mut().for_each(|c| *c = 0);

@@ -45,7 +45,7 @@ impl Rule for TokenBucket {
     }
 
     fn remaining(p: &Params, s: &State, _now: u64) -> u64 {
-        (p.capacity * p.units_per_token - s.deficit) / p.units_per_token
+        p.per_token.div(p.capacity * p.units_per_token - s.deficit)
     }
 
     fn reset_at(p: &Params, s: &State, now: u64) -> u64 {

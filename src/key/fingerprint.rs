@@ -40,8 +40,17 @@ const TAG_COMPOSITE: u8 = b'c';
 /// assert!(!format!("{alice:?}").contains("alice"));
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
-#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Key([u8; 16]);
+
+// By hand rather than derived: the derived impl hashes a length prefix and a byte
+// slice; one `u128` is the same information in one step for the memory store's hasher,
+// which runs on every decision.
+impl std::hash::Hash for Key {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        state.write_u128(u128::from_le_bytes(self.0));
+    }
+}
 
 impl Key {
     fn digest(tag: u8, parts: &[&[u8]]) -> Self {

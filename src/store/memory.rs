@@ -1,12 +1,13 @@
 //! [`MemoryStore`]: limiter state in this process, sharded and bounded.
 
+use std::any::Any;
 use std::fmt;
 use std::hash::BuildHasher;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use foldhash::fast::RandomState;
 
-use super::memory_shard::Shard;
+use super::memory_shard::{Hashed, Shard};
 use super::{Charge, Store, StoreFuture, decision};
 use crate::algorithm::Verdict;
 use crate::clock::now_micros;
@@ -60,10 +61,50 @@ pub struct MemoryStore {
 }
 
 struct Inner {
-    clock: Arc<dyn Clock>,
-    shards: Box<[Mutex<Shard>]>,
+    clock: TimeSource,
+    shards: Box<[Padded<Mutex<Shard>>]>,
     max_keys: usize,
     hasher: RandomState,
+}
+
+/// A shard lock on a cache line (pair) of its own: two threads deciding for keys in
+/// neighbouring shards must not slow each other down by sharing a line.
+#[repr(align(128))]
+struct Padded<T>(T);
+
+/// Where the store reads time. The system clock is called directly (inlined): it is
+/// read on every decision, and a call through `dyn Clock` showed up in profiles.
+#[derive(Clone)]
+enum TimeSource {
+    System,
+    Custom(Arc<dyn Clock>),
+}
+
+impl TimeSource {
+    fn of(clock: impl Clock) -> Self {
+        if (&clock as &dyn Any).is::<SystemClock>() {
+            Self::System
+        } else {
+            Self::Custom(Arc::new(clock))
+        }
+    }
+
+    #[inline]
+    fn now_micros(&self) -> u64 {
+        match self {
+            Self::System => now_micros(&SystemClock),
+            Self::Custom(clock) => now_micros(&**clock),
+        }
+    }
+}
+
+impl fmt::Debug for TimeSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::System => SystemClock.fmt(f),
+            Self::Custom(clock) => clock.fmt(f),
+        }
+    }
 }
 
 impl MemoryStore {
@@ -73,7 +114,7 @@ impl MemoryStore {
     /// assert!(tollgate::MemoryStore::new().is_empty());
     /// ```
     pub fn new() -> Self {
-        Self::build(Arc::new(SystemClock), DEFAULT_MAX_KEYS)
+        Self::build(TimeSource::System, DEFAULT_MAX_KEYS)
     }
 
     /// A store reading time from `clock` (tests, simulations).
@@ -84,7 +125,7 @@ impl MemoryStore {
     /// assert_eq!(store.max_key_count(), tollgate::DEFAULT_MAX_KEYS);
     /// ```
     pub fn with_clock(clock: impl Clock) -> Self {
-        Self::build(Arc::new(clock), DEFAULT_MAX_KEYS)
+        Self::build(TimeSource::of(clock), DEFAULT_MAX_KEYS)
     }
 
     /// The same store bounded to `max_keys` keys (at least 1). Call it before use:
@@ -105,7 +146,7 @@ impl MemoryStore {
         Ok(Self::build(self.inner.clock.clone(), max_keys))
     }
 
-    fn build(clock: Arc<dyn Clock>, max_keys: usize) -> Self {
+    fn build(clock: TimeSource, max_keys: usize) -> Self {
         // A power of two, so a shard is picked with a mask, and never more shards than
         // keys, so every shard holds at least one.
         let shard_count = if max_keys >= MAX_SHARDS {
@@ -116,7 +157,7 @@ impl MemoryStore {
         let per_shard = max_keys / shard_count;
         let hasher = RandomState::default();
         let shards = (0..shard_count)
-            .map(|_| Mutex::new(Shard::new(per_shard, hasher)))
+            .map(|_| Padded(Mutex::new(Shard::new(per_shard, hasher))))
             .collect();
         Self {
             inner: Arc::new(Inner {
@@ -143,7 +184,7 @@ impl MemoryStore {
     /// assert_eq!(tollgate::MemoryStore::new().len(), 0);
     /// ```
     pub fn len(&self) -> usize {
-        self.inner.shards.iter().map(|s| lock(s).len()).sum()
+        self.inner.shards.iter().map(|s| lock(&s.0).len()).sum()
     }
 
     /// Whether no state is stored.
@@ -155,28 +196,39 @@ impl MemoryStore {
         self.len() == 0
     }
 
-    fn shard_index(&self, key: &Key) -> usize {
-        // Bits 32.. of the hash: hashbrown uses the low bits for the bucket and the top
-        // seven for its tag, so the shard choice stays independent of both.
-        let hash = self.inner.hasher.hash_one(key);
-        (hash >> 32) as usize & (self.inner.shards.len() - 1)
+    /// The key with its hash, computed once for both the shard and its table.
+    #[inline]
+    fn hashed<'k>(&self, key: &'k Key) -> Hashed<'k> {
+        Hashed {
+            key,
+            hash: self.inner.hasher.hash_one(key),
+        }
     }
 
+    /// The key's shard: bits 32.. of its hash. hashbrown uses the low bits for the
+    /// bucket and the top seven for its tag, so the shard choice is independent of both.
+    #[inline]
+    fn shard_index(&self, key: Hashed<'_>) -> usize {
+        (key.hash >> 32) as usize & (self.inner.shards.len() - 1)
+    }
+
+    #[inline]
+    fn shard(&self, key: Hashed<'_>) -> MutexGuard<'_, Shard> {
+        lock(&self.inner.shards[self.shard_index(key)].0)
+    }
+
+    #[inline]
     fn now(&self) -> u64 {
-        now_micros(&*self.inner.clock)
+        self.inner.clock.now_micros()
     }
 
     /// One charge, synchronously: the limiter's fast path.
+    #[inline]
     pub(crate) fn acquire_one(&self, charge: &Charge<'_>) -> Decision {
+        let key = self.hashed(charge.key);
         let now = self.now();
         let policy = charge.policy;
-        let verdict = lock(&self.inner.shards[self.shard_index(charge.key)]).run(
-            policy,
-            charge.key,
-            now,
-            charge.cost,
-            true,
-        );
+        let verdict = self.shard(key).run(policy, key, now, charge.cost, true);
         decision(policy, verdict)
     }
 
@@ -186,18 +238,21 @@ impl MemoryStore {
             return vec![self.acquire_one(one)];
         }
         let now = self.now();
-        let shard_of: Vec<usize> = charges.iter().map(|c| self.shard_index(c.key)).collect();
+        let keys: Vec<Hashed<'_>> = charges.iter().map(|c| self.hashed(c.key)).collect();
+        let shard_of: Vec<usize> = keys.iter().map(|&k| self.shard_index(k)).collect();
         // Lock every involved shard in ascending order, so concurrent batches cannot
         // deadlock, and hold them all: nobody sees a half-charged batch.
         let mut order = shard_of.clone();
         order.sort_unstable();
         order.dedup();
-        let mut guards: Vec<MutexGuard<'_, Shard>> =
-            order.iter().map(|&i| lock(&self.inner.shards[i])).collect();
+        let mut guards: Vec<MutexGuard<'_, Shard>> = order
+            .iter()
+            .map(|&i| lock(&self.inner.shards[i].0))
+            .collect();
         let mut run = |i: usize, charge: bool| -> Verdict {
             let c = &charges[i];
             let slot = order.binary_search(&shard_of[i]).unwrap_or_default();
-            guards[slot].run(c.policy, c.key, now, c.cost, charge)
+            guards[slot].run(c.policy, keys[i], now, c.cost, charge)
         };
         let tentative: Vec<Verdict> = (0..charges.len()).map(|i| run(i, false)).collect();
         let verdicts = if tentative.iter().all(|v| v.allowed) {
@@ -210,7 +265,7 @@ impl MemoryStore {
                     for j in 0..i {
                         let c = &charges[j];
                         let slot = order.binary_search(&shard_of[j]).unwrap_or_default();
-                        guards[slot].refund(c.policy, c.key, now, c.cost);
+                        guards[slot].refund(c.policy, keys[j], now, c.cost);
                     }
                     let mut denied = tentative;
                     denied[i] = verdict;
@@ -235,13 +290,9 @@ impl MemoryStore {
 
     /// Refunds synchronously.
     pub(crate) fn refund_now(&self, charge: &Charge<'_>) {
+        let key = self.hashed(charge.key);
         let now = self.now();
-        lock(&self.inner.shards[self.shard_index(charge.key)]).refund(
-            charge.policy,
-            charge.key,
-            now,
-            charge.cost,
-        );
+        self.shard(key).refund(charge.policy, key, now, charge.cost);
     }
 }
 

@@ -1,9 +1,10 @@
 //! One shard of the memory store: the states of the keys that hash to it, one table
 //! per policy, bounded and swept of idle state as it is used.
 
-use std::collections::HashMap;
+use std::hash::BuildHasher;
 
 use foldhash::fast::RandomState;
+use hashbrown::HashTable;
 
 use crate::Algorithm;
 use crate::algorithm::{
@@ -18,7 +19,9 @@ const SWEEP_INTERVAL_US: u64 = 1_000_000;
 /// How many entries an eviction looks at when no idle state is left.
 const EVICTION_SAMPLE: usize = 8;
 
-type Map<S> = HashMap<Key, S, RandomState>;
+/// One policy's states: (key, state) pairs found by a hash the store computes once
+/// per decision (it also picks the shard), so a key is hashed once, not twice.
+type Map<S> = HashTable<(Key, S)>;
 
 /// One policy's states in this shard, typed by algorithm so each entry is as small as
 /// its algorithm allows (GCRA: 16-byte key + 8-byte state).
@@ -76,17 +79,15 @@ macro_rules! with_rule {
 }
 
 impl States {
-    fn new(algorithm: Algorithm, h: RandomState) -> Self {
+    fn new(algorithm: Algorithm) -> Self {
         match algorithm {
-            Algorithm::FixedWindow => Self::FixedWindow(Map::with_hasher(h)),
-            Algorithm::SlidingWindow => Self::SlidingWindow(Map::with_hasher(h)),
-            Algorithm::SlidingWindowCounters { .. } => {
-                Self::SlidingWindowCounters(Map::with_hasher(h))
-            }
-            Algorithm::SlidingWindowLog => Self::SlidingWindowLog(Map::with_hasher(h)),
-            Algorithm::TokenBucket => Self::TokenBucket(Map::with_hasher(h)),
-            Algorithm::Gcra => Self::Gcra(Map::with_hasher(h)),
-            Algorithm::LeakyBucket => Self::LeakyBucket(Map::with_hasher(h)),
+            Algorithm::FixedWindow => Self::FixedWindow(Map::new()),
+            Algorithm::SlidingWindow => Self::SlidingWindow(Map::new()),
+            Algorithm::SlidingWindowCounters { .. } => Self::SlidingWindowCounters(Map::new()),
+            Algorithm::SlidingWindowLog => Self::SlidingWindowLog(Map::new()),
+            Algorithm::TokenBucket => Self::TokenBucket(Map::new()),
+            Algorithm::Gcra => Self::Gcra(Map::new()),
+            Algorithm::LeakyBucket => Self::LeakyBucket(Map::new()),
         }
     }
 
@@ -116,34 +117,48 @@ pub(crate) struct Shard {
     hasher: RandomState,
 }
 
+/// A key and its hash under the store's hasher, computed once per decision: it picks
+/// the shard (bits 32..) and the bucket in the shard's table (the low bits and top 7).
+#[derive(Clone, Copy)]
+pub(crate) struct Hashed<'a> {
+    pub(crate) key: &'a Key,
+    pub(crate) hash: u64,
+}
+
+/// Decides in `map`; also says whether a state was inserted.
 fn run_in<R: Rule>(
     map: &mut Map<R::State>,
+    hasher: RandomState,
     p: &Params,
-    key: &Key,
+    key: Hashed<'_>,
     (now, floor): (u64, u64),
     cost: u64,
     charge: bool,
-) -> Verdict {
-    if let Some(state) = map.get_mut(key) {
-        return algorithm::evaluate::<R>(p, state, now, floor, cost, charge);
+) -> (Verdict, bool) {
+    if let Some((_, state)) = map.find_mut(key.hash, |(k, _)| k == key.key) {
+        return (
+            algorithm::evaluate::<R>(p, state, now, floor, cost, charge),
+            false,
+        );
     }
     let mut state = R::State::default();
     let verdict = algorithm::evaluate::<R>(p, &mut state, now, floor, cost, charge);
     // Only a charge creates state: peeks and denials of unknown keys store nothing.
-    if charge && verdict.allowed && cost > 0 {
-        map.insert(*key, state);
+    let insert = charge && verdict.allowed && cost > 0;
+    if insert {
+        map.insert_unique(key.hash, (*key.key, state), |(k, _)| hasher.hash_one(k));
     }
-    verdict
+    (verdict, insert)
 }
 
 fn refund_in<R: Rule>(
     map: &mut Map<R::State>,
     p: &Params,
-    key: &Key,
+    key: Hashed<'_>,
     (now, floor): (u64, u64),
     amount: u64,
 ) {
-    if let Some(state) = map.get_mut(key) {
+    if let Some((_, state)) = map.find_mut(key.hash, |(k, _)| k == key.key) {
         algorithm::refund::<R>(p, state, now, floor, amount);
     }
 }
@@ -173,7 +188,7 @@ impl Shard {
         self.tables.push(Table {
             id,
             params,
-            states: States::new(params.algorithm, self.hasher),
+            states: States::new(params.algorithm),
         });
         self.tables.len() - 1
     }
@@ -182,7 +197,7 @@ impl Shard {
     pub(crate) fn run(
         &mut self,
         policy: &Policy,
-        key: &Key,
+        key: Hashed<'_>,
         now: u64,
         cost: u64,
         charge: bool,
@@ -196,16 +211,17 @@ impl Shard {
             self.make_room();
         }
         let table = &mut self.tables[index];
-        let before = table.states.len();
-        let verdict = with_rule!(&mut table.states, |map, R| run_in::<R>(
+        let hasher = self.hasher;
+        let (verdict, inserted) = with_rule!(&mut table.states, |map, R| run_in::<R>(
             map,
+            hasher,
             &table.params,
             key,
             (now, floor),
             cost,
             charge
         ));
-        self.entries += table.states.len() - before;
+        self.entries += usize::from(inserted);
         verdict
     }
 
@@ -216,7 +232,7 @@ impl Shard {
     }
 
     /// Refunds `amount` to `key` under `policy` at `now`.
-    pub(crate) fn refund(&mut self, policy: &Policy, key: &Key, now: u64, amount: u64) {
+    pub(crate) fn refund(&mut self, policy: &Policy, key: Hashed<'_>, now: u64, amount: u64) {
         let floor = self.advance(now);
         let index = self.table_index(policy);
         let table = &mut self.tables[index];
@@ -229,8 +245,10 @@ impl Shard {
         ));
     }
 
-    fn contains(&self, index: usize, key: &Key) -> bool {
-        with_rule!(&self.tables[index].states, |map, R| map.contains_key(key))
+    fn contains(&self, index: usize, key: Hashed<'_>) -> bool {
+        with_rule!(&self.tables[index].states, |map, R| map
+            .find(key.hash, |(k, _)| k == key.key)
+            .is_some())
     }
 
     /// Drops every state that is indistinguishable from a fresh one.
@@ -239,7 +257,7 @@ impl Shard {
         for table in &mut self.tables {
             let p = &table.params;
             with_rule!(&mut table.states, |map, R| map
-                .retain(|_, s| <R as Rule>::idle_at(p, s) > now));
+                .retain(|(_, s)| <R as Rule>::idle_at(p, s) > now));
         }
         self.entries = self.tables.iter().map(|t| t.states.len()).sum();
     }
@@ -264,8 +282,10 @@ impl Shard {
             });
         }
         if let Some((_, index, key)) = victim {
+            let hash = self.hasher.hash_one(key);
             with_rule!(&mut self.tables[index].states, |map, R| {
-                if map.remove(&key).is_some() {
+                if let Ok(entry) = map.find_entry(hash, |(k, _)| *k == key) {
+                    entry.remove();
                     self.entries -= 1;
                 }
             });
@@ -278,6 +298,12 @@ mod tests {
     use super::*;
     use crate::Quota;
 
+    fn run(shard: &mut Shard, policy: &Policy, key: u64, now: u64, cost: u64) -> Verdict {
+        let key = Key::from(key);
+        let hash = shard.hasher.hash_one(key);
+        shard.run(policy, Hashed { key: &key, hash }, now, cost, cost > 0)
+    }
+
     #[test]
     fn a_full_shard_evicts_one_state_per_new_key_between_sweeps() {
         // Regression: a full shard used to sweep itself on every new key, a scan of
@@ -286,25 +312,15 @@ mod tests {
         let mut shard = Shard::new(4, RandomState::default());
         let start = 10_000_000;
         for i in 0..4_u64 {
-            assert!(shard.run(&policy, &Key::from(i), start, 1, true).allowed);
+            assert!(run(&mut shard, &policy, i, start, 1).allowed);
         }
         // Every state is idle 1 ms later, but the next sweep is due only at
         // `start + 1 s`: before it, a new key evicts one state and leaves the others.
         let before_sweep = start + SWEEP_INTERVAL_US / 2;
-        assert!(
-            shard
-                .run(&policy, &Key::from(4_u64), before_sweep, 1, true)
-                .allowed
-        );
+        assert!(run(&mut shard, &policy, 4, before_sweep, 1).allowed);
         assert_eq!(shard.len(), 4);
         // The sweep, when due, drops what is idle.
-        shard.run(
-            &policy,
-            &Key::from(5_u64),
-            start + SWEEP_INTERVAL_US,
-            0,
-            false,
-        );
+        run(&mut shard, &policy, 5, start + SWEEP_INTERVAL_US, 0);
         assert_eq!(shard.len(), 0);
     }
 }
