@@ -8,8 +8,13 @@
 //!
 //! `closed` counts the fail-closed answers (503 with `Retry-After`); `other5xx` any
 //! other 5xx; latencies are measured around the layer, so they include the Redis call.
+//! At start it prints the Redis key it charges (`key <name>`), so a script can find
+//! the cluster slot and the node that holds it.
 //!
 //! Run with: `cargo run --release --features redis --example soak_server -- 127.0.0.1:18090 redis://127.0.0.1:16390`
+//!
+//! Several comma-separated URLs are the seed nodes of a Redis Cluster:
+//! `… -- 127.0.0.1:18091 redis://127.0.0.1:17001,redis://127.0.0.1:17002`
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -108,15 +113,26 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         default_hook(info);
     }));
 
-    let store = RedisStore::from_url(&url)?.prefix("soak").block_cache(0);
+    let store = if url.contains(',') {
+        RedisStore::from_cluster_urls(url.split(','))?
+    } else {
+        RedisStore::from_url(&url)?
+    }
+    .prefix("soak")
+    .block_cache(0);
     println!(
-        "soak_server on {addr}, redis {url}, limit {LIMIT}/s burst {LIMIT}, deadline_ms {}",
+        "soak_server on {addr}, redis {url}, cluster {}, limit {LIMIT}/s burst {LIMIT}, deadline_ms {}",
+        store.is_cluster(),
         store.deadline_duration().as_millis()
     );
-    let limiter = Limiter::builder()
-        .policy(Policy::new("soak", Quota::per_second(LIMIT))?)
-        .store(store)
-        .build()?;
+    let policy = Policy::new("soak", Quota::per_second(LIMIT))?;
+    // The policy's default extractor is `key::global`: every request charges this key.
+    let (parts, ()) = http::Request::new(()).into_parts();
+    let everyone = tollgate::key::global()
+        .extract(&parts)
+        .ok_or("the global extractor always finds a key")?;
+    println!("key {}", store.state_key(&policy, &everyone));
+    let limiter = Limiter::builder().policy(policy).store(store).build()?;
     let stats = Shared::default();
     let app = Router::new()
         .route("/", get(|| async { "ok" }))
