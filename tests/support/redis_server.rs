@@ -25,6 +25,7 @@ pub(crate) struct RedisServer {
     port: u16,
     dir: TempDir,
     extra: Vec<String>,
+    envs: Vec<(String, String)>,
     watchdog: Option<Child>,
     pid: u32,
 }
@@ -58,12 +59,23 @@ impl RedisServer {
 
     /// Starts a server with extra `redis-server` arguments (e.g. cluster mode).
     pub(crate) fn start_with(extra: &[&str]) -> Self {
+        Self::start_with_env(extra, &[])
+    }
+
+    /// Starts a server with extra arguments and extra environment variables for the
+    /// `redis-server` process alone (e.g. `LD_PRELOAD` of a library that fakes its
+    /// clock); the watchdog shell does not see them.
+    pub(crate) fn start_with_env(extra: &[&str], envs: &[(&str, &str)]) -> Self {
         let with_bus = extra.contains(&"--cluster-enabled");
         let dir = tempfile::tempdir().expect("temp dir for redis-server");
         let mut server = Self {
             port: 0,
             dir,
             extra: extra.iter().map(|s| (*s).to_owned()).collect(),
+            envs: envs
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect(),
             watchdog: None,
             pid: 0,
         };
@@ -82,7 +94,14 @@ impl RedisServer {
     /// Starts the server on `self.port`; false if it does not answer within 10 s.
     fn spawn(&mut self) -> bool {
         let port = self.port.to_string();
-        let mut args: Vec<String> = vec![
+        let mut args: Vec<String> = Vec::new();
+        if !self.envs.is_empty() {
+            // `env` sets them and execs the server: same pid, the shell never sees them.
+            args.push("env".into());
+            args.extend(self.envs.iter().map(|(k, v)| format!("{k}={v}")));
+        }
+        args.extend([
+            "redis-server".into(),
             "--port".into(),
             port,
             "--bind".into(),
@@ -97,11 +116,10 @@ impl RedisServer {
             "no".into(),
             "--loglevel".into(),
             "warning".into(),
-        ];
+        ]);
         args.extend(self.extra.iter().cloned());
         // `read` returns when the test process's end of the pipe closes.
-        let script =
-            "redis-server \"$@\" >/dev/null 2>&1 & pid=$!; read _; kill -9 $pid 2>/dev/null; wait";
+        let script = "\"$@\" >/dev/null 2>&1 & pid=$!; read _; kill -9 $pid 2>/dev/null; wait";
         let child = Command::new("sh")
             .arg("-c")
             .arg(script)
