@@ -3,6 +3,7 @@
 mod connection;
 mod keys;
 mod script;
+mod server_time;
 
 use std::fmt;
 use std::sync::Arc;
@@ -13,7 +14,8 @@ use deadpool_redis::redis::RedisError;
 use tokio::time::{Instant, timeout_at};
 
 use self::connection::{Conn, Connections, Source, breaks_connection, store_error};
-use self::script::Mode;
+use self::script::{At, Mode};
+use self::server_time::ServerTime;
 use super::block_cache::BlockCache;
 use super::{Charge, Store, StoreFuture, decision};
 use crate::algorithm::Verdict;
@@ -37,7 +39,11 @@ const LUA_EXACT: u128 = 1 << 53;
 ///   denies.
 /// - **Time:** the server's `TIME` by default, so processes with skewed clocks agree;
 ///   [`with_clock`](RedisStore::with_clock) injects a clock instead (tests). Time never
-///   runs backwards for a key: each key remembers the latest instant it saw.
+///   runs backwards for a key: each key remembers the latest instant it saw, and each
+///   store sends the latest server time it has seen (carried forward on its own
+///   monotonic clock) as a floor, so a server clock stepped back re-opens no key, not
+///   even one idle through the step. A server more than an hour behind that floor is
+///   followed instead (a deliberate correction). Clones share the floor.
 /// - **Keys:** `<prefix>:<policy>:{<subject>}:<algorithm>:<limit>:<period µs>:<capacity>`,
 ///   where the subject is the caller key's fixed-length fingerprint in hex, so it
 ///   alone picks the cluster slot and caller bytes can neither choose it nor make keys
@@ -51,7 +57,7 @@ const LUA_EXACT: u128 = 1 << 53;
 ///   same key (at the same or a higher cost) until T without a round trip. On by
 ///   default, bounded ([`block_cache`](RedisStore::block_cache)).
 ///
-/// Clones share the connection and the cache.
+/// Clones share the connection, the cache and the time floor.
 ///
 /// ```no_run
 /// use tollgate::{Key, Limiter, Policy, Quota, RedisStore};
@@ -70,6 +76,7 @@ const LUA_EXACT: u128 = 1 << 53;
 pub struct RedisStore {
     connections: Arc<Connections>,
     clock: Option<Arc<dyn Clock>>,
+    server_time: Arc<ServerTime>,
     prefix: Arc<str>,
     deadline: Duration,
     cache: Option<Arc<BlockCache>>,
@@ -87,6 +94,7 @@ impl RedisStore {
         Self {
             connections: Arc::new(Connections::new(source)),
             clock: None,
+            server_time: Arc::default(),
             prefix: Arc::from(Self::DEFAULT_PREFIX),
             deadline: Self::DEFAULT_DEADLINE,
             cache: Some(Arc::new(BlockCache::new(Self::DEFAULT_BLOCK_CACHE_KEYS))),
@@ -327,7 +335,13 @@ impl RedisStore {
         let (generation, mut conn) = timeout_at(deadline, self.connections.get())
             .await
             .map_err(|_| self.timeout_error())??;
-        let invocation = script::invocation(&self.prefix, now, mode, charges);
+        let at = match now {
+            Some(now) => At::Client(now),
+            None => At::Server {
+                floor: self.server_time.floor(),
+            },
+        };
+        let invocation = script::invocation(&self.prefix, at, mode, charges);
         let call = async {
             let reply: Result<Vec<i64>, RedisError> = match &mut conn {
                 Conn::Standalone(c) => invocation.invoke_async(c).await,
@@ -342,7 +356,11 @@ impl RedisStore {
                 } else {
                     charges.len()
                 };
-                script::verdicts(&reply, count)
+                let (verdicts, decided_at) = script::verdicts(&reply, count)?;
+                if let At::Server { floor } = at {
+                    self.server_time.observe(decided_at, floor);
+                }
+                Ok(verdicts)
             }
             Ok(Err(err)) => {
                 if breaks_connection(&err) {

@@ -96,16 +96,30 @@ impl Mode {
     }
 }
 
-/// Builds the invocation for `charges` at `now` (µs; `None`: the server's clock).
+/// Which clock a call decides on.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum At {
+    /// The injected clock's reading, in µs.
+    Client(u64),
+    /// The server's `TIME`, but never earlier than `floor` (the latest server time
+    /// this store has seen, carried forward: see `server_time.rs`).
+    Server { floor: Option<u64> },
+}
+
+/// Builds the invocation for `charges` at `at`.
 pub(super) fn invocation<'s>(
     prefix: &str,
-    now: Option<u64>,
+    at: At,
     mode: Mode,
     charges: &[&Charge<'_>],
 ) -> ScriptInvocation<'s> {
     let mut inv = script_for(charges).prepare_invoke();
-    inv.arg(now.map(|n| n.to_string()).unwrap_or_default())
-        .arg(mode.arg());
+    let clock = match at {
+        At::Client(now) => now.to_string(),
+        At::Server { floor: Some(floor) } => format!("f{floor}"),
+        At::Server { floor: None } => String::new(),
+    };
+    inv.arg(clock).arg(mode.arg());
     for charge in charges {
         let p = charge.policy.params();
         let state = keys::state_key(prefix, charge.policy, charge.key);
@@ -138,8 +152,8 @@ pub(super) fn invocation<'s>(
     inv
 }
 
-/// Reads 5 integers per charge.
-pub(super) fn verdicts(reply: &[i64], count: usize) -> Result<Vec<Verdict>, StoreError> {
+/// Reads 5 integers per charge, then the instant (µs) the script decided at.
+pub(super) fn verdicts(reply: &[i64], count: usize) -> Result<(Vec<Verdict>, u64), StoreError> {
     let bad = || {
         StoreError::new(
             StoreErrorKind::Protocol,
@@ -149,10 +163,14 @@ pub(super) fn verdicts(reply: &[i64], count: usize) -> Result<Vec<Verdict>, Stor
             ),
         )
     };
+    let Some((&decided_at, reply)) = reply.split_last() else {
+        return Err(bad());
+    };
     if reply.len() != count * 5 {
         return Err(bad());
     }
-    reply
+    let decided_at = u64::try_from(decided_at).map_err(|_| bad())?;
+    let verdicts = reply
         .chunks_exact(5)
         .map(|v| {
             let non_negative = |x: i64| u64::try_from(x).map_err(|_| bad());
@@ -168,5 +186,6 @@ pub(super) fn verdicts(reply: &[i64], count: usize) -> Result<Vec<Verdict>, Stor
                 delay_us: non_negative(v[4])?,
             })
         })
-        .collect()
+        .collect::<Result<_, _>>()?;
+    Ok((verdicts, decided_at))
 }

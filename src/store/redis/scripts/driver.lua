@@ -1,6 +1,9 @@
 -- tollgate: runs a batch of charges through the algorithms above.
 --
--- ARGV[1]  now in µs since the epoch, or '' for the server's TIME
+-- ARGV[1]  now in µs since the epoch; or '' for the server's TIME; or 'f<µs>' for the
+--          server's TIME but never earlier than <µs>, the latest server time this
+--          client has seen carried forward (src/store/redis/server_time.rs), unless
+--          the server is behind it by more than MAX_LEAD_US
 -- ARGV[2]  'a' acquire (all-or-nothing), 'd' dry run (decide, charge nothing),
 --          'r' refund every charge's cost
 -- then 9 per charge: algorithm, cost, limit, period (µs), capacity, and four
@@ -8,7 +11,8 @@
 -- order (two for sliding_window_log, one otherwise).
 --
 -- Returns 5 integers per charge: allowed (1/0), remaining, reset_after (µs),
--- retry_after (µs, -1 for none), delay (µs). Durations, never timestamps.
+-- retry_after (µs, -1 for none), delay (µs), durations, never timestamps; then the
+-- instant the script decided at (µs), from which the client carries its floor.
 --
 -- An algorithm either has a `decide(keys, now, ARGV, i, charge)` that makes one whole
 -- decision from its arguments at ARGV[i..] (the algorithms whose state is a few
@@ -17,10 +21,21 @@
 -- (load, normalize, admits, charge, ...) that `evaluate` combines. Refunds always go
 -- through the steps.
 
+-- A server clock behind the client's floor by more than this was corrected on
+-- purpose (or came back from a glitch far ahead): follow the server, not the floor.
+local MAX_LEAD_US = 3600000000
+
 local now = tonumber(ARGV[1])
 if not now then
   local time = redis.call('TIME')
   now = tonumber(time[1]) * 1000000 + tonumber(time[2])
+  -- A clock stepped back is read as the floor: keys idle through the step gain
+  -- nothing from it, as keys with state gain nothing through their latest instant.
+  local floor = tonumber(string.sub(ARGV[1], 2))
+  if floor and floor > now and floor - now <= MAX_LEAD_US then
+    ttl_lead = floor - now
+    now = floor
+  end
 end
 local mode = ARGV[2]
 
@@ -29,7 +44,9 @@ local mode = ARGV[2]
 if #ARGV == 11 and mode ~= 'r' then
   local decide = A[ARGV[3]].decide
   if decide then
-    return decide(KEYS, now, ARGV, 3, mode == 'a')
+    local v = decide(KEYS, now, ARGV, 3, mode == 'a')
+    v[#v + 1] = now
+    return v
   end
 end
 
@@ -176,4 +193,5 @@ else
   end
   emit(verdicts)
 end
+out[#out + 1] = now
 return out

@@ -57,9 +57,14 @@ end
 -- protects a clock that stepped back a little (its `s`, the latest instant seen).
 local SLACK_MS = 1000
 
+-- How far the instant decided at is ahead of the server's own clock (when the driver
+-- applies the client's floor). Redis expires keys on its own clock, so a key that must
+-- live until `until_us` on the decision clock lives this much longer on the server's.
+local ttl_lead = 0
+
 -- Milliseconds a key must live: until `until_us` on the caller's clock (`now`).
 local function ttl_ms(until_us, now)
-  local left = until_us - now
+  local left = until_us - now + ttl_lead
   if left < 0 then
     left = 0
   end
