@@ -3,23 +3,102 @@
 -- sub-window count; s = latest instant seen, i = newest sub-window index, t = total,
 -- slot = the sub-window's ring slot (index mod N).
 
-local function swc_count(s, slot)
-  return s.c[slot] or 0
+-- Reads a state string: the latest instant seen, the text after it (for
+-- `touch_string`), the newest index, the total and the ring (slot -> count).
+local function swc_decode(v)
+  local s, tail, i, t, counts = string.match(v, '^(%S+)( (%S+) (%S+)(.*))$')
+  local c = {}
+  for slot, count in string.gmatch(counts, ' (%d+):(%d+)') do
+    c[tonumber(slot)] = tonumber(count)
+  end
+  return tonumber(s), tail, tonumber(i), tonumber(t), c
 end
 
--- The earliest instant >= now at which total <= room, with nothing arriving.
-local function swc_earliest_within(p, s, now, room)
-  if s.t <= room then
-    return now
-  end
-  local total = s.t
-  for ahead = 1, p.buckets do
-    total = total - swc_count(s, math.fmod(s.i + ahead, p.buckets))
-    if total <= room then
-      return (s.i + ahead) * p.bucket
+-- The state string; sub-windows that left or were refunded to zero disappear.
+local function swc_encode(s, index, total, c)
+  local state = string.format('%.0f %.0f %.0f', s, index, total)
+  for slot, count in pairs(c) do
+    if count > 0 then
+      state = state .. string.format(' %.0f:%.0f', slot, count)
     end
   end
-  return (s.i + p.buckets) * p.bucket
+  return state
+end
+
+-- The earliest instant >= now at which total <= room, with nothing arriving: the
+-- ring `c` (slot -> count) of n sub-windows of `bucket` µs, the newest at `index`.
+local function swc_within(c, index, total, n, bucket, now, room)
+  if total <= room then
+    return now
+  end
+  for ahead = 1, n do
+    total = total - (c[math.fmod(index + ahead, n)] or 0)
+    if total <= room then
+      return (index + ahead) * bucket
+    end
+  end
+  return (index + n) * bucket
+end
+
+-- Moves the ring forward to sub-window `at`: the counts of the sub-windows that left
+-- are dropped. Returns the ring, the total and the newest index.
+local function swc_advance(c, index, total, n, at)
+  if at <= index then
+    return c, total, index
+  end
+  if at - index >= n or total == 0 then
+    return {}, 0, at
+  end
+  for gone = index + 1, at do
+    local slot = math.fmod(gone, n)
+    total = total - (c[slot] or 0)
+    c[slot] = nil
+  end
+  return c, total, at
+end
+
+-- One whole decision (the driver's `evaluate`, specialised, as gcra.lua's): the
+-- index, total and instants stay in locals, the ring is one table of the non-zero
+-- counts by slot. `m` is the latest instant seen, `t` the instant decided at.
+local function swc_decide(keys, now, args, i, charge)
+  local cost, limit = tonumber(args[i + 1]), tonumber(args[i + 2])
+  local cap = tonumber(args[i + 4])
+  local n, bucket = tonumber(args[i + 5]), tonumber(args[i + 6])
+  local v = redis.call('GET', keys[1])
+  local floor, tail, index, total, c = 0, nil, 0, 0, nil
+  if v then
+    floor, tail, index, total, c = swc_decode(v)
+  else
+    c = {}
+  end
+  local m = math.max(now, floor)
+  c, total, index = swc_advance(c, index, total, n, idiv(m, bucket))
+  -- A clock behind the newest sub-window stands at its start.
+  local t = math.max(m, index * bucket)
+  local allowed = cost == 0 or (cost <= cap and total + cost <= limit)
+  local retry = -1
+  if allowed and charge and cost > 0 then
+    local slot = math.fmod(index, n)
+    c[slot] = (c[slot] or 0) + cost
+    total = total + cost
+    redis.call('SET', keys[1], swc_encode(m, index, total, c), 'PX',
+      ttl_ms(math.max((index + n) * bucket, m), now))
+  else
+    if not allowed and cost <= cap then
+      retry = math.max(swc_within(c, index, total, n, bucket, t, limit - cost) - now, 0)
+    end
+    if v and m > floor then
+      -- No charge, but a later instant: record it (see the driver's `evaluate`).
+      redis.call('SET', keys[1], num(m) .. tail, 'KEEPTTL')
+    end
+  end
+  local reset = swc_within(c, index, total, n, bucket, t, 0)
+  if reset <= t then
+    reset = 0
+  else
+    reset = reset - now
+  end
+  return verdict(allowed, math.min(math.max(limit - total, 0), cap), reset, retry, 0)
 end
 
 A.sliding_window_counters = {
@@ -29,50 +108,17 @@ A.sliding_window_counters = {
     if not v then
       return nil
     end
-    local at, tail, i, t, counts = string.match(v, '^(%S+)( (%S+) (%S+)(.*))$')
-    local s = { i = tonumber(i), t = tonumber(t), s = tonumber(at), c = {}, tail = tail }
-    for slot, count in string.gmatch(counts, ' (%d+):(%d+)') do
-      s.c[tonumber(slot)] = tonumber(count)
-    end
-    return s
+    local at, tail, i, t, c = swc_decode(v)
+    return { i = i, t = t, s = at, c = c, tail = tail }
   end,
   fresh = function()
     return { i = 0, t = 0, s = 0, c = {} }
   end,
+  decide = swc_decide,
+  -- The steps below serve refunds.
   normalize = function(p, s, now)
-    local index = idiv(now, p.bucket)
-    if index > s.i then
-      if index - s.i >= p.buckets or s.t == 0 then
-        s.c = {}
-        s.t = 0
-      else
-        for gone = s.i + 1, index do
-          local slot = math.fmod(gone, p.buckets)
-          s.t = s.t - swc_count(s, slot)
-          s.c[slot] = nil
-        end
-      end
-      s.i = index
-    end
+    s.c, s.t, s.i = swc_advance(s.c, s.i, s.t, p.buckets, idiv(now, p.bucket))
     return math.max(now, s.i * p.bucket)
-  end,
-  admits = function(p, s, _, cost)
-    return s.t + cost <= p.limit
-  end,
-  charge = function(p, s, now, cost)
-    local slot = math.fmod(s.i, p.buckets)
-    s.c[slot] = swc_count(s, slot) + cost
-    s.t = s.t + cost
-    return now
-  end,
-  remaining = function(p, s)
-    return math.max(p.limit - s.t, 0)
-  end,
-  reset_at = function(p, s, now)
-    return swc_earliest_within(p, s, now, 0)
-  end,
-  retry_at = function(p, s, now, cost)
-    return swc_earliest_within(p, s, now, p.limit - cost)
   end,
   refund = function(p, s, _, amount)
     for back = 0, math.min(p.buckets, s.i + 1) - 1 do
@@ -80,8 +126,9 @@ A.sliding_window_counters = {
         break
       end
       local slot = math.fmod(s.i - back, p.buckets)
-      local taken = math.min(amount, swc_count(s, slot))
-      s.c[slot] = swc_count(s, slot) - taken
+      local count = s.c[slot] or 0
+      local taken = math.min(amount, count)
+      s.c[slot] = count - taken
       s.t = s.t - taken
       amount = amount - taken
     end
@@ -93,14 +140,7 @@ A.sliding_window_counters = {
     return (s.i + p.buckets) * p.bucket
   end,
   save = function(keys, _, s, ttl)
-    -- Rewritten whole: sub-windows that left or were refunded to zero disappear.
-    local parts = { string.format('%.0f %.0f %.0f', s.s, s.i, s.t) }
-    for slot, count in pairs(s.c) do
-      if count > 0 then
-        parts[#parts + 1] = string.format('%.0f:%.0f', slot, count)
-      end
-    end
-    redis.call('SET', keys[1], table.concat(parts, ' '), 'PX', ttl)
+    redis.call('SET', keys[1], swc_encode(s.s, s.i, s.t, s.c), 'PX', ttl)
   end,
   touch = touch_string,
 }
