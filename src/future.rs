@@ -3,6 +3,7 @@
 
 use std::fmt;
 use std::future::Future;
+use std::ops::Deref;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll, ready};
@@ -24,8 +25,58 @@ use crate::response::{
 use crate::store::StoreFuture;
 use crate::{Decision, Decisions, FailMode, Key, RateLimitBody, Rejection, StoreError};
 
+/// A few items, kept inline when there is one: a request limited by one policy (the
+/// common case) allocates nothing for its checks or its decisions.
+#[derive(Debug, Clone)]
+pub(crate) enum Few<T> {
+    One([T; 1]),
+    Many(Vec<T>),
+}
+
+impl<T> Few<T> {
+    #[inline]
+    pub(crate) fn new() -> Self {
+        Self::Many(Vec::new())
+    }
+
+    #[inline]
+    pub(crate) fn push(&mut self, item: T) {
+        match self {
+            Self::Many(items) if !items.is_empty() => items.push(item),
+            Self::Many(_) => *self = Self::One([item]),
+            Self::One(_) => {
+                if let Self::One([first]) = std::mem::replace(self, Self::Many(Vec::new())) {
+                    *self = Self::Many(vec![first, item]);
+                }
+            }
+        }
+    }
+}
+
+impl<T> Deref for Few<T> {
+    type Target = [T];
+
+    fn deref(&self) -> &[T] {
+        match self {
+            Self::One(item) => item,
+            Self::Many(items) => items,
+        }
+    }
+}
+
+impl<T> FromIterator<T> for Few<T> {
+    #[inline]
+    fn from_iter<I: IntoIterator<Item = T>>(iter: I) -> Self {
+        let mut few = Self::new();
+        for item in iter {
+            few.push(item);
+        }
+        few
+    }
+}
+
 /// (policy index, key, cost) of each policy checked for a request.
-type Checks = Vec<(usize, Key, u64)>;
+pub(crate) type Checks = Few<(usize, Key, u64)>;
 
 pin_project! {
     /// The future of a [`RateLimit`](crate::RateLimit) response.
@@ -34,18 +85,29 @@ pin_project! {
         S: Service<Request<ReqBody>>,
     {
         #[pin]
-        state: State<S::Future>,
-        context: Option<RequestContext<S, ReqBody>>,
+        state: State<S, ReqBody, S::Future>,
+        // `None` when no policy applied: no headers, no refunds.
+        context: Option<RequestContext>,
     }
 }
 
 pin_project! {
+    // The service and the request live in the states that still need them, so they
+    // share their room in the future with the inner service's own future.
     #[project = StateProj]
-    enum State<F> {
+    enum State<S, ReqBody, F> {
         /// Waiting for a remote store's decision.
-        Deciding { decision: StoreFuture<'static, Vec<Decision>> },
+        Deciding {
+            decision: StoreFuture<'static, Vec<Decision>>,
+            service: Option<S>,
+            request: Option<Request<ReqBody>>,
+        },
         /// Holding an admitted leaky-bucket request until its turn.
-        Delaying { sleep: Pin<Box<Sleep>> },
+        Delaying {
+            sleep: Pin<Box<Sleep>>,
+            service: Option<S>,
+            request: Option<Request<ReqBody>>,
+        },
         /// The inner service is answering.
         Calling { #[pin] future: F },
         /// The layer answers itself.
@@ -54,14 +116,22 @@ pin_project! {
 }
 
 /// What the future needs besides its state.
-struct RequestContext<S, ReqBody> {
+pub(crate) struct RequestContext {
     shared: Arc<Shared>,
-    service: Option<S>,
-    request: Option<Request<ReqBody>>,
     checks: Checks,
     /// Decisions paired with their policy index, for the response headers.
-    decisions: Vec<(usize, Decision)>,
+    decisions: Few<(usize, Decision)>,
     grpc: Option<GrpcContentType>,
+}
+
+/// What to do with a request once the store has answered.
+enum Verdict<ReqBody> {
+    /// Call the inner service now.
+    Call(Request<ReqBody>),
+    /// Hold the request (leaky bucket), then call the inner service.
+    Delay(Duration, Request<ReqBody>),
+    /// Answer without calling the inner service; the request, body unread, is dropped.
+    Answer(Response<Bytes>),
 }
 
 impl<S, ReqBody> ResponseFuture<S, ReqBody>
@@ -69,52 +139,48 @@ where
     S: Service<Request<ReqBody>>,
 {
     /// The layer answers without calling the inner service.
-    pub(crate) fn rejected(
-        shared: &Shared,
-        grpc: Option<GrpcContentType>,
-        info: &RejectionInfo,
-        decisions: &[(usize, Decision)],
-    ) -> Self {
+    pub(crate) fn answered(response: Response<Bytes>) -> Self {
         Self {
             state: State::Answered {
-                response: Some(rejection(shared, grpc, info, decisions)),
+                response: Some(response),
             },
             context: None,
         }
     }
 
-    /// No policy applies: call the inner service, write no headers.
-    pub(crate) fn unlimited(
-        shared: Arc<Shared>,
-        mut service: S,
-        request: Request<ReqBody>,
-    ) -> Self {
+    /// No policy applies: the inner service answers, and no header is written.
+    pub(crate) fn unlimited(future: S::Future) -> Self {
         Self {
-            state: State::Calling {
-                future: service.call(request),
-            },
-            context: Some(RequestContext {
-                shared,
-                service: None,
-                request: None,
-                checks: Vec::new(),
-                decisions: Vec::new(),
-                grpc: None,
-            }),
+            state: State::Calling { future },
+            context: None,
         }
     }
 
-    /// The decision is known already (memory store).
+    /// The decision is known already (memory store). An admitted request is passed to
+    /// `service` at once, so the service is only cloned when the request must wait.
     pub(crate) fn decided(
         shared: Arc<Shared>,
-        service: S,
+        service: &mut S,
         request: Request<ReqBody>,
         checks: Checks,
         grpc: Option<GrpcContentType>,
         result: Result<Vec<Decision>, StoreError>,
-    ) -> Self {
-        let mut context = RequestContext::new(shared, service, request, checks, grpc);
-        let state = context.settle(result);
+    ) -> Self
+    where
+        S: Clone,
+    {
+        let mut context = RequestContext::new(shared, checks, grpc);
+        let state = match context.settle(request, result) {
+            Verdict::Call(request) => State::Calling {
+                future: service.call(request),
+            },
+            Verdict::Delay(delay, request) => State::Delaying {
+                sleep: Box::pin(tokio::time::sleep(delay)),
+                service: Some(take_ready(service)),
+                request: Some(request),
+            },
+            Verdict::Answer(response) => return Self::answered(response),
+        };
         Self {
             state,
             context: Some(context),
@@ -131,51 +197,52 @@ where
         decision: StoreFuture<'static, Vec<Decision>>,
     ) -> Self {
         Self {
-            state: State::Deciding { decision },
-            context: Some(RequestContext::new(shared, service, request, checks, grpc)),
+            state: State::Deciding {
+                decision,
+                service: Some(service),
+                request: Some(request),
+            },
+            context: Some(RequestContext::new(shared, checks, grpc)),
         }
     }
 }
 
-impl<S, ReqBody> RequestContext<S, ReqBody>
-where
-    S: Service<Request<ReqBody>>,
-{
-    fn new(
-        shared: Arc<Shared>,
-        service: S,
-        request: Request<ReqBody>,
-        checks: Checks,
-        grpc: Option<GrpcContentType>,
-    ) -> Self {
+/// The ready service, for a future that calls it later; `service` keeps a fresh clone.
+pub(crate) fn take_ready<S: Clone>(service: &mut S) -> S {
+    let clone = service.clone();
+    std::mem::replace(service, clone)
+}
+
+impl RequestContext {
+    fn new(shared: Arc<Shared>, checks: Checks, grpc: Option<GrpcContentType>) -> Self {
         Self {
             shared,
-            service: Some(service),
-            request: Some(request),
             checks,
-            decisions: Vec::new(),
+            decisions: Few::new(),
             grpc,
         }
     }
 
-    /// The next state once the store has answered.
-    fn settle(&mut self, result: Result<Vec<Decision>, StoreError>) -> State<S::Future> {
+    /// What becomes of `request` once the store has answered.
+    fn settle<ReqBody>(
+        &mut self,
+        mut request: Request<ReqBody>,
+        result: Result<Vec<Decision>, StoreError>,
+    ) -> Verdict<ReqBody> {
         let decisions = match result {
             Ok(decisions) => decisions,
             Err(error) => {
                 let failing_open = self.shared.fail_mode == FailMode::Open;
                 observe::store_failed(&error, failing_open);
                 if failing_open {
-                    return self.call_inner();
+                    return Verdict::Call(request);
                 }
                 let info = RejectionInfo {
                     reason: RejectReason::StoreUnavailable,
                     decisions: Vec::new(),
                     retry_after: Some(Duration::from_secs(1)),
                 };
-                return State::Answered {
-                    response: Some(rejection(&self.shared, self.grpc, &info, &[])),
-                };
+                return Verdict::Answer(rejection(&self.shared, self.grpc, &info, &[]));
             }
         };
         let allowed = decisions.iter().all(|d| d.allowed);
@@ -185,13 +252,9 @@ where
             (false, true) => Outcome::ShadowRejected,
         };
         observe::decided(&decisions, outcome);
-        self.decisions = self
-            .checks
-            .iter()
-            .map(|(index, _, _)| *index)
-            .zip(decisions.iter().cloned())
-            .collect();
+        let indices = self.checks.iter().map(|(index, _, _)| *index);
         if outcome == Outcome::Rejected {
+            self.decisions = indices.zip(decisions.iter().cloned()).collect();
             // A denial whose cost can never fit has no retry time: say so rather than
             // invite a retry that cannot succeed.
             let retry_after = decisions
@@ -204,35 +267,24 @@ where
                 decisions,
                 retry_after,
             };
-            // Dropping the request here drops its body unread.
-            self.request = None;
-            return State::Answered {
-                response: Some(rejection(&self.shared, self.grpc, &info, &self.decisions)),
-            };
+            // `request` is dropped on return, its body unread.
+            return Verdict::Answer(rejection(&self.shared, self.grpc, &info, &self.decisions));
         }
         let delay = if allowed {
             decisions.iter().map(|d| d.delay).max().unwrap_or_default()
         } else {
             Duration::ZERO
         };
-        if let Some(request) = self.request.as_mut() {
+        if self.shared.decisions_extension {
+            self.decisions = indices.zip(decisions.iter().cloned()).collect();
             request.extensions_mut().insert(Decisions(decisions));
+        } else {
+            self.decisions = indices.zip(decisions).collect();
         }
         if delay.is_zero() {
-            self.call_inner()
+            Verdict::Call(request)
         } else {
-            State::Delaying {
-                sleep: Box::pin(tokio::time::sleep(delay)),
-            }
-        }
-    }
-
-    fn call_inner(&mut self) -> State<S::Future> {
-        match (self.service.take(), self.request.take()) {
-            (Some(mut service), Some(request)) => State::Calling {
-                future: service.call(request),
-            },
-            _ => unreachable!("the inner service is called once"),
+            Verdict::Delay(delay, request)
         }
     }
 
@@ -272,7 +324,7 @@ where
 /// Refunds each checked policy whose `count_when` does not count `status`.
 fn refund_uncounted(shared: &Shared, checks: &Checks, status: StatusCode) {
     let policies = shared.limiter.policies();
-    for (index, key, cost) in checks {
+    for (index, key, cost) in checks.iter() {
         let policy = &policies[*index];
         if policy.refunds_some_responses()
             && !policy.counts(status)
@@ -296,7 +348,7 @@ fn spawn_refund(refund: StoreFuture<'static, ()>) {
 
 /// The layer's own response: gRPC status or the configured HTTP rejection, plus the
 /// rate-limit headers.
-fn rejection(
+pub(crate) fn rejection(
     shared: &Shared,
     grpc: Option<GrpcContentType>,
     info: &RejectionInfo,
@@ -335,18 +387,42 @@ where
         let mut this = self.project();
         loop {
             let next = match this.state.as_mut().project() {
-                StateProj::Deciding { decision } => {
+                StateProj::Deciding {
+                    decision,
+                    service,
+                    request,
+                } => {
                     let result = ready!(decision.as_mut().poll(cx));
-                    match this.context.as_mut() {
-                        Some(context) => context.settle(result),
-                        None => unreachable!("a deciding future has a context"),
+                    let (Some(context), Some(mut service), Some(request)) =
+                        (this.context.as_mut(), service.take(), request.take())
+                    else {
+                        unreachable!("a deciding future has its context, service and request")
+                    };
+                    match context.settle(request, result) {
+                        Verdict::Call(request) => State::Calling {
+                            future: service.call(request),
+                        },
+                        Verdict::Delay(delay, request) => State::Delaying {
+                            sleep: Box::pin(tokio::time::sleep(delay)),
+                            service: Some(service),
+                            request: Some(request),
+                        },
+                        Verdict::Answer(response) => State::Answered {
+                            response: Some(response),
+                        },
                     }
                 }
-                StateProj::Delaying { sleep } => {
+                StateProj::Delaying {
+                    sleep,
+                    service,
+                    request,
+                } => {
                     ready!(sleep.as_mut().poll(cx));
-                    match this.context.as_mut() {
-                        Some(context) => context.call_inner(),
-                        None => unreachable!("a delayed future has a context"),
+                    match (service.take(), request.take()) {
+                        (Some(mut service), Some(request)) => State::Calling {
+                            future: service.call(request),
+                        },
+                        _ => unreachable!("the inner service is called once"),
                     }
                 }
                 StateProj::Calling { future } => {

@@ -3,6 +3,7 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use bytes::Bytes;
 use http::header::{HeaderMap, HeaderName, HeaderValue, RETRY_AFTER};
 
 use crate::{Decision, Policy};
@@ -152,6 +153,33 @@ impl HeaderPlan {
         HeaderValue::try_from(members.join(", ")).ok()
     }
 
+    /// The `RateLimit` members of several decisions. Sized first: the value is then one
+    /// exact-size allocation, which the header keeps as it is.
+    fn draft11_members(&self, decisions: &[(usize, Decision)]) -> Vec<u8> {
+        let members = decisions.iter().map(|(index, d)| {
+            let name = self.names[*index].as_bytes();
+            (name, d.remaining, ceil_secs(until_quota(d)))
+        });
+        let len = members
+            .clone()
+            .map(|(name, r, t)| name.len() + digits(r) + digits(t) + 8)
+            .sum::<usize>()
+            - 2;
+        let mut state = Vec::with_capacity(len);
+        for (name, r, t) in members {
+            if !state.is_empty() {
+                state.extend_from_slice(b", ");
+            }
+            state.extend_from_slice(name);
+            state.extend_from_slice(b";r=");
+            state.extend_from_slice(itoa::Buffer::new().format(r).as_bytes());
+            state.extend_from_slice(b";t=");
+            state.extend_from_slice(itoa::Buffer::new().format(t).as_bytes());
+        }
+        debug_assert_eq!(state.len(), len);
+        state
+    }
+
     /// Writes the style's headers for `decisions`, each paired with the index of its
     /// policy in the limiter.
     pub(crate) fn write(&self, decisions: &[(usize, Decision)], headers: &mut HeaderMap) {
@@ -161,21 +189,33 @@ impl HeaderPlan {
         match self.style {
             HeaderStyle::None => {}
             HeaderStyle::Draft11 => {
-                let mut state = String::with_capacity(32 * decisions.len());
-                for (i, (index, d)) in decisions.iter().enumerate() {
-                    if i > 0 {
-                        state.push_str(", ");
+                let state = match decisions {
+                    [(index, d)] => {
+                        // One policy, the common case: the numbers are formatted first,
+                        // so that the value is one exact-size allocation.
+                        let name = self.names[*index].as_bytes();
+                        let (mut r, mut t) = (itoa::Buffer::new(), itoa::Buffer::new());
+                        let r = r.format(d.remaining).as_bytes();
+                        let t = t.format(ceil_secs(until_quota(d))).as_bytes();
+                        let mut state = Vec::with_capacity(name.len() + r.len() + t.len() + 6);
+                        state.extend_from_slice(name);
+                        state.extend_from_slice(b";r=");
+                        state.extend_from_slice(r);
+                        state.extend_from_slice(b";t=");
+                        state.extend_from_slice(t);
+                        state
                     }
-                    state.push_str(&self.names[*index]);
-                    state.push_str(";r=");
-                    state.push_str(itoa::Buffer::new().format(d.remaining));
-                    state.push_str(";t=");
-                    state.push_str(itoa::Buffer::new().format(ceil_secs(until_quota(d))));
-                }
+                    _ => self.draft11_members(decisions),
+                };
                 if let Some(policy) = self.policy_header(decisions) {
                     headers.insert(RATELIMIT_POLICY, policy);
                 }
-                insert(headers, RATELIMIT, state);
+                // Names are printable ASCII and the rest are digits and separators, so
+                // this cannot fail; if it ever did, leaving the header out is the safe
+                // answer.
+                if let Ok(state) = HeaderValue::from_maybe_shared(Bytes::from(state)) {
+                    headers.insert(RATELIMIT, state);
+                }
             }
             HeaderStyle::Draft06 => {
                 let tightest = tightest(decisions);
@@ -220,14 +260,39 @@ pub(crate) fn write_retry_after(headers: &mut HeaderMap, retry_after: Duration) 
     insert_number(headers, RETRY_AFTER, ceil_secs(retry_after).max(1));
 }
 
-fn insert(headers: &mut HeaderMap, name: HeaderName, value: String) {
-    // Names are printable ASCII and the rest are digits and separators, so this
-    // cannot fail; if it ever did, leaving the header out is the safe answer.
-    if let Ok(value) = HeaderValue::try_from(value) {
+/// A number as a header value: one allocation (the value's own bytes), where
+/// `HeaderValue::from(u64)` makes two.
+pub(crate) fn insert_number(headers: &mut HeaderMap, name: HeaderName, value: u64) {
+    let digits = itoa::Buffer::new().format(value).as_bytes().to_vec();
+    if let Ok(value) = HeaderValue::from_maybe_shared(Bytes::from(digits)) {
         headers.insert(name, value);
     }
 }
 
-pub(crate) fn insert_number(headers: &mut HeaderMap, name: HeaderName, value: u64) {
-    headers.insert(name, HeaderValue::from(value));
+/// How many decimal digits `n` takes.
+pub(crate) fn digits(n: u64) -> usize {
+    n.checked_ilog10().map_or(1, |log| log as usize + 1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::digits;
+
+    #[test]
+    fn digits_counts_decimal_digits() {
+        for n in [
+            0,
+            1,
+            9,
+            10,
+            99,
+            100,
+            86_400,
+            999_999_999,
+            1_000_000_000,
+            u64::MAX,
+        ] {
+            assert_eq!(digits(n), n.to_string().len(), "{n}");
+        }
+    }
 }

@@ -35,6 +35,8 @@ pub(crate) struct Shared {
     pub(crate) rejection: Rejection,
     pub(crate) fail_mode: FailMode,
     pub(crate) shadow: bool,
+    /// Whether admitted requests carry their [`Decisions`](crate::Decisions).
+    pub(crate) decisions_extension: bool,
     pub(crate) allow: Vec<Arc<Predicate>>,
     pub(crate) deny: Vec<Arc<Predicate>>,
 }
@@ -96,6 +98,7 @@ impl RateLimitLayer {
                 rejection: Rejection::default(),
                 fail_mode: FailMode::default(),
                 shadow: false,
+                decisions_extension: true,
                 allow: Vec::new(),
                 deny: Vec::new(),
             }),
@@ -165,6 +168,24 @@ impl RateLimitLayer {
         self
     }
 
+    /// Whether admitted requests carry their [`Decisions`](crate::Decisions) in the
+    /// request extensions (default `true`). Turning it off saves every admitted request
+    /// a copy of its decisions and an insertion into (and later removal from) the
+    /// extensions map, for services whose handlers never read them. Headers, rejections
+    /// and `count_when` refunds do not depend on it.
+    ///
+    /// ```
+    /// # let limiter = tollgate::Limiter::builder().policy(tollgate::Policy::new("api", tollgate::Quota::per_second(10))?).build()?;
+    /// let layer = tollgate::RateLimitLayer::new(limiter).decisions_extension(false);
+    /// # let _ = layer;
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    #[must_use]
+    pub fn decisions_extension(mut self, insert: bool) -> Self {
+        self.shared().decisions_extension = insert;
+        self
+    }
+
     /// Requests matching `predicate` skip every policy (health checks, internal
     /// callers). Checked after [`deny`](RateLimitLayer::deny).
     ///
@@ -219,6 +240,7 @@ impl fmt::Debug for RateLimitLayer {
             .field("rejection", &self.shared.rejection)
             .field("fail_mode", &self.shared.fail_mode)
             .field("shadow", &self.shared.shadow)
+            .field("decisions_extension", &self.shared.decisions_extension)
             .finish_non_exhaustive()
     }
 }

@@ -11,7 +11,8 @@ use http::{Response, StatusCode};
 
 use crate::Decision;
 use crate::headers::{
-    GRPC_MESSAGE, GRPC_RETRY_PUSHBACK_MS, GRPC_STATUS, ceil_secs, insert_number, write_retry_after,
+    GRPC_MESSAGE, GRPC_RETRY_PUSHBACK_MS, GRPC_STATUS, ceil_secs, digits, insert_number,
+    write_retry_after,
 };
 
 /// Why the layer answered a request itself.
@@ -58,14 +59,21 @@ impl RejectReason {
         }
     }
 
-    fn message(self, retry_after: Option<Duration>) -> &'static str {
+    /// [`message`](Self::message) and a newline: the text rejection's body when there
+    /// is no retry time to print.
+    fn line(self, retry_after: Option<Duration>) -> &'static str {
         match self {
-            Self::RateLimited if retry_after.is_none() => "request cost exceeds the rate limit",
-            Self::RateLimited => "rate limit exceeded",
-            Self::MissingKey => "request has no rate-limit key",
-            Self::Denied => "request denied",
-            Self::StoreUnavailable => "rate limiter unavailable",
+            Self::RateLimited if retry_after.is_none() => "request cost exceeds the rate limit\n",
+            Self::RateLimited => "rate limit exceeded\n",
+            Self::MissingKey => "request has no rate-limit key\n",
+            Self::Denied => "request denied\n",
+            Self::StoreUnavailable => "rate limiter unavailable\n",
         }
+    }
+
+    fn message(self, retry_after: Option<Duration>) -> &'static str {
+        let line = self.line(retry_after);
+        &line[..line.len() - 1]
     }
 }
 
@@ -98,6 +106,12 @@ impl RejectionInfo {
             .map(|d| d.policy)
     }
 }
+
+// Checked once, at compile time: `HeaderValue::from_static` outside a constant checks
+// every byte on every call.
+const TEXT_PLAIN: HeaderValue = HeaderValue::from_static("text/plain; charset=utf-8");
+const APPLICATION_JSON: HeaderValue = HeaderValue::from_static("application/json");
+const APPLICATION_PROBLEM_JSON: HeaderValue = HeaderValue::from_static("application/problem+json");
 
 type CustomFn = dyn Fn(&RejectionInfo) -> Response<Bytes> + Send + Sync;
 
@@ -153,14 +167,21 @@ impl Rejection {
                 return response;
             }
             Self::Text => {
+                let message = info.reason.message(info.retry_after);
                 let body = match retry {
-                    Some(secs) => format!(
-                        "{}: retry after {secs} s\n",
-                        info.reason.message(info.retry_after)
-                    ),
-                    None => format!("{}\n", info.reason.message(info.retry_after)),
+                    // One exact-size allocation for the body (`Bytes` keeps it as is),
+                    // none for the text around the number.
+                    Some(secs) => {
+                        let mut body = Vec::with_capacity(message.len() + digits(secs) + 17);
+                        body.extend_from_slice(message.as_bytes());
+                        body.extend_from_slice(b": retry after ");
+                        body.extend_from_slice(itoa::Buffer::new().format(secs).as_bytes());
+                        body.extend_from_slice(b" s\n");
+                        Bytes::from(body)
+                    }
+                    None => Bytes::from_static(info.reason.line(info.retry_after).as_bytes()),
                 };
-                ("text/plain; charset=utf-8", body)
+                (TEXT_PLAIN, body)
             }
             Self::Json => {
                 let body = format!(
@@ -170,7 +191,7 @@ impl Rejection {
                     retry.map_or_else(|| "null".to_string(), |s| s.to_string()),
                     json_names(info)
                 );
-                ("application/json", body)
+                (APPLICATION_JSON, Bytes::from(body))
             }
             Self::Problem => {
                 let status = info.reason.status();
@@ -182,14 +203,12 @@ impl Rejection {
                     retry.map_or_else(|| "null".to_string(), |s| s.to_string()),
                     json_names(info)
                 );
-                ("application/problem+json", body)
+                (APPLICATION_PROBLEM_JSON, Bytes::from(body))
             }
         };
-        let mut response = Response::new(Bytes::from(body));
+        let mut response = Response::new(body);
         *response.status_mut() = info.reason.status();
-        response
-            .headers_mut()
-            .insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
+        response.headers_mut().insert(CONTENT_TYPE, content_type);
         add_retry_after(response.headers_mut(), info);
         response
     }
@@ -240,10 +259,7 @@ pub(crate) fn grpc_response(
 ) -> Response<Bytes> {
     let mut response = Response::new(Bytes::new());
     let headers = response.headers_mut();
-    headers.insert(
-        CONTENT_TYPE,
-        HeaderValue::from_static(content_type.as_str()),
-    );
+    headers.insert(CONTENT_TYPE, content_type.header_value());
     insert_number(headers, GRPC_STATUS, info.reason.grpc_status());
     let message = match info.retry_after {
         Some(retry) => format!(
@@ -263,7 +279,8 @@ pub(crate) fn grpc_response(
         }
         // A negative pushback tells gRPC clients not to retry (gRFC A6).
         None if info.reason == RejectReason::RateLimited => {
-            headers.insert(GRPC_RETRY_PUSHBACK_MS, HeaderValue::from_static("-1"));
+            const NEVER: HeaderValue = HeaderValue::from_static("-1");
+            headers.insert(GRPC_RETRY_PUSHBACK_MS, NEVER);
         }
         None => {}
     }
@@ -316,11 +333,14 @@ pub(crate) enum GrpcContentType {
 }
 
 impl GrpcContentType {
-    fn as_str(self) -> &'static str {
+    fn header_value(self) -> HeaderValue {
+        const GRPC: HeaderValue = HeaderValue::from_static("application/grpc");
+        const GRPC_WEB: HeaderValue = HeaderValue::from_static("application/grpc-web");
+        const GRPC_WEB_TEXT: HeaderValue = HeaderValue::from_static("application/grpc-web-text");
         match self {
-            Self::Grpc => "application/grpc",
-            Self::GrpcWeb => "application/grpc-web",
-            Self::GrpcWebText => "application/grpc-web-text",
+            Self::Grpc => GRPC,
+            Self::GrpcWeb => GRPC_WEB,
+            Self::GrpcWebText => GRPC_WEB_TEXT,
         }
     }
 }
@@ -340,5 +360,40 @@ pub(crate) fn grpc_flavour(headers: &HeaderMap) -> Option<GrpcContentType> {
         Some(GrpcContentType::Grpc)
     } else {
         None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::RejectReason;
+
+    #[test]
+    fn text_bodies_are_exact_size() {
+        let info = super::RejectionInfo {
+            reason: RejectReason::RateLimited,
+            decisions: Vec::new(),
+            retry_after: Some(Duration::from_millis(86_399_500)),
+        };
+        let response = super::Rejection::Text.http_response(&info);
+        assert_eq!(
+            response.body(),
+            "rate limit exceeded: retry after 86400 s\n"
+        );
+    }
+
+    #[test]
+    fn lines_are_the_messages_with_a_newline() {
+        for reason in [
+            RejectReason::RateLimited,
+            RejectReason::MissingKey,
+            RejectReason::Denied,
+            RejectReason::StoreUnavailable,
+        ] {
+            for retry in [None, Some(Duration::from_secs(1))] {
+                assert_eq!(reason.line(retry), format!("{}\n", reason.message(retry)));
+            }
+        }
     }
 }

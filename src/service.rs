@@ -11,14 +11,15 @@ use http::{Request, Response};
 use http_body::Body;
 use tower_service::Service;
 
-use crate::future::ResponseFuture;
+use crate::future::{Checks, ResponseFuture, rejection, take_ready};
 use crate::layer::Shared;
 use crate::limiter::Pending;
 use crate::response::{RejectReason, RejectionInfo, grpc_flavour};
 use crate::{Decision, MissingKey, RateLimitBody};
 
 /// The decisions of every policy checked for a request, in limiter order; put in the
-/// request extensions for handlers.
+/// request extensions for handlers (unless the layer was built with
+/// [`decisions_extension(false)`](crate::RateLimitLayer::decisions_extension)).
 ///
 /// ```
 /// use tollgate::Decisions;
@@ -99,10 +100,7 @@ where
     }
 
     fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
-        // The ready service goes into the future; this service keeps a fresh clone.
-        let clone = self.inner.clone();
-        let inner = std::mem::replace(&mut self.inner, clone);
-        let shared = self.shared.clone();
+        let shared = &self.shared;
         let (parts, body) = request.into_parts();
         let grpc = grpc_flavour(&parts.headers);
 
@@ -112,13 +110,13 @@ where
                 decisions: Vec::new(),
                 retry_after: None,
             };
-            return ResponseFuture::rejected(&shared, grpc, &info, &[]);
+            return ResponseFuture::answered(rejection(shared, grpc, &info, &[]));
         }
         if shared.allow.iter().any(|allow| allow(&parts)) {
-            return ResponseFuture::unlimited(shared, inner, Request::from_parts(parts, body));
+            return ResponseFuture::unlimited(self.inner.call(Request::from_parts(parts, body)));
         }
 
-        let mut checks = Vec::with_capacity(shared.limiter.policies().len());
+        let mut checks = Checks::new();
         let mut missing_key = None;
         for (index, policy) in shared.limiter.policies().iter().enumerate() {
             match policy.key_of(&parts) {
@@ -141,19 +139,32 @@ where
                 decisions: Vec::new(),
                 retry_after: Some(period.max(Duration::from_secs(1))),
             };
-            return ResponseFuture::rejected(&shared, grpc, &info, &[]);
-        }
-        if checks.is_empty() {
-            return ResponseFuture::unlimited(shared, inner, Request::from_parts(parts, body));
+            return ResponseFuture::answered(rejection(shared, grpc, &info, &[]));
         }
         let request = Request::from_parts(parts, body);
+        if checks.is_empty() {
+            return ResponseFuture::unlimited(self.inner.call(request));
+        }
+        // The memory store decides here and now: an admitted request goes straight to
+        // the inner service. Only a request that waits (a remote store, a leaky-bucket
+        // delay) takes the ready service along and leaves a clone in its place.
         match shared.limiter.decide(&checks) {
-            Pending::Ready(result) => {
-                ResponseFuture::decided(shared, inner, request, checks, grpc, result)
-            }
-            Pending::Waiting(decision) => {
-                ResponseFuture::deciding(shared, inner, request, checks, grpc, decision)
-            }
+            Pending::Ready(result) => ResponseFuture::decided(
+                shared.clone(),
+                &mut self.inner,
+                request,
+                checks,
+                grpc,
+                result,
+            ),
+            Pending::Waiting(decision) => ResponseFuture::deciding(
+                shared.clone(),
+                take_ready(&mut self.inner),
+                request,
+                checks,
+                grpc,
+                decision,
+            ),
         }
     }
 }

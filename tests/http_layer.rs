@@ -34,6 +34,12 @@ fn limiter(policies: Vec<Policy>, clock: &ManualClock) -> Limiter {
         .expect("limiter")
 }
 
+fn fixed_window(name: &str, quota: Quota) -> Policy {
+    Policy::new(name, quota)
+        .expect("policy")
+        .algorithm(Algorithm::FixedWindow)
+}
+
 fn app(layer: RateLimitLayer) -> Router {
     Router::new()
         .route("/", get(|| async { "ok" }))
@@ -258,16 +264,66 @@ async fn handlers_see_every_decision_in_the_request_extensions() {
 }
 
 #[tokio::test]
+async fn without_the_decisions_extension_headers_and_rejections_are_unchanged() {
+    let clock = ManualClock::new(BASE);
+    let policies = || {
+        vec![
+            fixed_window("api", Quota::per_minute(2)),
+            fixed_window("daily", Quota::per_day(100)),
+        ]
+    };
+    let handler = |request: axum::extract::Request| async move {
+        match request.extensions().get::<Decisions>() {
+            Some(decisions) => format!("{} decisions", decisions.len()),
+            None => "no decisions".to_string(),
+        }
+    };
+    let layer = RateLimitLayer::new(limiter(policies(), &clock));
+    let with = Server::start(Router::new().route("/", get(handler)).layer(layer)).await;
+    let layer = RateLimitLayer::new(limiter(policies(), &clock)).decisions_extension(false);
+    let without = Server::start(Router::new().route("/", get(handler)).layer(layer)).await;
+
+    let mut seen = Vec::new();
+    for server in [&with, &without] {
+        let replies = [
+            server.get("/").await,
+            server.get("/").await,
+            server.get("/").await,
+        ];
+        seen.push(replies.map(|reply| {
+            let header = |name| reply.headers.get(name).cloned();
+            (
+                reply.status,
+                header("ratelimit-policy"),
+                header("ratelimit"),
+                header("retry-after"),
+                reply.body,
+            )
+        }));
+    }
+    assert_eq!(seen[0][0].4, "2 decisions");
+    assert_eq!(seen[1][0].4, "no decisions");
+    assert_eq!(seen[1][1].0, StatusCode::OK);
+    assert_eq!(
+        seen[1][1].2.as_ref().map(|v| v.to_str().expect("ascii")),
+        Some(r#""api";r=0;t=60, "daily";r=98;t=86400"#)
+    );
+    assert_eq!(seen[1][2].0, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(seen[1][2].4, "rate limit exceeded: retry after 60 s\n");
+    // Everything but the handler's own answer is the same with and without it.
+    for (a, b) in seen[0].iter().zip(&seen[1]) {
+        assert_eq!((a.0, &a.1, &a.2, &a.3), (b.0, &b.1, &b.2, &b.3));
+    }
+    assert_eq!(seen[0][2].4, seen[1][2].4);
+}
+
+#[tokio::test]
 async fn draft06_and_legacy_styles_describe_the_tightest_policy() {
     let clock = ManualClock::new(BASE);
     let policies = || {
         vec![
-            Policy::new("minute", Quota::per_minute(10))
-                .expect("policy")
-                .algorithm(Algorithm::FixedWindow),
-            Policy::new("second", Quota::per_second(2))
-                .expect("policy")
-                .algorithm(Algorithm::FixedWindow),
+            fixed_window("minute", Quota::per_minute(10)),
+            fixed_window("second", Quota::per_second(2)),
         ]
     };
     let server = Server::start(app(
