@@ -115,6 +115,17 @@ pin_project! {
     }
 }
 
+impl<S, ReqBody, F> State<S, ReqBody, F> {
+    /// Holds `request` for `delay` (a leaky-bucket turn), then `service` answers it.
+    fn delaying(delay: Duration, service: S, request: Request<ReqBody>) -> Self {
+        Self::Delaying {
+            sleep: Box::pin(tokio::time::sleep(delay)),
+            service: Some(service),
+            request: Some(request),
+        }
+    }
+}
+
 /// What the future needs besides its state.
 pub(crate) struct RequestContext {
     shared: Arc<Shared>,
@@ -174,11 +185,7 @@ where
             Verdict::Call(request) => State::Calling {
                 future: service.call(request),
             },
-            Verdict::Delay(delay, request) => State::Delaying {
-                sleep: Box::pin(tokio::time::sleep(delay)),
-                service: Some(take_ready(service)),
-                request: Some(request),
-            },
+            Verdict::Delay(delay, request) => State::delaying(delay, take_ready(service), request),
             Verdict::Answer(response) => return Self::answered(response),
         };
         Self {
@@ -402,11 +409,7 @@ where
                         Verdict::Call(request) => State::Calling {
                             future: service.call(request),
                         },
-                        Verdict::Delay(delay, request) => State::Delaying {
-                            sleep: Box::pin(tokio::time::sleep(delay)),
-                            service: Some(service),
-                            request: Some(request),
-                        },
+                        Verdict::Delay(delay, request) => State::delaying(delay, service, request),
                         Verdict::Answer(response) => State::Answered {
                             response: Some(response),
                         },

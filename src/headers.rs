@@ -153,8 +153,8 @@ impl HeaderPlan {
         HeaderValue::try_from(members.join(", ")).ok()
     }
 
-    /// The `RateLimit` members of several decisions. Sized first: the value is then one
-    /// exact-size allocation, which the header keeps as it is.
+    /// The `RateLimit` members of `decisions` (at least one). Sized first: the value is
+    /// then one exact-size allocation, which the header keeps as it is.
     fn draft11_members(&self, decisions: &[(usize, Decision)]) -> Vec<u8> {
         let members = decisions.iter().map(|(index, d)| {
             let name = self.names[*index].as_bytes();
@@ -189,24 +189,7 @@ impl HeaderPlan {
         match self.style {
             HeaderStyle::None => {}
             HeaderStyle::Draft11 => {
-                let state = match decisions {
-                    [(index, d)] => {
-                        // One policy, the common case: the numbers are formatted first,
-                        // so that the value is one exact-size allocation.
-                        let name = self.names[*index].as_bytes();
-                        let (mut r, mut t) = (itoa::Buffer::new(), itoa::Buffer::new());
-                        let r = r.format(d.remaining).as_bytes();
-                        let t = t.format(ceil_secs(until_quota(d))).as_bytes();
-                        let mut state = Vec::with_capacity(name.len() + r.len() + t.len() + 6);
-                        state.extend_from_slice(name);
-                        state.extend_from_slice(b";r=");
-                        state.extend_from_slice(r);
-                        state.extend_from_slice(b";t=");
-                        state.extend_from_slice(t);
-                        state
-                    }
-                    _ => self.draft11_members(decisions),
-                };
+                let state = self.draft11_members(decisions);
                 if let Some(policy) = self.policy_header(decisions) {
                     headers.insert(RATELIMIT_POLICY, policy);
                 }
