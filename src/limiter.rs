@@ -184,7 +184,7 @@ impl Limiter {
         self.inner
             .policies
             .iter()
-            .find(|p| p.name().len() == name.len() && p.name() == name)
+            .find(|p| names_match(p.name(), name))
     }
 
     fn find(&self, name: &str) -> Result<&Policy, StoreError> {
@@ -473,4 +473,12 @@ impl fmt::Debug for Limiter {
             .field("store", &self.inner.backend)
             .finish()
     }
+}
+
+/// Whether a policy's name is `name`. A caller usually passes the very string the
+/// policy was named with (one literal, one address): that case skips the byte compare,
+/// a call into libc's `memcmp` that showed up in profiles of `check`.
+#[inline]
+fn names_match(policy: &str, name: &str) -> bool {
+    std::ptr::eq(policy, name) || (policy.len() == name.len() && policy == name)
 }

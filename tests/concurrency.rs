@@ -113,19 +113,9 @@ fn eight_threads_with_a_moving_clock_never_over_admit() {
         let store = MemoryStore::with_clock(clock.clone());
         let quota = Quota::per_second(1_000);
         let limiter = limiter(algorithm, quota, &store);
-        let ticking = Arc::new(std::sync::atomic::AtomicBool::new(true));
-        let ticker = {
-            let (clock, ticking) = (clock.clone(), ticking.clone());
-            std::thread::spawn(move || {
-                while ticking.load(Ordering::Relaxed) {
-                    clock.advance(Duration::from_micros(997));
-                    std::thread::yield_now();
-                }
-            })
-        };
+        let ticker = Ticker::start(&clock, Duration::from_micros(997));
         let admitted = hammer(&limiter, 8, 20_000);
-        ticking.store(false, Ordering::Relaxed);
-        ticker.join().expect("ticker");
+        ticker.stop();
         let elapsed_us = tollgate::Clock::now(&clock)
             .saturating_sub(BASE)
             .as_micros() as u64;
@@ -159,4 +149,73 @@ fn hammer(limiter: &Limiter, threads: usize, per_thread: usize) -> u64 {
         }
     });
     admitted.into_inner()
+}
+
+/// GCRA and the leaky bucket decide for a stored key under the shard's read lock with a
+/// compare-and-swap: with the clock moving under 8 threads, they admit no more than the
+/// burst plus one emission interval's worth per elapsed `T`, the fluid bound itself.
+#[test]
+fn atomic_states_under_a_moving_clock_keep_the_fluid_bound() {
+    for algorithm in [Algorithm::Gcra, Algorithm::LeakyBucket] {
+        let clock = ManualClock::new(BASE);
+        let store = MemoryStore::with_clock(clock.clone());
+        // T = 1 ms, burst 1 000; costs of 1 and 3 mixed so that CAS retries see
+        // different steps.
+        let limiter = limiter(algorithm, Quota::per_second(1_000), &store);
+        let ticker = Ticker::start(&clock, Duration::from_micros(113));
+        let admitted_cost = AtomicU64::new(0);
+        std::thread::scope(|scope| {
+            for thread in 0..8_u64 {
+                let (limiter, admitted_cost) = (&limiter, &admitted_cost);
+                scope.spawn(move || {
+                    let key = Key::from("hot");
+                    let cost = if thread % 2 == 0 { 1 } else { 3 };
+                    let mut mine = 0_u64;
+                    for _ in 0..20_000 {
+                        let d = immediate(limiter.check("hot", &key, cost)).expect("store");
+                        mine += if d.allowed { u64::from(cost) } else { 0 };
+                    }
+                    admitted_cost.fetch_add(mine, Ordering::Relaxed);
+                });
+            }
+        });
+        ticker.stop();
+        let elapsed_us = tollgate::Clock::now(&clock)
+            .saturating_sub(BASE)
+            .as_micros() as u64;
+        let admitted = admitted_cost.into_inner();
+        let bound = 1_000 + elapsed_us / 1_000;
+        assert!(
+            admitted <= bound,
+            "{algorithm}: {admitted} tokens admitted in {elapsed_us} µs, bound {bound}"
+        );
+        assert!(admitted >= 1_000, "{algorithm}: the burst was not admitted");
+    }
+}
+
+/// A thread advancing a manual clock by `step` as fast as it can, until stopped.
+struct Ticker {
+    ticking: Arc<std::sync::atomic::AtomicBool>,
+    thread: std::thread::JoinHandle<()>,
+}
+
+impl Ticker {
+    fn start(clock: &ManualClock, step: Duration) -> Self {
+        let ticking = Arc::new(std::sync::atomic::AtomicBool::new(true));
+        let thread = {
+            let (clock, ticking) = (clock.clone(), ticking.clone());
+            std::thread::spawn(move || {
+                while ticking.load(Ordering::Relaxed) {
+                    clock.advance(step);
+                    std::thread::yield_now();
+                }
+            })
+        };
+        Self { ticking, thread }
+    }
+
+    fn stop(self) {
+        self.ticking.store(false, Ordering::Relaxed);
+        self.thread.join().expect("ticker");
+    }
 }

@@ -200,6 +200,31 @@ pub(crate) fn evaluate<R: Rule>(
     cost: u64,
     charge: bool,
 ) -> Verdict {
+    let step = apply::<R>(p, s, now, floor, cost, charge);
+    report::<R>(p, s, now, cost, step)
+}
+
+/// What [`apply`] decided, for [`report`].
+#[derive(Clone, Copy)]
+pub(crate) struct Step {
+    /// The effective instant, `max(now, floor)` as the state sees it.
+    t: u64,
+    allowed: bool,
+    delay_us: u64,
+}
+
+/// The part of [`evaluate`] that changes the state. A store that installs the new
+/// state by compare-and-swap calls this in its retry loop, and [`report`] once the
+/// state is installed, keeping the loop short.
+#[inline]
+pub(crate) fn apply<R: Rule>(
+    p: &Params,
+    s: &mut R::State,
+    now: u64,
+    floor: u64,
+    cost: u64,
+    charge: bool,
+) -> Step {
     let t = R::normalize(p, s, now.max(floor));
     let allowed = cost == 0 || (cost <= p.capacity && R::admits(p, s, t, cost));
     // Like every duration, the delay is measured from the caller's `now`; a request
@@ -212,6 +237,26 @@ pub(crate) fn evaluate<R: Rule>(
     } else {
         0
     };
+    Step {
+        t,
+        allowed,
+        delay_us,
+    }
+}
+
+/// The verdict on the state `apply` left.
+#[inline]
+pub(crate) fn report<R: Rule>(
+    p: &Params,
+    s: &R::State,
+    now: u64,
+    cost: u64,
+    Step {
+        t,
+        allowed,
+        delay_us,
+    }: Step,
+) -> Verdict {
     let retry_after_us =
         (!allowed && cost <= p.capacity).then(|| R::retry_at(p, s, t, cost).saturating_sub(now));
     Verdict {

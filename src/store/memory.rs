@@ -3,7 +3,7 @@
 use std::any::Any;
 use std::fmt;
 use std::hash::BuildHasher;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use foldhash::fast::RandomState;
 
@@ -11,7 +11,7 @@ use super::memory_shard::{Hashed, Shard};
 use super::{Charge, Store, StoreFuture, decision};
 use crate::algorithm::Verdict;
 use crate::clock::now_micros;
-use crate::{Clock, ConfigError, Decision, Key, SystemClock};
+use crate::{Algorithm, Clock, ConfigError, Decision, Key, Policy, SystemClock};
 
 /// The default bound on stored keys.
 pub const DEFAULT_MAX_KEYS: usize = 1_000_000;
@@ -20,9 +20,13 @@ const MAX_SHARDS: usize = 64;
 
 /// Limiter state in this process: the default store.
 ///
-/// - **Concurrent:** keys are spread over up to 64 shards, each behind its own lock;
-///   there is no global lock. A decision holds one shard lock for a few dozen
-///   nanoseconds.
+/// - **Concurrent:** keys are spread over up to 64 shards, each behind its own
+///   read-write lock; there is no global lock. A [`Gcra`](crate::Algorithm::Gcra) or
+///   [`LeakyBucket`](crate::Algorithm::LeakyBucket) decision for a key already stored
+///   takes only the read lock and updates the key's one-word state by
+///   compare-and-swap, so threads never wait for each other there, even on one hot
+///   key. The other algorithms, and a key's first charge, hold the write lock for a
+///   few dozen nanoseconds.
 /// - **Bounded:** at most [`max_keys`](MemoryStore::max_keys) keys (default
 ///   [`DEFAULT_MAX_KEYS`], one million) across all policies, split evenly over the
 ///   shards. A new key in a full shard evicts, from a small sample, the state
@@ -62,7 +66,7 @@ pub struct MemoryStore {
 
 struct Inner {
     clock: TimeSource,
-    shards: Box<[Padded<Mutex<Shard>>]>,
+    shards: Box<[Padded<RwLock<Shard>>]>,
     max_keys: usize,
     hasher: RandomState,
 }
@@ -157,7 +161,7 @@ impl MemoryStore {
         let per_shard = max_keys / shard_count;
         let hasher = RandomState::default();
         let shards = (0..shard_count)
-            .map(|_| Padded(Mutex::new(Shard::new(per_shard, hasher))))
+            .map(|_| Padded(RwLock::new(Shard::new(per_shard, hasher))))
             .collect();
         Self {
             inner: Arc::new(Inner {
@@ -178,13 +182,13 @@ impl MemoryStore {
         self.inner.max_keys
     }
 
-    /// How many (policy, key) states are stored now. Locks each shard in turn.
+    /// How many (policy, key) states are stored now. Reads each shard in turn.
     ///
     /// ```
     /// assert_eq!(tollgate::MemoryStore::new().len(), 0);
     /// ```
     pub fn len(&self) -> usize {
-        self.inner.shards.iter().map(|s| lock(&s.0).len()).sum()
+        self.inner.shards.iter().map(|s| read(&s.0).len()).sum()
     }
 
     /// Whether no state is stored.
@@ -213,8 +217,8 @@ impl MemoryStore {
     }
 
     #[inline]
-    fn shard(&self, key: Hashed<'_>) -> MutexGuard<'_, Shard> {
-        lock(&self.inner.shards[self.shard_index(key)].0)
+    fn shard(&self, key: Hashed<'_>) -> &RwLock<Shard> {
+        &self.inner.shards[self.shard_index(key)].0
     }
 
     #[inline]
@@ -228,7 +232,13 @@ impl MemoryStore {
         let key = self.hashed(charge.key);
         let now = self.now();
         let policy = charge.policy;
-        let verdict = self.shard(key).run(policy, key, now, charge.cost, true);
+        let shard = self.shard(key);
+        if has_atomic_states(policy)
+            && let Some(verdict) = read(shard).run_shared(policy, key, now, charge.cost)
+        {
+            return decision(policy, verdict);
+        }
+        let verdict = write(shard).run(policy, key, now, charge.cost, true);
         decision(policy, verdict)
     }
 
@@ -245,9 +255,9 @@ impl MemoryStore {
         let mut order = shard_of.clone();
         order.sort_unstable();
         order.dedup();
-        let mut guards: Vec<MutexGuard<'_, Shard>> = order
+        let mut guards: Vec<RwLockWriteGuard<'_, Shard>> = order
             .iter()
-            .map(|&i| lock(&self.inner.shards[i].0))
+            .map(|&i| write(&self.inner.shards[i].0))
             .collect();
         let mut run = |i: usize, charge: bool| -> Verdict {
             let c = &charges[i];
@@ -292,14 +302,30 @@ impl MemoryStore {
     pub(crate) fn refund_now(&self, charge: &Charge<'_>) {
         let key = self.hashed(charge.key);
         let now = self.now();
-        self.shard(key).refund(charge.policy, key, now, charge.cost);
+        write(self.shard(key)).refund(charge.policy, key, now, charge.cost);
     }
 }
 
-/// A poisoned shard only means a panic elsewhere while it was held; its state is
-/// plain data that every transition leaves consistent, so keep serving.
-fn lock(shard: &Mutex<Shard>) -> MutexGuard<'_, Shard> {
-    shard.lock().unwrap_or_else(PoisonError::into_inner)
+/// Whether `policy`'s states can be updated under a shard's read lock.
+#[inline]
+fn has_atomic_states(policy: &Policy) -> bool {
+    matches!(
+        policy.params().algorithm,
+        Algorithm::Gcra | Algorithm::LeakyBucket
+    )
+}
+
+// A poisoned shard only means a panic elsewhere while it was held; its state is plain
+// data that every transition leaves consistent, so keep serving.
+
+#[inline]
+fn read(shard: &RwLock<Shard>) -> RwLockReadGuard<'_, Shard> {
+    shard.read().unwrap_or_else(PoisonError::into_inner)
+}
+
+#[inline]
+fn write(shard: &RwLock<Shard>) -> RwLockWriteGuard<'_, Shard> {
+    shard.write().unwrap_or_else(PoisonError::into_inner)
 }
 
 impl Default for MemoryStore {

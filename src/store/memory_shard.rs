@@ -2,15 +2,17 @@
 //! per policy, bounded and swept of idle state as it is used.
 
 use std::hash::BuildHasher;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use foldhash::fast::RandomState;
 use hashbrown::HashTable;
 
 use crate::Algorithm;
 use crate::algorithm::{
-    self, Params, Rule, Verdict, fixed_window::FixedWindow, gcra::Gcra, leaky_bucket::LeakyBucket,
-    sliding_window::SlidingWindow, sliding_window_counters::SlidingWindowCounters,
-    sliding_window_log::SlidingWindowLog, token_bucket::TokenBucket,
+    self, Params, Rule, Verdict, fixed_window::FixedWindow, gcra, gcra::Gcra,
+    leaky_bucket::LeakyBucket, sliding_window::SlidingWindow,
+    sliding_window_counters::SlidingWindowCounters, sliding_window_log::SlidingWindowLog,
+    token_bucket::TokenBucket,
 };
 use crate::{Key, Policy};
 
@@ -21,18 +23,76 @@ const EVICTION_SAMPLE: usize = 8;
 
 /// One policy's states: (key, state) pairs found by a hash the store computes once
 /// per decision (it also picks the shard), so a key is hashed once, not twice.
-type Map<S> = HashTable<(Key, S)>;
+type Map<C> = HashTable<(Key, C)>;
+
+/// How a table holds each key's state.
+trait Cell {
+    type State;
+    fn new(state: Self::State) -> Self;
+    /// Runs `f` on the state, with the shard's write lock held.
+    fn with_mut<T>(&mut self, f: impl FnOnce(&mut Self::State) -> T) -> T;
+    fn with<T>(&self, f: impl FnOnce(&Self::State) -> T) -> T;
+}
+
+/// A state changed only under the shard's write lock.
+struct Plain<S>(S);
+
+impl<S> Cell for Plain<S> {
+    type State = S;
+
+    fn new(state: S) -> Self {
+        Self(state)
+    }
+
+    #[inline]
+    fn with_mut<T>(&mut self, f: impl FnOnce(&mut S) -> T) -> T {
+        f(&mut self.0)
+    }
+
+    fn with<T>(&self, f: impl FnOnce(&S) -> T) -> T {
+        f(&self.0)
+    }
+}
+
+/// The one-word state of GCRA and the leaky bucket (the TAT), which a decision for a
+/// stored key updates by compare-and-swap under the shard's *read* lock: threads
+/// deciding for keys of one shard, even for one hot key, do not wait for each other.
+/// Same size as the plain word.
+struct AtomicTat(AtomicU64);
+
+impl Cell for AtomicTat {
+    type State = gcra::State;
+
+    fn new(state: gcra::State) -> Self {
+        Self(AtomicU64::new(state.tat_ns))
+    }
+
+    #[inline]
+    fn with_mut<T>(&mut self, f: impl FnOnce(&mut gcra::State) -> T) -> T {
+        let tat = self.0.get_mut();
+        let mut state = gcra::State { tat_ns: *tat };
+        let result = f(&mut state);
+        *tat = state.tat_ns;
+        result
+    }
+
+    fn with<T>(&self, f: impl FnOnce(&gcra::State) -> T) -> T {
+        f(&gcra::State {
+            tat_ns: self.0.load(Relaxed),
+        })
+    }
+}
 
 /// One policy's states in this shard, typed by algorithm so each entry is as small as
 /// its algorithm allows (GCRA: 16-byte key + 8-byte state).
 enum States {
-    FixedWindow(Map<<FixedWindow as Rule>::State>),
-    SlidingWindow(Map<<SlidingWindow as Rule>::State>),
-    SlidingWindowCounters(Map<<SlidingWindowCounters as Rule>::State>),
-    SlidingWindowLog(Map<<SlidingWindowLog as Rule>::State>),
-    TokenBucket(Map<<TokenBucket as Rule>::State>),
-    Gcra(Map<<Gcra as Rule>::State>),
-    LeakyBucket(Map<<LeakyBucket as Rule>::State>),
+    FixedWindow(Map<Plain<<FixedWindow as Rule>::State>>),
+    SlidingWindow(Map<Plain<<SlidingWindow as Rule>::State>>),
+    SlidingWindowCounters(Map<Plain<<SlidingWindowCounters as Rule>::State>>),
+    SlidingWindowLog(Map<Plain<<SlidingWindowLog as Rule>::State>>),
+    TokenBucket(Map<Plain<<TokenBucket as Rule>::State>>),
+    Gcra(Map<AtomicTat>),
+    LeakyBucket(Map<AtomicTat>),
 }
 
 /// Runs `$body` with `$map` bound to the typed map and `$rule` to its rule type.
@@ -104,16 +164,23 @@ struct Table {
 }
 
 /// The states of one shard.
+///
+/// Aligned to a cache line so that, behind its lock, it starts on a line of its own:
+/// read-locked decisions write the lock word on every call, and would otherwise take
+/// the line holding `latest`, `next_sweep` and the tables away from each other's core.
+#[repr(align(64))]
 pub(crate) struct Shard {
     tables: Vec<Table>,
     capacity: usize,
     /// States stored across all tables (kept here: summing the tables per decision
     /// showed up in profiles).
     entries: usize,
-    next_sweep: u64,
+    /// When the next sweep is due. Atomic, like `latest`, so the read-locked path can
+    /// see it; written under the write lock only.
+    next_sweep: AtomicU64,
     /// The latest instant this shard has seen. Time never runs backwards for the keys
     /// in it: a clock that steps back is treated as standing still here.
-    latest: u64,
+    latest: AtomicU64,
     hasher: RandomState,
 }
 
@@ -126,8 +193,8 @@ pub(crate) struct Hashed<'a> {
 }
 
 /// Decides in `map`; also says whether a state was inserted.
-fn run_in<R: Rule>(
-    map: &mut Map<R::State>,
+fn run_in<R: Rule, C: Cell<State = R::State>>(
+    map: &mut Map<C>,
     hasher: RandomState,
     p: &Params,
     key: Hashed<'_>,
@@ -135,9 +202,9 @@ fn run_in<R: Rule>(
     cost: u64,
     charge: bool,
 ) -> (Verdict, bool) {
-    if let Some((_, state)) = map.find_mut(key.hash, |(k, _)| k == key.key) {
+    if let Some((_, cell)) = map.find_mut(key.hash, |(k, _)| k == key.key) {
         return (
-            algorithm::evaluate::<R>(p, state, now, floor, cost, charge),
+            cell.with_mut(|state| algorithm::evaluate::<R>(p, state, now, floor, cost, charge)),
             false,
         );
     }
@@ -146,20 +213,50 @@ fn run_in<R: Rule>(
     // Only a charge creates state: peeks and denials of unknown keys store nothing.
     let insert = charge && verdict.allowed && cost > 0;
     if insert {
-        map.insert_unique(key.hash, (*key.key, state), |(k, _)| hasher.hash_one(k));
+        map.insert_unique(key.hash, (*key.key, C::new(state)), |(k, _)| {
+            hasher.hash_one(k)
+        });
     }
     (verdict, insert)
 }
 
-fn refund_in<R: Rule>(
-    map: &mut Map<R::State>,
+fn refund_in<R: Rule, C: Cell<State = R::State>>(
+    map: &mut Map<C>,
     p: &Params,
     key: Hashed<'_>,
     (now, floor): (u64, u64),
     amount: u64,
 ) {
-    if let Some((_, state)) = map.find_mut(key.hash, |(k, _)| k == key.key) {
-        algorithm::refund::<R>(p, state, now, floor, amount);
+    if let Some((_, cell)) = map.find_mut(key.hash, |(k, _)| k == key.key) {
+        cell.with_mut(|state| algorithm::refund::<R>(p, state, now, floor, amount));
+    }
+}
+
+/// Decides one charge for a stored key of a GCRA or leaky-bucket table under the
+/// shard's read lock: the new TAT is computed from the one read and installed by
+/// compare-and-swap, again from the fresh value when another thread got there first.
+/// `None` when the key is not stored (inserting needs the write lock).
+fn run_atomic<R: Rule<State = gcra::State>>(
+    map: &Map<AtomicTat>,
+    p: &Params,
+    key: Hashed<'_>,
+    (now, floor): (u64, u64),
+    cost: u64,
+) -> Option<Verdict> {
+    let (_, AtomicTat(tat)) = map.find(key.hash, |(k, _)| k == key.key)?;
+    let mut seen = tat.load(Relaxed);
+    loop {
+        let mut state = gcra::State { tat_ns: seen };
+        let step = algorithm::apply::<R>(p, &mut state, now, floor, cost, true);
+        // A denial (or a zero cost) changes nothing: its verdict holds for the TAT
+        // read. A charge holds once its TAT is installed over the one it started from.
+        if state.tat_ns != seen
+            && let Err(current) = tat.compare_exchange_weak(seen, state.tat_ns, Relaxed, Relaxed)
+        {
+            seen = current;
+            continue;
+        }
+        return Some(algorithm::report::<R>(p, &state, now, cost, step));
     }
 }
 
@@ -169,8 +266,8 @@ impl Shard {
             tables: Vec::new(),
             capacity,
             entries: 0,
-            next_sweep: 0,
-            latest: 0,
+            next_sweep: AtomicU64::new(0),
+            latest: AtomicU64::new(0),
             hasher,
         }
     }
@@ -193,7 +290,33 @@ impl Shard {
         self.tables.len() - 1
     }
 
-    /// Decides `cost` for `key` under `policy` at `now`.
+    /// Decides a charge of `cost` for `key` under `policy` at `now` with only the
+    /// shard's read lock, when the policy's states are atomic (GCRA, leaky bucket)
+    /// and the key is stored. `None` when the write lock is needed: the table or the
+    /// key is not there yet, or a sweep is due.
+    pub(crate) fn run_shared(
+        &self,
+        policy: &Policy,
+        key: Hashed<'_>,
+        now: u64,
+        cost: u64,
+    ) -> Option<Verdict> {
+        let floor = self.advance(now);
+        if floor >= self.next_sweep.load(Relaxed) {
+            return None;
+        }
+        let id = policy.table();
+        let table = self.tables.iter().find(|t| t.id == id)?;
+        match &table.states {
+            States::Gcra(map) => run_atomic::<Gcra>(map, &table.params, key, (now, floor), cost),
+            States::LeakyBucket(map) => {
+                run_atomic::<LeakyBucket>(map, &table.params, key, (now, floor), cost)
+            }
+            _ => None,
+        }
+    }
+
+    /// Decides `cost` for `key` under `policy` at `now`, with the write lock held.
     pub(crate) fn run(
         &mut self,
         policy: &Policy,
@@ -203,7 +326,7 @@ impl Shard {
         charge: bool,
     ) -> Verdict {
         let floor = self.advance(now);
-        if floor >= self.next_sweep {
+        if floor >= *self.next_sweep.get_mut() {
             self.sweep(floor);
         }
         let index = self.table_index(policy);
@@ -212,7 +335,7 @@ impl Shard {
         }
         let table = &mut self.tables[index];
         let hasher = self.hasher;
-        let (verdict, inserted) = with_rule!(&mut table.states, |map, R| run_in::<R>(
+        let (verdict, inserted) = with_rule!(&mut table.states, |map, R| run_in::<R, _>(
             map,
             hasher,
             &table.params,
@@ -225,10 +348,16 @@ impl Shard {
         verdict
     }
 
-    /// Records `now` and returns the latest instant seen, `max(now, latest)`.
-    fn advance(&mut self, now: u64) -> u64 {
-        self.latest = self.latest.max(now);
-        self.latest
+    /// Records `now` and returns the latest instant seen, `max(now, latest)`. Writes
+    /// only when time moved on (about once a microsecond), so that threads reading the
+    /// shared word on every decision rarely take its cache line from each other.
+    #[inline]
+    fn advance(&self, now: u64) -> u64 {
+        let latest = self.latest.load(Relaxed);
+        if now <= latest {
+            return latest;
+        }
+        self.latest.fetch_max(now, Relaxed).max(now)
     }
 
     /// Refunds `amount` to `key` under `policy` at `now`.
@@ -236,7 +365,7 @@ impl Shard {
         let floor = self.advance(now);
         let index = self.table_index(policy);
         let table = &mut self.tables[index];
-        with_rule!(&mut table.states, |map, R| refund_in::<R>(
+        with_rule!(&mut table.states, |map, R| refund_in::<R, _>(
             map,
             &table.params,
             key,
@@ -253,11 +382,12 @@ impl Shard {
 
     /// Drops every state that is indistinguishable from a fresh one.
     fn sweep(&mut self, now: u64) {
-        self.next_sweep = now.saturating_add(SWEEP_INTERVAL_US);
+        *self.next_sweep.get_mut() = now.saturating_add(SWEEP_INTERVAL_US);
         for table in &mut self.tables {
             let p = &table.params;
-            with_rule!(&mut table.states, |map, R| map
-                .retain(|(_, s)| <R as Rule>::idle_at(p, s) > now));
+            with_rule!(&mut table.states, |map, R| {
+                map.retain(|(_, cell)| cell.with(|s| <R as Rule>::idle_at(p, s)) > now);
+            });
         }
         self.entries = self.tables.iter().map(|t| t.states.len()).sum();
     }
@@ -273,8 +403,8 @@ impl Shard {
         for (index, table) in self.tables.iter().enumerate() {
             let p = &table.params;
             with_rule!(&table.states, |map, R| {
-                for (key, state) in map.iter().take(EVICTION_SAMPLE) {
-                    let idle_at = <R as Rule>::idle_at(p, state);
+                for (key, cell) in map.iter().take(EVICTION_SAMPLE) {
+                    let idle_at = cell.with(|s| <R as Rule>::idle_at(p, s));
                     if victim.is_none_or(|(best, _, _)| idle_at < best) {
                         victim = Some((idle_at, index, *key));
                     }
