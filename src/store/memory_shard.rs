@@ -348,16 +348,24 @@ impl Shard {
         verdict
     }
 
-    /// Records `now` and returns the latest instant seen, `max(now, latest)`. Writes
-    /// only when time moved on (about once a microsecond), so that threads reading the
-    /// shared word on every decision rarely take its cache line from each other.
+    /// Records `now` and returns the latest instant seen, `max(now, latest)`.
+    ///
+    /// A plain store, not a `fetch_max`: with keys spread over the shards, most
+    /// decisions find their shard's instant behind, and a locked read-modify-write here
+    /// cost two threads more than the rest of a read-locked GCRA decision. Two
+    /// read-locked decisions storing at once may leave the earlier of their two
+    /// readings; a floor a little behind only makes a clock that steps back stand still
+    /// a little earlier, which for GCRA and the leaky bucket (the only states decided
+    /// under the read lock) is stricter, never more lenient. Under the write lock
+    /// nobody else is in the shard.
     #[inline]
     fn advance(&self, now: u64) -> u64 {
         let latest = self.latest.load(Relaxed);
         if now <= latest {
             return latest;
         }
-        self.latest.fetch_max(now, Relaxed).max(now)
+        self.latest.store(now, Relaxed);
+        now
     }
 
     /// Refunds `amount` to `key` under `policy` at `now`.
