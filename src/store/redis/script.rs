@@ -1,10 +1,14 @@
 //! The Lua scripts, their arguments and their replies.
 //!
 //! Each algorithm's script is the prelude, the algorithm's file (the twin of the Rust
-//! file with the same stem in `src/algorithm/`) and the driver, joined at compile
-//! time. Lua runs a script's whole body on every call, so a script defines only the
-//! algorithm it needs; a batch that mixes algorithms runs the script holding all
-//! seven, still in one round trip.
+//! file with the same stem in `src/algorithm/`: its `decide` and the helpers that
+//! calls), the driver's clock and common case, then the steps' prelude, the
+//! algorithm's `_steps` file and the general driver, joined at compile time. Lua runs
+//! a script's body on every call, creating a closure for each `local function` it
+//! reaches, so a script defines only the algorithm it needs, and the common case (one
+//! charge decided) returns before anything that only refunds and batches use; a
+//! batch that mixes algorithms runs the script holding all seven, still in one round
+//! trip.
 
 use std::sync::LazyLock;
 
@@ -15,13 +19,18 @@ use crate::algorithm::Verdict;
 use crate::store::Charge;
 use crate::{Algorithm, StoreError, StoreErrorKind};
 
-/// Joins the prelude, the named algorithm files and the driver.
+/// Joins the prelude, the named algorithms' `decide` files, the driver (which returns
+/// in the common case), then the steps' prelude, the named algorithms' steps and the
+/// general driver.
 macro_rules! script_source {
     ($($file:literal),+) => {
         concat!(
             include_str!("scripts/prelude.lua"),
             $(include_str!(concat!("scripts/", $file, ".lua")),)+
             include_str!("scripts/driver.lua"),
+            include_str!("scripts/prelude_steps.lua"),
+            $(include_str!(concat!("scripts/", $file, "_steps.lua")),)+
+            include_str!("scripts/general.lua"),
         )
     };
 }

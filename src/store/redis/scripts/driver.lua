@@ -14,12 +14,13 @@
 -- retry_after (µs, -1 for none), delay (µs), durations, never timestamps; then the
 -- instant the script decided at (µs), from which the client carries its floor.
 --
--- An algorithm either has a `decide(keys, now, ARGV, i, charge)` that makes one whole
--- decision from its arguments at ARGV[i..] (the algorithms whose state is a few
--- numbers: a flat function over locals is several times cheaper in Lua than the
--- steps below, and Lua runs a script's whole body on every call), or the steps
--- (load, normalize, admits, charge, ...) that `evaluate` combines. Refunds always go
--- through the steps.
+-- Every algorithm has a `decide(keys, now, ARGV, i, charge)` that makes one whole
+-- decision from its arguments at ARGV[i..] (a flat function over locals is several
+-- times cheaper in Lua than the steps), and steps (load, normalize, refund, save, ...)
+-- that general.lua combines for refunds and batches. Lua runs a script's body on
+-- every call, creating a closure for each `local function` it reaches: this file ends
+-- with the common case, one charge decided by its `decide`, which returns before the
+-- steps and the general driver are defined (see prelude.lua for the order).
 
 -- A server clock behind the client's floor by more than this was corrected on
 -- purpose (or came back from a glitch far ahead): follow the server, not the floor.
@@ -39,159 +40,13 @@ if not now then
 end
 local mode = ARGV[2]
 
--- The common case, one charge decided by an algorithm with a `decide` of its own
--- (see gcra.lua): straight there, without building the tables below.
+-- The common case, one charge decided (not refunded): straight to the algorithm's
+-- `decide`, without defining the steps or building general.lua's tables.
 if #ARGV == 11 and mode ~= 'r' then
-  local decide = A[ARGV[3]].decide
+  local decide = D[ARGV[3]]
   if decide then
     local v = decide(KEYS, now, ARGV, 3, mode == 'a')
     v[#v + 1] = now
     return v
   end
 end
-
-local charges = {}
-local next_key = 1
--- One charge (the common case) owns every key: no per-charge copy of KEYS.
-local single = #ARGV == 11
-for i = 3, #ARGV, 9 do
-  local alg = A[ARGV[i]]
-  local keys = KEYS
-  if not single then
-    keys = {}
-    for j = 1, alg.nkeys do
-      keys[j] = KEYS[next_key]
-      next_key = next_key + 1
-    end
-  end
-  local x1, x2, x3, x4 = tonumber(ARGV[i + 5]), tonumber(ARGV[i + 6]),
-    tonumber(ARGV[i + 7]), tonumber(ARGV[i + 8])
-  charges[#charges + 1] = {
-    alg = alg,
-    keys = keys,
-    argi = i,
-    cost = tonumber(ARGV[i + 1]),
-    p = {
-      limit = tonumber(ARGV[i + 2]),
-      period = tonumber(ARGV[i + 3]),
-      cap = tonumber(ARGV[i + 4]),
-      -- sliding_window_counters
-      buckets = x1, bucket = x2,
-      -- token_bucket
-      upt = x1, ups = x2,
-      -- gcra, leaky_bucket
-      t_us = x1, t_ns = x2, b_us = x3, b_ns = x4,
-    },
-  }
-end
-
-local function persist(c, s)
-  local until_us = math.max(c.alg.idle_at(c.p, s), s.s)
-  c.alg.save(c.keys, c.p, s, ttl_ms(until_us, now))
-end
-
--- The twin of algorithm::evaluate: computes at max(now, latest instant seen by the
--- key), reports durations from `now`.
-local function evaluate(c, charge)
-  local alg, p, cost = c.alg, c.p, c.cost
-  if alg.decide then
-    return alg.decide(c.keys, now, ARGV, c.argi, charge)
-  end
-  local s = alg.load(c.keys)
-  local exists = s ~= nil
-  if not exists then
-    s = alg.fresh(c.keys)
-  end
-  local floor = s.s
-  local t = alg.normalize(p, s, math.max(now, floor))
-  s.s = math.max(now, floor)
-  local allowed = cost == 0 or (cost <= p.cap and alg.admits(p, s, t, cost))
-  local delay = 0
-  local charged = allowed and charge and cost > 0
-  if charged then
-    local at = alg.charge(p, s, t, cost)
-    if at > t then
-      delay = at - now
-    end
-  end
-  local retry = -1
-  if not allowed and cost <= p.cap then
-    retry = math.max(alg.retry_at(p, s, t, cost) - now, 0)
-  end
-  local remaining = math.min(alg.remaining(p, s, t), p.cap)
-  local reset = alg.reset_at(p, s, t)
-  if reset <= t then
-    reset = 0
-  else
-    reset = reset - now
-  end
-  if charged then
-    persist(c, s)
-  elseif exists and (s.s > floor or s.trim) then
-    -- No charge, but the key saw a later instant (and the log dropped entries that
-    -- left): record it, so that a clock stepping back later stands still here, as
-    -- the memory store's floor does. Nothing else is written.
-    alg.touch(c.keys, p, s)
-  end
-  return verdict(allowed, remaining, reset, retry, delay)
-end
-
-local function refund(c, amount)
-  local s = c.alg.load(c.keys)
-  if not s then
-    return
-  end
-  local floor = s.s
-  local t = c.alg.normalize(c.p, s, math.max(now, floor))
-  s.s = math.max(now, floor)
-  c.alg.refund(c.p, s, t, amount)
-  persist(c, s)
-end
-
-local out = {}
-local function emit(verdicts)
-  for _, v in ipairs(verdicts) do
-    for _, x in ipairs(v) do
-      out[#out + 1] = x
-    end
-  end
-end
-
-if mode == 'r' then
-  for _, c in ipairs(charges) do
-    refund(c, c.cost)
-  end
-elseif #charges == 1 then
-  emit({ evaluate(charges[1], mode == 'a') })
-else
-  -- All-or-nothing: decide every charge first, charge only if all fit.
-  local verdicts = {}
-  local all = true
-  for i, c in ipairs(charges) do
-    verdicts[i] = evaluate(c, false)
-    all = all and verdicts[i][1] == 1
-  end
-  if all and mode == 'a' then
-    local admitted = {}
-    for i, c in ipairs(charges) do
-      local v = evaluate(c, true)
-      if v[1] == 0 then
-        -- Only when one batch names the same key twice: each part fits alone, not
-        -- together. Undo and deny the batch.
-        for j = 1, i - 1 do
-          refund(charges[j], charges[j].cost)
-        end
-        verdicts[i] = v
-        admitted = nil
-        break
-      end
-      admitted[i] = v
-    end
-    if admitted then
-      verdicts = admitted
-    end
-  end
-  emit(verdicts)
-end
-out[#out + 1] = now
-return out

@@ -2,7 +2,7 @@
 -- State (string, see prelude.lua): "<s> <w> <k>", s = latest instant seen,
 -- w = window index, k = count.
 
--- One whole decision (the driver's `evaluate`, specialised, as gcra.lua's): the
+-- One whole decision (general.lua's `evaluate`, specialised, as gcra.lua's): the
 -- state stays in locals. `m` is the latest instant seen, `t` the instant decided at.
 local function fw_decide(keys, now, args, i, charge)
   local cost, limit = tonumber(args[i + 1]), tonumber(args[i + 2])
@@ -33,7 +33,7 @@ local function fw_decide(keys, now, args, i, charge)
       retry = math.max(window_end - now, 0)
     end
     if v and m > floor then
-      -- No charge, but a later instant: record it (see the driver's `evaluate`).
+      -- No charge, but a later instant: record it (see general.lua's `evaluate`).
       redis.call('SET', keys[1], num(m) .. tail, 'KEEPTTL')
     end
   end
@@ -44,40 +44,4 @@ local function fw_decide(keys, now, args, i, charge)
   return verdict(allowed, math.min(math.max(limit - k, 0), cap), reset, retry, 0)
 end
 
-A.fixed_window = {
-  nkeys = 1,
-  load = function(keys)
-    local s, tail, w, k = load_two(keys[1])
-    if not s then
-      return nil
-    end
-    return { w = w, k = k, s = s, tail = tail }
-  end,
-  fresh = function()
-    return { w = 0, k = 0, s = 0 }
-  end,
-  decide = fw_decide,
-  -- The steps below serve refunds.
-  normalize = function(p, s, now)
-    local w = idiv(now, p.period)
-    if w > s.w then
-      s.w = w
-      s.k = 0
-    end
-    -- A clock behind the stored window stands at the window's start.
-    return math.max(now, s.w * p.period)
-  end,
-  refund = function(_, s, _, amount)
-    s.k = s.k - math.min(amount, s.k)
-  end,
-  idle_at = function(p, s)
-    if s.k == 0 then
-      return 0
-    end
-    return (s.w + 1) * p.period
-  end,
-  save = function(keys, _, s, ttl)
-    redis.call('SET', keys[1], string.format('%.0f %.0f %.0f', s.s, s.w, s.k), 'PX', ttl)
-  end,
-  touch = touch_string,
-}
+D.fixed_window = fw_decide

@@ -45,7 +45,7 @@ local function gcra_fits(n, t_us, t_ns, h_us, h_ns)
   return ns_le(m_us, m_ns, h_us, h_ns)
 end
 
--- One whole decision (the driver's `evaluate`, specialised): GCRA's state is three
+-- One whole decision (general.lua's `evaluate`, specialised): GCRA's state is three
 -- numbers, so they stay in locals and the call builds no state table and makes no
 -- per-step calls through the algorithm table; this is most of a call's cost in Lua.
 -- `args[i..]` is the charge's arguments (see driver.lua); `queue`: the leaky bucket,
@@ -92,7 +92,7 @@ local function gcra_decide(keys, now, args, i, charge, queue)
       retry = math.max(ns_ceil_us(ns_sub(e_us, e_ns, b_us, b_ns)) - now, 0)
     end
     if v and t > floor then
-      -- No charge, but a later instant: record it (see the driver's `evaluate`).
+      -- No charge, but a later instant: record it (see general.lua's `evaluate`).
       redis.call('SET', keys[1], num(t) .. tail, 'KEEPTTL')
     end
   end
@@ -120,47 +120,6 @@ local function gcra_decide(keys, now, args, i, charge, queue)
   return verdict(allowed, remaining, reset, retry, delay)
 end
 
-A.gcra = {
-  nkeys = 1,
-  load = function(keys)
-    local s, tail, a, b = load_two(keys[1])
-    if not s then
-      return nil
-    end
-    return { a = a, b = b, s = s, tail = tail }
-  end,
-  fresh = function()
-    return { a = 0, b = 0, s = 0 }
-  end,
-  decide = function(keys, now, args, i, charge)
-    return gcra_decide(keys, now, args, i, charge, false)
-  end,
-  -- For refunds.
-  normalize = function(_, _, now)
-    return now
-  end,
-  refund = function(p, s, now, amount)
-    -- TAT = max(now, TAT - r*T), saturating: a refund larger than the TAT is idle.
-    local r_us, r_ns
-    if p.t_us > 0 and amount > idiv(s.a, p.t_us) + 1 then
-      r_us, r_ns = s.a + 1, 0
-    else
-      r_us, r_ns = ns_mul(amount, p.t_us, p.t_ns)
-    end
-    local a, b = 0, 0
-    if ns_le(r_us, r_ns, s.a, s.b) then
-      a, b = ns_sub(s.a, s.b, r_us, r_ns)
-    end
-    if ns_le(a, b, now, 0) then
-      a, b = now, 0
-    end
-    s.a, s.b = a, b
-  end,
-  idle_at = function(_, s)
-    return ns_ceil_us(s.a, s.b)
-  end,
-  save = function(keys, _, s, ttl)
-    redis.call('SET', keys[1], string.format('%.0f %.0f %.0f', s.s, s.a, s.b), 'PX', ttl)
-  end,
-  touch = touch_string,
-}
+-- Called with five arguments, `queue` is nil: GCRA itself (leaky_bucket.lua passes
+-- true).
+D.gcra = gcra_decide

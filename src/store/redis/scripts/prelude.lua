@@ -1,12 +1,23 @@
--- tollgate: helpers shared by every algorithm. Each script the store sends is this
--- prelude, the algorithm files it needs (the Lua twins of src/algorithm/*.rs) and
--- driver.lua (see src/store/redis/script.rs).
+-- tollgate: helpers shared by every algorithm's `decide`. Each script the store sends
+-- is, in this order: this prelude, the algorithm files it needs (the Lua twins of
+-- src/algorithm/*.rs, each a `decide` and the helpers it calls), driver.lua (the
+-- clock and the common case, which returns), then prelude_steps.lua, each
+-- algorithm's *_steps.lua and general.lua (see src/store/redis/script.rs). Lua runs a
+-- script's body on every call, creating a closure for each `local function` it
+-- reaches: the common case returns before the definitions that only the general
+-- path uses.
 --
 -- Lua numbers are doubles: every integer here stays below 2^53 (the store rejects
 -- policies that could leave that range), and every division goes through `idiv`,
 -- which is exact where `a / b` rounded to a double is not.
 
-local A = {}
+-- A state is one string of integers, "<s> <field> ...", with `s` (the latest
+-- instant seen) first: one GET reads it and one `SET … PX` writes it with its TTL,
+-- where a hash took HMGET, HSET and PEXPIRE. A decision that charges nothing but saw
+-- a later instant rewrites only `s` and keeps the text after it (`KEEPTTL`).
+
+-- Each algorithm's `decide(keys, now, args, i, charge)`, by name (see driver.lua).
+local D = {}
 
 -- Integers travel to Redis as decimal text: Lua's own conversion would print
 -- 1.69992e+15.
@@ -26,25 +37,6 @@ local function ceil_div(a, b)
     q = q + 1
   end
   return q
-end
-
--- A state is one string of integers, "<s> <field> ...", with `s` (the latest
--- instant seen) first: one GET reads it and one `SET … PX` writes it with its TTL,
--- where a hash took HMGET, HSET and PEXPIRE. `tail` is the text after `s`, kept so
--- that `touch_string` can record a later instant without rewriting the other fields.
-local function touch_string(keys, _, s)
-  redis.call('SET', keys[1], num(s.s) .. s.tail, 'KEEPTTL')
-end
-
--- Reads a two-field state "<s> <x> <y>" at `key`: the latest instant, the text after
--- it (for `touch_string`) and the two fields; nil for a key with no state.
-local function load_two(key)
-  local v = redis.call('GET', key)
-  if not v then
-    return nil
-  end
-  local s, tail, x, y = string.match(v, '^(%S+)( (%S+) (%S+))$')
-  return tonumber(s), tail, tonumber(x), tonumber(y)
 end
 
 -- A decision as the store reads it back: allowed (1 or 0), remaining, reset, retry,

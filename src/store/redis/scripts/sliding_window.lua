@@ -29,7 +29,7 @@ local function sw_earliest_within(period, start, prev, k, t, room)
   return start + period + sw_first_offset(k, room, period)
 end
 
--- One whole decision (the driver's `evaluate`, specialised, as gcra.lua's): the
+-- One whole decision (general.lua's `evaluate`, specialised, as gcra.lua's): the
 -- state stays in locals. `m` is the latest instant seen, `t` the instant decided at.
 local function sw_decide(keys, now, args, i, charge)
   local cost, limit = tonumber(args[i + 1]), tonumber(args[i + 2])
@@ -66,7 +66,7 @@ local function sw_decide(keys, now, args, i, charge)
       retry = math.max(sw_earliest_within(period, start, prev, k, t, limit - cost) - now, 0)
     end
     if v and m > floor then
-      -- No charge, but a later instant: record it (see the driver's `evaluate`).
+      -- No charge, but a later instant: record it (see general.lua's `evaluate`).
       redis.call('SET', keys[1], num(m) .. tail, 'KEEPTTL')
     end
   end
@@ -79,49 +79,4 @@ local function sw_decide(keys, now, args, i, charge)
   return verdict(allowed, math.min(math.max(limit - (weighted + k), 0), cap), reset, retry, 0)
 end
 
-A.sliding_window = {
-  nkeys = 1,
-  load = function(keys)
-    local v = redis.call('GET', keys[1])
-    if not v then
-      return nil
-    end
-    local s, tail, w, prev, k = string.match(v, '^(%S+)( (%S+) (%S+) (%S+))$')
-    return { w = tonumber(w), p = tonumber(prev), k = tonumber(k), s = tonumber(s), tail = tail }
-  end,
-  fresh = function()
-    return { w = 0, p = 0, k = 0, s = 0 }
-  end,
-  decide = sw_decide,
-  -- The steps below serve refunds.
-  normalize = function(p, s, now)
-    local w = idiv(now, p.period)
-    if w == s.w + 1 then
-      s.p = s.k
-      s.k = 0
-      s.w = w
-    elseif w > s.w + 1 then
-      s.p = 0
-      s.k = 0
-      s.w = w
-    end
-    return math.max(now, s.w * p.period)
-  end,
-  refund = function(_, s, _, amount)
-    local from_current = math.min(amount, s.k)
-    s.k = s.k - from_current
-    s.p = s.p - math.min(amount - from_current, s.p)
-  end,
-  idle_at = function(p, s)
-    if s.k > 0 then
-      return (s.w + 2) * p.period
-    elseif s.p > 0 then
-      return (s.w + 1) * p.period
-    end
-    return 0
-  end,
-  save = function(keys, _, s, ttl)
-    redis.call('SET', keys[1], string.format('%.0f %.0f %.0f %.0f', s.s, s.w, s.p, s.k), 'PX', ttl)
-  end,
-  touch = touch_string,
-}
+D.sliding_window = sw_decide

@@ -57,7 +57,7 @@ local function swc_advance(c, index, total, n, at)
   return c, total, at
 end
 
--- One whole decision (the driver's `evaluate`, specialised, as gcra.lua's): the
+-- One whole decision (general.lua's `evaluate`, specialised, as gcra.lua's): the
 -- index, total and instants stay in locals, the ring is one table of the non-zero
 -- counts by slot. `m` is the latest instant seen, `t` the instant decided at.
 local function swc_decide(keys, now, args, i, charge)
@@ -88,7 +88,7 @@ local function swc_decide(keys, now, args, i, charge)
       retry = math.max(swc_within(c, index, total, n, bucket, t, limit - cost) - now, 0)
     end
     if v and m > floor then
-      -- No charge, but a later instant: record it (see the driver's `evaluate`).
+      -- No charge, but a later instant: record it (see general.lua's `evaluate`).
       redis.call('SET', keys[1], num(m) .. tail, 'KEEPTTL')
     end
   end
@@ -101,46 +101,4 @@ local function swc_decide(keys, now, args, i, charge)
   return verdict(allowed, math.min(math.max(limit - total, 0), cap), reset, retry, 0)
 end
 
-A.sliding_window_counters = {
-  nkeys = 1,
-  load = function(keys)
-    local v = redis.call('GET', keys[1])
-    if not v then
-      return nil
-    end
-    local at, tail, i, t, c = swc_decode(v)
-    return { i = i, t = t, s = at, c = c, tail = tail }
-  end,
-  fresh = function()
-    return { i = 0, t = 0, s = 0, c = {} }
-  end,
-  decide = swc_decide,
-  -- The steps below serve refunds.
-  normalize = function(p, s, now)
-    s.c, s.t, s.i = swc_advance(s.c, s.i, s.t, p.buckets, idiv(now, p.bucket))
-    return math.max(now, s.i * p.bucket)
-  end,
-  refund = function(p, s, _, amount)
-    for back = 0, math.min(p.buckets, s.i + 1) - 1 do
-      if amount == 0 or s.t == 0 then
-        break
-      end
-      local slot = math.fmod(s.i - back, p.buckets)
-      local count = s.c[slot] or 0
-      local taken = math.min(amount, count)
-      s.c[slot] = count - taken
-      s.t = s.t - taken
-      amount = amount - taken
-    end
-  end,
-  idle_at = function(p, s)
-    if s.t == 0 then
-      return 0
-    end
-    return (s.i + p.buckets) * p.bucket
-  end,
-  save = function(keys, _, s, ttl)
-    redis.call('SET', keys[1], swc_encode(s.s, s.i, s.t, s.c), 'PX', ttl)
-  end,
-  touch = touch_string,
-}
+D.sliding_window_counters = swc_decide

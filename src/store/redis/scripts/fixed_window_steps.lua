@@ -1,0 +1,40 @@
+-- Fixed window: the steps that general.lua combines, for refunds and
+-- batches; the common case only runs `decide` (fixed_window.lua).
+
+A.fixed_window = {
+  nkeys = 1,
+  load = function(keys)
+    local s, tail, w, k = load_two(keys[1])
+    if not s then
+      return nil
+    end
+    return { w = w, k = k, s = s, tail = tail }
+  end,
+  fresh = function()
+    return { w = 0, k = 0, s = 0 }
+  end,
+  decide = D.fixed_window,
+  -- The steps below serve refunds.
+  normalize = function(p, s, now)
+    local w = idiv(now, p.period)
+    if w > s.w then
+      s.w = w
+      s.k = 0
+    end
+    -- A clock behind the stored window stands at the window's start.
+    return math.max(now, s.w * p.period)
+  end,
+  refund = function(_, s, _, amount)
+    s.k = s.k - math.min(amount, s.k)
+  end,
+  idle_at = function(p, s)
+    if s.k == 0 then
+      return 0
+    end
+    return (s.w + 1) * p.period
+  end,
+  save = function(keys, _, s, ttl)
+    redis.call('SET', keys[1], string.format('%.0f %.0f %.0f', s.s, s.w, s.k), 'PX', ttl)
+  end,
+  touch = touch_string,
+}

@@ -1,0 +1,45 @@
+-- GCRA: the steps that general.lua combines, for refunds and
+-- batches; the common case only runs `decide` (gcra.lua).
+
+A.gcra = {
+  nkeys = 1,
+  load = function(keys)
+    local s, tail, a, b = load_two(keys[1])
+    if not s then
+      return nil
+    end
+    return { a = a, b = b, s = s, tail = tail }
+  end,
+  fresh = function()
+    return { a = 0, b = 0, s = 0 }
+  end,
+  decide = D.gcra,
+  -- For refunds.
+  normalize = function(_, _, now)
+    return now
+  end,
+  refund = function(p, s, now, amount)
+    -- TAT = max(now, TAT - r*T), saturating: a refund larger than the TAT is idle.
+    local r_us, r_ns
+    if p.t_us > 0 and amount > idiv(s.a, p.t_us) + 1 then
+      r_us, r_ns = s.a + 1, 0
+    else
+      r_us, r_ns = ns_mul(amount, p.t_us, p.t_ns)
+    end
+    local a, b = 0, 0
+    if ns_le(r_us, r_ns, s.a, s.b) then
+      a, b = ns_sub(s.a, s.b, r_us, r_ns)
+    end
+    if ns_le(a, b, now, 0) then
+      a, b = now, 0
+    end
+    s.a, s.b = a, b
+  end,
+  idle_at = function(_, s)
+    return ns_ceil_us(s.a, s.b)
+  end,
+  save = function(keys, _, s, ttl)
+    redis.call('SET', keys[1], string.format('%.0f %.0f %.0f', s.s, s.a, s.b), 'PX', ttl)
+  end,
+  touch = touch_string,
+}

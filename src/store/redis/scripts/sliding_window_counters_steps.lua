@@ -1,0 +1,46 @@
+-- Sliding window counters: the steps that general.lua combines, for refunds and
+-- batches; the common case only runs `decide` (sliding_window_counters.lua).
+
+A.sliding_window_counters = {
+  nkeys = 1,
+  load = function(keys)
+    local v = redis.call('GET', keys[1])
+    if not v then
+      return nil
+    end
+    local at, tail, i, t, c = swc_decode(v)
+    return { i = i, t = t, s = at, c = c, tail = tail }
+  end,
+  fresh = function()
+    return { i = 0, t = 0, s = 0, c = {} }
+  end,
+  decide = D.sliding_window_counters,
+  -- The steps below serve refunds.
+  normalize = function(p, s, now)
+    s.c, s.t, s.i = swc_advance(s.c, s.i, s.t, p.buckets, idiv(now, p.bucket))
+    return math.max(now, s.i * p.bucket)
+  end,
+  refund = function(p, s, _, amount)
+    for back = 0, math.min(p.buckets, s.i + 1) - 1 do
+      if amount == 0 or s.t == 0 then
+        break
+      end
+      local slot = math.fmod(s.i - back, p.buckets)
+      local count = s.c[slot] or 0
+      local taken = math.min(amount, count)
+      s.c[slot] = count - taken
+      s.t = s.t - taken
+      amount = amount - taken
+    end
+  end,
+  idle_at = function(p, s)
+    if s.t == 0 then
+      return 0
+    end
+    return (s.i + p.buckets) * p.bucket
+  end,
+  save = function(keys, _, s, ttl)
+    redis.call('SET', keys[1], swc_encode(s.s, s.i, s.t, s.c), 'PX', ttl)
+  end,
+  touch = touch_string,
+}

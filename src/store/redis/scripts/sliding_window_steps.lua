@@ -1,0 +1,49 @@
+-- Sliding window: the steps that general.lua combines, for refunds and
+-- batches; the common case only runs `decide` (sliding_window.lua).
+
+A.sliding_window = {
+  nkeys = 1,
+  load = function(keys)
+    local v = redis.call('GET', keys[1])
+    if not v then
+      return nil
+    end
+    local s, tail, w, prev, k = string.match(v, '^(%S+)( (%S+) (%S+) (%S+))$')
+    return { w = tonumber(w), p = tonumber(prev), k = tonumber(k), s = tonumber(s), tail = tail }
+  end,
+  fresh = function()
+    return { w = 0, p = 0, k = 0, s = 0 }
+  end,
+  decide = D.sliding_window,
+  -- The steps below serve refunds.
+  normalize = function(p, s, now)
+    local w = idiv(now, p.period)
+    if w == s.w + 1 then
+      s.p = s.k
+      s.k = 0
+      s.w = w
+    elseif w > s.w + 1 then
+      s.p = 0
+      s.k = 0
+      s.w = w
+    end
+    return math.max(now, s.w * p.period)
+  end,
+  refund = function(_, s, _, amount)
+    local from_current = math.min(amount, s.k)
+    s.k = s.k - from_current
+    s.p = s.p - math.min(amount - from_current, s.p)
+  end,
+  idle_at = function(p, s)
+    if s.k > 0 then
+      return (s.w + 2) * p.period
+    elseif s.p > 0 then
+      return (s.w + 1) * p.period
+    end
+    return 0
+  end,
+  save = function(keys, _, s, ttl)
+    redis.call('SET', keys[1], string.format('%.0f %.0f %.0f %.0f', s.s, s.w, s.p, s.k), 'PX', ttl)
+  end,
+  touch = touch_string,
+}
