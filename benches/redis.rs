@@ -10,8 +10,16 @@
 //! connection, the connection tollgate itself uses. Server time (`TIME`) is used, as
 //! in production; the blocked-key cache is off for these rows.
 //!
-//! Each row also reports Redis's own cost of one script call (`usec_per_call` of
-//! `EVALSHA` in `INFO commandstats`, reset before the row), the figure that bounds
+//! Each tollgate algorithm runs twice: as the store runs it by default (single
+//! decisions call the function library, `FCALL`) and on scripts (`functions(false)`,
+//! `EVALSHA`). Three more rows split the distance to the ceiling: the same 64 tasks
+//! checking a connection out of a deadpool pool for every call (the pool PINGs each
+//! connection it hands out), and raw redis-rs calls of tollgate's own GCRA code with
+//! the store's arguments, as a script and as the library's function (what the
+//! server costs, without tollgate's client side).
+//!
+//! Each row also reports Redis's own cost of one call (`usec_per_call` of `EVALSHA`
+//! or `FCALL` in `INFO commandstats`, reset before the row), the figure that bounds
 //! throughput when Redis's single thread is the bottleneck.
 //!
 //! Then the blocked-key cache: one task asks about a denied hot key in a loop, with
@@ -26,6 +34,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use redis::aio::MultiplexedConnection;
 use redis_server::RedisServer;
 use tollgate::{Algorithm, Key, Limiter, Policy, Quota, RedisStore};
 
@@ -47,12 +56,12 @@ struct Row {
     per_second: f64,
     p50: Duration,
     p99: Duration,
-    /// Server-side µs per `EVALSHA` (`INFO commandstats`).
+    /// Server-side µs per `EVALSHA` or `FCALL` (`INFO commandstats`).
     script_us: f64,
 }
 
 /// Resets the server's command statistics before a row.
-async fn reset_stats(admin: &mut redis::aio::MultiplexedConnection) {
+async fn reset_stats(admin: &mut MultiplexedConnection) {
     let _: () = redis::cmd("CONFIG")
         .arg("RESETSTAT")
         .query_async(admin)
@@ -60,15 +69,16 @@ async fn reset_stats(admin: &mut redis::aio::MultiplexedConnection) {
         .expect("CONFIG RESETSTAT");
 }
 
-/// `usec_per_call` of `EVALSHA` since the last reset.
-async fn script_usec(admin: &mut redis::aio::MultiplexedConnection) -> f64 {
+/// `usec_per_call` of `command` (`evalsha`, `fcall`) since the last reset.
+async fn script_usec(admin: &mut MultiplexedConnection, command: &str) -> f64 {
     let info: String = redis::cmd("INFO")
         .arg("commandstats")
         .query_async(admin)
         .await
         .expect("INFO commandstats");
+    let prefix = format!("cmdstat_{command}:");
     info.lines()
-        .find(|l| l.starts_with("cmdstat_evalsha:"))
+        .find(|l| l.starts_with(&prefix))
         .and_then(|l| l.split(',').find_map(|f| f.strip_prefix("usec_per_call=")))
         .and_then(|v| v.parse().ok())
         .unwrap_or(f64::NAN)
@@ -116,10 +126,17 @@ where
     }
 }
 
-fn limiter(url: &str, algorithm: Algorithm, quota: Quota, cache: usize) -> Limiter {
+fn limiter(
+    url: &str,
+    algorithm: Algorithm,
+    quota: Quota,
+    cache: usize,
+    functions: bool,
+) -> Limiter {
     let store = RedisStore::from_url(url)
         .expect("a url")
-        .prefix(algorithm.name())
+        .functions(functions)
+        .prefix(&format!("{}-{functions}", algorithm.name()))
         .block_cache(cache)
         .deadline(Duration::from_secs(5))
         .expect("a deadline");
@@ -134,12 +151,237 @@ fn limiter(url: &str, algorithm: Algorithm, quota: Quota, cache: usize) -> Limit
         .expect("a limiter")
 }
 
-/// The raw ceiling, then every algorithm.
-async fn throughput(url: &str, secs: f64) -> Vec<Row> {
-    let mut rows = Vec::new();
+/// tollgate's GCRA script as the store joins it (src/store/redis/script.rs); the
+/// bench checks that the server holds a script with this SHA after tollgate ran, so
+/// the raw row below runs exactly the store's code.
+const GCRA_SCRIPT: &str = concat!(
+    include_str!("../src/store/redis/scripts/prelude.lua"),
+    include_str!("../src/store/redis/scripts/gcra.lua"),
+    include_str!("../src/store/redis/scripts/clock.lua"),
+    include_str!("../src/store/redis/scripts/driver.lua"),
+    include_str!("../src/store/redis/scripts/prelude_steps.lua"),
+    include_str!("../src/store/redis/scripts/gcra_steps.lua"),
+    include_str!("../src/store/redis/scripts/general.lua"),
+);
 
-    // The ceiling: a trivial script through the same kind of connection.
-    let client = redis::Client::open(url).expect("a client");
+/// The arguments the store sends for one GCRA charge under `BENCH_QUOTA` (server
+/// time, acquire, cost 1, limit, period µs, capacity, T and B·T as (µs, ns)).
+const GCRA_ARGS: [&str; 11] = [
+    "",
+    "a",
+    "gcra",
+    "1",
+    "1000000",
+    "1000000000",
+    "1000000",
+    "1000",
+    "0",
+    "1000000000",
+    "0",
+];
+
+/// Every request admitted: 10⁶ per 1000 s per key, far more than a run spends.
+fn bench_quota() -> Quota {
+    Quota::new(1_000_000, Duration::from_secs(1_000)).expect("a quota")
+}
+
+/// `TASKS` tasks calling `script` on their own keys with `args` through one shared
+/// multiplexed connection; every reply must be or start with 1.
+async fn raw_script(
+    name: &str,
+    secs: f64,
+    conn: &MultiplexedConnection,
+    script: redis::Script,
+    keys: Arc<Vec<String>>,
+    args: &'static [&'static str],
+) -> Row {
+    let (script, shared) = (Arc::new(script), conn.clone());
+    measure(name.into(), secs, move |task| {
+        let mut conn = shared.clone();
+        let script = script.clone();
+        let keys = keys.clone();
+        async move {
+            let reply: redis::Value = script
+                .key(&keys[task])
+                .arg(args)
+                .invoke_async(&mut conn)
+                .await
+                .expect("a reply");
+            assert_eq!(first_int(&reply), Some(1));
+        }
+    })
+    .await
+}
+
+/// The reply itself when it is an integer, else its first element: `return 1` and
+/// tollgate's verdicts (allowed first) both start with 1 when admitted.
+fn first_int(reply: &redis::Value) -> Option<i64> {
+    match reply {
+        redis::Value::Int(n) => Some(*n),
+        redis::Value::Array(items) => items.first().and_then(first_int),
+        _ => None,
+    }
+}
+
+/// Keys of the raw rows, one per task, each on a slot of its own.
+fn raw_keys(prefix: &str) -> Arc<Vec<String>> {
+    Arc::new(
+        (0..TASKS)
+            .map(|i| format!("{prefix}:{{{i:032x}}}"))
+            .collect(),
+    )
+}
+
+/// The ceiling: a trivial script through the same kind of connection tollgate uses;
+/// then the same through a pool with a connection per task, checked out for every
+/// call (deadpool-redis PINGs each connection it hands out).
+async fn ceiling_rows(
+    url: &str,
+    secs: f64,
+    conn: &MultiplexedConnection,
+    admin: &mut MultiplexedConnection,
+) -> Vec<Row> {
+    const NINE: &[&str] = &["0"; 9];
+    let trivial = || redis::Script::new("return 1");
+    reset_stats(admin).await;
+    let mut shared = raw_script(
+        "raw redis-rs EVALSHA (`return 1`)",
+        secs,
+        conn,
+        trivial(),
+        raw_keys("raw"),
+        NINE,
+    )
+    .await;
+    shared.script_us = script_usec(admin, "evalsha").await;
+
+    let pool = deadpool_redis::Config::from_url(url)
+        .builder()
+        .expect("a pool config")
+        .max_size(TASKS)
+        .runtime(deadpool_redis::Runtime::Tokio1)
+        .build()
+        .expect("a pool");
+    let (script, keys) = (Arc::new(trivial()), raw_keys("raw"));
+    reset_stats(admin).await;
+    let mut pooled = measure(
+        "raw redis-rs EVALSHA (`return 1`), deadpool checkout per call".into(),
+        secs,
+        move |task| {
+            let pool = pool.clone();
+            let script = script.clone();
+            let keys = keys.clone();
+            async move {
+                let mut conn = pool.get().await.expect("a pooled connection");
+                let reply: i64 = script
+                    .key(&keys[task])
+                    .arg(NINE)
+                    .invoke_async(&mut *conn)
+                    .await
+                    .expect("a reply");
+                assert_eq!(reply, 1);
+            }
+        },
+    )
+    .await;
+    pooled.script_us = script_usec(admin, "evalsha").await;
+    vec![shared, pooled]
+}
+
+/// Every algorithm through `RedisStore`, on the function library and on scripts.
+async fn tollgate_rows(url: &str, secs: f64, admin: &mut MultiplexedConnection) -> Vec<Row> {
+    let mut rows = Vec::new();
+    for algorithm in ALGORITHMS {
+        for functions in [true, false] {
+            let limiter = limiter(url, algorithm, bench_quota(), 0, functions);
+            let keys: Arc<Vec<Key>> = Arc::new((0..TASKS as u64).map(Key::from).collect());
+            reset_stats(admin).await;
+            let how = if functions { "FCALL" } else { "EVALSHA" };
+            let mut row = measure(format!("tollgate {algorithm} ({how})"), secs, move |task| {
+                let limiter = limiter.clone();
+                let keys = keys.clone();
+                async move {
+                    let d = limiter
+                        .check("bench", &keys[task], 1)
+                        .await
+                        .expect("a decision");
+                    assert!(d.allowed);
+                }
+            })
+            .await;
+            row.script_us = script_usec(admin, &how.to_lowercase()).await;
+            rows.push(row);
+        }
+    }
+    rows
+}
+
+/// tollgate's own GCRA code called raw with the store's arguments, as a script and
+/// as the library's function: the server's cost of a decision without tollgate's
+/// client side. Runs after `tollgate_rows`, which loaded both.
+async fn raw_gcra_rows(
+    server: &RedisServer,
+    secs: f64,
+    conn: &MultiplexedConnection,
+    admin: &mut MultiplexedConnection,
+) -> Vec<Row> {
+    let gcra = redis::Script::new(GCRA_SCRIPT);
+    let exists: Vec<bool> = redis::cmd("SCRIPT")
+        .arg("EXISTS")
+        .arg(gcra.get_hash())
+        .query_async(admin)
+        .await
+        .expect("SCRIPT EXISTS");
+    assert_eq!(exists, [true], "the bench's GCRA script is not the store's");
+    reset_stats(admin).await;
+    let mut script = raw_script(
+        "raw redis-rs EVALSHA of tollgate's gcra script",
+        secs,
+        conn,
+        gcra,
+        raw_keys("rawgcra"),
+        &GCRA_ARGS,
+    )
+    .await;
+    script.script_us = script_usec(admin, "evalsha").await;
+
+    let listing = server.cli(&["FUNCTION", "LIST"]);
+    let function: Arc<str> = listing
+        .split_whitespace()
+        .find(|w| w.starts_with("tollgate_"))
+        .expect("the store loaded its library")
+        .into();
+    let (keys, shared) = (raw_keys("rawgcra"), conn.clone());
+    reset_stats(admin).await;
+    let mut fcall = measure(
+        "raw redis-rs FCALL of tollgate's library, gcra".into(),
+        secs,
+        move |task| {
+            let mut conn = shared.clone();
+            let keys = keys.clone();
+            let function = function.clone();
+            async move {
+                let reply: Vec<i64> = redis::cmd("FCALL")
+                    .arg(&*function)
+                    .arg(1)
+                    .arg(&keys[task])
+                    .arg(&GCRA_ARGS[..])
+                    .query_async(&mut conn)
+                    .await
+                    .expect("a reply");
+                assert_eq!(reply[0], 1);
+            }
+        },
+    )
+    .await;
+    fcall.script_us = script_usec(admin, "fcall").await;
+    vec![script, fcall]
+}
+
+/// The raw ceiling, every algorithm, then tollgate's GCRA code called raw.
+async fn throughput(server: &RedisServer, secs: f64) -> Vec<Row> {
+    let url = server.url();
+    let client = redis::Client::open(url.as_str()).expect("a client");
     let conn = client
         .get_multiplexed_async_connection()
         .await
@@ -148,58 +390,15 @@ async fn throughput(url: &str, secs: f64) -> Vec<Row> {
         .get_multiplexed_async_connection()
         .await
         .expect("a connection");
-    let script = Arc::new(redis::Script::new("return 1"));
-    let keys: Arc<Vec<String>> =
-        Arc::new((0..TASKS).map(|i| format!("raw:{{{i:032x}}}")).collect());
-    reset_stats(&mut admin).await;
-    let mut row = measure(
-        "raw redis-rs EVALSHA (`return 1`)".into(),
-        secs,
-        move |task| {
-            let mut conn = conn.clone();
-            let script = script.clone();
-            let keys = keys.clone();
-            async move {
-                let _: i64 = script
-                    .key(&keys[task])
-                    .arg(&[0_u64; 9][..])
-                    .invoke_async(&mut conn)
-                    .await
-                    .expect("a reply");
-            }
-        },
-    )
-    .await;
-    row.script_us = script_usec(&mut admin).await;
-    rows.push(row);
-
-    // Every request admitted: 10⁶ per 1000 s per key, far more than a run spends.
-    let quota = Quota::new(1_000_000, Duration::from_secs(1_000)).expect("a quota");
-    for algorithm in ALGORITHMS {
-        let limiter = limiter(url, algorithm, quota, 0);
-        let keys: Arc<Vec<Key>> = Arc::new((0..TASKS as u64).map(Key::from).collect());
-        reset_stats(&mut admin).await;
-        let mut row = measure(format!("tollgate {algorithm}"), secs, move |task| {
-            let limiter = limiter.clone();
-            let keys = keys.clone();
-            async move {
-                let d = limiter
-                    .check("bench", &keys[task], 1)
-                    .await
-                    .expect("a decision");
-                assert!(d.allowed);
-            }
-        })
-        .await;
-        row.script_us = script_usec(&mut admin).await;
-        rows.push(row);
-    }
+    let mut rows = ceiling_rows(&url, secs, &conn, &mut admin).await;
+    rows.extend(tollgate_rows(&url, secs, &mut admin).await);
+    rows.extend(raw_gcra_rows(server, secs, &conn, &mut admin).await);
     rows
 }
 
 fn print_rows(rows: &[Row]) {
     println!(
-        "| calls (64 tasks, 1 redis-server) | decisions/s | vs raw | p50 | p99 | script µs/call |"
+        "| calls (64 tasks, 1 redis-server) | decisions/s | vs raw | p50 | p99 | Redis µs/call |"
     );
     println!("|---|---:|---:|---:|---:|---:|");
     let raw = rows[0].per_second;
@@ -226,7 +425,7 @@ async fn block_cache(url: &str) {
         ("blocked-key cache on (local answer)", 10_000),
         ("cache off (round trip)", 0),
     ] {
-        let limiter = limiter(url, Algorithm::Gcra, Quota::per_day(1), cache);
+        let limiter = limiter(url, Algorithm::Gcra, Quota::per_day(1), cache, true);
         let key = Key::from(format!("hot-{cache}"));
         assert!(
             limiter
@@ -266,7 +465,7 @@ fn main() {
     let server = RedisServer::start();
     let url = server.url();
     runtime.block_on(async {
-        print_rows(&throughput(&url, secs).await);
+        print_rows(&throughput(&server, secs).await);
         block_cache(&url).await;
     });
     drop(server);

@@ -1,5 +1,5 @@
 //! `RedisStore` on a real local Redis Cluster: batches whose keys live on different
-//! slots, hash tags, and a master failing over (exactness: `tests/redis_exactness.rs`).
+//! slots, hash tags, the function library on every node, and a master failing over (exactness: `tests/redis_exactness.rs`).
 #![cfg(feature = "redis")]
 
 mod support {
@@ -86,6 +86,20 @@ async fn decisions_resume_after_a_master_fails_over() -> TestResult {
         .build()?;
     let key = Key::from("alice");
     assert!(limiter.check("api", &key, 1).await?.allowed);
+    // The first decision loaded the function library on every master (redis-rs sends
+    // FUNCTION LOAD to all of them) and the replicas got it by replication, so the
+    // replica that takes over below already has it.
+    for node in &cluster.nodes {
+        let started = Instant::now();
+        while !node.cli(&["FUNCTION", "LIST"]).contains("tollgate_") {
+            assert!(
+                started.elapsed() < Duration::from_secs(10),
+                "node {} has no library",
+                node.port()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
     let master = cluster.master_of(&store.state_key(limiter.policy("api").ok_or("policy")?, &key));
     cluster.nodes[master].kill();
     let killed = Instant::now();

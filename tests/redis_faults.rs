@@ -45,9 +45,12 @@ async fn a_call_after_script_flush_reloads_the_script() -> TestResult {
     // What is tested is the reload after NOSCRIPT, not speed: a loaded CI machine can
     // take longer than the 50 ms production deadline for the extra round trips, and
     // the deadline itself is proven by the tests below.
+    // Scripts only: single decisions otherwise call the function library, whose
+    // reload after FUNCTION FLUSH is tests/redis_functions.rs's.
     let patient = store(&server)
         .deadline(Duration::from_secs(5))
-        .expect("a deadline");
+        .expect("a deadline")
+        .functions(false);
     let limiter = limiter(patient);
     let key = Key::from("alice");
     assert!(limiter.check("api", &key, 1).await?.allowed);

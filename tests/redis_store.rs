@@ -1,5 +1,5 @@
 //! `RedisStore` against a private redis-server: the same answers as the memory store
-//! on random sequences, keys and TTLs, batches, refunds, validation and the blocked-key
+//! on random sequences (through the function library and through scripts), keys and TTLs, batches, refunds, validation and the blocked-key
 //! cache.
 #![cfg(feature = "redis")]
 
@@ -93,6 +93,12 @@ async fn answers_like_the_memory_store_on_random_sequences() -> TestResult {
             .policy(policy()?)
             .store(store_on(server, &clock))
             .build()?;
+        // Single decisions go to the function library by default; the same store on
+        // scripts (`EVALSHA`) must answer the same.
+        let scripts = Limiter::builder()
+            .policy(policy()?)
+            .store(store_on(server, &clock).functions(false))
+            .build()?;
         let capacity = burst.unwrap_or(q.limit());
         let period_us = q.period().as_micros() as u64;
         let key = Key::from("subject");
@@ -102,10 +108,9 @@ async fn answers_like_the_memory_store_on_random_sequences() -> TestResult {
         // moves on peeks and denials of keys it holds nothing for, while Redis keeps
         // the latest instant only in a key's own state (it never writes for unknown
         // keys), so before the first charge a clock stepping back can differ.
-        assert_eq!(
-            memory.check("diff", &key, 1).await?,
-            redis.check("diff", &key, 1).await?
-        );
+        let first = memory.check("diff", &key, 1).await?;
+        assert_eq!(first, redis.check("diff", &key, 1).await?);
+        assert_eq!(first, scripts.check("diff", &key, 1).await?);
         for step in 0..500 {
             // Mostly small steps, sometimes a jump, sometimes the clock goes back.
             match rng.below(10) {
@@ -119,6 +124,7 @@ async fn answers_like_the_memory_store_on_random_sequences() -> TestResult {
                 let amount = rng.below(capacity + 2) as u32;
                 memory.refund("diff", &key, amount).await?;
                 redis.refund("diff", &key, amount).await?;
+                scripts.refund("diff", &key, amount).await?;
                 continue;
             }
             let cost = match rng.below(6) {
@@ -128,10 +134,12 @@ async fn answers_like_the_memory_store_on_random_sequences() -> TestResult {
             };
             let want = memory.check("diff", &key, cost).await?;
             let got = redis.check("diff", &key, cost).await?;
-            assert_eq!(
-                got, want,
+            let by_script = scripts.check("diff", &key, cost).await?;
+            let at = format!(
                 "{algorithm} at {quota} (burst {burst:?}), step {step}, t = {now} µs, cost {cost}"
             );
+            assert_eq!(got, want, "function: {at}");
+            assert_eq!(by_script, want, "script: {at}");
         }
     }
     Ok(())

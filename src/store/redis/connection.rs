@@ -9,7 +9,7 @@ use std::sync::{Mutex, PoisonError};
 
 use deadpool_redis::redis::aio::MultiplexedConnection;
 use deadpool_redis::redis::cluster_async::ClusterConnection;
-use deadpool_redis::redis::{ErrorKind, RedisError};
+use deadpool_redis::redis::{Cmd, ErrorKind, FromRedisValue, RedisError, ScriptInvocation};
 
 use crate::{StoreError, StoreErrorKind};
 
@@ -24,6 +24,27 @@ pub(super) enum Source {
 pub(super) enum Conn {
     Standalone(MultiplexedConnection),
     Cluster(ClusterConnection),
+}
+
+impl Conn {
+    /// Sends one command.
+    pub(super) async fn query<T: FromRedisValue>(&mut self, cmd: &Cmd) -> Result<T, RedisError> {
+        match self {
+            Self::Standalone(c) => cmd.query_async(c).await,
+            Self::Cluster(c) => cmd.query_async(c).await,
+        }
+    }
+
+    /// Runs a script by `EVALSHA`, loading it after a `NOSCRIPT`.
+    pub(super) async fn invoke<T: FromRedisValue>(
+        &mut self,
+        invocation: &ScriptInvocation<'_>,
+    ) -> Result<T, RedisError> {
+        match self {
+            Self::Standalone(c) => invocation.invoke_async(c).await,
+            Self::Cluster(c) => invocation.invoke_async(c).await,
+        }
+    }
 }
 
 pub(super) struct Connections {

@@ -12,7 +12,7 @@
 
 use std::sync::LazyLock;
 
-use redis::{Script, ScriptInvocation};
+use redis::{Cmd, Script, ScriptInvocation};
 
 use super::keys;
 use crate::algorithm::Verdict;
@@ -27,6 +27,7 @@ macro_rules! script_source {
         concat!(
             include_str!("scripts/prelude.lua"),
             $(include_str!(concat!("scripts/", $file, ".lua")),)+
+            include_str!("scripts/clock.lua"),
             include_str!("scripts/driver.lua"),
             include_str!("scripts/prelude_steps.lua"),
             $(include_str!(concat!("scripts/", $file, "_steps.lua")),)+
@@ -115,50 +116,81 @@ pub(super) enum At {
     Server { floor: Option<u64> },
 }
 
-/// Builds the invocation for `charges` at `at`.
-pub(super) fn invocation<'s>(
-    prefix: &str,
-    at: At,
-    mode: Mode,
-    charges: &[&Charge<'_>],
-) -> ScriptInvocation<'s> {
-    let mut inv = script_for(charges).prepare_invoke();
-    let clock = match at {
-        At::Client(now) => now.to_string(),
-        At::Server { floor: Some(floor) } => format!("f{floor}"),
-        At::Server { floor: None } => String::new(),
-    };
-    inv.arg(clock).arg(mode.arg());
-    for charge in charges {
-        let p = charge.policy.params();
-        let state = keys::state_key(prefix, charge.policy, charge.key);
-        // The driver reads keys in order: the log's sorted set follows its state.
-        if p.algorithm == Algorithm::SlidingWindowLog {
-            let log = keys::log_key(&state);
-            inv.key(state).key(log);
-        } else {
-            inv.key(state);
-        }
-        let extra: [u64; 4] = match p.algorithm {
-            Algorithm::SlidingWindowCounters { .. } => [p.buckets, p.bucket_us, 0, 0],
-            Algorithm::TokenBucket => [p.units_per_token, p.units_per_us, 0, 0],
-            // Nanoseconds split into (µs, ns): a double is not exact past 2^53.
-            Algorithm::Gcra | Algorithm::LeakyBucket => [
-                p.emission_ns / 1_000,
-                p.emission_ns % 1_000,
-                p.tolerance_ns / 1_000,
-                p.tolerance_ns % 1_000,
-            ],
-            _ => [0; 4],
+/// One call's keys and arguments, sent as a script (`EVALSHA`) or, for a single
+/// charge, as the function library's entry point (`FCALL`): both read the same.
+pub(super) struct Call {
+    script: &'static Script,
+    keys: Vec<String>,
+    args: Vec<String>,
+}
+
+impl Call {
+    /// The call for `charges` at `at`.
+    pub(super) fn new(prefix: &str, at: At, mode: Mode, charges: &[&Charge<'_>]) -> Self {
+        let clock = match at {
+            At::Client(now) => now.to_string(),
+            At::Server { floor: Some(floor) } => format!("f{floor}"),
+            At::Server { floor: None } => String::new(),
         };
-        inv.arg(p.algorithm.name())
-            .arg(charge.cost)
-            .arg(p.limit)
-            .arg(p.period_us)
-            .arg(p.capacity)
-            .arg(&extra[..]);
+        let mut keys = Vec::with_capacity(charges.len());
+        let mut args = Vec::with_capacity(2 + 9 * charges.len());
+        args.push(clock);
+        args.push(mode.arg().to_owned());
+        for charge in charges {
+            let p = charge.policy.params();
+            let state = keys::state_key(prefix, charge.policy, charge.key);
+            // The driver reads keys in order: the log's sorted set follows its state.
+            if p.algorithm == Algorithm::SlidingWindowLog {
+                let log = keys::log_key(&state);
+                keys.push(state);
+                keys.push(log);
+            } else {
+                keys.push(state);
+            }
+            let extra: [u64; 4] = match p.algorithm {
+                Algorithm::SlidingWindowCounters { .. } => [p.buckets, p.bucket_us, 0, 0],
+                Algorithm::TokenBucket => [p.units_per_token, p.units_per_us, 0, 0],
+                // Nanoseconds split into (µs, ns): a double is not exact past 2^53.
+                Algorithm::Gcra | Algorithm::LeakyBucket => [
+                    p.emission_ns / 1_000,
+                    p.emission_ns % 1_000,
+                    p.tolerance_ns / 1_000,
+                    p.tolerance_ns % 1_000,
+                ],
+                _ => [0; 4],
+            };
+            args.push(p.algorithm.name().to_owned());
+            let numbers = [charge.cost, p.limit, p.period_us, p.capacity];
+            args.extend(numbers.iter().chain(&extra).map(u64::to_string));
+        }
+        Self {
+            script: script_for(charges),
+            keys,
+            args,
+        }
     }
-    inv
+
+    /// As a script: `EVALSHA`, loading it after a `NOSCRIPT`.
+    pub(super) fn invocation(&self) -> ScriptInvocation<'static> {
+        let mut inv = self.script.prepare_invoke();
+        for key in &self.keys {
+            inv.key(key);
+        }
+        for arg in &self.args {
+            inv.arg(arg);
+        }
+        inv
+    }
+
+    /// As `FCALL <function> <numkeys> KEYS… ARGV…`.
+    pub(super) fn fcall(&self, function: &str) -> Cmd {
+        let mut cmd = redis::cmd("FCALL");
+        cmd.arg(function)
+            .arg(self.keys.len())
+            .arg(&self.keys)
+            .arg(&self.args);
+        cmd
+    }
 }
 
 /// Reads 5 integers per charge, then the instant (µs) the script decided at.

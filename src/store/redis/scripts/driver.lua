@@ -22,22 +22,7 @@
 -- with the common case, one charge decided by its `decide`, which returns before the
 -- steps and the general driver are defined (see prelude.lua for the order).
 
--- A server clock behind the client's floor by more than this was corrected on
--- purpose (or came back from a glitch far ahead): follow the server, not the floor.
-local MAX_LEAD_US = 3600000000
-
-local now = tonumber(ARGV[1])
-if not now then
-  local time = redis.call('TIME')
-  now = tonumber(time[1]) * 1000000 + tonumber(time[2])
-  -- A clock stepped back is read as the floor: keys idle through the step gain
-  -- nothing from it, as keys with state gain nothing through their latest instant.
-  local floor = tonumber(string.sub(ARGV[1], 2))
-  if floor and floor > now and floor - now <= MAX_LEAD_US then
-    ttl_lead = floor - now
-    now = floor
-  end
-end
+local now = decision_clock(ARGV[1])
 local mode = ARGV[2]
 
 -- The common case, one charge decided (not refunded): straight to the algorithm's

@@ -1,0 +1,93 @@
+//! The function library: the single-charge path as a Redis Function (Redis 7 and
+//! later), loaded once per server and called with `FCALL`.
+//!
+//! `EVALSHA` runs a script's whole body on every call, so every call defines the
+//! prelude's and the algorithm's functions again (a closure each) before deciding.
+//! A library's body runs once, when it is loaded; a call runs only its entry point.
+//! The library holds every algorithm's `decide`; refunds and batches of several
+//! charges stay scripts (they are rarer and need the steps).
+//!
+//! The library and its function are named after a hash of their source, so two
+//! tollgate versions sharing a server each call their own code, and loading is
+//! idempotent (`FUNCTION LOAD REPLACE` of identical code). A server without the
+//! library (a new node, `FUNCTION FLUSH`, a restart without persistence) answers
+//! "Function not found": the library is loaded and the call made again, as `NOSCRIPT`
+//! reloads a script. A server that cannot load it (Redis 6, an ACL without
+//! `FUNCTION`, a managed service that renamed the command) makes the store go back
+//! to scripts for good.
+
+use std::sync::LazyLock;
+
+use redis::{Cmd, RedisError, Script};
+
+/// The library's source and its versioned function name.
+pub(super) struct Library {
+    pub(super) function: String,
+    source: String,
+}
+
+pub(super) static LIBRARY: LazyLock<Library> = LazyLock::new(|| {
+    let body = concat!(
+        include_str!("scripts/prelude.lua"),
+        include_str!("scripts/fixed_window.lua"),
+        include_str!("scripts/sliding_window.lua"),
+        include_str!("scripts/sliding_window_counters.lua"),
+        include_str!("scripts/sliding_window_log.lua"),
+        include_str!("scripts/token_bucket.lua"),
+        include_str!("scripts/gcra.lua"),
+        include_str!("scripts/leaky_bucket.lua"),
+        include_str!("scripts/clock.lua"),
+        include_str!("scripts/function.lua"),
+    );
+    // The SHA-1 that `EVALSHA` would use: a stable name for this exact code.
+    let hash = Script::new(body).get_hash().to_owned();
+    let function = format!("tollgate_{}", &hash[..16]);
+    let source =
+        format!("#!lua name={function}\n{body}\nredis.register_function('{function}', call)\n");
+    Library { function, source }
+});
+
+impl Library {
+    /// `FUNCTION LOAD REPLACE <source>`: on a cluster, redis-rs sends it to every
+    /// master.
+    pub(super) fn load(&self) -> Cmd {
+        let mut cmd = redis::cmd("FUNCTION");
+        cmd.arg("LOAD").arg("REPLACE").arg(&self.source);
+        cmd
+    }
+}
+
+/// Whether the server answered that it has no such function (not loaded there yet).
+pub(super) fn is_missing(err: &RedisError) -> bool {
+    err.code() == Some("ERR")
+        && err
+            .detail()
+            .is_some_and(|d| d.starts_with("Function not found"))
+}
+
+/// Whether the server refused the library or the command itself, an answer that
+/// will not change by asking again (as opposed to a lost connection or a timeout).
+pub(super) fn is_refusal(err: &RedisError) -> bool {
+    err.code().is_some()
+        && !err.is_io_error()
+        && !err.is_timeout()
+        && !err.is_connection_dropped()
+        && !matches!(
+            err.kind(),
+            redis::ErrorKind::BusyLoadingError
+                | redis::ErrorKind::TryAgain
+                | redis::ErrorKind::ClusterDown
+                | redis::ErrorKind::MasterDown
+                | redis::ErrorKind::ReadOnly
+        )
+}
+
+/// Whether `FCALL` itself is unknown or forbidden here (Redis 6, an ACL without it):
+/// the store goes back to scripts.
+pub(super) fn is_unsupported(err: &RedisError) -> bool {
+    err.code() == Some("NOPERM")
+        || (err.code() == Some("ERR")
+            && err
+                .detail()
+                .is_some_and(|d| d.starts_with("unknown command")))
+}

@@ -1,0 +1,18 @@
+-- tollgate: the entry point of the function library (Redis 7 and later; see
+-- src/store/redis/function.rs). The library is the prelude and every algorithm's
+-- `decide`, loaded once per server: a call runs only this function, where `EVALSHA`
+-- runs a script's whole body (and creates its closures) every time. It takes one
+-- charge, decided or dry-run, with the KEYS, ARGV and reply of driver.lua; refunds
+-- and batches stay scripts. The Rust side appends the registration under the
+-- library's versioned name.
+
+local function call(keys, args)
+  local decide = D[args[3]]
+  if #args ~= 11 or args[2] == 'r' or not decide then
+    return redis.error_reply('tollgate: the function takes one charge, decided')
+  end
+  local now = decision_clock(args[1])
+  local v = decide(keys, now, args, 3, args[2] == 'a')
+  v[#v + 1] = now
+  return v
+end

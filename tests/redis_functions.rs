@@ -1,0 +1,148 @@
+//! The function library against a private redis-server: single decisions are `FCALL`s
+//! of a library the store loads once, again after `FUNCTION FLUSH`; refunds and
+//! batches stay scripts; a server that refuses functions (an ACL without them) gets
+//! scripts instead, with the same answers; `functions(false)` never calls one.
+#![cfg(feature = "redis")]
+
+mod support {
+    pub(crate) mod redis_server;
+}
+
+use std::time::Duration;
+
+use support::redis_server::RedisServer;
+use tollgate::{Key, Limiter, Policy, Quota, RedisStore};
+
+type TestResult = Result<(), Box<dyn std::error::Error>>;
+
+fn limiter(store: RedisStore) -> Result<Limiter, Box<dyn std::error::Error>> {
+    let store = store
+        .block_cache(0)
+        // Answers, not speed, on a possibly busy machine.
+        .deadline(Duration::from_secs(5))?;
+    Ok(Limiter::builder()
+        .policy(Policy::new("api", Quota::per_minute(3))?)
+        .policy(Policy::new("hour", Quota::per_hour(100))?)
+        .store(store)
+        .build()?)
+}
+
+/// `calls=` of one command in `INFO commandstats` (0 when never called).
+fn calls(server: &RedisServer, command: &str) -> u64 {
+    let stats = server.cli(&["INFO", "commandstats"]);
+    stats
+        .lines()
+        .find(|l| l.starts_with(&format!("cmdstat_{command}:")))
+        .and_then(|l| l.split([':', ',']).find_map(|f| f.strip_prefix("calls=")))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// Three admitted, then denied: the answers every test below expects.
+async fn spend(limiter: &Limiter, key: &Key) -> TestResult {
+    for remaining in [2, 1, 0] {
+        let d = limiter.check("api", key, 1).await?;
+        assert!(d.allowed);
+        assert_eq!(d.remaining, remaining);
+    }
+    let denied = limiter.check("api", key, 1).await?;
+    assert!(!denied.allowed);
+    assert!(denied.retry_after.is_some());
+    Ok(())
+}
+
+#[tokio::test]
+async fn single_decisions_call_the_library_loaded_once() -> TestResult {
+    let server = RedisServer::start();
+    let store = RedisStore::from_url(&server.url())?;
+    assert!(store.uses_functions());
+    let limiter = limiter(store.clone())?;
+    spend(&limiter, &Key::from("alice")).await?;
+    spend(&limiter, &Key::from("bob")).await?;
+    // Every decision is one FCALL, and the first one's "Function not found" before
+    // the store loaded the library.
+    assert_eq!(calls(&server, "function|load"), 1);
+    assert_eq!(calls(&server, "fcall"), 8 + 1);
+    assert_eq!(calls(&server, "evalsha"), 0);
+    let listed = server.cli(&["FUNCTION", "LIST"]);
+    assert!(listed.contains("tollgate_"), "{listed}");
+    assert!(store.uses_functions());
+    Ok(())
+}
+
+#[tokio::test]
+async fn refunds_and_batches_stay_scripts() -> TestResult {
+    let server = RedisServer::start();
+    let limiter = limiter(RedisStore::from_url(&server.url())?)?;
+    let key = Key::from("carol");
+    let both = limiter
+        .check_all(&[("api", &key, 1), ("hour", &key, 1)])
+        .await?;
+    assert!(both.iter().all(|d| d.allowed));
+    limiter.refund("api", &key, 1).await?;
+    assert_eq!(calls(&server, "fcall"), 0);
+    // Two script calls, and the first one's NOSCRIPT before redis-rs loaded it.
+    assert_eq!(calls(&server, "evalsha"), 2 + 1);
+    // The refund gave the batch's charge back: three left again.
+    assert_eq!(limiter.check("api", &key, 1).await?.remaining, 2);
+    assert_eq!(calls(&server, "fcall"), 2);
+    Ok(())
+}
+
+#[tokio::test]
+async fn function_flush_reloads_the_library_and_keeps_the_state() -> TestResult {
+    let server = RedisServer::start();
+    let limiter = limiter(RedisStore::from_url(&server.url())?)?;
+    let key = Key::from("dave");
+    assert_eq!(limiter.check("api", &key, 1).await?.remaining, 2);
+    assert_eq!(server.cli(&["FUNCTION", "FLUSH"]), "OK");
+    assert!(!server.cli(&["FUNCTION", "LIST"]).contains("tollgate_"));
+    // The state survived the flush (it is data, not code): two left, then one.
+    assert_eq!(limiter.check("api", &key, 1).await?.remaining, 1);
+    assert_eq!(limiter.check("api", &key, 1).await?.remaining, 0);
+    assert!(!limiter.check("api", &key, 1).await?.allowed);
+    assert_eq!(calls(&server, "function|load"), 2);
+    assert!(server.cli(&["FUNCTION", "LIST"]).contains("tollgate_"));
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_user_without_functions_gets_scripts_with_the_same_answers() -> TestResult {
+    let server = RedisServer::start();
+    // Everything but the function commands (FCALL, FUNCTION, ...), as some managed
+    // services and careful operators configure it.
+    let created = server.cli(&[
+        "ACL",
+        "SETUSER",
+        "limited",
+        "on",
+        ">secret",
+        "~*",
+        "+@all",
+        "-fcall",
+        "-fcall_ro",
+        "-function",
+    ]);
+    assert_eq!(created, "OK");
+    let url = format!("redis://limited:secret@127.0.0.1:{}", server.port());
+    let store = RedisStore::from_url(&url)?;
+    let limiter = limiter(store.clone())?;
+    spend(&limiter, &Key::from("erin")).await?;
+    assert!(!store.uses_functions());
+    assert_eq!(calls(&server, "function|load"), 0);
+    assert_eq!(calls(&server, "evalsha"), 4 + 1);
+    assert!(!server.cli(&["FUNCTION", "LIST"]).contains("tollgate_"));
+    Ok(())
+}
+
+#[tokio::test]
+async fn functions_off_runs_scripts_only() -> TestResult {
+    let server = RedisServer::start();
+    let store = RedisStore::from_url(&server.url())?.functions(false);
+    let limiter = limiter(store)?;
+    spend(&limiter, &Key::from("frank")).await?;
+    assert_eq!(calls(&server, "fcall") + calls(&server, "function|load"), 0);
+    // Four decisions, and the first one's NOSCRIPT before redis-rs loaded it.
+    assert_eq!(calls(&server, "evalsha"), 4 + 1);
+    Ok(())
+}
