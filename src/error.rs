@@ -52,7 +52,8 @@ pub enum StoreErrorKind {
     Timeout,
     /// The connection to the backend failed or was lost.
     Connection,
-    /// The backend is up but cannot serve right now (loading, failing over, read-only).
+    /// The backend is up but cannot serve right now (loading, failing over, read-only,
+    /// out of memory, busy).
     Unavailable,
     /// The backend answered something the store did not expect.
     Protocol,

@@ -1,7 +1,8 @@
 //! The function library against a private redis-server: single decisions are `FCALL`s
 //! of a library the store loads once, again after `FUNCTION FLUSH`; refunds and
 //! batches stay scripts; a server that refuses functions (an ACL without them) gets
-//! scripts instead, with the same answers; `functions(false)` never calls one.
+//! scripts instead, with the same answers, while one that cannot load the library for
+//! now (out of memory) is asked again; `functions(false)` never calls one.
 #![cfg(feature = "redis")]
 
 mod support {
@@ -11,7 +12,7 @@ mod support {
 use std::time::Duration;
 
 use support::redis_server::RedisServer;
-use tollgate::{Key, Limiter, Policy, Quota, RedisStore};
+use tollgate::{Key, Limiter, Policy, Quota, RedisStore, StoreErrorKind};
 
 type TestResult = Result<(), Box<dyn std::error::Error>>;
 
@@ -144,5 +145,38 @@ async fn functions_off_runs_scripts_only() -> TestResult {
     assert_eq!(calls(&server, "fcall") + calls(&server, "function|load"), 0);
     // Four decisions, and the first one's NOSCRIPT before redis-rs loaded it.
     assert_eq!(calls(&server, "evalsha"), 4 + 1);
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_library_refused_for_lack_of_memory_is_loaded_once_there_is_room() -> TestResult {
+    let server = RedisServer::start();
+    // About 3 MB of data, then a 1 MB limit without eviction: every command that may
+    // use memory (FUNCTION LOAD, a decision's SET) is refused with OOM.
+    server.cli(&[
+        "EVAL",
+        "for i = 1, 20000 do redis.call('SET', 'junk:' .. i, string.rep('x', 100)) end",
+        "0",
+    ]);
+    assert_eq!(
+        server.cli(&["CONFIG", "SET", "maxmemory-policy", "noeviction"]),
+        "OK"
+    );
+    assert_eq!(server.cli(&["CONFIG", "SET", "maxmemory", "1mb"]), "OK");
+    let store = RedisStore::from_url(&server.url())?;
+    let limiter = limiter(store.clone())?;
+    let key = Key::from("grace");
+    let full = limiter
+        .check("api", &key, 1)
+        .await
+        .expect_err("no room for the library nor the state");
+    assert_eq!(full.kind(), StoreErrorKind::Unavailable, "{full}");
+    // Not a refusal for good: the store still means to use functions.
+    assert!(store.uses_functions());
+    assert_eq!(server.cli(&["CONFIG", "SET", "maxmemory", "0"]), "OK");
+    spend(&limiter, &key).await?;
+    assert!(store.uses_functions());
+    assert!(server.cli(&["FUNCTION", "LIST"]).contains("tollgate_"));
+    assert_eq!(calls(&server, "evalsha"), 0);
     Ok(())
 }

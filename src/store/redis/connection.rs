@@ -135,6 +135,11 @@ pub(super) fn store_error(err: RedisError) -> StoreError {
             | ErrorKind::ReadOnly
             | ErrorKind::TryAgain
             | ErrorKind::MasterDown => StoreErrorKind::Unavailable,
+            // Out of memory (`noeviction`), busy with a long script, refusing writes
+            // after a failed save or without enough replicas: up but not serving either.
+            _ if matches!(err.code(), Some("OOM" | "BUSY" | "MISCONF" | "NOREPLICAS")) => {
+                StoreErrorKind::Unavailable
+            }
             _ => StoreErrorKind::Protocol,
         }
     };

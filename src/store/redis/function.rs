@@ -65,21 +65,12 @@ pub(super) fn is_missing(err: &RedisError) -> bool {
             .is_some_and(|d| d.starts_with("Function not found"))
 }
 
-/// Whether the server refused the library or the command itself, an answer that
-/// will not change by asking again (as opposed to a lost connection or a timeout).
+/// Whether the server refused to load the library for good: `NOPERM` (an ACL), or an
+/// `ERR` (an unknown command, functions not supported, code it will not take). Other
+/// errors (`OOM`, `BUSY`, `LOADING`, `READONLY`, a lost connection) pass, and the next
+/// call tries again.
 pub(super) fn is_refusal(err: &RedisError) -> bool {
-    err.code().is_some()
-        && !err.is_io_error()
-        && !err.is_timeout()
-        && !err.is_connection_dropped()
-        && !matches!(
-            err.kind(),
-            redis::ErrorKind::BusyLoadingError
-                | redis::ErrorKind::TryAgain
-                | redis::ErrorKind::ClusterDown
-                | redis::ErrorKind::MasterDown
-                | redis::ErrorKind::ReadOnly
-        )
+    matches!(err.code(), Some("NOPERM" | "ERR"))
 }
 
 /// Whether `FCALL` itself is unknown or forbidden here (Redis 6, an ACL without it):
