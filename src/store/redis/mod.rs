@@ -294,7 +294,7 @@ impl RedisStore {
     /// Whether single decisions run as a Redis Function (`FCALL`, the default) or as a
     /// script (`EVALSHA`). A function library is loaded once per server and each call
     /// runs only its entry point, where a script's whole body runs on every call:
-    /// about a fifth less Redis time per decision (see BENCHMARKS.md). The store loads
+    /// 5–15% less Redis time per decision (see BENCHMARKS.md). The store loads
     /// the library by itself (again after `FUNCTION FLUSH` or on a new node) and goes
     /// back to scripts by itself where functions are unavailable (Redis 6, an ACL
     /// without `FUNCTION`); `false` keeps it on scripts from the start. Refunds and
