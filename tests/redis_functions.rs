@@ -71,6 +71,28 @@ async fn single_decisions_call_the_library_loaded_once() -> TestResult {
     Ok(())
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_first_calls_load_the_library_once() -> TestResult {
+    let server = RedisServer::start();
+    let store = RedisStore::from_url(&server.url())?;
+    let limiter = limiter(store)?;
+    // 64 calls at once on a server without the library: each FCALL that finds it
+    // missing waits for the one load in flight instead of loading it again (a load
+    // compiles the library: about half a millisecond of Redis time each).
+    let calls_at_once: Vec<_> = (0..64_u64)
+        .map(|i| {
+            let limiter = limiter.clone();
+            tokio::spawn(async move { limiter.check("api", &Key::from(i), 1).await })
+        })
+        .collect();
+    for call in calls_at_once {
+        assert!(call.await??.allowed);
+    }
+    assert_eq!(calls(&server, "function|load"), 1);
+    assert_eq!(calls(&server, "evalsha"), 0);
+    Ok(())
+}
+
 #[tokio::test]
 async fn refunds_and_batches_stay_scripts() -> TestResult {
     let server = RedisServer::start();

@@ -15,10 +15,19 @@
 //! reloads a script. A server that cannot load it (Redis 6, an ACL without
 //! `FUNCTION`, a managed service that renamed the command) makes the store go back
 //! to scripts for good.
+//!
+//! A load takes the server about half a millisecond (it compiles the library), so
+//! concurrent calls that all found the library missing (a cold start, a flush) do
+//! not each load it: one loads, the others wait for it and call again.
 
 use std::sync::LazyLock;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 
 use redis::{Cmd, RedisError, Script};
+use tokio::sync::Mutex;
+
+use super::connection::Conn;
+use super::script::Call;
 
 /// The library's source and its versioned function name.
 pub(super) struct Library {
@@ -81,4 +90,62 @@ pub(super) fn is_unsupported(err: &RedisError) -> bool {
             && err
                 .detail()
                 .is_some_and(|d| d.starts_with("unknown command")))
+}
+
+/// A store's use of the library: shared by its clones.
+#[derive(Debug)]
+pub(super) struct Functions {
+    enabled: AtomicBool,
+    /// Successful loads so far, so that a call that found the library missing can
+    /// tell whether another call loaded it since.
+    loads: AtomicU64,
+    /// Held while loading: one load at a time per store.
+    loading: Mutex<()>,
+}
+
+impl Functions {
+    pub(super) fn new(enabled: bool) -> Self {
+        Self {
+            enabled: AtomicBool::new(enabled),
+            loads: AtomicU64::new(0),
+            loading: Mutex::new(()),
+        }
+    }
+
+    pub(super) fn enabled(&self) -> bool {
+        self.enabled.load(Relaxed)
+    }
+
+    /// One charge through the library: `None` when the server cannot run it (no
+    /// `FUNCTION` or `FCALL` there), after which the store uses scripts; the caller
+    /// then sends the script. A server without the library yet gets it, and the call
+    /// is made again.
+    pub(super) async fn call(
+        &self,
+        conn: &mut Conn,
+        request: &Call,
+    ) -> Option<Result<Vec<i64>, RedisError>> {
+        let fcall = request.fcall(&LIBRARY.function);
+        let loads_before = self.loads.load(Relaxed);
+        match conn.query(&fcall).await {
+            Err(err) if is_missing(&err) => {
+                let _loading = self.loading.lock().await;
+                if self.loads.load(Relaxed) == loads_before {
+                    match conn.query::<redis::Value>(&LIBRARY.load()).await {
+                        Ok(_) => self.loads.fetch_add(1, Relaxed),
+                        Err(err) if is_refusal(&err) => return self.refused(),
+                        Err(err) => return Some(Err(err)),
+                    };
+                }
+                Some(conn.query(&fcall).await)
+            }
+            Err(err) if is_unsupported(&err) => self.refused(),
+            reply => Some(reply),
+        }
+    }
+
+    fn refused<T>(&self) -> Option<T> {
+        self.enabled.store(false, Relaxed);
+        None
+    }
 }

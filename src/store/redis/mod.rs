@@ -8,15 +8,13 @@ mod server_time;
 
 use std::fmt;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::time::Duration;
 
 use deadpool_redis::Runtime;
-use deadpool_redis::redis::RedisError;
 use tokio::time::{Instant, timeout_at};
 
-use self::connection::{Conn, Connections, Source, breaks_connection, store_error};
-use self::function::LIBRARY;
+use self::connection::{Connections, Source, breaks_connection, store_error};
+use self::function::Functions;
 use self::script::{At, Call, Mode};
 use self::server_time::ServerTime;
 use super::block_cache::BlockCache;
@@ -86,9 +84,9 @@ pub struct RedisStore {
     prefix: Arc<str>,
     deadline: Duration,
     cache: Option<Arc<BlockCache>>,
-    /// Whether single charges go to the function library (see `function.rs`); cleared
-    /// for good when the server cannot load it. Shared by clones.
-    functions: Arc<AtomicBool>,
+    /// Whether and how single charges go to the function library (see
+    /// `function.rs`). Shared by clones.
+    functions: Arc<Functions>,
 }
 
 impl RedisStore {
@@ -107,7 +105,7 @@ impl RedisStore {
             prefix: Arc::from(Self::DEFAULT_PREFIX),
             deadline: Self::DEFAULT_DEADLINE,
             cache: Some(Arc::new(BlockCache::new(Self::DEFAULT_BLOCK_CACHE_KEYS))),
-            functions: Arc::new(AtomicBool::new(true)),
+            functions: Arc::new(Functions::new(true)),
         }
     }
 
@@ -307,7 +305,7 @@ impl RedisStore {
     /// ```
     #[must_use]
     pub fn functions(mut self, enabled: bool) -> Self {
-        self.functions = Arc::new(AtomicBool::new(enabled));
+        self.functions = Arc::new(Functions::new(enabled));
         self
     }
 
@@ -319,7 +317,7 @@ impl RedisStore {
     /// # Ok::<(), tollgate::ConfigError>(())
     /// ```
     pub fn uses_functions(&self) -> bool {
-        self.functions.load(Relaxed)
+        self.functions.enabled()
     }
 
     /// Whether the store talks to a Redis Cluster.
@@ -385,11 +383,11 @@ impl RedisStore {
         let request = Call::new(&self.prefix, at, mode, charges);
         let single = charges.len() == 1 && mode != Mode::Refund;
         let call = async {
-            if single && self.functions.load(Relaxed) {
-                match call_function(&mut conn, &request).await {
-                    Some(reply) => return reply,
-                    None => self.functions.store(false, Relaxed),
-                }
+            if single
+                && self.functions.enabled()
+                && let Some(reply) = self.functions.call(&mut conn, &request).await
+            {
+                return reply;
             }
             conn.invoke(&request.invocation()).await
         };
@@ -501,24 +499,6 @@ impl RedisStore {
         for (_, members, _) in groups {
             let _ = self.run(deadline, now, Mode::Refund, members).await;
         }
-    }
-}
-
-/// One charge through the function library: `None` when the server cannot run it
-/// (no `FUNCTION` or `FCALL` here), so the call goes to the script instead. A server
-/// that does not have the library yet gets it, then the call again.
-async fn call_function(conn: &mut Conn, request: &Call) -> Option<Result<Vec<i64>, RedisError>> {
-    let fcall = request.fcall(&LIBRARY.function);
-    match conn.query(&fcall).await {
-        Err(err) if function::is_missing(&err) => {
-            match conn.query::<redis::Value>(&LIBRARY.load()).await {
-                Ok(_) => Some(conn.query(&fcall).await),
-                Err(err) if function::is_refusal(&err) => None,
-                Err(err) => Some(Err(err)),
-            }
-        }
-        Err(err) if function::is_unsupported(&err) => None,
-        reply => Some(reply),
     }
 }
 
