@@ -164,10 +164,12 @@ const GCRA_SCRIPT: &str = concat!(
     include_str!("../src/store/redis/scripts/general.lua"),
 );
 
-/// The arguments the store sends for one GCRA charge under `BENCH_QUOTA` (server
-/// time, acquire, cost 1, limit, period µs, capacity, T and B·T as (µs, ns)).
+/// The arguments the store sends for one GCRA charge under `bench_quota()`: server
+/// time with a floor (the store sends the latest server time it has seen; `f1` costs
+/// the script the same parsing and never leads the clock), acquire, cost 1, limit,
+/// period µs, capacity, T and B·T as (µs, ns).
 const GCRA_ARGS: [&str; 11] = [
-    "",
+    "f1",
     "a",
     "gcra",
     "1",
@@ -221,6 +223,20 @@ fn first_int(reply: &redis::Value) -> Option<i64> {
         redis::Value::Array(items) => items.first().and_then(first_int),
         _ => None,
     }
+}
+
+/// Keys named as the store names its GCRA keys in `tollgate_rows` (same length, so
+/// Redis hashes and stores as much), under a prefix of their own.
+fn store_like_keys(url: &str) -> Arc<Vec<String>> {
+    let store = RedisStore::from_url(url)
+        .expect("a url")
+        .prefix("gcra-raw_");
+    let policy = Policy::new("bench", bench_quota()).expect("a policy");
+    Arc::new(
+        (0..TASKS as u64)
+            .map(|i| store.state_key(&policy, &Key::from(i)))
+            .collect(),
+    )
 }
 
 /// Keys of the raw rows, one per task, each on a slot of its own.
@@ -316,9 +332,9 @@ async fn tollgate_rows(url: &str, secs: f64, admin: &mut MultiplexedConnection) 
     rows
 }
 
-/// tollgate's own GCRA code called raw with the store's arguments, as a script and
-/// as the library's function: the server's cost of a decision without tollgate's
-/// client side. Runs after `tollgate_rows`, which loaded both.
+/// tollgate's own GCRA code called raw with the store's arguments and keys named
+/// like the store's, as a script and as the library's function: the server's cost
+/// of a decision without tollgate's client side. Runs after `tollgate_rows`, which loaded both.
 async fn raw_gcra_rows(
     server: &RedisServer,
     secs: f64,
@@ -339,7 +355,7 @@ async fn raw_gcra_rows(
         secs,
         conn,
         gcra,
-        raw_keys("rawgcra"),
+        store_like_keys(&server.url()),
         &GCRA_ARGS,
     )
     .await;
@@ -351,7 +367,7 @@ async fn raw_gcra_rows(
         .find(|w| w.starts_with("tollgate_"))
         .expect("the store loaded its library")
         .into();
-    let (keys, shared) = (raw_keys("rawgcra"), conn.clone());
+    let (keys, shared) = (store_like_keys(&server.url()), conn.clone());
     reset_stats(admin).await;
     let mut fcall = measure(
         "raw redis-rs FCALL of tollgate's library, gcra".into(),

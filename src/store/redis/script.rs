@@ -12,7 +12,7 @@
 
 use std::sync::LazyLock;
 
-use redis::{Cmd, Script, ScriptInvocation};
+use redis::{Cmd, Script, ScriptInvocation, ToRedisArgs};
 
 use super::keys;
 use crate::algorithm::Verdict;
@@ -118,24 +118,40 @@ pub(super) enum At {
 
 /// One call's keys and arguments, sent as a script (`EVALSHA`) or, for a single
 /// charge, as the function library's entry point (`FCALL`): both read the same.
+/// The arguments are kept as numbers and written straight into the command, so a
+/// call allocates its key names and little else.
 pub(super) struct Call {
     script: &'static Script,
     keys: Vec<String>,
-    args: Vec<String>,
+    at: At,
+    mode: Mode,
+    /// Per charge: the algorithm's name, then cost, limit, period (µs), capacity and
+    /// the four algorithm parameters.
+    charges: Vec<(&'static str, [u64; 8])>,
+}
+
+/// Where a call's arguments go: a script invocation or a command.
+trait Args {
+    fn push<T: ToRedisArgs>(&mut self, arg: T);
+}
+
+impl Args for ScriptInvocation<'_> {
+    fn push<T: ToRedisArgs>(&mut self, arg: T) {
+        self.arg(arg);
+    }
+}
+
+impl Args for Cmd {
+    fn push<T: ToRedisArgs>(&mut self, arg: T) {
+        self.arg(arg);
+    }
 }
 
 impl Call {
     /// The call for `charges` at `at`.
     pub(super) fn new(prefix: &str, at: At, mode: Mode, charges: &[&Charge<'_>]) -> Self {
-        let clock = match at {
-            At::Client(now) => now.to_string(),
-            At::Server { floor: Some(floor) } => format!("f{floor}"),
-            At::Server { floor: None } => String::new(),
-        };
         let mut keys = Vec::with_capacity(charges.len());
-        let mut args = Vec::with_capacity(2 + 9 * charges.len());
-        args.push(clock);
-        args.push(mode.arg().to_owned());
+        let mut args = Vec::with_capacity(charges.len());
         for charge in charges {
             let p = charge.policy.params();
             let state = keys::state_key(prefix, charge.policy, charge.key);
@@ -159,14 +175,51 @@ impl Call {
                 ],
                 _ => [0; 4],
             };
-            args.push(p.algorithm.name().to_owned());
-            let numbers = [charge.cost, p.limit, p.period_us, p.capacity];
-            args.extend(numbers.iter().chain(&extra).map(u64::to_string));
+            let [e0, e1, e2, e3] = extra;
+            args.push((
+                p.algorithm.name(),
+                [
+                    charge.cost,
+                    p.limit,
+                    p.period_us,
+                    p.capacity,
+                    e0,
+                    e1,
+                    e2,
+                    e3,
+                ],
+            ));
         }
         Self {
             script: script_for(charges),
             keys,
-            args,
+            at,
+            mode,
+            charges: args,
+        }
+    }
+
+    /// ARGV: the clock, the mode, then nine per charge (see driver.lua).
+    fn write_args(&self, out: &mut impl Args) {
+        match self.at {
+            At::Client(now) => out.push(now),
+            At::Server { floor: Some(floor) } => {
+                // "f<µs>", formatted on the stack.
+                let mut digits = itoa::Buffer::new();
+                let digits = digits.format(floor).as_bytes();
+                let mut text = [0_u8; 21];
+                text[0] = b'f';
+                text[1..=digits.len()].copy_from_slice(digits);
+                out.push(&text[..=digits.len()]);
+            }
+            At::Server { floor: None } => out.push(""),
+        }
+        out.push(self.mode.arg());
+        for (name, numbers) in &self.charges {
+            out.push(*name);
+            for &n in numbers {
+                out.push(n);
+            }
         }
     }
 
@@ -176,19 +229,15 @@ impl Call {
         for key in &self.keys {
             inv.key(key);
         }
-        for arg in &self.args {
-            inv.arg(arg);
-        }
+        self.write_args(&mut inv);
         inv
     }
 
     /// As `FCALL <function> <numkeys> KEYS… ARGV…`.
     pub(super) fn fcall(&self, function: &str) -> Cmd {
         let mut cmd = redis::cmd("FCALL");
-        cmd.arg(function)
-            .arg(self.keys.len())
-            .arg(&self.keys)
-            .arg(&self.args);
+        cmd.arg(function).arg(self.keys.len()).arg(&self.keys);
+        self.write_args(&mut cmd);
         cmd
     }
 }
