@@ -27,7 +27,7 @@ use redis::{Cmd, RedisError, Script};
 use tokio::sync::Mutex;
 
 use super::connection::Conn;
-use super::script::Call;
+use super::script::{Call, every_algorithm};
 
 /// The library's source and its versioned function name.
 pub(super) struct Library {
@@ -35,19 +35,21 @@ pub(super) struct Library {
     source: String,
 }
 
+/// Joins the prelude, the named algorithms' `decide` files, the clock and the entry
+/// point: no driver, no steps.
+macro_rules! library_source {
+    ($($file:literal),+) => {
+        concat!(
+            include_str!("scripts/prelude.lua"),
+            $(include_str!(concat!("scripts/", $file, ".lua")),)+
+            include_str!("scripts/clock.lua"),
+            include_str!("scripts/function.lua"),
+        )
+    };
+}
+
 pub(super) static LIBRARY: LazyLock<Library> = LazyLock::new(|| {
-    let body = concat!(
-        include_str!("scripts/prelude.lua"),
-        include_str!("scripts/fixed_window.lua"),
-        include_str!("scripts/sliding_window.lua"),
-        include_str!("scripts/sliding_window_counters.lua"),
-        include_str!("scripts/sliding_window_log.lua"),
-        include_str!("scripts/token_bucket.lua"),
-        include_str!("scripts/gcra.lua"),
-        include_str!("scripts/leaky_bucket.lua"),
-        include_str!("scripts/clock.lua"),
-        include_str!("scripts/function.lua"),
-    );
+    let body = every_algorithm!(library_source);
     // The SHA-1 that `EVALSHA` would use: a stable name for this exact code.
     let hash = Script::new(body).get_hash().to_owned();
     let function = format!("tollgate_{}", &hash[..16]);

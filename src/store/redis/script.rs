@@ -36,6 +36,24 @@ macro_rules! script_source {
     };
 }
 
+/// Calls `$join!` with every algorithm's Lua file stem, in the order both the
+/// all-algorithms script and the function library (`function.rs`) join them: the
+/// leaky bucket builds on GCRA's functions, so it comes after it.
+macro_rules! every_algorithm {
+    ($join:ident) => {
+        $join!(
+            "fixed_window",
+            "sliding_window",
+            "sliding_window_counters",
+            "sliding_window_log",
+            "token_bucket",
+            "gcra",
+            "leaky_bucket"
+        )
+    };
+}
+pub(super) use every_algorithm;
+
 /// Every script, in the order of [`index`]; the last one holds every algorithm.
 /// `redis::Script` reloads a script by itself after a `NOSCRIPT` (a flush, a restart,
 /// a failover to a replica that never saw it).
@@ -49,15 +67,7 @@ static SCRIPTS: LazyLock<[Script; 8]> = LazyLock::new(|| {
         Script::new(script_source!("gcra")),
         // The leaky bucket is GCRA with a queue: it builds on GCRA's functions.
         Script::new(script_source!("gcra", "leaky_bucket")),
-        Script::new(script_source!(
-            "fixed_window",
-            "sliding_window",
-            "sliding_window_counters",
-            "sliding_window_log",
-            "token_bucket",
-            "gcra",
-            "leaky_bucket"
-        )),
+        Script::new(every_algorithm!(script_source)),
     ]
 });
 
