@@ -101,5 +101,5 @@ pub use response::{RejectReason, Rejection, RejectionInfo};
 pub use service::{Decisions, RateLimit};
 #[cfg(feature = "redis")]
 pub use store::RedisStore;
-pub use store::memory::DEFAULT_MAX_KEYS;
+pub use store::memory::{DEFAULT_MAX_BYTES, DEFAULT_MAX_KEYS};
 pub use store::{Charge, Fallback, MemoryStore, Store, StoreFuture};

@@ -134,9 +134,10 @@ impl LimiterBuilder {
         let backend = self
             .store
             .unwrap_or_else(|| Backend::Memory(MemoryStore::new()));
-        if let Backend::Other(store) = &backend {
-            for policy in &self.policies {
-                store.validate(policy)?;
+        for policy in &self.policies {
+            match &backend {
+                Backend::Memory(store) => store.validate(policy)?,
+                Backend::Other(store) => store.validate(policy)?,
             }
         }
         Ok(Limiter {

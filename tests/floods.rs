@@ -32,6 +32,10 @@ use tollgate::{
     TrustedProxies,
 };
 
+#[path = "support/immediate.rs"]
+mod immediate;
+use immediate::immediate;
+
 const BASE: Duration = Duration::from_secs(1_700_000_000);
 
 static SERIAL: Mutex<()> = Mutex::new(());
@@ -179,6 +183,105 @@ fn a_flood_of_distinct_keys_stays_under_max_keys() {
 fn ten_million_distinct_keys_stay_under_the_default_max_keys() {
     let _serial = serial();
     flood(10_000_000, None);
+}
+
+/// Sends `total` requests through one policy of `algorithm` on a store bounded to
+/// `max_bytes`, key `i % keys` for request `i`, one microsecond apart (so logs take an
+/// entry per request). Checks the store's count against the bound at every tenth of
+/// the flood, and resident memory against it at the end.
+fn flood_bytes(
+    (max_keys, max_bytes): (usize, usize),
+    quota: Quota,
+    algorithm: Algorithm,
+    total: u64,
+    keys: u64,
+) {
+    let clock = ManualClock::new(BASE);
+    let store = MemoryStore::with_clock(clock.clone())
+        .max_keys(max_keys)
+        .and_then(|store| store.max_bytes(max_bytes))
+        .expect("bounds");
+    let limiter = Limiter::builder()
+        .policy(
+            Policy::new("api", quota)
+                .expect("policy")
+                .algorithm(algorithm),
+        )
+        .store(store.clone())
+        .build()
+        .expect("limiter");
+    let before = resident_bytes();
+    let mut peak = 0;
+    for i in 0..total {
+        clock.advance(Duration::from_micros(1));
+        let decision = immediate(limiter.check("api", &Key::from(i % keys), 1)).expect("check");
+        assert!(
+            decision.allowed,
+            "request {i} denied: the quota is far above the flood"
+        );
+        if (i + 1) % (total / 10) == 0 {
+            let bytes = store.bytes();
+            peak = peak.max(bytes);
+            assert!(
+                bytes <= max_bytes,
+                "{bytes} bytes stored, bound {max_bytes}"
+            );
+        }
+    }
+    let grown = resident_bytes().saturating_sub(before);
+    eprintln!(
+        "{algorithm}: {total} requests over {keys} keys, max_bytes {:.0} MiB: {} keys and \
+         {:.1} MiB stored at the end (peak {:.1} MiB counted), RSS +{:.1} MiB",
+        max_bytes as f64 / MIB,
+        store.len(),
+        store.bytes() as f64 / MIB,
+        peak as f64 / MIB,
+        grown as f64 / MIB,
+    );
+    // Counted bytes exclude the tables' spare buckets and the allocator's slack.
+    let budget = max_bytes as u64 * 3 / 2 + (16 << 20);
+    assert!(
+        grown <= budget,
+        "RSS grew {grown} bytes for a bound of {max_bytes}"
+    );
+}
+
+#[test]
+fn a_flood_on_a_thousand_sub_windows_stays_under_max_bytes() {
+    let _serial = serial();
+    // 8 KiB of counts a key: a million keys would be 8 GB; the bound keeps 64 MiB.
+    let keys = if cfg!(debug_assertions) {
+        40_000
+    } else {
+        10_000_000
+    };
+    flood_bytes(
+        (tollgate::DEFAULT_MAX_KEYS, 64 << 20),
+        Quota::per_hour(1_000_000),
+        Algorithm::SlidingWindowCounters { buckets: 1000 },
+        keys,
+        keys,
+    );
+}
+
+#[test]
+fn a_flood_on_a_log_with_a_large_limit_stays_under_max_bytes() {
+    let _serial = serial();
+    // Keys each logging ten thousand requests at instants of their own: 16 bytes an
+    // entry, 160 KB a key, twice the bound over the debug flood and twenty times over
+    // the release one. (16 shards of 512 KiB: a key of this limit can hold 256 KiB.)
+    let total = if cfg!(debug_assertions) {
+        1_000_000
+    } else {
+        10_000_000
+    };
+    flood_bytes(
+        (4096, 8 << 20),
+        Quota::per_hour(16_000),
+        Algorithm::SlidingWindowLog,
+        total,
+        total / 10_000,
+    );
 }
 
 // ---------------------------------------------------------------------------------

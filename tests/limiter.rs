@@ -267,7 +267,11 @@ fn policy_names_must_be_printable_ascii() {
 #[test]
 fn extreme_rates_do_not_overflow() {
     let clock = ManualClock::new(BASE);
-    let store = MemoryStore::with_clock(clock.clone());
+    // Unbounded in bytes: a log at a billion per second can hold 16 MiB for one key,
+    // which the default byte budget refuses at build time.
+    let store = MemoryStore::with_clock(clock.clone())
+        .max_bytes(usize::MAX)
+        .expect("max_bytes");
     let year = Duration::from_secs(365 * 86_400);
     for algorithm in [
         Algorithm::FixedWindow,
@@ -308,7 +312,11 @@ fn extreme_rates_do_not_overflow() {
                     .expect("policy")
                     .algorithm(algorithm),
             )
-            .store(MemoryStore::with_clock(clock.clone()))
+            .store(
+                MemoryStore::with_clock(clock.clone())
+                    .max_bytes(usize::MAX)
+                    .expect("max_bytes"),
+            )
             .build()
             .expect("limiter");
         let d = immediate(limiter.check("g", &Key::from("k"), 1_000_000_000)).expect("store");

@@ -7,6 +7,7 @@ use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use foldhash::fast::RandomState;
 
+use super::memory_footprint::worst_case_bytes;
 use super::memory_shard::{Hashed, Shard};
 use super::{Charge, Store, StoreFuture, decision};
 use crate::algorithm::Verdict;
@@ -15,24 +16,38 @@ use crate::{Algorithm, Clock, ConfigError, Decision, Key, Policy, SystemClock};
 
 /// The default bound on stored keys.
 pub const DEFAULT_MAX_KEYS: usize = 1_000_000;
+/// The default bound on the bytes stored states take: 256 MiB.
+pub const DEFAULT_MAX_BYTES: usize = 256 << 20;
 /// Upper bound on the number of shards (independent locks).
 const MAX_SHARDS: usize = 64;
+/// Lower bound on a shard's share of `max_keys` (unless the store is smaller).
+const MIN_KEYS_PER_SHARD: usize = 256;
 
 /// Limiter state in this process: the default store.
 ///
-/// - **Concurrent:** keys are spread over up to 64 shards, each behind its own
-///   read-write lock; there is no global lock. A [`Gcra`](crate::Algorithm::Gcra) or
+/// - **Concurrent:** keys are spread over up to 64 shards (at least 256 keys of the
+///   bound each), each behind its own read-write lock; there is no global lock. A
+///   [`Gcra`](crate::Algorithm::Gcra) or
 ///   [`LeakyBucket`](crate::Algorithm::LeakyBucket) decision for a key already stored
 ///   takes only the read lock and updates the key's one-word state by
 ///   compare-and-swap, so threads never wait for each other there, even on one hot
 ///   key. The other algorithms, and a key's first charge, hold the write lock for a
 ///   few dozen nanoseconds.
-/// - **Bounded:** at most [`max_keys`](MemoryStore::max_keys) keys (default
-///   [`DEFAULT_MAX_KEYS`], one million) across all policies, split evenly over the
-///   shards. A new key in a full shard evicts, from a small sample, the state
-///   closest to going idle (an idle one when the sample has one; an evicted active
-///   key starts fresh). A flood of new keys costs each request the same constant
-///   work: nothing scans a whole shard per request.
+/// - **Bounded in keys and bytes:** at most [`max_keys`](MemoryStore::max_keys) keys
+///   (default [`DEFAULT_MAX_KEYS`], one million) and
+///   [`max_bytes`](MemoryStore::max_bytes) bytes of state (default
+///   [`DEFAULT_MAX_BYTES`], 256 MiB) across all policies, split evenly over the
+///   shards, and within a shard evenly over the policies: a flood of new keys through
+///   one policy makes room among that policy's own states, never another's.
+/// - **Eviction an attacker cannot use:** a new key in a full share evicts, from a
+///   random sample of 16 of that policy's states, the one whose loss forgives the
+///   least: an idle state first, then the one with the most capacity left, then (as
+///   much left) the one that resets last. A key that has spent its quota is evicted
+///   only when every state sampled has spent as much and earlier, so a flood must
+///   spend the quota of each key it mints before it can reach one. Only a request
+///   that is admitted and stores a new key evicts: denials and peeks never do. A
+///   flood costs each request the same constant work: nothing scans a whole shard
+///   per request.
 /// - **Self-cleaning:** each shard drops idle state (state that equals a fresh key's)
 ///   at most once a second as it is used. No background thread, nothing to spawn.
 /// - **Shared:** clones share all state; one entry per (policy, key).
@@ -68,6 +83,7 @@ struct Inner {
     clock: TimeSource,
     shards: Box<[Padded<RwLock<Shard>>]>,
     max_keys: usize,
+    max_bytes: usize,
     hasher: RandomState,
 }
 
@@ -118,7 +134,7 @@ impl MemoryStore {
     /// assert!(tollgate::MemoryStore::new().is_empty());
     /// ```
     pub fn new() -> Self {
-        Self::build(TimeSource::System, DEFAULT_MAX_KEYS)
+        Self::build(TimeSource::System, DEFAULT_MAX_KEYS, DEFAULT_MAX_BYTES)
     }
 
     /// A store reading time from `clock` (tests, simulations).
@@ -129,7 +145,7 @@ impl MemoryStore {
     /// assert_eq!(store.max_key_count(), tollgate::DEFAULT_MAX_KEYS);
     /// ```
     pub fn with_clock(clock: impl Clock) -> Self {
-        Self::build(TimeSource::of(clock), DEFAULT_MAX_KEYS)
+        Self::build(TimeSource::of(clock), DEFAULT_MAX_KEYS, DEFAULT_MAX_BYTES)
     }
 
     /// The same store bounded to `max_keys` keys (at least 1). Call it before use:
@@ -147,30 +163,94 @@ impl MemoryStore {
                 "invalid max_keys 0: the memory store needs room for at least 1 key",
             ));
         }
-        Ok(Self::build(self.inner.clock.clone(), max_keys))
+        Ok(Self::build(
+            self.inner.clock.clone(),
+            max_keys,
+            self.inner.max_bytes,
+        ))
     }
 
-    fn build(clock: TimeSource, max_keys: usize) -> Self {
-        // A power of two, so a shard is picked with a mask, and never more shards than
-        // keys, so every shard holds at least one.
-        let shard_count = if max_keys >= MAX_SHARDS {
-            MAX_SHARDS
-        } else {
-            1 << max_keys.ilog2()
-        };
+    /// The same store bounded to `max_bytes` bytes of state (default
+    /// [`DEFAULT_MAX_BYTES`], 256 MiB), as well as to its keys. Call it before use: it
+    /// starts from empty state.
+    ///
+    /// A key's state is counted as its table slot (its 16-byte key, the state itself
+    /// and a control byte) plus what the state holds on the heap: the sub-window
+    /// counts of [`SlidingWindowCounters`](crate::Algorithm::SlidingWindowCounters)
+    /// (8 bytes each) and the entries of
+    /// [`SlidingWindowLog`](crate::Algorithm::SlidingWindowLog) (16 bytes per distinct
+    /// admission instant). The tables' spare buckets come on top: resident memory
+    /// stays within about twice the slots plus the heap parts. Each of the store's
+    /// shards gets an equal part of the budget, and one key's largest possible state
+    /// must fit in a part: [`LimiterBuilder::build`](crate::LimiterBuilder::build)
+    /// refuses a policy whose state could not.
+    ///
+    /// ```
+    /// let store = tollgate::MemoryStore::new().max_bytes(64 << 20)?;
+    /// assert_eq!(store.max_byte_count(), 64 << 20);
+    /// assert!(tollgate::MemoryStore::new().max_bytes(0).is_err());
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    pub fn max_bytes(self, max_bytes: usize) -> Result<Self, ConfigError> {
+        if max_bytes == 0 {
+            return Err(ConfigError::new(
+                "invalid max_bytes 0: the memory store needs room for at least one key's state",
+            ));
+        }
+        Ok(Self::build(
+            self.inner.clock.clone(),
+            self.inner.max_keys,
+            max_bytes,
+        ))
+    }
+
+    fn build(clock: TimeSource, max_keys: usize, max_bytes: usize) -> Self {
+        // A power of two, so a shard is picked with a mask, and at least
+        // `MIN_KEYS_PER_SHARD` keys per shard: each shard bounds its own keys, and a
+        // shard must be large enough that the keys hashing to it stay close to their
+        // even share (64 shards of 16 keys each would see some shards' honest keys
+        // alone overflow their part of the bound).
+        let shard_count = (max_keys / MIN_KEYS_PER_SHARD).clamp(1, MAX_SHARDS);
+        let shard_count = 1 << shard_count.ilog2();
         let per_shard = max_keys / shard_count;
+        let bytes_per_shard = max_bytes / shard_count;
         let hasher = RandomState::default();
         let shards = (0..shard_count)
-            .map(|_| Padded(RwLock::new(Shard::new(per_shard, hasher))))
+            .map(|_| Padded(RwLock::new(Shard::new(per_shard, bytes_per_shard, hasher))))
             .collect();
         Self {
             inner: Arc::new(Inner {
                 clock,
                 shards,
                 max_keys,
+                max_bytes,
                 hasher,
             }),
         }
+    }
+
+    /// The bound on the bytes of stored state.
+    ///
+    /// ```
+    /// assert_eq!(tollgate::MemoryStore::new().max_byte_count(), tollgate::DEFAULT_MAX_BYTES);
+    /// ```
+    pub fn max_byte_count(&self) -> usize {
+        self.inner.max_bytes
+    }
+
+    /// The bytes stored state takes now, counted as [`max_bytes`](MemoryStore::max_bytes)
+    /// says. Reads each shard in turn.
+    ///
+    /// ```
+    /// assert_eq!(tollgate::MemoryStore::new().bytes(), 0);
+    /// ```
+    pub fn bytes(&self) -> usize {
+        self.inner.shards.iter().map(|s| read(&s.0).bytes()).sum()
+    }
+
+    /// The byte budget of one shard.
+    fn bytes_per_shard(&self) -> usize {
+        self.inner.max_bytes / self.inner.shards.len()
     }
 
     /// The bound on stored keys.
@@ -345,6 +425,30 @@ impl fmt::Debug for MemoryStore {
 }
 
 impl Store for MemoryStore {
+    /// Refuses a policy one of whose keys could outgrow a shard's part of
+    /// [`max_bytes`](MemoryStore::max_bytes), and gives the policy its table in every
+    /// shard, so that each policy's share of the bounds is known from the start (see
+    /// [`max_keys`](MemoryStore::max_keys)).
+    fn validate(&self, policy: &Policy) -> Result<(), ConfigError> {
+        let worst = worst_case_bytes(policy.params());
+        let part = self.bytes_per_shard();
+        if worst > part {
+            return Err(ConfigError::new(format!(
+                "policy \"{}\": one key's {} state can take {worst} bytes, more than the \
+                 memory store's part of max_bytes per shard ({part} bytes: {} bytes over {} \
+                 shards); raise MemoryStore::max_bytes, lower the limit or pick another algorithm",
+                policy.name(),
+                policy.params().algorithm,
+                self.inner.max_bytes,
+                self.inner.shards.len(),
+            )));
+        }
+        for shard in &self.inner.shards {
+            write(&shard.0).table_index(policy);
+        }
+        Ok(())
+    }
+
     fn acquire<'a>(&'a self, charges: &'a [Charge<'a>]) -> StoreFuture<'a, Vec<Decision>> {
         let decisions = self.acquire_all(charges);
         Box::pin(async move { Ok(decisions) })
