@@ -45,15 +45,30 @@ local function gcra_fits(n, t_us, t_ns, h_us, h_ns)
   return ns_le(m_us, m_ns, h_us, h_ns)
 end
 
+-- floor(h / T) for h >= 0: a double estimate, then corrected with exact pair
+-- arithmetic (the estimate is off by at most one).
+local function gcra_quotient(h_us, h_ns, t_us, t_ns)
+  local q = math.floor((h_us * 1000 + h_ns) / (t_us * 1000 + t_ns))
+  while q > 0 and not gcra_fits(q, t_us, t_ns, h_us, h_ns) do
+    q = q - 1
+  end
+  while gcra_fits(q + 1, t_us, t_ns, h_us, h_ns) do
+    q = q + 1
+  end
+  return q
+end
+
 -- One whole decision (general.lua's `evaluate`, specialised): GCRA's state is three
 -- numbers, so they stay in locals and the call builds no state table and makes no
 -- per-step calls through the algorithm table; this is most of a call's cost in Lua.
 -- `args[i..]` is the charge's arguments (see driver.lua); `queue`: the leaky bucket,
--- whose admitted request waits until the queue ahead of it has drained.
+-- whose admitted request waits until the queue ahead of it has drained, at most
+-- `max_delay` µs (its fifth parameter; leaky_bucket.lua's twin of the Rust rule).
 local function gcra_decide(keys, now, args, i, charge, queue)
   local cost, cap = tonumber(args[i + 1]), tonumber(args[i + 4])
   local t_us, t_ns = tonumber(args[i + 5]), tonumber(args[i + 6])
   local b_us, b_ns = tonumber(args[i + 7]), tonumber(args[i + 8])
+  local max_delay = queue and tonumber(args[i + 9])
   local v = redis.call('GET', keys[1])
   local a, b, floor, tail = 0, 0, 0, nil
   if v then
@@ -71,7 +86,10 @@ local function gcra_decide(keys, now, args, i, charge, queue)
   local c_us, c_ns = ns_mul(cost, t_us, t_ns)
   local e_us, e_ns = ns_add(st_us, st_ns, c_us, c_ns)
   -- max(TAT, t) + c*T <= t + B*T
-  local allowed = cost == 0 or (cost <= cap and ns_le(e_us, e_ns, t + b_us, b_ns))
+  local fits = ns_le(e_us, e_ns, t + b_us, b_ns)
+  -- The queue: served within max_delay, ceil(start) <= t + max_delay.
+  local within = not queue or ns_le(st_us, st_ns, t + max_delay, 0)
+  local allowed = cost == 0 or (cost <= cap and fits and within)
   local delay, retry = 0, -1
   if allowed and charge and cost > 0 then
     if queue then
@@ -88,28 +106,38 @@ local function gcra_decide(keys, now, args, i, charge, queue)
       ttl_ms(until_us, now))
   else
     if not allowed and cost <= cap then
-      -- max(TAT, t) + c*T - B*T, the instant the same request would fit.
-      retry = math.max(ns_ceil_us(ns_sub(e_us, e_ns, b_us, b_ns)) - now, 0)
+      -- max(TAT, t) + c*T - B*T, the instant the same request would fit; for the
+      -- queue, no earlier than ceil(start) - max_delay, when it is served within it.
+      local at = 0
+      if not fits then
+        at = ns_ceil_us(ns_sub(e_us, e_ns, b_us, b_ns))
+      end
+      if queue then
+        at = math.max(at, ns_ceil_us(st_us, st_ns) - max_delay)
+      end
+      retry = math.max(at - now, 0)
     end
     if v and t > floor then
       -- No charge, but a later instant: record it (see general.lua's `evaluate`).
       redis.call('SET', keys[1], num(t) .. tail, 'KEEPTTL')
     end
   end
-  -- floor((t + B*T - max(TAT, t)) / T): a double estimate, then corrected with exact
-  -- pair arithmetic (the estimate is off by at most one).
+  -- floor((t + B*T - max(TAT, t)) / T)
   local remaining = 0
   local lim_us, lim_ns = ns_norm(t + b_us, b_ns)
   if not ns_le(lim_us, lim_ns, st_us, st_ns) then
     local h_us, h_ns = ns_sub(lim_us, lim_ns, st_us, st_ns)
-    local q = math.floor((h_us * 1000 + h_ns) / (t_us * 1000 + t_ns))
-    while q > 0 and not gcra_fits(q, t_us, t_ns, h_us, h_ns) do
-      q = q - 1
+    remaining = math.min(gcra_quotient(h_us, h_ns, t_us, t_ns), cap)
+  end
+  if queue then
+    -- Only places served within max_delay: floor((t + max_delay + T - start) / T).
+    local w_us, w_ns = ns_add(t + max_delay, 0, t_us, t_ns)
+    if ns_le(w_us, w_ns, st_us, st_ns) then
+      remaining = 0
+    else
+      local h_us, h_ns = ns_sub(w_us, w_ns, st_us, st_ns)
+      remaining = math.min(remaining, gcra_quotient(h_us, h_ns, t_us, t_ns))
     end
-    while gcra_fits(q + 1, t_us, t_ns, h_us, h_ns) do
-      q = q + 1
-    end
-    remaining = math.min(q, cap)
   end
   local reset = ns_ceil_us(st_us, st_ns)
   if reset <= t then
