@@ -279,8 +279,8 @@ impl Policy {
     /// many requests it holds at once
     /// ([`RateLimitLayer::max_held`](crate::RateLimitLayer::max_held)).
     ///
-    /// With a bound shorter than `(B − 1)·T`, `remaining` counts only the places that
-    /// would be served within it.
+    /// `remaining` still counts every free place of the queue, as for GCRA: a place the
+    /// bound refuses now comes with the `retry_after` at which it is within it.
     ///
     /// ```
     /// use std::time::Duration;

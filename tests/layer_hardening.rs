@@ -341,8 +341,7 @@ fn short_queue() -> Policy {
 async fn a_place_beyond_max_delay_is_refused(store: impl Store) {
     let limiter = limiter(short_queue(), store);
     let server = Server::start(plain_app(RateLimitLayer::new(limiter.clone()))).await;
-    // Places within 200 ms: floor((200 + 100 − start)/100) after each.
-    for remaining in [2, 1, 0] {
+    for remaining in [99, 98, 97] {
         let reply = server.get("/").await;
         assert_eq!(reply.status, StatusCode::OK);
         assert_eq!(
@@ -356,6 +355,7 @@ async fn a_place_beyond_max_delay_is_refused(store: impl Store) {
         // The place at 300 ms is within 200 ms of now + 100 ms.
         assert_eq!(refused.header("retry-after"), "1");
         assert_eq!(refused.body, "rate limit exceeded: retry after 1 s\n");
+        assert_eq!(refused.header("ratelimit"), r#""queue";r=97;t=1"#);
     }
     let after = peek(
         &limiter,

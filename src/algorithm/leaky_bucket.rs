@@ -42,11 +42,11 @@ impl Rule for LeakyBucket {
     }
 
     fn remaining(p: &Params, s: &State, now: u64) -> u64 {
-        // Free queue slots, counting only places served within max_delay: the k-th
-        // request from now (k ≥ 0) starts at start + k·T, so
-        // floor((latest_start − start)/T) + 1 places are.
-        let within = (latest_start_ns(p, now) + p.emission_ns).saturating_sub(start_ns(*s, now));
-        Gcra::remaining(p, s, now).min(p.per_emission.div(within))
+        // The queue's free places, as GCRA's, whether or not max_delay lets the far
+        // ones be taken now: so `remaining` is the capacity again exactly when the
+        // queue has drained (`reset_after`), and a place refused by the bound has its
+        // `retry_after`.
+        Gcra::remaining(p, s, now)
     }
 
     fn reset_at(p: &Params, s: &State, now: u64) -> u64 {

@@ -823,8 +823,8 @@ pub(crate) const LEAKY_BUCKET_BACKWARDS_DELAY: Scenario = Scenario {
 };
 
 /// L = 10, P = 1 s, B = 10 (T = 100 ms, B·T = 1 s), max_delay 250 ms: a place is
-/// given only if the queue ahead drains within 250 ms, `start ≤ now + 250 ms`; the
-/// places that are (`floor((now + 250 ms + T − start)/T)`) bound `remaining`.
+/// given only if the queue ahead drains within 250 ms, `start ≤ now + 250 ms`;
+/// `remaining` counts the queue's free places as GCRA does.
 pub(crate) const LEAKY_BUCKET_MAX_DELAY: Scenario = Scenario {
     name: "leaky_bucket/max-delay",
     quota: "10/s",
@@ -832,44 +832,44 @@ pub(crate) const LEAKY_BUCKET_MAX_DELAY: Scenario = Scenario {
     algorithm: Algorithm::LeakyBucket,
     max_delay_us: Some(250_000),
     steps: &[
-        // idle: GCRA has 10 places, but only starts 0, 100 and 200 ms are within
-        // 250 ms: floor((250 + 100 − 0)/100) = 3
-        peek(0, 3, 0),
-        // start 0: delay 0, TAT 100 ms; remaining min(9, floor(250/100) = 2)
-        queued(0, 1, 2, 100_000, 0),
-        // start 100 ≤ 250: delay 100 ms, TAT 200; min(8, floor(150/100) = 1)
-        queued(0, 1, 1, 200_000, 100_000),
-        // start 200 ≤ 250: delay 200 ms, TAT 300; min(7, floor(50/100) = 0)
-        queued(0, 1, 0, 300_000, 200_000),
+        peek(0, 10, 0),
+        // start 0: delay 0, TAT 100 ms; remaining floor((1000 − 100)/100)
+        queued(0, 1, 9, 100_000, 0),
+        // start 100 ≤ 250: delay 100 ms, TAT 200
+        queued(0, 1, 8, 200_000, 100_000),
+        // start 200 ≤ 250: delay 200 ms, TAT 300
+        queued(0, 1, 7, 300_000, 200_000),
         // start 300 > 250: denied, although GCRA's rule holds (300 + 100 ≤ 1000);
         // retry when 300 − 250 = 50 ms; nothing charged (reset still 300 ms)
-        deny(0, 1, 0, 300_000, 50_000),
+        deny(0, 1, 7, 300_000, 50_000),
         // the bound is on when a request is served, whatever its cost
-        deny(0, 2, 0, 300_000, 50_000),
+        deny(0, 2, 7, 300_000, 50_000),
         // 300 + 800 > 1000 too: GCRA's retry 300 + 800 − 1000 = 100 ms is the later
-        deny(0, 8, 0, 300_000, 100_000),
-        never(0, 11, 0, 300_000),
+        deny(0, 8, 7, 300_000, 100_000),
+        never(0, 11, 7, 300_000),
         // at the retry: start 300 ≤ 50 + 250, delay exactly 250 ms; TAT 400;
-        // remaining min(6, 0); reset 400 − 50
-        queued(50_000, 1, 0, 350_000, 250_000),
+        // remaining floor((50 + 1000 − 400)/100) = 6; reset 400 − 50
+        queued(50_000, 1, 6, 350_000, 250_000),
         // 1 µs early: start 400 > 399.999; retry 400 000 − 250 000 − 149 999 = 1 µs;
-        // reset 400 000 − 149 999
-        deny(149_999, 1, 0, 250_001, 1),
+        // remaining floor((149.999 + 1000 − 400)/100) = 7; reset 400 000 − 149 999
+        deny(149_999, 1, 7, 250_001, 1),
         // cost 4 served at 400 ≤ 150 + 250 (delay 250 ms) although its units drain
-        // until 800: 800 ≤ 150 + 1000; TAT 800; reset 800 − 150
-        queued(150_000, 4, 0, 650_000, 250_000),
+        // until 800: 800 ≤ 150 + 1000; TAT 800; remaining floor((1150 − 800)/100) = 3;
+        // reset 800 − 150
+        queued(150_000, 4, 3, 650_000, 250_000),
         // TAT = max(150, 800 − 400) = 400
         refund(150_000, 4),
-        // min(floor((150 + 1000 − 400)/100) = 7, floor((150 + 250 + 100 − 400)/100) = 1)
-        peek(150_000, 1, 250_000),
-        // idle again: 3 places within the bound
-        peek(1_000_000, 3, 0),
+        // floor((150 + 1000 − 400)/100) = 7; reset 400 − 150
+        peek(150_000, 7, 250_000),
+        // a place 250 ms away again: 400 ≤ 150 + 250; TAT 500
+        queued(150_000, 1, 6, 350_000, 250_000),
+        peek(1_000_000, 10, 0),
     ],
 };
 
 /// L = 1, P = 1 h, B = 1000 (T = 1 h, B·T = 1000 h), the default max_delay of one
-/// period: the 1000th place would wait 999 h (41 days); the bound holds the queue to
-/// the places served within 1 h.
+/// period: the 1000th place would wait 999 h (41 days); the bound gives only the
+/// places served within 1 h.
 pub(crate) const LEAKY_BUCKET_DEFAULT_MAX_DELAY: Scenario = Scenario {
     name: "leaky_bucket/default-max-delay",
     quota: "1/h",
@@ -877,18 +877,18 @@ pub(crate) const LEAKY_BUCKET_DEFAULT_MAX_DELAY: Scenario = Scenario {
     algorithm: Algorithm::LeakyBucket,
     max_delay_us: None,
     steps: &[
-        // starts 0 and 1 h are within 1 h: floor((1 h + 1 h − 0)/1 h) = 2
-        peek(0, 2, 0),
-        // delay 0, TAT 1 h; remaining min(999, floor((1 h + 1 h − 1 h)/1 h) = 1)
-        queued(0, 1, 1, 3_600_000_000, 0),
-        // start 1 h ≤ 0 + 1 h: delay 1 h, TAT 2 h; remaining 0
-        queued(0, 1, 0, 7_200_000_000, 3_600_000_000),
+        peek(0, 1_000, 0),
+        // delay 0, TAT 1 h
+        queued(0, 1, 999, 3_600_000_000, 0),
+        // start 1 h ≤ 0 + 1 h: delay 1 h, TAT 2 h
+        queued(0, 1, 998, 7_200_000_000, 3_600_000_000),
         // start 2 h > 1 h: denied, retry 2 h − 1 h; nothing charged
-        deny(0, 1, 0, 7_200_000_000, 3_600_000_000),
+        deny(0, 1, 998, 7_200_000_000, 3_600_000_000),
         // c = B: GCRA's rule too, 2 h + 1000 h − 1000 h = 2 h is the later
-        deny(0, 1_000, 0, 7_200_000_000, 7_200_000_000),
-        // at the retry: start 2 h ≤ 1 h + 1 h, delay 1 h; TAT 3 h; reset 3 h − 1 h
-        queued(3_600_000_000, 1, 0, 7_200_000_000, 3_600_000_000),
+        deny(0, 1_000, 998, 7_200_000_000, 7_200_000_000),
+        // at the retry: start 2 h ≤ 1 h + 1 h, delay 1 h; TAT 3 h; remaining
+        // floor((1 h + 1000 h − 3 h)/1 h) = 998; reset 3 h − 1 h
+        queued(3_600_000_000, 1, 998, 7_200_000_000, 3_600_000_000),
     ],
 };
 
@@ -901,17 +901,15 @@ pub(crate) const LEAKY_BUCKET_ZERO_MAX_DELAY: Scenario = Scenario {
     algorithm: Algorithm::LeakyBucket,
     max_delay_us: Some(0),
     steps: &[
-        // floor((0 + 0 + 100 − 0)/100) = 1 place within the bound
-        peek(0, 1, 0),
-        // TAT 100 ms; remaining min(2, floor((0 + 100 − 100)/100) = 0)
-        queued(0, 1, 0, 100_000, 0),
+        // TAT 100 ms
+        queued(0, 1, 2, 100_000, 0),
         // start 100 > 0: retry 100 − 0 = 100 ms, although GCRA's rule holds
-        deny(0, 1, 0, 100_000, 100_000),
-        // start 100 = now: served at once; TAT 200 ms
-        queued(100_000, 1, 0, 100_000, 0),
+        deny(0, 1, 2, 100_000, 100_000),
+        // start 100 = now: served at once; TAT 200 ms; floor((100 + 300 − 200)/100)
+        queued(100_000, 1, 2, 100_000, 0),
         // TAT = max(100, 200 − 100) = 100 ms: idle
         refund(100_000, 1),
-        peek(100_000, 1, 0),
+        peek(100_000, 3, 0),
     ],
 };
 
@@ -926,9 +924,11 @@ pub(crate) const LEAKY_BUCKET_MAX_DELAY_BACKWARDS: Scenario = Scenario {
     algorithm: Algorithm::LeakyBucket,
     max_delay_us: Some(60_000),
     steps: &[
-        // TAT 100 ms; remaining min(1, floor((0 + 60 + 100 − 100)/100) = 0)
-        queued(0, 1, 0, 100_000, 0),
-        // min(floor((50 + 200 − 100)/100) = 1, floor((50 + 60 + 100 − 100)/100) = 1)
+        // TAT 100 ms; floor((200 − 100)/100) = 1
+        queued(0, 1, 1, 100_000, 0),
+        // start 100 > 0 + 60: denied; retry 100 − 60
+        deny(0, 1, 1, 100_000, 40_000),
+        // floor((50 + 200 − 100)/100) = 1; reset 100 − 50
         peek(50_000, 1, 50_000),
         // Back to 20 ms, computed at 50 ms: start 100 ≤ 50 + 60, admitted; its delay
         // runs on the caller's clock, 100 − 20 = 80 ms. TAT 200; reset 200 − 20

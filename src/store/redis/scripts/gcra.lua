@@ -45,19 +45,6 @@ local function gcra_fits(n, t_us, t_ns, h_us, h_ns)
   return ns_le(m_us, m_ns, h_us, h_ns)
 end
 
--- floor(h / T) for h >= 0: a double estimate, then corrected with exact pair
--- arithmetic (the estimate is off by at most one).
-local function gcra_quotient(h_us, h_ns, t_us, t_ns)
-  local q = math.floor((h_us * 1000 + h_ns) / (t_us * 1000 + t_ns))
-  while q > 0 and not gcra_fits(q, t_us, t_ns, h_us, h_ns) do
-    q = q - 1
-  end
-  while gcra_fits(q + 1, t_us, t_ns, h_us, h_ns) do
-    q = q + 1
-  end
-  return q
-end
-
 -- One whole decision (general.lua's `evaluate`, specialised): GCRA's state is three
 -- numbers, so they stay in locals and the call builds no state table and makes no
 -- per-step calls through the algorithm table; this is most of a call's cost in Lua.
@@ -122,22 +109,20 @@ local function gcra_decide(keys, now, args, i, charge, queue)
       redis.call('SET', keys[1], num(t) .. tail, 'KEEPTTL')
     end
   end
-  -- floor((t + B*T - max(TAT, t)) / T)
+  -- floor((t + B*T - max(TAT, t)) / T): a double estimate, then corrected with exact
+  -- pair arithmetic (the estimate is off by at most one).
   local remaining = 0
   local lim_us, lim_ns = ns_norm(t + b_us, b_ns)
   if not ns_le(lim_us, lim_ns, st_us, st_ns) then
     local h_us, h_ns = ns_sub(lim_us, lim_ns, st_us, st_ns)
-    remaining = math.min(gcra_quotient(h_us, h_ns, t_us, t_ns), cap)
-  end
-  if queue then
-    -- Only places served within max_delay: floor((t + max_delay + T - start) / T).
-    local w_us, w_ns = ns_add(t + max_delay, 0, t_us, t_ns)
-    if ns_le(w_us, w_ns, st_us, st_ns) then
-      remaining = 0
-    else
-      local h_us, h_ns = ns_sub(w_us, w_ns, st_us, st_ns)
-      remaining = math.min(remaining, gcra_quotient(h_us, h_ns, t_us, t_ns))
+    local q = math.floor((h_us * 1000 + h_ns) / (t_us * 1000 + t_ns))
+    while q > 0 and not gcra_fits(q, t_us, t_ns, h_us, h_ns) do
+      q = q - 1
     end
+    while gcra_fits(q + 1, t_us, t_ns, h_us, h_ns) do
+      q = q + 1
+    end
+    remaining = math.min(q, cap)
   end
   local reset = ns_ceil_us(st_us, st_ns)
   if reset <= t then
