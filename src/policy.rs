@@ -284,13 +284,15 @@ impl Policy {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use tollgate::{Algorithm, Key, Limiter, Policy, Quota};
+    /// use tollgate::{Algorithm, Key, Limiter, ManualClock, MemoryStore, Policy, Quota};
     /// # tokio::runtime::Builder::new_current_thread().build()?.block_on(async {
     /// let queue = Policy::new("queue", Quota::per_second(1).with_burst(100)?)?
     ///     .algorithm(Algorithm::LeakyBucket)
     ///     .max_delay(Duration::from_secs(2));
     /// assert_eq!(queue.longest_delay(), Duration::from_secs(2));
-    /// let limiter = Limiter::builder().policy(queue).build()?;
+    /// // A clock that stands still, so the delays are exact.
+    /// let clock = ManualClock::new(Duration::from_secs(1_700_000_000));
+    /// let limiter = Limiter::builder().policy(queue).store(MemoryStore::with_clock(clock)).build()?;
     /// let key = Key::from("alice");
     /// for wait in [0, 1, 2] {
     ///     let d = limiter.check("queue", &key, 1).await?;

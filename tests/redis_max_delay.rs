@@ -22,7 +22,7 @@ const BASE: Duration = Duration::from_secs(1_699_920_000);
 
 type TestResult = Result<(), Box<dyn std::error::Error>>;
 
-/// (quota, burst, max_delay µs): bounds shorter than the queue's longest wait
+/// (quota, burst, `max_delay` µs): bounds shorter than the queue's longest wait
 /// (`(B − 1)·T`), with exact and inexact emission intervals, and a bound of 0.
 const CASES: [(&str, u64, u64); 5] = [
     ("10/s", 10, 250_000),
@@ -86,7 +86,7 @@ async fn same_answers(url: Option<&str>, cluster: &[String]) -> TestResult {
         let key = Key::from("subject");
         let period_us = u64::try_from(quota.period().as_micros())?;
         let step_us = period_us / quota.limit();
-        let mut rng = Rng(0x5eed_0f_de1a_u64 ^ case as u64);
+        let mut rng = Rng(0x5eed_0fde_1a5e_u64 ^ case as u64);
         let mut now = 0_u64;
         // Both keys start with state, and both see every instant: the memory store's
         // floor is per shard, Redis keeps the latest instant in each key's own state

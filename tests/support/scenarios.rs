@@ -822,7 +822,7 @@ pub(crate) const LEAKY_BUCKET_BACKWARDS_DELAY: Scenario = Scenario {
     ],
 };
 
-/// L = 10, P = 1 s, B = 10 (T = 100 ms, B·T = 1 s), max_delay 250 ms: a place is
+/// L = 10, P = 1 s, B = 10 (T = 100 ms, B·T = 1 s), `max_delay` 250 ms: a place is
 /// given only if the queue ahead drains within 250 ms, `start ≤ now + 250 ms`;
 /// `remaining` counts the queue's free places as GCRA does.
 pub(crate) const LEAKY_BUCKET_MAX_DELAY: Scenario = Scenario {
@@ -867,7 +867,7 @@ pub(crate) const LEAKY_BUCKET_MAX_DELAY: Scenario = Scenario {
     ],
 };
 
-/// L = 1, P = 1 h, B = 1000 (T = 1 h, B·T = 1000 h), the default max_delay of one
+/// L = 1, P = 1 h, B = 1000 (T = 1 h, B·T = 1000 h), the default `max_delay` of one
 /// period: the 1000th place would wait 999 h (41 days); the bound gives only the
 /// places served within 1 h.
 pub(crate) const LEAKY_BUCKET_DEFAULT_MAX_DELAY: Scenario = Scenario {
@@ -892,7 +892,7 @@ pub(crate) const LEAKY_BUCKET_DEFAULT_MAX_DELAY: Scenario = Scenario {
     ],
 };
 
-/// L = 10, P = 1 s, B = 3 (T = 100 ms), max_delay 0: only a request served at once is
+/// L = 10, P = 1 s, B = 3 (T = 100 ms), `max_delay` 0: only a request served at once is
 /// admitted, so the queue never holds anyone.
 pub(crate) const LEAKY_BUCKET_ZERO_MAX_DELAY: Scenario = Scenario {
     name: "leaky_bucket/zero-max-delay",
@@ -913,10 +913,10 @@ pub(crate) const LEAKY_BUCKET_ZERO_MAX_DELAY: Scenario = Scenario {
     ],
 };
 
-/// L = 10, P = 1 s, B = 2 (T = 100 ms, B·T = 200 ms), max_delay 60 ms: the bound is
+/// L = 10, P = 1 s, B = 2 (T = 100 ms, B·T = 200 ms), `max_delay` 60 ms: the bound is
 /// measured from the latest instant the key's store has seen (the instant the rule
 /// computes at), so a caller whose clock is behind it hears a longer delay (the layer
-/// never holds a request longer than max_delay all the same).
+/// never holds a request longer than `max_delay` all the same).
 pub(crate) const LEAKY_BUCKET_MAX_DELAY_BACKWARDS: Scenario = Scenario {
     name: "leaky_bucket/max-delay-backwards",
     quota: "10/s",
