@@ -77,7 +77,7 @@ pub struct Policy {
     costs: Costs,
     missing_key: MissingKey,
     count_when: Option<Arc<CountWhen>>,
-    /// Set by [`max_delay`](Policy::max_delay); `None`: one period.
+    /// Set by [`max_delay`](Policy::max_delay); `None`: the default.
     max_delay: Option<Duration>,
 }
 
@@ -102,7 +102,7 @@ impl Policy {
             )));
         }
         let algorithm = Algorithm::default();
-        let (params, problem) = Params::new(&quota, algorithm, quota.period());
+        let (params, problem) = Params::new(&quota, algorithm, default_max_delay(&quota));
         let name = intern(name);
         Ok(Self {
             name,
@@ -263,15 +263,16 @@ impl Policy {
     }
 
     /// The longest a [`LeakyBucket`](Algorithm::LeakyBucket) request may be held for
-    /// its turn (default: one period of the quota). A request whose delay would be
-    /// longer is denied at once and charges nothing; its `retry_after` is the earliest
-    /// time it would be admitted within the bound. The other algorithms never delay a
-    /// request and ignore it.
+    /// its turn (default: one period of the quota, or the `L`-th place's wait,
+    /// `(L − 1)·T`, when rounding `T` up makes that longer). A request whose delay
+    /// would be longer is denied at once and charges nothing; its `retry_after` is the
+    /// earliest time it would be admitted within the bound. The other algorithms never
+    /// delay a request and ignore it.
     ///
     /// Why one period by default: a request that waits longer than a period waits
     /// behind more than a period's worth of quota, which only a burst above the limit
     /// can queue. With the default burst (`B = L`) the queue's longest wait,
-    /// `(B − 1)·T`, is under one period, so the default never shortens it; with a
+    /// `(B − 1)·T`, is within the default, so the default never shortens it; with a
     /// larger burst (1/h with burst 1000 would hold its last place 41 days) it holds
     /// no request longer than the period the quota is stated over. A held request keeps
     /// its connection and its unread body, and clients give up: behind HTTP clients
@@ -323,7 +324,8 @@ impl Policy {
     /// # Ok::<(), tollgate::ConfigError>(())
     /// ```
     pub fn longest_delay(&self) -> Duration {
-        self.max_delay.unwrap_or_else(|| self.quota.period())
+        self.max_delay
+            .unwrap_or_else(|| default_max_delay(&self.quota))
     }
 
     /// Derives the parameters (and the table they key) from quota, algorithm and
@@ -418,6 +420,17 @@ impl fmt::Debug for Policy {
             .field("max_delay", &self.longest_delay())
             .finish_non_exhaustive()
     }
+}
+
+/// The default bound on a leaky bucket's delays: one period, or the wait of the
+/// `L`-th place of a queue at the default burst, `(L − 1)·T`, when `T = P/L` rounded up
+/// to the nanosecond makes that longer (at high rates, 3000 per ms: 1001.666 µs), so
+/// that the default never refuses a place of a queue whose burst is at most its limit.
+fn default_max_delay(quota: &Quota) -> Duration {
+    let limit = u128::from(quota.limit());
+    let emission_ns = (u128::from(quota.period_micros()) * 1_000).div_ceil(limit);
+    let last_place_ns = u64::try_from((limit - 1) * emission_ns).unwrap_or(u64::MAX);
+    quota.period().max(Duration::from_nanos(last_place_ns))
 }
 
 /// Numbers each distinct (name, parameters) once per process; equal policies built

@@ -386,6 +386,64 @@ async fn a_leaky_bucket_place_beyond_max_delay_is_a_429_that_charges_nothing_on_
     a_place_beyond_max_delay_is_refused(store).await;
 }
 
+/// With its default `max_delay`, a leaky bucket whose burst is its limit queues a
+/// whole burst at one instant, also where `T = P/L` rounds up so that the `L`-th place
+/// waits longer than one period (3000 per ms: `T` = 334 ns, the last place 1001.666 µs).
+async fn the_default_bound_queues_a_whole_burst(store: impl Store) {
+    let quotas = [
+        Quota::per_second(10),
+        "7 per 3 seconds".parse().expect("a quota"),
+        Quota::new(3_000, Duration::from_millis(1)).expect("a quota"),
+        Quota::per_hour(2),
+    ];
+    let mut builder = Limiter::builder().store(store);
+    for (i, quota) in quotas.iter().enumerate() {
+        let policy = Policy::new(format!("burst-{i}"), *quota).expect("a policy");
+        builder = builder.policy(policy.algorithm(Algorithm::LeakyBucket));
+    }
+    let limiter = builder.build().expect("a limiter");
+    let key = Key::from("everyone");
+    for (i, quota) in quotas.iter().enumerate() {
+        let name = format!("burst-{i}");
+        let mut last = Duration::ZERO;
+        for place in 0..quota.limit() {
+            let d = limiter.check(&name, &key, 1).await.expect("a decision");
+            assert!(d.allowed, "{quota}: place {place} refused: {d:?}");
+            last = d.delay;
+        }
+        assert!(
+            last >= quota.period() / 2,
+            "{quota}: last place waits {last:?}"
+        );
+        assert!(
+            !limiter
+                .check(&name, &key, 1)
+                .await
+                .expect("a decision")
+                .allowed
+        );
+    }
+}
+
+#[tokio::test]
+async fn the_default_max_delay_queues_a_whole_burst_of_the_limit() {
+    the_default_bound_queues_a_whole_burst(MemoryStore::with_clock(ManualClock::new(BASE))).await;
+}
+
+#[cfg(feature = "redis")]
+#[tokio::test]
+async fn the_default_max_delay_queues_a_whole_burst_of_the_limit_on_redis() {
+    use support::redis_server::{shared_server, unique_prefix};
+    let store = tollgate::RedisStore::from_url(&shared_server().url())
+        .expect("a valid url")
+        .prefix(&unique_prefix("default-bound"))
+        .block_cache(0)
+        .deadline(Duration::from_secs(5))
+        .expect("a deadline")
+        .with_clock(ManualClock::new(BASE));
+    the_default_bound_queues_a_whole_burst(store).await;
+}
+
 /// 1 an hour with burst 10, held up to 10 h: every place after the first is held for
 /// hours (real time), far longer than any test runs; keyed by `x-user`.
 fn slow_queue() -> Policy {

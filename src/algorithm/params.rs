@@ -123,7 +123,8 @@ impl Params {
         let max_delay_us = if algorithm == Algorithm::LeakyBucket {
             // Every admitted delay is below `B·T` already: clamping there keeps the
             // sums with `now` far from overflow (and exact in Lua) and changes no answer.
-            u64::try_from(max_delay.as_micros())
+            // Rounded up: a request is served at a whole µs.
+            u64::try_from(max_delay.as_nanos().div_ceil(1_000))
                 .unwrap_or(u64::MAX)
                 .min(tolerance_ns.div_ceil(1_000))
         } else {
