@@ -167,8 +167,9 @@ const GCRA_SCRIPT: &str = concat!(
 /// The arguments the store sends for one GCRA charge under `bench_quota()`: server
 /// time with a floor (the store sends the latest server time it has seen; `f1` costs
 /// the script the same parsing and never leads the clock), acquire, cost 1, limit,
-/// period µs, capacity, T and B·T as (µs, ns).
-const GCRA_ARGS: [&str; 11] = [
+/// period µs, capacity, T and B·T as (µs, ns), and the bound on delays that only the
+/// leaky bucket reads.
+const GCRA_ARGS: [&str; 12] = [
     "f1",
     "a",
     "gcra",
@@ -179,6 +180,7 @@ const GCRA_ARGS: [&str; 11] = [
     "1000",
     "0",
     "1000000000",
+    "0",
     "0",
 ];
 

@@ -17,7 +17,7 @@ use tower_service::Service;
 
 use crate::body::OnGrpcStatus;
 use crate::headers::GRPC_STATUS;
-use crate::layer::Shared;
+use crate::layer::{HeldSlot, Shared};
 use crate::observe::{self, Outcome};
 use crate::response::{
     GrpcContentType, RejectReason, RejectionInfo, grpc_http_status, grpc_response,
@@ -102,11 +102,13 @@ pin_project! {
             service: Option<S>,
             request: Option<Request<ReqBody>>,
         },
-        /// Holding an admitted leaky-bucket request until its turn.
+        /// Holding an admitted leaky-bucket request until its turn, in one of the
+        /// layer's places for held requests.
         Delaying {
             sleep: Pin<Box<Sleep>>,
             service: Option<S>,
             request: Option<Request<ReqBody>>,
+            slot: HeldSlot,
         },
         /// The inner service is answering.
         Calling { #[pin] future: F },
@@ -116,12 +118,14 @@ pin_project! {
 }
 
 impl<S, ReqBody, F> State<S, ReqBody, F> {
-    /// Holds `request` for `delay` (a leaky-bucket turn), then `service` answers it.
-    fn delaying(delay: Duration, service: S, request: Request<ReqBody>) -> Self {
+    /// Holds `request` for `delay` (a leaky-bucket turn) in `slot`, then `service`
+    /// answers it.
+    fn delaying(delay: Duration, slot: HeldSlot, service: S, request: Request<ReqBody>) -> Self {
         Self::Delaying {
             sleep: Box::pin(tokio::time::sleep(delay)),
             service: Some(service),
             request: Some(request),
+            slot,
         }
     }
 }
@@ -133,14 +137,20 @@ pub(crate) struct RequestContext {
     /// Decisions paired with their policy index, for the response headers.
     decisions: Few<(usize, Decision)>,
     grpc: Option<GrpcContentType>,
+    /// Whether the store charged this request, so that a `count_when` refund has
+    /// something to take back. Not when the store failed (the request passed
+    /// uncounted), nor when a policy denied it (all-or-nothing: nothing was charged,
+    /// though shadow mode passes it on), nor once the layer refunded it itself.
+    charged: bool,
 }
 
 /// What to do with a request once the store has answered.
 enum Verdict<ReqBody> {
     /// Call the inner service now.
     Call(Request<ReqBody>),
-    /// Hold the request (leaky bucket), then call the inner service.
-    Delay(Duration, Request<ReqBody>),
+    /// Hold the request (leaky bucket) in a place of the layer's, then call the inner
+    /// service.
+    Delay(Duration, HeldSlot, Request<ReqBody>),
     /// Answer without calling the inner service; the request, body unread, is dropped.
     Answer(Response<Bytes>),
 }
@@ -185,7 +195,9 @@ where
             Verdict::Call(request) => State::Calling {
                 future: service.call(request),
             },
-            Verdict::Delay(delay, request) => State::delaying(delay, take_ready(service), request),
+            Verdict::Delay(delay, slot, request) => {
+                State::delaying(delay, slot, take_ready(service), request)
+            }
             Verdict::Answer(response) => return Self::answered(response),
         };
         Self {
@@ -227,6 +239,7 @@ impl RequestContext {
             checks,
             decisions: Few::new(),
             grpc,
+            charged: false,
         }
     }
 
@@ -238,60 +251,126 @@ impl RequestContext {
     ) -> Verdict<ReqBody> {
         let decisions = match result {
             Ok(decisions) => decisions,
-            Err(error) => {
-                let failing_open = self.shared.fail_mode == FailMode::Open;
-                observe::store_failed(&error, failing_open);
-                if failing_open {
-                    return Verdict::Call(request);
-                }
-                let info = RejectionInfo {
-                    reason: RejectReason::StoreUnavailable,
-                    decisions: Vec::new(),
-                    retry_after: Some(Duration::from_secs(1)),
-                };
-                return Verdict::Answer(rejection(&self.shared, self.grpc, &info, &[]));
-            }
+            Err(error) => return self.store_failed(request, &error),
         };
         let allowed = decisions.iter().all(|d| d.allowed);
-        let outcome = match (allowed, self.shared.shadow) {
-            (true, _) => Outcome::Allowed,
-            (false, false) => Outcome::Rejected,
-            (false, true) => Outcome::ShadowRejected,
-        };
-        observe::decided(&decisions, outcome);
-        let indices = self.checks.iter().map(|(index, _, _)| *index);
-        if outcome == Outcome::Rejected {
-            self.decisions = indices.zip(decisions.iter().cloned()).collect();
-            // A denial whose cost can never fit has no retry time: say so rather than
-            // invite a retry that cannot succeed.
-            let retry_after = decisions
-                .iter()
-                .filter(|d| !d.allowed)
-                .map(|d| d.retry_after)
-                .try_fold(Duration::ZERO, |wait, retry| retry.map(|r| wait.max(r)));
-            let info = RejectionInfo {
-                reason: RejectReason::RateLimited,
-                decisions,
-                retry_after,
-            };
-            // `request` is dropped on return, its body unread.
-            return Verdict::Answer(rejection(&self.shared, self.grpc, &info, &self.decisions));
+        // All-or-nothing: the store charged the request exactly when every policy
+        // admitted it.
+        self.charged = allowed;
+        if !allowed && !self.shared.shadow {
+            observe::decided(&decisions, Outcome::Rejected);
+            return Verdict::Answer(self.rate_limited(decisions));
         }
         let delay = if allowed {
-            decisions.iter().map(|d| d.delay).max().unwrap_or_default()
+            self.hold_for(&decisions)
         } else {
             Duration::ZERO
         };
+        let mut outcome = if allowed {
+            Outcome::Allowed
+        } else {
+            Outcome::ShadowRejected
+        };
+        let mut slot = None;
+        if !delay.is_zero() {
+            slot = HeldSlot::take(&self.shared);
+            if slot.is_none() {
+                if !self.shared.shadow {
+                    observe::decided(&decisions, Outcome::QueueFull);
+                    return Verdict::Answer(self.queue_full(decisions, delay));
+                }
+                // Shadow mode never rejects: give the place back, as the rejection
+                // would, and pass the request on now rather than hold more than the cap.
+                self.refund_all();
+                outcome = Outcome::ShadowQueueFull;
+            }
+        }
+        observe::decided(&decisions, outcome);
+        let indices = self.checks.iter().map(|(index, _, _)| *index);
         if self.shared.decisions_extension {
             self.decisions = indices.zip(decisions.iter().cloned()).collect();
             request.extensions_mut().insert(Decisions(decisions));
         } else {
             self.decisions = indices.zip(decisions).collect();
         }
-        if delay.is_zero() {
-            Verdict::Call(request)
-        } else {
-            Verdict::Delay(delay, request)
+        match slot {
+            Some(slot) => Verdict::Delay(delay, slot, request),
+            None => Verdict::Call(request),
+        }
+    }
+
+    /// The store failed: pass the request on uncounted (fail open) or answer 503.
+    fn store_failed<ReqBody>(
+        &self,
+        request: Request<ReqBody>,
+        error: &StoreError,
+    ) -> Verdict<ReqBody> {
+        let failing_open = self.shared.fail_mode == FailMode::Open;
+        observe::store_failed(error, failing_open);
+        if failing_open {
+            return Verdict::Call(request);
+        }
+        let info = RejectionInfo {
+            reason: RejectReason::StoreUnavailable,
+            decisions: Vec::new(),
+            retry_after: Some(Duration::from_secs(1)),
+        };
+        Verdict::Answer(rejection(&self.shared, self.grpc, &info, &[]))
+    }
+
+    /// The rejection of a request some policy denied; its body is never read.
+    fn rate_limited(&mut self, decisions: Vec<Decision>) -> Response<Bytes> {
+        let indices = self.checks.iter().map(|(index, _, _)| *index);
+        self.decisions = indices.zip(decisions.iter().cloned()).collect();
+        // A denial whose cost can never fit has no retry time: say so rather than
+        // invite a retry that cannot succeed.
+        let retry_after = decisions
+            .iter()
+            .filter(|d| !d.allowed)
+            .map(|d| d.retry_after)
+            .try_fold(Duration::ZERO, |wait, retry| retry.map(|r| wait.max(r)));
+        let info = RejectionInfo {
+            reason: RejectReason::RateLimited,
+            decisions,
+            retry_after,
+        };
+        rejection(&self.shared, self.grpc, &info, &self.decisions)
+    }
+
+    /// How long to hold an admitted request: its longest delay, each bounded by its
+    /// policy's `max_delay`. The store already denies a place beyond the bound, as
+    /// measured from the latest instant it has seen; a caller's clock behind that
+    /// instant hears a longer delay, which the layer does not wait out.
+    fn hold_for(&self, decisions: &[Decision]) -> Duration {
+        let policies = self.shared.limiter.policies();
+        self.checks
+            .iter()
+            .zip(decisions)
+            .map(|((index, _, _), d)| d.delay.min(policies[*index].longest_delay()))
+            .max()
+            .unwrap_or_default()
+    }
+
+    /// The rejection of a request admitted with `delay` when the layer holds as many
+    /// requests as it may; its charge is refunded. Its headers describe the state with
+    /// the charge (never more quota than there may be, should the refund fail).
+    fn queue_full(&mut self, decisions: Vec<Decision>, delay: Duration) -> Response<Bytes> {
+        self.refund_all();
+        let indices = self.checks.iter().map(|(index, _, _)| *index);
+        self.decisions = indices.zip(decisions.iter().cloned()).collect();
+        let info = RejectionInfo {
+            reason: RejectReason::QueueFull,
+            decisions,
+            retry_after: Some(delay),
+        };
+        rejection(&self.shared, self.grpc, &info, &self.decisions)
+    }
+
+    /// Gives back every charge of a request the store charged and the layer will not
+    /// hold after all.
+    fn refund_all(&mut self) {
+        if std::mem::take(&mut self.charged) {
+            refund_charges(&self.shared, &self.checks);
         }
     }
 
@@ -300,10 +379,12 @@ impl RequestContext {
     fn finish(&self, headers: &mut HeaderMap, status: StatusCode) -> Option<OnGrpcStatus> {
         self.shared.headers.write(&self.decisions, headers);
         let policies = self.shared.limiter.policies();
-        if !self
-            .checks
-            .iter()
-            .any(|(index, _, _)| policies[*index].refunds_some_responses())
+        // Only what the store charged can be refunded.
+        if !self.charged
+            || !self
+                .checks
+                .iter()
+                .any(|(index, _, _)| policies[*index].refunds_some_responses())
         {
             return None;
         }
@@ -337,6 +418,15 @@ fn refund_uncounted(shared: &Shared, checks: &Checks, status: StatusCode) {
             && !policy.counts(status)
             && let Some(refund) = shared.limiter.refund_later(*index, *key, *cost)
         {
+            spawn_refund(refund);
+        }
+    }
+}
+
+/// Refunds every checked policy: the request was charged, then not held.
+fn refund_charges(shared: &Shared, checks: &Checks) {
+    for (index, key, cost) in checks.iter() {
+        if let Some(refund) = shared.limiter.refund_later(*index, *key, *cost) {
             spawn_refund(refund);
         }
     }
@@ -409,7 +499,9 @@ where
                         Verdict::Call(request) => State::Calling {
                             future: service.call(request),
                         },
-                        Verdict::Delay(delay, request) => State::delaying(delay, service, request),
+                        Verdict::Delay(delay, slot, request) => {
+                            State::delaying(delay, slot, service, request)
+                        }
                         Verdict::Answer(response) => State::Answered {
                             response: Some(response),
                         },
@@ -419,6 +511,7 @@ where
                     sleep,
                     service,
                     request,
+                    ..
                 } => {
                     ready!(sleep.as_mut().poll(cx));
                     match (service.take(), request.take()) {

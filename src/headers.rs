@@ -6,7 +6,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use bytes::Bytes;
 use http::header::{HeaderMap, HeaderName, HeaderValue, RETRY_AFTER};
 
-use crate::{Decision, Policy};
+use crate::{ConfigError, Decision, Policy};
 
 /// `RateLimit-Policy` (draft-11 and draft-06).
 pub const RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
@@ -30,6 +30,30 @@ pub const GRPC_STATUS: HeaderName = HeaderName::from_static("grpc-status");
 pub const GRPC_MESSAGE: HeaderName = HeaderName::from_static("grpc-message");
 /// `grpc-retry-pushback-ms` (gRPC rejections): when a client may retry.
 pub const GRPC_RETRY_PUSHBACK_MS: HeaderName = HeaderName::from_static("grpc-retry-pushback-ms");
+
+/// The most bytes the draft-11 `RateLimit-Policy` and `RateLimit` header lines (name,
+/// `: `, value and CRLF) may take together, with every policy checked and every number
+/// at its longest: 2048, half of 4 KB.
+///
+/// A proxy keeps a response's whole header block in one buffer: nginx's
+/// `proxy_buffer_size` is one memory page by default, 4 KB on most systems, and a
+/// response whose headers outgrow it fails with 502. Half is left for the
+/// application's own headers. Every policy of a limiter is one member of each header,
+/// so [`LimiterBuilder::build`](crate::LimiterBuilder::build) refuses a set of policies
+/// whose headers could take more. The other [`HeaderStyle`]s write less.
+///
+/// ```
+/// use tollgate::{Limiter, Policy, Quota};
+/// let mut builder = Limiter::builder();
+/// for i in 0..40 {
+///     let name = format!("{i:0>64}"); // 40 policies with 64-character names
+///     builder = builder.policy(Policy::new(&name, Quota::per_minute(100))?);
+/// }
+/// let err = builder.build().unwrap_err();
+/// assert!(err.to_string().contains("2048"), "{err}");
+/// # Ok::<(), tollgate::ConfigError>(())
+/// ```
+pub const MAX_HEADERS_LEN: usize = 2048;
 
 /// Which rate-limit headers the layer writes on limited responses, allowed or not.
 ///
@@ -112,20 +136,64 @@ pub(crate) struct HeaderPlan {
     all_policies: Option<HeaderValue>,
 }
 
+/// A policy's `RateLimit-Policy` list member in `style`; `name` is its
+/// Structured-Field name.
+fn policy_member(style: HeaderStyle, name: &str, policy: &Policy) -> String {
+    let quota = policy.quota();
+    let window = ceil_secs(quota.period()).max(1);
+    match style {
+        HeaderStyle::Draft06 => format!("{};w={window}", quota.limit()),
+        _ => format!("{name};q={};w={window}", quota.limit()),
+    }
+}
+
+/// The longest the draft-11 header lines of `policies` can be, in bytes: the
+/// `RateLimit-Policy` line exactly, the `RateLimit` line with `r` and `t` at the most
+/// digits a `u64` takes.
+fn longest_headers(policies: &[Policy]) -> usize {
+    const LINE: usize = ": \r\n".len();
+    const U64_DIGITS: usize = 20;
+    let separators = 2 * policies.len().saturating_sub(1);
+    let (mut policy_len, mut state_len) = (separators, separators);
+    for policy in policies {
+        let name = sf_string(policy.name());
+        policy_len += policy_member(HeaderStyle::Draft11, &name, policy).len();
+        state_len += name.len() + ";r=;t=".len() + 2 * U64_DIGITS;
+    }
+    RATELIMIT_POLICY.as_str().len()
+        + LINE
+        + policy_len
+        + RATELIMIT.as_str().len()
+        + LINE
+        + state_len
+}
+
+/// Refuses `policies` whose headers could take more than [`MAX_HEADERS_LEN`] bytes,
+/// naming them and the size.
+pub(crate) fn check_size(policies: &[Policy]) -> Result<(), ConfigError> {
+    let len = longest_headers(policies);
+    if len <= MAX_HEADERS_LEN {
+        return Ok(());
+    }
+    let names: Vec<String> = policies
+        .iter()
+        .map(|p| format!("\"{}\"", p.name().escape_debug()))
+        .collect();
+    Err(ConfigError::new(format!(
+        "the RateLimit-Policy and RateLimit headers of policies {} could take {len} bytes, \
+         more than {MAX_HEADERS_LEN} (tollgate::headers::MAX_HEADERS_LEN): a proxy's \
+         header buffer may not hold them; use fewer policies or shorter names",
+        names.join(", ")
+    )))
+}
+
 impl HeaderPlan {
     pub(crate) fn new(style: HeaderStyle, policies: &[Policy]) -> Self {
         let names: Vec<String> = policies.iter().map(|p| sf_string(p.name())).collect();
         let policy_members: Vec<String> = policies
             .iter()
             .zip(&names)
-            .map(|(p, name)| {
-                let quota = p.quota();
-                let window = ceil_secs(quota.period()).max(1);
-                match style {
-                    HeaderStyle::Draft06 => format!("{};w={window}", quota.limit()),
-                    _ => format!("{name};q={};w={window}", quota.limit()),
-                }
-            })
+            .map(|(p, name)| policy_member(style, name, p))
             .collect();
         let all_policies = HeaderValue::try_from(policy_members.join(", ")).ok();
         Self {

@@ -2,6 +2,7 @@
 
 use std::fmt;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use http::request::Parts;
 use tower_layer::Layer;
@@ -39,6 +40,35 @@ pub(crate) struct Shared {
     pub(crate) decisions_extension: bool,
     pub(crate) allow: Vec<Arc<Predicate>>,
     pub(crate) deny: Vec<Arc<Predicate>>,
+    /// The most requests held at once for their leaky-bucket turn.
+    pub(crate) max_held: usize,
+    /// How many are held now, shared by every clone.
+    pub(crate) held: Arc<AtomicUsize>,
+}
+
+/// One of the layer's places for a held request, given back when dropped: when the
+/// request is passed on, or when its caller goes away while it waits.
+pub(crate) struct HeldSlot(Arc<AtomicUsize>);
+
+impl HeldSlot {
+    /// A place, if fewer than `shared.max_held` are taken.
+    pub(crate) fn take(shared: &Shared) -> Option<Self> {
+        // Only the count matters, not what other memory it orders: relaxed is enough
+        // for a compare-and-swap to never let two requests take the last place.
+        shared
+            .held
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |held| {
+                (held < shared.max_held).then_some(held + 1)
+            })
+            .ok()?;
+        Some(Self(shared.held.clone()))
+    }
+}
+
+impl Drop for HeldSlot {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 /// Rate limiting for any Tower service over `http` requests: axum routers, tonic
@@ -78,6 +108,16 @@ pub struct RateLimitLayer {
 }
 
 impl RateLimitLayer {
+    /// The default of [`max_held`](RateLimitLayer::max_held): 1024, the default limit on
+    /// open files of a Linux process (`ulimit -n`). Each held request keeps its
+    /// connection open; a server that held more than that would run out of
+    /// descriptors for new connections before it reached the cap.
+    ///
+    /// ```
+    /// assert_eq!(tollgate::RateLimitLayer::DEFAULT_MAX_HELD, 1024);
+    /// ```
+    pub const DEFAULT_MAX_HELD: usize = 1024;
+
     /// A layer deciding with `limiter`, writing draft-11 headers, rejecting with a text
     /// 429, failing open.
     ///
@@ -101,6 +141,8 @@ impl RateLimitLayer {
                 decisions_extension: true,
                 allow: Vec::new(),
                 deny: Vec::new(),
+                max_held: Self::DEFAULT_MAX_HELD,
+                held: Arc::default(),
             }),
         }
     }
@@ -186,6 +228,45 @@ impl RateLimitLayer {
         self
     }
 
+    /// The most requests the layer holds at once for their leaky-bucket turn, across
+    /// every clone of the layer and every key (default
+    /// [`DEFAULT_MAX_HELD`](RateLimitLayer::DEFAULT_MAX_HELD)).
+    ///
+    /// Each policy bounds how long one key's queue waits
+    /// ([`Policy::max_delay`](crate::Policy::max_delay)), but callers choose their
+    /// keys: with keys from client addresses, `B` places per key and a hundred
+    /// thousand addresses, the queues could hold millions of requests, each with its
+    /// connection and unread body. Past this cap, a request the store admitted with a
+    /// delay is rejected at once with 429 (gRPC `RESOURCE_EXHAUSTED`), `Retry-After` its
+    /// delay, and its charge refunded; a request admitted without a delay is never
+    /// affected. In [shadow](RateLimitLayer::shadow) mode it is refunded and passed on
+    /// at once instead. 0 holds nothing: only requests served at once pass.
+    ///
+    /// ```
+    /// # let limiter = tollgate::Limiter::builder().policy(tollgate::Policy::new("api", tollgate::Quota::per_second(10))?).build()?;
+    /// let layer = tollgate::RateLimitLayer::new(limiter).max_held(100);
+    /// assert_eq!(layer.held(), 0);
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    #[must_use]
+    pub fn max_held(mut self, max: usize) -> Self {
+        self.shared().max_held = max;
+        self
+    }
+
+    /// How many requests the layer (with its clones) holds now for their leaky-bucket
+    /// turn; at most [`max_held`](RateLimitLayer::max_held).
+    ///
+    /// ```
+    /// # let limiter = tollgate::Limiter::builder().policy(tollgate::Policy::new("api", tollgate::Quota::per_second(10))?).build()?;
+    /// let layer = tollgate::RateLimitLayer::new(limiter);
+    /// assert_eq!(layer.held(), 0);
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    pub fn held(&self) -> usize {
+        self.shared.held.load(Ordering::Relaxed)
+    }
+
     /// Requests matching `predicate` skip every policy (health checks, internal
     /// callers). Checked after [`deny`](RateLimitLayer::deny).
     ///
@@ -241,6 +322,7 @@ impl fmt::Debug for RateLimitLayer {
             .field("fail_mode", &self.shared.fail_mode)
             .field("shadow", &self.shared.shadow)
             .field("decisions_extension", &self.shared.decisions_extension)
+            .field("max_held", &self.shared.max_held)
             .finish_non_exhaustive()
     }
 }

@@ -104,8 +104,10 @@ impl LimiterBuilder {
 
     /// Validates every policy and builds the limiter.
     ///
-    /// Fails when there is no policy, two policies share a name, or a policy's quota
-    /// does not suit its algorithm; the message names the policy.
+    /// Fails when there is no policy, two policies share a name, a policy's quota
+    /// does not suit its algorithm (the message names the policy), or the policies'
+    /// rate-limit headers could outgrow a proxy's buffer
+    /// ([`MAX_HEADERS_LEN`](crate::headers::MAX_HEADERS_LEN); the message names them).
     ///
     /// ```
     /// use tollgate::{Algorithm, Limiter, Policy, Quota};
@@ -131,6 +133,8 @@ impl LimiterBuilder {
                 )));
             }
         }
+        // Every policy is one member of each header the layer writes.
+        crate::headers::check_size(&self.policies)?;
         let backend = self
             .store
             .unwrap_or_else(|| Backend::Memory(MemoryStore::new()));

@@ -10,6 +10,10 @@ pub(crate) enum Outcome {
     Allowed,
     Rejected,
     ShadowRejected,
+    /// Admitted with a delay, rejected: the layer held as many as it may.
+    QueueFull,
+    /// As `QueueFull`, in shadow mode: passed on at once instead.
+    ShadowQueueFull,
 }
 
 impl Outcome {
@@ -19,6 +23,8 @@ impl Outcome {
             Self::Allowed => "allowed",
             Self::Rejected => "rejected",
             Self::ShadowRejected => "shadow_rejected",
+            Self::QueueFull => "queue_full",
+            Self::ShadowQueueFull => "shadow_queue_full",
         }
     }
 }
@@ -46,6 +52,12 @@ pub(crate) fn decided(decisions: &[Decision], outcome: Outcome) {
             for d in decisions.iter().filter(|d| !d.allowed) {
                 tracing::info!(target: "tollgate", policy = d.policy, "request would have been rejected (shadow mode)");
             }
+        }
+        Outcome::QueueFull => {
+            tracing::debug!(target: "tollgate", "request rejected: the layer holds as many delayed requests as it may");
+        }
+        Outcome::ShadowQueueFull => {
+            tracing::info!(target: "tollgate", "request would have been rejected: the layer holds as many delayed requests as it may (shadow mode)");
         }
     }
 }

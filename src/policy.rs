@@ -3,6 +3,7 @@
 use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::time::Duration;
 
 use http::StatusCode;
 
@@ -76,6 +77,8 @@ pub struct Policy {
     costs: Costs,
     missing_key: MissingKey,
     count_when: Option<Arc<CountWhen>>,
+    /// Set by [`max_delay`](Policy::max_delay); `None`: the default.
+    max_delay: Option<Duration>,
 }
 
 impl Policy {
@@ -99,7 +102,7 @@ impl Policy {
             )));
         }
         let algorithm = Algorithm::default();
-        let (params, problem) = Params::new(&quota, algorithm);
+        let (params, problem) = Params::new(&quota, algorithm, default_max_delay(&quota));
         let name = intern(name);
         Ok(Self {
             name,
@@ -112,6 +115,7 @@ impl Policy {
             costs: Costs::new(),
             missing_key: MissingKey::Skip,
             count_when: None,
+            max_delay: None,
         })
     }
 
@@ -254,9 +258,82 @@ impl Policy {
     #[must_use]
     pub fn algorithm(mut self, algorithm: Algorithm) -> Self {
         self.algorithm = algorithm;
-        (self.params, self.problem) = Params::new(&self.quota, algorithm);
-        self.table = table_id(self.name, &self.params);
+        self.derive();
         self
+    }
+
+    /// The longest a [`LeakyBucket`](Algorithm::LeakyBucket) request may be held for
+    /// its turn (default: one period of the quota, or the `L`-th place's wait,
+    /// `(L − 1)·T`, when rounding `T` up makes that longer). A request whose delay
+    /// would be longer is denied at once and charges nothing; its `retry_after` is the
+    /// earliest time it would be admitted within the bound. The other algorithms never
+    /// delay a request and ignore it.
+    ///
+    /// Why one period by default: a request that waits longer than a period waits
+    /// behind more than a period's worth of quota, which only a burst above the limit
+    /// can queue. With the default burst (`B = L`) the queue's longest wait,
+    /// `(B − 1)·T`, is within the default, so the default never shortens it; with a
+    /// larger burst (1/h with burst 1000 would hold its last place 41 days) it holds
+    /// no request longer than the period the quota is stated over. A held request keeps
+    /// its connection and its unread body, and clients give up: behind HTTP clients
+    /// with a timeout, set it below that timeout (e.g. 30 s). The layer also caps how
+    /// many requests it holds at once
+    /// ([`RateLimitLayer::max_held`](crate::RateLimitLayer::max_held)).
+    ///
+    /// `remaining` still counts every free place of the queue, as for GCRA: a place the
+    /// bound refuses now comes with the `retry_after` at which it is within it.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{Algorithm, Key, Limiter, ManualClock, MemoryStore, Policy, Quota};
+    /// # tokio::runtime::Builder::new_current_thread().build()?.block_on(async {
+    /// let queue = Policy::new("queue", Quota::per_second(1).with_burst(100)?)?
+    ///     .algorithm(Algorithm::LeakyBucket)
+    ///     .max_delay(Duration::from_secs(2));
+    /// assert_eq!(queue.longest_delay(), Duration::from_secs(2));
+    /// // A clock that stands still, so the delays are exact.
+    /// let clock = ManualClock::new(Duration::from_secs(1_700_000_000));
+    /// let limiter = Limiter::builder().policy(queue).store(MemoryStore::with_clock(clock)).build()?;
+    /// let key = Key::from("alice");
+    /// for wait in [0, 1, 2] {
+    ///     let d = limiter.check("queue", &key, 1).await?;
+    ///     assert_eq!(d.delay, Duration::from_secs(wait));
+    /// }
+    /// // The fourth would wait 3 s: denied, and told to come back in 1 s.
+    /// let d = limiter.check("queue", &key, 1).await?;
+    /// assert!(!d.allowed);
+    /// assert_eq!(d.retry_after, Some(Duration::from_secs(1)));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// # })?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    #[must_use]
+    pub fn max_delay(mut self, max_delay: Duration) -> Self {
+        self.max_delay = Some(max_delay);
+        self.derive();
+        self
+    }
+
+    /// The longest a leaky-bucket request of this policy may be held (see
+    /// [`max_delay`](Policy::max_delay)).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let policy = tollgate::Policy::new("api", tollgate::Quota::per_minute(10))?;
+    /// assert_eq!(policy.longest_delay(), Duration::from_secs(60));
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    pub fn longest_delay(&self) -> Duration {
+        self.max_delay
+            .unwrap_or_else(|| default_max_delay(&self.quota))
+    }
+
+    /// Derives the parameters (and the table they key) from quota, algorithm and
+    /// delay bound.
+    fn derive(&mut self) {
+        (self.params, self.problem) =
+            Params::new(&self.quota, self.algorithm, self.longest_delay());
+        self.table = table_id(self.name, &self.params);
     }
 
     /// The policy's name.
@@ -340,8 +417,20 @@ impl fmt::Debug for Policy {
             .field("costs", &self.costs)
             .field("missing_key", &self.missing_key)
             .field("count_when", &self.count_when.is_some())
+            .field("max_delay", &self.longest_delay())
             .finish_non_exhaustive()
     }
+}
+
+/// The default bound on a leaky bucket's delays: one period, or the wait of the
+/// `L`-th place of a queue at the default burst, `(L − 1)·T`, when `T = P/L` rounded up
+/// to the nanosecond makes that longer (at high rates, 3000 per ms: 1001.666 µs), so
+/// that the default never refuses a place of a queue whose burst is at most its limit.
+fn default_max_delay(quota: &Quota) -> Duration {
+    let limit = u128::from(quota.limit());
+    let emission_ns = (u128::from(quota.period_micros()) * 1_000).div_ceil(limit);
+    let last_place_ns = u64::try_from((limit - 1) * emission_ns).unwrap_or(u64::MAX);
+    quota.period().max(Duration::from_nanos(last_place_ns))
 }
 
 /// Numbers each distinct (name, parameters) once per process; equal policies built

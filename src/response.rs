@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http::header::{CONTENT_TYPE, HeaderMap, HeaderValue, RETRY_AFTER};
-use http::{Response, StatusCode};
+use http::{Method, Response, StatusCode};
 
 use crate::Decision;
 use crate::headers::{
@@ -29,12 +29,16 @@ pub enum RejectReason {
     Denied,
     /// The store failed and the layer fails closed (503, gRPC `UNAVAILABLE`).
     StoreUnavailable,
+    /// The policies admitted the request with a delay, but the layer already holds
+    /// [`max_held`](crate::RateLimitLayer::max_held) requests; its charge was refunded
+    /// (429, gRPC `RESOURCE_EXHAUSTED`).
+    QueueFull,
 }
 
 impl RejectReason {
     fn status(self) -> StatusCode {
         match self {
-            Self::RateLimited | Self::MissingKey => StatusCode::TOO_MANY_REQUESTS,
+            Self::RateLimited | Self::MissingKey | Self::QueueFull => StatusCode::TOO_MANY_REQUESTS,
             Self::Denied => StatusCode::FORBIDDEN,
             Self::StoreUnavailable => StatusCode::SERVICE_UNAVAILABLE,
         }
@@ -44,7 +48,7 @@ impl RejectReason {
     /// `UNAVAILABLE`.
     fn grpc_status(self) -> u64 {
         match self {
-            Self::RateLimited | Self::MissingKey => 8,
+            Self::RateLimited | Self::MissingKey | Self::QueueFull => 8,
             Self::Denied => 7,
             Self::StoreUnavailable => 14,
         }
@@ -56,6 +60,7 @@ impl RejectReason {
             Self::MissingKey => "missing_key",
             Self::Denied => "denied",
             Self::StoreUnavailable => "limiter_unavailable",
+            Self::QueueFull => "queue_full",
         }
     }
 
@@ -68,6 +73,7 @@ impl RejectReason {
             Self::MissingKey => "request has no rate-limit key\n",
             Self::Denied => "request denied\n",
             Self::StoreUnavailable => "rate limiter unavailable\n",
+            Self::QueueFull => "too many requests waiting\n",
         }
     }
 
@@ -122,7 +128,7 @@ type CustomFn = dyn Fn(&RejectionInfo) -> Response<Bytes> + Send + Sync;
 ///
 /// ```
 /// use bytes::Bytes;
-/// use http::{Response, StatusCode};
+/// use http::{Method, Response, StatusCode};
 /// use tollgate::{Rejection, RejectionInfo};
 ///
 /// assert!(matches!(Rejection::default(), Rejection::Text));
@@ -345,9 +351,14 @@ impl GrpcContentType {
     }
 }
 
-/// The request's gRPC flavour, when its content type starts with `application/grpc`
-/// (in any case); `None` for plain HTTP.
-pub(crate) fn grpc_flavour(headers: &HeaderMap) -> Option<GrpcContentType> {
+/// The request's gRPC flavour, when it is a `POST` whose content type starts with
+/// `application/grpc` (in any case); `None` for plain HTTP. gRPC calls are always
+/// `POST`: any other request claiming gRPC gets plain HTTP answers, so that monitoring
+/// and caches never see a rejection as an HTTP 200.
+pub(crate) fn grpc_flavour(method: &Method, headers: &HeaderMap) -> Option<GrpcContentType> {
+    if method != Method::POST {
+        return None;
+    }
     let value = headers.get(CONTENT_TYPE)?.as_bytes();
     let starts = |prefix: &[u8]| {
         value.len() >= prefix.len() && value[..prefix.len()].eq_ignore_ascii_case(prefix)
@@ -390,6 +401,7 @@ mod tests {
             RejectReason::MissingKey,
             RejectReason::Denied,
             RejectReason::StoreUnavailable,
+            RejectReason::QueueFull,
         ] {
             for retry in [None, Some(Duration::from_secs(1))] {
                 assert_eq!(reason.line(retry), format!("{}\n", reason.message(retry)));

@@ -102,7 +102,7 @@ where
     fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
         let shared = &self.shared;
         let (parts, body) = request.into_parts();
-        let grpc = grpc_flavour(&parts.headers);
+        let grpc = grpc_flavour(&parts.method, &parts.headers);
 
         if shared.deny.iter().any(|deny| deny(&parts)) {
             let info = RejectionInfo {

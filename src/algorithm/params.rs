@@ -3,6 +3,8 @@
 //! Derived values are computed here, in Rust, once; the Redis scripts receive them as
 //! arguments so both stores round identically.
 
+use std::time::Duration;
+
 use crate::Quota;
 
 use super::{Algorithm, Divisor};
@@ -36,6 +38,10 @@ pub(crate) struct Params {
     pub(crate) buckets: u64,
     /// Sliding window counters: sub-window length in microseconds.
     pub(crate) bucket_us: u64,
+    /// Leaky bucket: the longest an admitted request may wait for its turn, in µs,
+    /// at most `B·T` rounded up (a longer bound never binds); 0 for the other
+    /// algorithms, which never delay.
+    pub(crate) max_delay_us: u64,
     /// Division by `period_us`, `emission_ns`, `units_per_token` and `bucket_us`,
     /// without a `div` instruction on every decision.
     pub(crate) per_period: Divisor,
@@ -51,7 +57,14 @@ impl Params {
     /// clamped into range), so a store handed an unvalidated policy answers sanely
     /// instead of panicking; [`LimiterBuilder::build`](crate::LimiterBuilder::build)
     /// refuses such policies with the returned message.
-    pub(crate) fn new(quota: &Quota, algorithm: Algorithm) -> (Self, Option<String>) {
+    ///
+    /// `max_delay` bounds the leaky bucket's delays (see
+    /// [`Policy::max_delay`](crate::Policy::max_delay)); the other algorithms ignore it.
+    pub(crate) fn new(
+        quota: &Quota,
+        algorithm: Algorithm,
+        max_delay: Duration,
+    ) -> (Self, Option<String>) {
         let limit = quota.limit();
         let period_us = quota.period_micros();
         let mut problem = None;
@@ -106,17 +119,29 @@ impl Params {
             }
             _ => (1, period_us),
         };
+        let tolerance_ns = tolerance_ns.min(u128::from(MAX_TOLERANCE_NS)) as u64;
+        let max_delay_us = if algorithm == Algorithm::LeakyBucket {
+            // Every admitted delay is below `B·T` already: clamping there keeps the
+            // sums with `now` far from overflow (and exact in Lua) and changes no answer.
+            // Rounded up: a request is served at a whole µs.
+            u64::try_from(max_delay.as_nanos().div_ceil(1_000))
+                .unwrap_or(u64::MAX)
+                .min(tolerance_ns.div_ceil(1_000))
+        } else {
+            0
+        };
         let params = Self {
             algorithm,
             limit,
             period_us,
             capacity,
             emission_ns,
-            tolerance_ns: tolerance_ns.min(u128::from(MAX_TOLERANCE_NS)) as u64,
+            tolerance_ns,
             units_per_token,
             units_per_us,
             buckets,
             bucket_us,
+            max_delay_us,
             per_period: Divisor::new(period_us),
             per_emission: Divisor::new(emission_ns),
             per_token: Divisor::new(units_per_token),

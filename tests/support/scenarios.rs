@@ -41,6 +41,9 @@ pub(crate) struct Scenario {
     /// Applied with `Quota::with_burst` (token bucket, GCRA and leaky bucket only).
     pub(crate) burst: Option<u64>,
     pub(crate) algorithm: Algorithm,
+    /// Applied with `Policy::max_delay` (the leaky bucket's bound on delays, µs);
+    /// `None` keeps the default, one period.
+    pub(crate) max_delay_us: Option<u64>,
     pub(crate) steps: &'static [Step],
 }
 
@@ -154,6 +157,7 @@ pub(crate) const FIXED_WINDOW_EDGES: Scenario = Scenario {
     quota: "5/s",
     burst: None,
     algorithm: Algorithm::FixedWindow,
+    max_delay_us: None,
     steps: &[
         // no state: remaining L, reset 0
         peek(0, 5, 0),
@@ -194,6 +198,7 @@ pub(crate) const FIXED_WINDOW_REFUND_AND_BACKWARDS: Scenario = Scenario {
     quota: "3/min",
     burst: None,
     algorithm: Algorithm::FixedWindow,
+    max_delay_us: None,
     steps: &[
         // w0 = [0, 60 s): k = 2; reset → 60 000 000
         ok(59_000_000, 2, 1, 1_000_000),
@@ -220,6 +225,7 @@ pub(crate) const FIXED_WINDOW_BACKWARDS_EMPTY: Scenario = Scenario {
     quota: "3/min",
     burst: None,
     algorithm: Algorithm::FixedWindow,
+    max_delay_us: None,
     steps: &[
         // w1: k = 3; reset → 120 000 000
         ok(60_000_000, 3, 0, 60_000_000),
@@ -246,6 +252,7 @@ pub(crate) const SLIDING_WINDOW_EDGES: Scenario = Scenario {
     quota: "10/s",
     burst: None,
     algorithm: Algorithm::SlidingWindow,
+    max_delay_us: None,
     steps: &[
         peek(0, 10, 0),
         // w0: p = 0, k = 4. reset: never 0 in w0 (k = 4); in w1 p = 4:
@@ -282,6 +289,7 @@ pub(crate) const SLIDING_WINDOW_REFUND_AND_BACKWARDS: Scenario = Scenario {
     quota: "20 per 10 seconds",
     burst: None,
     algorithm: Algorithm::SlidingWindow,
+    max_delay_us: None,
     steps: &[
         // w0, k = 8. reset: in w1 p = 8: 8(P−e) < P ⇔ e > 8 750 000 → 18 750 001
         ok(9_000_000, 8, 12, 9_750_001),
@@ -326,6 +334,7 @@ pub(crate) const SLIDING_WINDOW_BACKWARDS_EMPTY: Scenario = Scenario {
     quota: "20 per 10 seconds",
     burst: None,
     algorithm: Algorithm::SlidingWindow,
+    max_delay_us: None,
     steps: &[
         // w2, k = 4. reset: in w3 p = 4: 4(P−e) < P ⇔ e > 7 500 000 → 37 500 001
         ok(20_000_000, 4, 16, 17_500_001),
@@ -351,6 +360,7 @@ pub(crate) const SLIDING_WINDOW_COUNTERS_EDGES: Scenario = Scenario {
     quota: "8/s",
     burst: None,
     algorithm: Algorithm::SlidingWindowCounters { buckets: 4 },
+    max_delay_us: None,
     steps: &[
         peek(0, 8, 0),
         // s0 = 3. reset: s0 leaves at boundary 4 → 1 000 000
@@ -380,6 +390,7 @@ pub(crate) const SLIDING_WINDOW_COUNTERS_REFUND_AND_BACKWARDS: Scenario = Scenar
     quota: "12/min",
     burst: None,
     algorithm: Algorithm::SlidingWindowCounters { buckets: 6 },
+    max_delay_us: None,
     steps: &[
         // s0 = 4. reset: s0 leaves at 6 → 60 000 000
         ok(5_000_000, 4, 8, 55_000_000),
@@ -416,6 +427,7 @@ pub(crate) const SLIDING_WINDOW_COUNTERS_BACKWARDS_EMPTY: Scenario = Scenario {
     quota: "12/min",
     burst: None,
     algorithm: Algorithm::SlidingWindowCounters { buckets: 6 },
+    max_delay_us: None,
     steps: &[
         // s3 = 12. reset: s3 leaves at 9 → 90 000 000
         ok(35_000_000, 12, 0, 55_000_000),
@@ -438,6 +450,7 @@ pub(crate) const SLIDING_WINDOW_LOG_EDGES: Scenario = Scenario {
     quota: "5/s",
     burst: None,
     algorithm: Algorithm::SlidingWindowLog,
+    max_delay_us: None,
     steps: &[
         peek(0, 5, 0),
         // [(100 000, 2)]; reset → 1 100 000
@@ -467,6 +480,7 @@ pub(crate) const SLIDING_WINDOW_LOG_REFUND_AND_BACKWARDS: Scenario = Scenario {
     quota: "4/10s",
     burst: None,
     algorithm: Algorithm::SlidingWindowLog,
+    max_delay_us: None,
     steps: &[
         // [(1 s, 1)]; reset → 11 000 000
         ok(1_000_000, 1, 3, 10_000_000),
@@ -509,6 +523,7 @@ pub(crate) const TOKEN_BUCKET_EDGES: Scenario = Scenario {
     quota: "10/s",
     burst: Some(5),
     algorithm: Algorithm::TokenBucket,
+    max_delay_us: None,
     steps: &[
         // starts full: τ = 5
         peek(0, 5, 0),
@@ -542,6 +557,7 @@ pub(crate) const TOKEN_BUCKET_RATIONAL_AND_REFUND: Scenario = Scenario {
     quota: "3/s",
     burst: None,
     algorithm: Algorithm::TokenBucket,
+    max_delay_us: None,
     steps: &[
         // τ = 1; reset 2/3 s = 666 666.7 → 666 667
         ok(0, 2, 1, 666_667),
@@ -575,6 +591,7 @@ pub(crate) const TOKEN_BUCKET_BACKWARDS: Scenario = Scenario {
     quota: "3/s",
     burst: None,
     algorithm: Algorithm::TokenBucket,
+    max_delay_us: None,
     steps: &[
         // τ = 1; reset 2/3 s → 666 667
         ok(0, 2, 1, 666_667),
@@ -602,6 +619,7 @@ pub(crate) const GCRA_EDGES: Scenario = Scenario {
     quota: "10/s",
     burst: Some(5),
     algorithm: Algorithm::Gcra,
+    max_delay_us: None,
     steps: &[
         peek(0, 5, 0),
         // TAT = 0 + 100 = 100 ms; remaining floor((500 − 100)/100) = 4
@@ -633,6 +651,7 @@ pub(crate) const GCRA_REFUND_AND_BACKWARDS: Scenario = Scenario {
     quota: "3/s",
     burst: None,
     algorithm: Algorithm::Gcra,
+    max_delay_us: None,
     steps: &[
         // TAT = 333 333 334 ns; floor((1 000 000 002 − 333 333 334)/T) = 2;
         // reset 333 333.334 µs → 333 334
@@ -677,6 +696,7 @@ pub(crate) const GCRA_BACKWARDS_WITH_QUOTA_LEFT: Scenario = Scenario {
     quota: "3/s",
     burst: None,
     algorithm: Algorithm::Gcra,
+    max_delay_us: None,
     steps: &[
         // TAT = 3T = 1 000 000 002 ns
         ok(0, 3, 0, 1_000_001),
@@ -710,6 +730,7 @@ pub(crate) const LEAKY_BUCKET_EDGES: Scenario = Scenario {
     quota: "10/s",
     burst: Some(3),
     algorithm: Algorithm::LeakyBucket,
+    max_delay_us: None,
     steps: &[
         peek(0, 3, 0),
         // B requests at one instant: delays 0, T, 2T; TAT 100, 200, 300 ms
@@ -742,6 +763,7 @@ pub(crate) const LEAKY_BUCKET_REFUND_AND_BACKWARDS: Scenario = Scenario {
     quota: "3/s",
     burst: Some(2),
     algorithm: Algorithm::LeakyBucket,
+    max_delay_us: None,
     steps: &[
         // TAT = T; remaining floor((B·T − T)/T) = 1; reset 333 333.334 → 333 334
         queued(0, 1, 1, 333_334, 0),
@@ -785,6 +807,7 @@ pub(crate) const LEAKY_BUCKET_BACKWARDS_DELAY: Scenario = Scenario {
     quota: "10/s",
     burst: Some(2),
     algorithm: Algorithm::LeakyBucket,
+    max_delay_us: None,
     steps: &[
         // TAT = 100 ms; remaining floor((200 − 100)/100) = 1
         queued(0, 1, 1, 100_000, 0),
@@ -796,6 +819,123 @@ pub(crate) const LEAKY_BUCKET_BACKWARDS_DELAY: Scenario = Scenario {
         queued(20_000, 1, 0, 180_000, 80_000),
         // 200 + 100 − 200 − 20 = 80 ms
         deny(20_000, 1, 0, 180_000, 80_000),
+    ],
+};
+
+/// L = 10, P = 1 s, B = 10 (T = 100 ms, B·T = 1 s), `max_delay` 250 ms: a place is
+/// given only if the queue ahead drains within 250 ms, `start ≤ now + 250 ms`;
+/// `remaining` counts the queue's free places as GCRA does.
+pub(crate) const LEAKY_BUCKET_MAX_DELAY: Scenario = Scenario {
+    name: "leaky_bucket/max-delay",
+    quota: "10/s",
+    burst: Some(10),
+    algorithm: Algorithm::LeakyBucket,
+    max_delay_us: Some(250_000),
+    steps: &[
+        peek(0, 10, 0),
+        // start 0: delay 0, TAT 100 ms; remaining floor((1000 − 100)/100)
+        queued(0, 1, 9, 100_000, 0),
+        // start 100 ≤ 250: delay 100 ms, TAT 200
+        queued(0, 1, 8, 200_000, 100_000),
+        // start 200 ≤ 250: delay 200 ms, TAT 300
+        queued(0, 1, 7, 300_000, 200_000),
+        // start 300 > 250: denied, although GCRA's rule holds (300 + 100 ≤ 1000);
+        // retry when 300 − 250 = 50 ms; nothing charged (reset still 300 ms)
+        deny(0, 1, 7, 300_000, 50_000),
+        // the bound is on when a request is served, whatever its cost
+        deny(0, 2, 7, 300_000, 50_000),
+        // 300 + 800 > 1000 too: GCRA's retry 300 + 800 − 1000 = 100 ms is the later
+        deny(0, 8, 7, 300_000, 100_000),
+        never(0, 11, 7, 300_000),
+        // at the retry: start 300 ≤ 50 + 250, delay exactly 250 ms; TAT 400;
+        // remaining floor((50 + 1000 − 400)/100) = 6; reset 400 − 50
+        queued(50_000, 1, 6, 350_000, 250_000),
+        // 1 µs early: start 400 > 399.999; retry 400 000 − 250 000 − 149 999 = 1 µs;
+        // remaining floor((149.999 + 1000 − 400)/100) = 7; reset 400 000 − 149 999
+        deny(149_999, 1, 7, 250_001, 1),
+        // cost 4 served at 400 ≤ 150 + 250 (delay 250 ms) although its units drain
+        // until 800: 800 ≤ 150 + 1000; TAT 800; remaining floor((1150 − 800)/100) = 3;
+        // reset 800 − 150
+        queued(150_000, 4, 3, 650_000, 250_000),
+        // TAT = max(150, 800 − 400) = 400
+        refund(150_000, 4),
+        // floor((150 + 1000 − 400)/100) = 7; reset 400 − 150
+        peek(150_000, 7, 250_000),
+        // a place 250 ms away again: 400 ≤ 150 + 250; TAT 500
+        queued(150_000, 1, 6, 350_000, 250_000),
+        peek(1_000_000, 10, 0),
+    ],
+};
+
+/// L = 1, P = 1 h, B = 1000 (T = 1 h, B·T = 1000 h), the default `max_delay` of one
+/// period: the 1000th place would wait 999 h (41 days); the bound gives only the
+/// places served within 1 h.
+pub(crate) const LEAKY_BUCKET_DEFAULT_MAX_DELAY: Scenario = Scenario {
+    name: "leaky_bucket/default-max-delay",
+    quota: "1/h",
+    burst: Some(1_000),
+    algorithm: Algorithm::LeakyBucket,
+    max_delay_us: None,
+    steps: &[
+        peek(0, 1_000, 0),
+        // delay 0, TAT 1 h
+        queued(0, 1, 999, 3_600_000_000, 0),
+        // start 1 h ≤ 0 + 1 h: delay 1 h, TAT 2 h
+        queued(0, 1, 998, 7_200_000_000, 3_600_000_000),
+        // start 2 h > 1 h: denied, retry 2 h − 1 h; nothing charged
+        deny(0, 1, 998, 7_200_000_000, 3_600_000_000),
+        // c = B: GCRA's rule too, 2 h + 1000 h − 1000 h = 2 h is the later
+        deny(0, 1_000, 998, 7_200_000_000, 7_200_000_000),
+        // at the retry: start 2 h ≤ 1 h + 1 h, delay 1 h; TAT 3 h; remaining
+        // floor((1 h + 1000 h − 3 h)/1 h) = 998; reset 3 h − 1 h
+        queued(3_600_000_000, 1, 998, 7_200_000_000, 3_600_000_000),
+    ],
+};
+
+/// L = 10, P = 1 s, B = 3 (T = 100 ms), `max_delay` 0: only a request served at once is
+/// admitted, so the queue never holds anyone.
+pub(crate) const LEAKY_BUCKET_ZERO_MAX_DELAY: Scenario = Scenario {
+    name: "leaky_bucket/zero-max-delay",
+    quota: "10/s",
+    burst: Some(3),
+    algorithm: Algorithm::LeakyBucket,
+    max_delay_us: Some(0),
+    steps: &[
+        // TAT 100 ms
+        queued(0, 1, 2, 100_000, 0),
+        // start 100 > 0: retry 100 − 0 = 100 ms, although GCRA's rule holds
+        deny(0, 1, 2, 100_000, 100_000),
+        // start 100 = now: served at once; TAT 200 ms; floor((100 + 300 − 200)/100)
+        queued(100_000, 1, 2, 100_000, 0),
+        // TAT = max(100, 200 − 100) = 100 ms: idle
+        refund(100_000, 1),
+        peek(100_000, 3, 0),
+    ],
+};
+
+/// L = 10, P = 1 s, B = 2 (T = 100 ms, B·T = 200 ms), `max_delay` 60 ms: the bound is
+/// measured from the latest instant the key's store has seen (the instant the rule
+/// computes at), so a caller whose clock is behind it hears a longer delay (the layer
+/// never holds a request longer than `max_delay` all the same).
+pub(crate) const LEAKY_BUCKET_MAX_DELAY_BACKWARDS: Scenario = Scenario {
+    name: "leaky_bucket/max-delay-backwards",
+    quota: "10/s",
+    burst: Some(2),
+    algorithm: Algorithm::LeakyBucket,
+    max_delay_us: Some(60_000),
+    steps: &[
+        // TAT 100 ms; floor((200 − 100)/100) = 1
+        queued(0, 1, 1, 100_000, 0),
+        // start 100 > 0 + 60: denied; retry 100 − 60
+        deny(0, 1, 1, 100_000, 40_000),
+        // floor((50 + 200 − 100)/100) = 1; reset 100 − 50
+        peek(50_000, 1, 50_000),
+        // Back to 20 ms, computed at 50 ms: start 100 ≤ 50 + 60, admitted; its delay
+        // runs on the caller's clock, 100 − 20 = 80 ms. TAT 200; reset 200 − 20
+        queued(20_000, 1, 0, 180_000, 80_000),
+        // GCRA's rule fails (200 + 100 > 50 + 200), its retry at 100 ms; the bound's
+        // at 200 − 60 = 140 ms, the later: 140 − 20 = 120 ms
+        deny(20_000, 1, 0, 180_000, 120_000),
     ],
 };
 
@@ -823,8 +963,12 @@ pub(crate) async fn run<S: Store>(
         quota = quota.with_burst(burst)?;
     }
     let capacity = scenario.burst.unwrap_or(quota.limit());
+    let mut policy = Policy::new(scenario.name, quota)?.algorithm(scenario.algorithm);
+    if let Some(max_delay_us) = scenario.max_delay_us {
+        policy = policy.max_delay(Duration::from_micros(max_delay_us));
+    }
     let limiter = Limiter::builder()
-        .policy(Policy::new(scenario.name, quota)?.algorithm(scenario.algorithm))
+        .policy(policy)
         .store(make_store(clock.clone()))
         .build()?;
     let key = Key::from("scenario-subject");
@@ -926,6 +1070,14 @@ macro_rules! scenario_tests {
                 => LEAKY_BUCKET_REFUND_AND_BACKWARDS,
             leaky_bucket_delay_behind_the_latest_instant_runs_on_the_callers_clock
                 => LEAKY_BUCKET_BACKWARDS_DELAY,
+            leaky_bucket_denies_a_place_beyond_max_delay_charging_nothing
+                => LEAKY_BUCKET_MAX_DELAY,
+            leaky_bucket_holds_no_request_longer_than_one_period_by_default
+                => LEAKY_BUCKET_DEFAULT_MAX_DELAY,
+            leaky_bucket_with_zero_max_delay_admits_only_requests_served_at_once
+                => LEAKY_BUCKET_ZERO_MAX_DELAY,
+            leaky_bucket_max_delay_counts_from_the_latest_instant_seen
+                => LEAKY_BUCKET_MAX_DELAY_BACKWARDS,
         );
     };
     (@each $make_store:expr; $($(#[$attr:meta])* $test:ident => $scenario:ident,)*) => {

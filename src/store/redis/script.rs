@@ -136,8 +136,8 @@ pub(super) struct Call {
     at: At,
     mode: Mode,
     /// Per charge: the algorithm's name, then cost, limit, period (µs), capacity and
-    /// the four algorithm parameters.
-    charges: Vec<(&'static str, [u64; 8])>,
+    /// the five algorithm parameters.
+    charges: Vec<(&'static str, [u64; 9])>,
 }
 
 /// Where a call's arguments go: a script invocation or a command.
@@ -173,19 +173,21 @@ impl Call {
             } else {
                 keys.push(state);
             }
-            let extra: [u64; 4] = match p.algorithm {
-                Algorithm::SlidingWindowCounters { .. } => [p.buckets, p.bucket_us, 0, 0],
-                Algorithm::TokenBucket => [p.units_per_token, p.units_per_us, 0, 0],
-                // Nanoseconds split into (µs, ns): a double is not exact past 2^53.
+            let extra: [u64; 5] = match p.algorithm {
+                Algorithm::SlidingWindowCounters { .. } => [p.buckets, p.bucket_us, 0, 0, 0],
+                Algorithm::TokenBucket => [p.units_per_token, p.units_per_us, 0, 0, 0],
+                // Nanoseconds split into (µs, ns): a double is not exact past 2^53. The
+                // leaky bucket's fifth is its bound on delays (µs; 0 for GCRA).
                 Algorithm::Gcra | Algorithm::LeakyBucket => [
                     p.emission_ns / 1_000,
                     p.emission_ns % 1_000,
                     p.tolerance_ns / 1_000,
                     p.tolerance_ns % 1_000,
+                    p.max_delay_us,
                 ],
-                _ => [0; 4],
+                _ => [0; 5],
             };
-            let [e0, e1, e2, e3] = extra;
+            let [e0, e1, e2, e3, e4] = extra;
             args.push((
                 p.algorithm.name(),
                 [
@@ -197,6 +199,7 @@ impl Call {
                     e1,
                     e2,
                     e3,
+                    e4,
                 ],
             ));
         }
@@ -209,7 +212,7 @@ impl Call {
         }
     }
 
-    /// ARGV: the clock, the mode, then nine per charge (see driver.lua).
+    /// ARGV: the clock, the mode, then ten per charge (see driver.lua).
     fn write_args(&self, out: &mut impl Args) {
         match self.at {
             At::Client(now) => out.push(now),

@@ -6,7 +6,7 @@
 --          the server is behind it by more than MAX_LEAD_US
 -- ARGV[2]  'a' acquire (all-or-nothing), 'd' dry run (decide, charge nothing),
 --          'r' refund every charge's cost
--- then 9 per charge: algorithm, cost, limit, period (µs), capacity, and four
+-- then 10 per charge: algorithm, cost, limit, period (µs), capacity, and five
 -- algorithm parameters (see src/store/redis/script.rs). KEYS: each charge's keys in
 -- order (two for sliding_window_log, one otherwise).
 --
@@ -27,7 +27,7 @@ local mode = ARGV[2]
 
 -- The common case, one charge decided (not refunded): straight to the algorithm's
 -- `decide`, without defining the steps or building general.lua's tables.
-if #ARGV == 11 and mode ~= 'r' then
+if #ARGV == 12 and mode ~= 'r' then
   local decide = D[ARGV[3]]
   if decide then
     local v = decide(KEYS, now, ARGV, 3, mode == 'a')

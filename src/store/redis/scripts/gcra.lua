@@ -49,11 +49,13 @@ end
 -- numbers, so they stay in locals and the call builds no state table and makes no
 -- per-step calls through the algorithm table; this is most of a call's cost in Lua.
 -- `args[i..]` is the charge's arguments (see driver.lua); `queue`: the leaky bucket,
--- whose admitted request waits until the queue ahead of it has drained.
+-- whose admitted request waits until the queue ahead of it has drained, at most
+-- `max_delay` µs (its fifth parameter; leaky_bucket.lua's twin of the Rust rule).
 local function gcra_decide(keys, now, args, i, charge, queue)
   local cost, cap = tonumber(args[i + 1]), tonumber(args[i + 4])
   local t_us, t_ns = tonumber(args[i + 5]), tonumber(args[i + 6])
   local b_us, b_ns = tonumber(args[i + 7]), tonumber(args[i + 8])
+  local max_delay = queue and tonumber(args[i + 9])
   local v = redis.call('GET', keys[1])
   local a, b, floor, tail = 0, 0, 0, nil
   if v then
@@ -71,7 +73,10 @@ local function gcra_decide(keys, now, args, i, charge, queue)
   local c_us, c_ns = ns_mul(cost, t_us, t_ns)
   local e_us, e_ns = ns_add(st_us, st_ns, c_us, c_ns)
   -- max(TAT, t) + c*T <= t + B*T
-  local allowed = cost == 0 or (cost <= cap and ns_le(e_us, e_ns, t + b_us, b_ns))
+  local fits = ns_le(e_us, e_ns, t + b_us, b_ns)
+  -- The queue: served within max_delay, ceil(start) <= t + max_delay.
+  local within = not queue or ns_le(st_us, st_ns, t + max_delay, 0)
+  local allowed = cost == 0 or (cost <= cap and fits and within)
   local delay, retry = 0, -1
   if allowed and charge and cost > 0 then
     if queue then
@@ -88,8 +93,16 @@ local function gcra_decide(keys, now, args, i, charge, queue)
       ttl_ms(until_us, now))
   else
     if not allowed and cost <= cap then
-      -- max(TAT, t) + c*T - B*T, the instant the same request would fit.
-      retry = math.max(ns_ceil_us(ns_sub(e_us, e_ns, b_us, b_ns)) - now, 0)
+      -- max(TAT, t) + c*T - B*T, the instant the same request would fit; for the
+      -- queue, no earlier than ceil(start) - max_delay, when it is served within it.
+      local at = 0
+      if not fits then
+        at = ns_ceil_us(ns_sub(e_us, e_ns, b_us, b_ns))
+      end
+      if queue then
+        at = math.max(at, ns_ceil_us(st_us, st_ns) - max_delay)
+      end
+      retry = math.max(at - now, 0)
     end
     if v and t > floor then
       -- No charge, but a later instant: record it (see general.lua's `evaluate`).

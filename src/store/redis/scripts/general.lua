@@ -5,8 +5,8 @@
 local charges = {}
 local next_key = 1
 -- One charge (a refund, here) owns every key: no per-charge copy of KEYS.
-local single = #ARGV == 11
-for i = 3, #ARGV, 9 do
+local single = #ARGV == 12
+for i = 3, #ARGV, 10 do
   local alg = A[ARGV[i]]
   local keys = KEYS
   if not single then
