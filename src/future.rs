@@ -308,7 +308,7 @@ impl RequestContext {
             return None;
         }
         if self.grpc.is_none() {
-            refund_uncounted(&self.shared, &self.checks, status);
+            refund_uncounted(&self.shared, &self.checks, &self.decisions, status);
             return None;
         }
         // gRPC answers HTTP 200; its own status is in the headers of a trailers-only
@@ -317,25 +317,38 @@ impl RequestContext {
             refund_uncounted(
                 &self.shared,
                 &self.checks,
+                &self.decisions,
                 grpc_http_status(code.as_bytes()),
             );
             return None;
         }
         let (shared, checks) = (self.shared.clone(), self.checks.clone());
+        let decisions = self.decisions.clone();
         Some(Box::new(move |status| {
-            refund_uncounted(&shared, &checks, status);
+            refund_uncounted(&shared, &checks, &decisions, status);
         }))
     }
 }
 
-/// Refunds each checked policy whose `count_when` does not count `status`.
-fn refund_uncounted(shared: &Shared, checks: &Checks, status: StatusCode) {
+/// Takes back, for each checked policy whose `count_when` does not count `status`,
+/// what the request's decision charged, by its receipt: a refund that arrives after
+/// the charge's window rolled over (a slow response) takes nothing from the new
+/// window, and a request that charged nothing (its store failed open, or shadow mode
+/// let a denial through) gets nothing back.
+fn refund_uncounted(
+    shared: &Shared,
+    checks: &Checks,
+    decisions: &[(usize, Decision)],
+    status: StatusCode,
+) {
     let policies = shared.limiter.policies();
-    for (index, key, cost) in checks.iter() {
+    // `decisions` pairs with `checks` in order; it is empty when the store failed.
+    for ((index, key, _), (_, decision)) in checks.iter().zip(decisions) {
         let policy = &policies[*index];
         if policy.refunds_some_responses()
             && !policy.counts(status)
-            && let Some(refund) = shared.limiter.refund_later(*index, *key, *cost)
+            && let Some(receipt) = decision.receipt
+            && let Some(refund) = shared.limiter.refund_charge_later(*index, *key, receipt)
         {
             spawn_refund(refund);
         }

@@ -41,6 +41,20 @@ A.token_bucket = {
       s.d = s.d - amount * p.upt
     end
   end,
+  -- The refill repays the oldest deficit first: only the part of the charge still
+  -- owed comes back (see still_owed).
+  refund_charge = function(p, s, t, amount, r)
+    local units = amount * p.upt
+    local owed = still_owed(r, t, p.ups, false)
+    if owed and owed < units then
+      units = owed
+    end
+    if units >= s.d then
+      s.d = 0
+    else
+      s.d = s.d - units
+    end
+  end,
   idle_at = function(p, s)
     return s.l + tb_refill_time(p, s.d)
   end,
