@@ -80,16 +80,16 @@ fn on_every_store(
     clock: &ManualClock,
     policies: &dyn Fn() -> Vec<Policy>,
 ) -> Vec<(&'static str, Limiter)> {
-    let mut all = vec![(
-        "memory",
-        limiter(policies(), MemoryStore::with_clock(clock.clone())),
-    )];
-    #[cfg(feature = "redis")]
-    {
-        all.push(("redis", limiter(policies(), redis::standalone(clock))));
-        all.push(("cluster", limiter(policies(), redis::cluster(clock))));
-    }
-    all
+    vec![
+        (
+            "memory",
+            limiter(policies(), MemoryStore::with_clock(clock.clone())),
+        ),
+        #[cfg(feature = "redis")]
+        ("redis", limiter(policies(), redis::standalone(clock))),
+        #[cfg(feature = "redis")]
+        ("cluster", limiter(policies(), redis::cluster(clock))),
+    ]
 }
 
 #[cfg(feature = "redis")]

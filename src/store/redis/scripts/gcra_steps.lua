@@ -36,15 +36,16 @@ A.gcra = {
     s.a, s.b = a, b
   end,
   -- Time repays the debt up to the TAT oldest first: only the part of the charge
-  -- still owed comes back (see still_owed; with a whole-µs T every TAT is a whole µs
-  -- and the receipt's reset instant exact). Owed is in ns, as a pair.
+  -- still owed comes back (algorithm::still_owed: with a whole-µs T every TAT is a
+  -- whole µs and the receipt's reset instant exact; otherwise less its rounding,
+  -- 999 ns). In ns, as pairs.
   refund_charge = function(p, s, t, amount, r)
     local r_us, r_ns = ns_mul(amount, p.t_us, p.t_ns)
-    local owed = still_owed(r, t, 1, true)
-    if owed then
-      local o_us, o_ns = owed, 0
-      if p.t_ns > 0 and owed > 0 then
-        o_us, o_ns = ns_sub(owed, 0, 0, 999)
+    local d = owed_for(r, t)
+    if d then
+      local o_us, o_ns = d, 0
+      if p.t_ns > 0 and d > 0 then
+        o_us, o_ns = ns_sub(d, 0, 0, 999)
       end
       if ns_le(o_us, o_ns, r_us, r_ns) then
         r_us, r_ns = o_us, o_ns

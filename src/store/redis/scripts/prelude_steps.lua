@@ -5,23 +5,15 @@
 -- `refund`, `refund_charge`, `idle_at`, `save`, `touch` (see general.lua).
 local A = {}
 
--- The twin of algorithm::still_owed: how much of a charge's debt, in units of which
--- `per_us` are repaid per µs, is still owed at `t`, from its receipt `r` (`at`, the
--- instant it was decided at; `till`, its reset instant). Nil: owed in full (refunded
--- at the instant it was made). Unless `exact`, the receipt's reset instant is the
--- charge's end rounded up to the µs, so the bound takes off that rounding.
-local function still_owed(r, t, per_us, exact)
+-- For algorithm::still_owed: how many µs of a charge's debt are still to run at `t`,
+-- from its receipt `r` (`at`, the instant it was decided at; `till`, its reset
+-- instant, the debt's end rounded up to the µs). Nil: owed in full (refunded at the
+-- instant it was made). Each algorithm turns it into its units, exactly.
+local function owed_for(r, t)
   if t <= r.at then
     return nil
   end
-  if r.till <= t then
-    return 0
-  end
-  local owed = (r.till - t) * per_us
-  if not exact then
-    owed = owed - (per_us - 1)
-  end
-  return owed
+  return math.max(r.till - t, 0)
 end
 
 -- Records a later instant in a state string (see prelude.lua) without rewriting the
