@@ -11,6 +11,7 @@
 mod support {
     #[allow(dead_code)]
     pub(crate) mod http;
+    pub(crate) mod immediate;
     #[cfg(feature = "redis")]
     pub(crate) mod redis_cluster;
     #[cfg(feature = "redis")]
@@ -29,7 +30,9 @@ use axum::routing::post;
 use bytes::Bytes;
 use http::{Request, StatusCode};
 use http_body_util::Full;
+use proptest::prelude::*;
 use support::http::{Reply, Server};
+use support::immediate::immediate;
 use tokio::sync::{Semaphore, mpsc, watch};
 use tollgate::{
     Algorithm, Charge, Decision, Fallback, Key, Limiter, ManualClock, MemoryStore, Policy, Quota,
@@ -204,6 +207,68 @@ async fn a_batch_undone_for_naming_one_key_twice_leaves_the_key_as_it_was() -> T
         }
     }
     Ok(())
+}
+
+/// A refund by receipt at a random later instant (memory store): `remaining` grows by
+/// at most the amount asked back, and not at all once the charge no longer counts —
+/// past its reset instant, or for the sliding window (whose previous-window count is
+/// not split by charge) from the second window after its own.
+fn check_refunds_by_receipt(algorithm: Algorithm, steps: &[(u64, u32, bool, usize, u32)]) {
+    const PERIOD_US: u64 = 600_000;
+    let clock = ManualClock::new(BASE);
+    let quota = Quota::new(6, Duration::from_micros(PERIOD_US)).expect("a quota");
+    let limiter = limiter(
+        vec![policy("p", quota, algorithm)],
+        MemoryStore::with_clock(clock.clone()),
+    );
+    let key = Key::from("k");
+    let mut now = 0_u64;
+    // (instant, decision) of each admitted charge.
+    let mut charged: Vec<(u64, Decision)> = Vec::new();
+    for &(advance, cost, refund, pick, amount) in steps {
+        now += advance;
+        clock.set(BASE + Duration::from_micros(now));
+        if !refund || charged.is_empty() {
+            let decision = immediate(limiter.check("p", &key, cost)).expect("memory");
+            if decision.receipt().is_some() {
+                charged.push((now, decision));
+            }
+            continue;
+        }
+        let (at, decision) = &charged[pick % charged.len()];
+        let until = at + u64::try_from(decision.reset_after.as_micros()).expect("µs");
+        let over = if algorithm == Algorithm::SlidingWindow {
+            now / PERIOD_US > (until - 1) / PERIOD_US
+        } else {
+            now >= until
+        };
+        let before = immediate(limiter.check("p", &key, 0)).expect("memory");
+        immediate(limiter.refund_charge(decision, &key, amount)).expect("memory");
+        let after = immediate(limiter.check("p", &key, 0)).expect("memory");
+        assert!(
+            after.remaining <= before.remaining + u64::from(amount),
+            "{algorithm} at {now} µs: {before:?} -> {after:?} for {amount}"
+        );
+        if over {
+            assert_eq!(
+                after, before,
+                "{algorithm} at {now} µs, charge until {until}"
+            );
+        }
+    }
+}
+
+proptest! {
+    #[test]
+    fn a_refund_by_receipt_returns_at_most_its_amount_and_nothing_once_its_charge_is_over(
+        algorithm in prop::sample::select(ALGORITHMS.to_vec()),
+        steps in prop::collection::vec(
+            (0..250_000_u64, 1..=3_u32, any::<bool>(), any::<usize>(), 0..=4_u32),
+            1..80,
+        ),
+    ) {
+        check_refunds_by_receipt(algorithm, &steps);
+    }
 }
 
 // ---------------------------------------------------------------------------------------
