@@ -606,6 +606,36 @@ async fn refunds_go_to_the_store_that_took_the_charge_through_nested_fallbacks()
     Ok(())
 }
 
+/// An operator's refund (no receipt) goes to the store serving now; when that store
+/// fails it, the refund is dropped, not given to the other store, whose charges are
+/// not the primary's to give back.
+#[tokio::test]
+async fn an_operator_refund_the_primary_fails_is_not_redirected_to_the_insurance_store()
+-> TestResult {
+    let clock = ManualClock::new(BASE);
+    let primary = Flaky::new(&clock);
+    let insurance = MemoryStore::with_clock(clock.clone());
+    let api = || vec![policy("api", Quota::per_minute(5), Algorithm::FixedWindow)];
+    let store = Fallback::new(primary.clone(), insurance.clone()).probe_interval(Duration::ZERO);
+    let limiter = limiter(api(), store.clone());
+    let on_insurance = self::limiter(api(), insurance);
+    let alice = Key::from("alice");
+    primary.set_down(true);
+    limiter.check("api", &alice, 2).await?;
+    primary.set_down(false);
+    limiter.check("api", &alice, 1).await?;
+    assert!(store.serving_primary());
+    // The primary fails just as the refund arrives.
+    primary.set_down(true);
+    let failed = limiter.refund("api", &alice, 2).await;
+    assert_eq!(
+        failed.map_err(|e| e.kind()),
+        Err(StoreErrorKind::Connection)
+    );
+    assert_eq!(remaining(&on_insurance, "api", &alice).await, 3);
+    Ok(())
+}
+
 /// A slow successful login is charged on the primary, which fails before the answer;
 /// failed logins fill the insurance store meanwhile. The refund of the slow login must
 /// not go to the insurance store (which would let a fourth failed login through).
