@@ -1,5 +1,7 @@
-//! [`Decision`]: the one result shape every algorithm on every store returns.
+//! [`Decision`]: the one result shape every algorithm on every store returns, and the
+//! [`Receipt`] of what it charged.
 
+use std::num::NonZeroU64;
 use std::time::Duration;
 
 /// Whether a request may pass under one policy, and where its key stands.
@@ -30,7 +32,12 @@ use std::time::Duration;
 /// # })?;
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
-#[derive(Debug, Clone, PartialEq, Eq)]
+///
+/// Two decisions are equal when everything they say is equal: the [`Receipt`] of an
+/// admitted request is bookkeeping, not part of the answer, so a decision from one
+/// store equals the same decision from another (or through a
+/// [`Fallback`](crate::Fallback)).
+#[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct Decision {
     /// Whether the request is admitted (and, for an admitted request, charged).
@@ -50,4 +57,199 @@ pub struct Decision {
     pub delay: Duration,
     /// The name of the policy that made this decision.
     pub policy: &'static str,
+    /// What this decision charged, for taking it back later; `None` when it charged
+    /// nothing.
+    pub(crate) receipt: Option<Receipt>,
+}
+
+impl Decision {
+    /// What this decision charged: `Some` only when the request was admitted *and*
+    /// charged (a cost above 0, in a check that every policy admitted). Hand it back
+    /// with [`Limiter::refund_charge`](crate::Limiter::refund_charge), which takes the
+    /// decision itself.
+    ///
+    /// ```
+    /// use tollgate::{Key, Limiter, Policy, Quota};
+    /// # tokio::runtime::Builder::new_current_thread().build()?.block_on(async {
+    /// let limiter = Limiter::builder().policy(Policy::new("api", Quota::per_minute(1))?).build()?;
+    /// let key = Key::from("alice");
+    /// let admitted = limiter.check("api", &key, 1).await?;
+    /// assert_eq!(admitted.receipt().map(|r| r.cost()), Some(1));
+    /// assert!(limiter.check("api", &key, 1).await?.receipt().is_none()); // denied
+    /// assert!(limiter.check("api", &key, 0).await?.receipt().is_none()); // a peek
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// # })?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn receipt(&self) -> Option<Receipt> {
+        self.receipt
+    }
+}
+
+impl PartialEq for Decision {
+    fn eq(&self, other: &Self) -> bool {
+        // Spelled out so that a new public field cannot be left out of the comparison.
+        let Self {
+            allowed,
+            limit,
+            remaining,
+            reset_after,
+            retry_after,
+            delay,
+            policy,
+            receipt: _,
+        } = self;
+        *allowed == other.allowed
+            && *limit == other.limit
+            && *remaining == other.remaining
+            && *reset_after == other.reset_after
+            && *retry_after == other.retry_after
+            && *delay == other.delay
+            && *policy == other.policy
+    }
+}
+
+impl Eq for Decision {}
+
+/// Which charge a refund takes back: made by the store when it charges, carried by the
+/// [`Decision`], handed back through
+/// [`Limiter::refund_charge`](crate::Limiter::refund_charge) (or
+/// [`Store::refund_charge`](crate::Store::refund_charge)).
+///
+/// A counter cannot tell one charge from another, so a refund without a receipt can
+/// only take back the key's newest charges: a refund that arrives after its charge's
+/// window has rolled over would take back a charge of the *new* window. A receipt says
+/// when its charge stops counting (the decision's reset instant, on the store's clock)
+/// and when it was made, so each algorithm returns only what of that very charge it
+/// still counts: nothing once the charge's window has passed or time has repaid it.
+/// It also records which store took the charge, through any
+/// [`Fallback`](crate::Fallback)s, so the refund goes there and nowhere else.
+///
+/// Opaque; `Copy`. Refund a decision once: a receipt does not know whether it was
+/// used, and each use returns up to the charge's cost again (never more than the key
+/// still counts of that charge).
+///
+/// ```
+/// use tollgate::{Key, Limiter, Policy, Quota};
+/// # tokio::runtime::Builder::new_current_thread().build()?.block_on(async {
+/// let limiter = Limiter::builder().policy(Policy::new("api", Quota::per_minute(5))?).build()?;
+/// let decision = limiter.check("api", &Key::from("alice"), 3).await?;
+/// let receipt = decision.receipt().expect("admitted and charged");
+/// assert_eq!(receipt.cost(), 3);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// # })?;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Receipt {
+    /// The instant (µs since the epoch, the deciding store's clock) the store decided
+    /// at.
+    at_us: u64,
+    /// The instant (µs, same clock) from which, with nothing else arriving, the charge
+    /// no longer counts: the decision's reset instant. Every algorithm's reset instant
+    /// right after a charge names that charge (its window, sub-window, log entry or the
+    /// end of its debt), so it identifies the charge on every store alike.
+    until_us: u64,
+    cost: NonZeroU64,
+    /// The [`Fallback`](crate::Fallback) legs that led to the store that took the
+    /// charge: a stack of bits (1: insurance) under a leading 1, the innermost
+    /// `Fallback` lowest; 0 when too deep to record.
+    route: u64,
+}
+
+/// An empty route: no `Fallback` on the way.
+const NO_ROUTE: u64 = 1;
+
+impl Receipt {
+    /// The receipt of a charge of `cost` decided at `at_us` that counts until
+    /// `until_us`; `None` for a cost of 0 (nothing was charged).
+    pub(crate) fn new(at_us: u64, until_us: u64, cost: u64) -> Option<Self> {
+        Some(Self {
+            at_us,
+            until_us,
+            cost: NonZeroU64::new(cost)?,
+            route: NO_ROUTE,
+        })
+    }
+
+    /// What was charged.
+    ///
+    /// ```
+    /// use tollgate::{Key, Limiter, Policy, Quota};
+    /// # tokio::runtime::Builder::new_current_thread().build()?.block_on(async {
+    /// let limiter = Limiter::builder().policy(Policy::new("api", Quota::per_minute(5))?).build()?;
+    /// let decision = limiter.check("api", &Key::from("alice"), 2).await?;
+    /// assert_eq!(decision.receipt().map(|r| r.cost()), Some(2));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// # })?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn cost(&self) -> u64 {
+        self.cost.get()
+    }
+
+    pub(crate) fn at_us(&self) -> u64 {
+        self.at_us
+    }
+
+    pub(crate) fn until_us(&self) -> u64 {
+        self.until_us
+    }
+
+    /// The same receipt, one `Fallback` further out: `insurance` says which of its two
+    /// stores took the charge.
+    pub(crate) fn routed(self, insurance: bool) -> Self {
+        let route = if self.route == 0 || self.route.leading_zeros() == 0 {
+            // Too deep to record (63 nested `Fallback`s): unroutable, so dropped.
+            0
+        } else {
+            (self.route << 1) | u64::from(insurance)
+        };
+        Self { route, ..self }
+    }
+
+    /// The outermost `Fallback` leg (`true`: insurance) and the receipt as the store
+    /// behind it gave it; `None` when the receipt records no such leg.
+    pub(crate) fn unrouted(self) -> Option<(bool, Self)> {
+        if self.route <= NO_ROUTE {
+            return None;
+        }
+        let rest = Self {
+            route: self.route >> 1,
+            ..self
+        };
+        Some((self.route & 1 == 1, rest))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Receipt;
+
+    #[test]
+    fn routes_unwind_in_the_order_they_were_recorded() {
+        let made = Receipt::new(1, 2, 3).expect("a charge");
+        // An inner Fallback's insurance took it, under an outer Fallback's primary.
+        let routed = made.routed(true).routed(false);
+        let (outer, rest) = routed.unrouted().expect("outer leg");
+        assert!(!outer);
+        let (inner, rest) = rest.unrouted().expect("inner leg");
+        assert!(inner);
+        assert_eq!(rest, made);
+        assert_eq!(rest.unrouted(), None);
+    }
+
+    #[test]
+    fn a_route_too_deep_to_record_is_unroutable() {
+        let mut receipt = Receipt::new(1, 2, 3).expect("a charge");
+        for _ in 0..64 {
+            receipt = receipt.routed(true);
+        }
+        assert_eq!(receipt.unrouted(), None);
+    }
+
+    #[test]
+    fn nothing_charged_has_no_receipt() {
+        assert_eq!(Receipt::new(1, 2, 0), None);
+    }
 }

@@ -281,7 +281,7 @@ impl RequestContext {
                 }
                 // Shadow mode never rejects: give the place back, as the rejection
                 // would, and pass the request on now rather than hold more than the cap.
-                self.refund_all();
+                self.refund_all(&decisions);
                 outcome = Outcome::ShadowQueueFull;
             }
         }
@@ -355,7 +355,7 @@ impl RequestContext {
     /// requests as it may; its charge is refunded. Its headers describe the state with
     /// the charge (never more quota than there may be, should the refund fail).
     fn queue_full(&mut self, decisions: Vec<Decision>, delay: Duration) -> Response<Bytes> {
-        self.refund_all();
+        self.refund_all(&decisions);
         let indices = self.checks.iter().map(|(index, _, _)| *index);
         self.decisions = indices.zip(decisions.iter().cloned()).collect();
         let info = RejectionInfo {
@@ -368,9 +368,9 @@ impl RequestContext {
 
     /// Gives back every charge of a request the store charged and the layer will not
     /// hold after all.
-    fn refund_all(&mut self) {
+    fn refund_all(&mut self, decisions: &[Decision]) {
         if std::mem::take(&mut self.charged) {
-            refund_charges(&self.shared, &self.checks);
+            refund_charges(&self.shared, &self.checks, decisions);
         }
     }
 
@@ -389,7 +389,7 @@ impl RequestContext {
             return None;
         }
         if self.grpc.is_none() {
-            refund_uncounted(&self.shared, &self.checks, status);
+            refund_uncounted(&self.shared, &self.checks, &self.decisions, status);
             return None;
         }
         // gRPC answers HTTP 200; its own status is in the headers of a trailers-only
@@ -398,35 +398,51 @@ impl RequestContext {
             refund_uncounted(
                 &self.shared,
                 &self.checks,
+                &self.decisions,
                 grpc_http_status(code.as_bytes()),
             );
             return None;
         }
         let (shared, checks) = (self.shared.clone(), self.checks.clone());
+        let decisions = self.decisions.clone();
         Some(Box::new(move |status| {
-            refund_uncounted(&shared, &checks, status);
+            refund_uncounted(&shared, &checks, &decisions, status);
         }))
     }
 }
 
-/// Refunds each checked policy whose `count_when` does not count `status`.
-fn refund_uncounted(shared: &Shared, checks: &Checks, status: StatusCode) {
+/// Takes back, for each checked policy whose `count_when` does not count `status`,
+/// what the request's decision charged, by its receipt: a refund that arrives after
+/// the charge's window rolled over (a slow response) takes nothing from the new
+/// window, and a request that charged nothing (its store failed open, or shadow mode
+/// let a denial through) gets nothing back.
+fn refund_uncounted(
+    shared: &Shared,
+    checks: &Checks,
+    decisions: &[(usize, Decision)],
+    status: StatusCode,
+) {
     let policies = shared.limiter.policies();
-    for (index, key, cost) in checks.iter() {
+    // `decisions` pairs with `checks` in order; it is empty when the store failed.
+    for ((index, key, _), (_, decision)) in checks.iter().zip(decisions) {
         let policy = &policies[*index];
         if policy.refunds_some_responses()
             && !policy.counts(status)
-            && let Some(refund) = shared.limiter.refund_later(*index, *key, *cost)
+            && let Some(receipt) = decision.receipt
+            && let Some(refund) = shared.limiter.refund_charge_later(*index, *key, receipt)
         {
             spawn_refund(refund);
         }
     }
 }
 
-/// Refunds every checked policy: the request was charged, then not held.
-fn refund_charges(shared: &Shared, checks: &Checks) {
-    for (index, key, cost) in checks.iter() {
-        if let Some(refund) = shared.limiter.refund_later(*index, *key, *cost) {
+/// Refunds, by their receipts, what every checked policy charged: the request was
+/// charged, then not held.
+fn refund_charges(shared: &Shared, checks: &Checks, decisions: &[Decision]) {
+    for ((index, key, _), decision) in checks.iter().zip(decisions) {
+        if let Some(receipt) = decision.receipt
+            && let Some(refund) = shared.limiter.refund_charge_later(*index, *key, receipt)
+        {
             spawn_refund(refund);
         }
     }

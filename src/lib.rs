@@ -87,7 +87,7 @@ pub use algorithm::Algorithm;
 pub use body::RateLimitBody;
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use cost::Costs;
-pub use decision::Decision;
+pub use decision::{Decision, Receipt};
 pub use error::{ConfigError, StoreError, StoreErrorKind};
 pub use future::ResponseFuture;
 pub use headers::{HeaderStyle, ResetFormat};

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use crate::store::{Charge, Store, StoreFuture};
-use crate::{ConfigError, Decision, Key, MemoryStore, Policy, StoreError, StoreErrorKind};
+use crate::{ConfigError, Decision, Key, MemoryStore, Policy, Receipt, StoreError, StoreErrorKind};
 
 /// Decides whether keys may spend cost under named policies.
 ///
@@ -286,9 +286,13 @@ impl Limiter {
         }
     }
 
-    /// Returns up to `cost` of `key`'s newest charges under `policy`, for requests that
-    /// should not count after all (e.g. only failed logins count). Never leaves the key
-    /// better than idle.
+    /// Returns up to `cost` of `key`'s newest charges under `policy`: an operator's
+    /// refund, which knows no particular charge. Never leaves the key better than idle.
+    ///
+    /// To take back one request's charge (e.g. only failed logins count), use
+    /// [`refund_charge`](Limiter::refund_charge) with its decision instead: a refund of
+    /// the newest charges that arrives after that request's window rolled over takes
+    /// back a charge of the new window.
     ///
     /// ```
     /// use tollgate::{Key, Limiter, Policy, Quota};
@@ -315,6 +319,75 @@ impl Limiter {
                 Ok(())
             }
             Backend::Other(store) => store.refund(charge).await,
+        }
+    }
+
+    /// Takes back up to `amount` of what `decision` charged to `key`, for a request
+    /// that should not count after all (e.g. only failed logins count): the
+    /// [`Receipt`] in the decision names the charge, so only what of *that* charge
+    /// the key still counts comes back, from the store that took it.
+    ///
+    /// - Nothing comes back for a decision that charged nothing (denied, a peek, or
+    ///   admitted by a [`check_all`](Limiter::check_all) that another policy denied),
+    ///   nor more than it charged.
+    /// - Fixed window: only within the charge's window. Sliding window: within its
+    ///   window, then from the previous-window count during the next. Sliding window
+    ///   counters and log: from the charge's own sub-window or log entry while it is in
+    ///   the window. Token bucket, GCRA and leaky bucket: the part of the charge that
+    ///   time has not repaid yet (in full at the instant it was made; otherwise rounded
+    ///   to the µs in the limiter's favour).
+    /// - Never leaves the key better than idle.
+    ///
+    /// Refund each decision once: each call may return up to its cost again. On a
+    /// [`Fallback`](crate::Fallback), a refund whose store is down is dropped (an
+    /// error), never sent to the other store.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{Algorithm, Key, Limiter, ManualClock, MemoryStore, Policy, Quota};
+    /// # tokio::runtime::Builder::new_current_thread().build()?.block_on(async {
+    /// let clock = ManualClock::new(Duration::from_secs(1_700_000_020)); // 40 s into a minute
+    /// let limiter = Limiter::builder()
+    ///     .policy(Policy::new("login", Quota::per_minute(2))?.algorithm(Algorithm::FixedWindow))
+    ///     .store(MemoryStore::with_clock(clock.clone()))
+    ///     .build()?;
+    /// let key = Key::from("alice");
+    /// let quick = limiter.check("login", &key, 1).await?;
+    /// let slow = limiter.check("login", &key, 1).await?;
+    /// limiter.refund_charge(&quick, &key, 1).await?; // same window: given back
+    /// assert_eq!(limiter.check("login", &key, 0).await?.remaining, 1);
+    ///
+    /// clock.advance(Duration::from_secs(30)); // the next window: 2 left
+    /// limiter.check("login", &key, 2).await?; // spent
+    /// limiter.refund_charge(&slow, &key, 1).await?; // its window is gone: nothing back
+    /// assert_eq!(limiter.check("login", &key, 0).await?.remaining, 0);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// # })?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub async fn refund_charge(
+        &self,
+        decision: &Decision,
+        key: &Key,
+        amount: u32,
+    ) -> Result<(), StoreError> {
+        let Some(receipt) = decision.receipt else {
+            return Ok(());
+        };
+        let charge = Charge {
+            policy: self.find(decision.policy)?,
+            key,
+            cost: u64::from(amount).min(receipt.cost()),
+        };
+        if charge.cost == 0 {
+            return Ok(());
+        }
+        match &self.inner.backend {
+            Backend::Memory(store) => {
+                store.refund_charge_now(&charge, receipt);
+                Ok(())
+            }
+            Backend::Other(store) => store.refund_charge(charge, receipt).await,
         }
     }
 }
@@ -432,21 +505,23 @@ impl Limiter {
         }
     }
 
-    /// Refunds `cost` to `key` under the policy at `index`: at once on the memory
-    /// store, else in a future the caller runs in the background.
-    pub(crate) fn refund_later(
+    /// Takes back the whole charge of `receipt`, made to `key` under the policy at
+    /// `index`: at once on the memory store, else in a future the caller runs in the
+    /// background.
+    pub(crate) fn refund_charge_later(
         &self,
         index: usize,
         key: Key,
-        cost: u64,
+        receipt: Receipt,
     ) -> Option<StoreFuture<'static, ()>> {
         match &self.inner.backend {
             Backend::Memory(store) => {
-                store.refund_now(&Charge {
+                let charge = Charge {
                     policy: &self.inner.policies[index],
                     key: &key,
-                    cost,
-                });
+                    cost: receipt.cost(),
+                };
+                store.refund_charge_now(&charge, receipt);
                 None
             }
             Backend::Other(store) => {
@@ -455,9 +530,9 @@ impl Limiter {
                     let charge = Charge {
                         policy: &limiter.inner.policies[index],
                         key: &key,
-                        cost,
+                        cost: receipt.cost(),
                     };
-                    store.refund(charge).await
+                    store.refund_charge(charge, receipt).await
                 }))
             }
         }

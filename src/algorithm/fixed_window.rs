@@ -1,6 +1,7 @@
 //! Fixed window: one counter per epoch-aligned window of length `P`.
 
 use super::{Params, Rule};
+use crate::Receipt;
 
 /// The counter of the key's current window.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -58,6 +59,14 @@ impl Rule for FixedWindow {
     fn refund(_p: &Params, s: &mut State, _now: u64, amount: u64) {
         // After `normalize`, a count from an earlier window is already gone.
         s.count -= amount.min(s.count);
+    }
+
+    fn refund_charge(p: &Params, s: &mut State, now: u64, amount: u64, receipt: Receipt) {
+        // A charge counts until its window's end: only a refund in that same window
+        // finds it (a later window's count holds other charges).
+        if s.window_end(p) == receipt.until_us() {
+            Self::refund(p, s, now, amount);
+        }
     }
 
     fn idle_at(p: &Params, s: &State) -> u64 {

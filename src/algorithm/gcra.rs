@@ -3,7 +3,8 @@
 //! Internally in nanoseconds so `T = P/L` stays exact up to 10^9 per second; results
 //! are rounded up to whole microseconds.
 
-use super::{Params, Rule, div_ceil};
+use super::{Params, Rule, div_ceil, still_owed};
+use crate::Receipt;
 
 /// The theoretical arrival time in nanoseconds since the epoch (0: idle).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -64,6 +65,18 @@ impl Rule for Gcra {
             .tat_ns
             .saturating_sub(amount.saturating_mul(p.emission_ns))
             .max(now * NS_PER_US);
+    }
+
+    fn refund_charge(p: &Params, s: &mut State, now: u64, amount: u64, receipt: Receipt) {
+        // Time repays the debt up to the TAT oldest first: the charge is repaid by its
+        // reset instant, the part still owed at `now` is all that comes back. With a
+        // whole-µs `T` every TAT is a whole µs, so the reset instant is exact.
+        let mut back = amount.saturating_mul(p.emission_ns);
+        let exact = p.emission_ns.is_multiple_of(NS_PER_US);
+        if let Some(owed) = still_owed(receipt, now, NS_PER_US, exact) {
+            back = back.min(owed);
+        }
+        s.tat_ns = s.tat_ns.saturating_sub(back).max(now * NS_PER_US);
     }
 
     fn idle_at(_p: &Params, s: &State) -> u64 {

@@ -8,6 +8,7 @@
 
 use super::gcra::{Gcra, NS_PER_US, State, start_ns};
 use super::{Params, Rule, div_ceil};
+use crate::Receipt;
 
 /// See [`Algorithm::LeakyBucket`](crate::Algorithm::LeakyBucket).
 #[derive(Debug)]
@@ -67,6 +68,11 @@ impl Rule for LeakyBucket {
 
     fn refund(p: &Params, s: &mut State, now: u64, amount: u64) {
         Gcra::refund(p, s, now, amount);
+    }
+
+    fn refund_charge(p: &Params, s: &mut State, now: u64, amount: u64, receipt: Receipt) {
+        // A queued request's place is its share of the TAT, as a GCRA charge.
+        Gcra::refund_charge(p, s, now, amount, receipt);
     }
 
     fn idle_at(p: &Params, s: &State) -> u64 {

@@ -4,6 +4,11 @@
 //! algorithm is a [`Rule`] over its own state type, driven by [`evaluate`] and
 //! [`refund`] with an explicit `now` in whole microseconds since the Unix epoch. The
 //! Redis store runs a Lua twin of each file (same stem) with the same arithmetic.
+//!
+//! A refund either returns the key's newest charges (an operator's refund, which
+//! knows no charge) or one charge named by its [`Receipt`](crate::Receipt): the
+//! charge's reset instant says which window, sub-window or log entry holds it, or
+//! when its debt ends, so the rule returns only what of that charge it still counts.
 
 mod divisor;
 pub(crate) mod fixed_window;
@@ -17,6 +22,7 @@ pub(crate) mod token_bucket;
 
 use std::fmt;
 
+use crate::Receipt;
 pub(crate) use divisor::Divisor;
 pub(crate) use params::Params;
 
@@ -147,6 +153,19 @@ pub(crate) struct Verdict {
     pub(crate) reset_after_us: u64,
     pub(crate) retry_after_us: Option<u64>,
     pub(crate) delay_us: u64,
+    /// For a step that charged: what it charged, for a refund of that charge.
+    pub(crate) receipt: Option<Receipt>,
+}
+
+/// What a refund takes back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Refund {
+    /// Up to this much of the key's newest charges: an operator's refund, which knows
+    /// no charge.
+    Newest(u64),
+    /// Up to `amount` of the one charge of a [`Receipt`]: only what of it the state
+    /// still counts.
+    Charge { amount: u64, receipt: Receipt },
 }
 
 /// One algorithm: a state type and its transitions.
@@ -177,6 +196,10 @@ pub(crate) trait Rule {
     fn retry_at(p: &Params, s: &Self::State, now: u64, cost: u64) -> u64;
     /// Returns up to `amount` of the newest charges; never better than idle.
     fn refund(p: &Params, s: &mut Self::State, now: u64, amount: u64);
+    /// Returns up to `amount` (at most the receipt's cost) of the one charge `receipt`
+    /// names, and only what of it the state still counts at `now`: nothing once the
+    /// charge has left the window or time has repaid it. Never better than idle.
+    fn refund_charge(p: &Params, s: &mut Self::State, now: u64, amount: u64, receipt: Receipt);
     /// The instant (µs) from which the state is indistinguishable from a fresh one, so
     /// a store may drop it.
     fn idle_at(p: &Params, s: &Self::State) -> u64;
@@ -210,6 +233,7 @@ pub(crate) struct Step {
     /// The effective instant, `max(now, floor)` as the state sees it.
     t: u64,
     allowed: bool,
+    charged: bool,
     delay_us: u64,
 }
 
@@ -227,9 +251,10 @@ pub(crate) fn apply<R: Rule>(
 ) -> Step {
     let t = R::normalize(p, s, now.max(floor));
     let allowed = cost == 0 || (cost <= p.capacity && R::admits(p, s, t, cost));
+    let charged = allowed && charge && cost > 0;
     // Like every duration, the delay is measured from the caller's `now`; a request
     // servable at the effective instant is servable right away.
-    let delay_us = if allowed && charge && cost > 0 {
+    let delay_us = if charged {
         match R::charge(p, s, t, cost) {
             at if at <= t => 0,
             at => at - now,
@@ -240,6 +265,7 @@ pub(crate) fn apply<R: Rule>(
     Step {
         t,
         allowed,
+        charged,
         delay_us,
     }
 }
@@ -254,29 +280,64 @@ pub(crate) fn report<R: Rule>(
     Step {
         t,
         allowed,
+        charged,
         delay_us,
     }: Step,
 ) -> Verdict {
     let retry_after_us =
         (!allowed && cost <= p.capacity).then(|| R::retry_at(p, s, t, cost).saturating_sub(now));
+    let reset_at = R::reset_at(p, s, t);
     Verdict {
         allowed,
         remaining: R::remaining(p, s, t).min(p.capacity),
         // Already full at the effective instant means full now: a clock that is behind
         // stands still at `t`.
-        reset_after_us: match R::reset_at(p, s, t) {
-            at if at <= t => 0,
-            at => at - now,
-        },
+        reset_after_us: if reset_at <= t { 0 } else { reset_at - now },
         retry_after_us,
         delay_us,
+        // Right after a charge the reset instant is later than `t`, so it is also
+        // `now + reset_after_us`: what the Redis store rebuilds from its reply.
+        receipt: if charged {
+            Receipt::new(now, reset_at, cost)
+        } else {
+            None
+        },
     }
 }
 
-/// Refunds `amount` to rule `R`'s state at `max(now, floor)`.
-pub(crate) fn refund<R: Rule>(p: &Params, s: &mut R::State, now: u64, floor: u64, amount: u64) {
+/// Refunds to rule `R`'s state at `max(now, floor)`.
+pub(crate) fn refund<R: Rule>(p: &Params, s: &mut R::State, now: u64, floor: u64, what: Refund) {
     let t = R::normalize(p, s, now.max(floor));
-    R::refund(p, s, t, amount);
+    match what {
+        Refund::Newest(amount) => R::refund(p, s, t, amount),
+        Refund::Charge { amount, receipt } => {
+            R::refund_charge(p, s, t, amount.min(receipt.cost()), receipt);
+        }
+    }
+}
+
+/// How much of a charge's debt (in the rule's units) is still owed at `now`, for the
+/// fluid algorithms, whose debt is repaid by time, oldest charge first.
+///
+/// `per_us` is the units repaid per µs, `exact` whether every debt is a whole number
+/// of µs (then the receipt's reset instant is its charge's exact end). A receipt knows
+/// its charge's end only rounded up to the µs, so otherwise the bound subtracts the
+/// rounding (`per_us − 1` units): a refund of a partly repaid charge errs in the
+/// limiter's favour, by less than a µs of refill. Refunded at the instant it was made,
+/// a charge is owed in full (`None`: no bound).
+pub(crate) fn still_owed(receipt: Receipt, now: u64, per_us: u64, exact: bool) -> Option<u64> {
+    if now <= receipt.at_us() {
+        return None;
+    }
+    let owed = receipt
+        .until_us()
+        .saturating_sub(now)
+        .saturating_mul(per_us);
+    Some(if exact || owed == 0 {
+        owed
+    } else {
+        owed - (per_us - 1)
+    })
 }
 
 /// `ceil(a / b)` for nanoseconds to microseconds and similar conversions.

@@ -2,6 +2,7 @@
 //! overlap with the sliding window, plus the current window's count.
 
 use super::{Params, Rule};
+use crate::Receipt;
 
 /// Counts of the current window and the one before it.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -101,6 +102,25 @@ impl Rule for SlidingWindow {
         let from_current = amount.min(s.current);
         s.current -= from_current;
         s.previous -= (amount - from_current).min(s.previous);
+    }
+
+    fn refund_charge(p: &Params, s: &mut State, _now: u64, amount: u64, receipt: Receipt) {
+        // Right after a charge in window `w`, its reset instant `r` is after the start
+        // of window `w + 1` and no later than that of `w + 2`: `w = ⌊(r − 1)/P⌋ − 1`.
+        let Some(charged_in) = p
+            .per_period
+            .div(receipt.until_us().saturating_sub(1))
+            .checked_sub(1)
+        else {
+            return;
+        };
+        // The charge is in `k` during its own window, in `p` during the next, and
+        // counts no more after that.
+        if s.window == charged_in {
+            s.current -= amount.min(s.current);
+        } else if s.window == charged_in + 1 {
+            s.previous -= amount.min(s.previous);
+        }
     }
 
     fn idle_at(p: &Params, s: &State) -> u64 {

@@ -1,6 +1,7 @@
 //! Sliding window counters: the sum of the last `N` sub-windows of length `P/N`.
 
 use super::{Params, Rule};
+use crate::Receipt;
 
 /// A ring of `N` sub-window counts ending at sub-window `index`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -100,6 +101,23 @@ impl Rule for SlidingWindowCounters {
             s.total -= taken;
             amount -= taken;
         }
+    }
+
+    fn refund_charge(p: &Params, s: &mut State, _now: u64, amount: u64, receipt: Receipt) {
+        // Right after a charge in sub-window `j`, the key is idle when `j` leaves, at
+        // boundary `j + N`: that is the reset instant.
+        let Some(charged_in) = p.per_bucket.div(receipt.until_us()).checked_sub(p.buckets) else {
+            return;
+        };
+        // Only from the charge's own sub-window, while it is in the window (after
+        // `normalize`, a sub-window that left is already zero, its slot reused).
+        if charged_in > s.index || s.index - charged_in >= p.buckets || s.counts.is_empty() {
+            return;
+        }
+        let slot = slot(p, charged_in);
+        let taken = amount.min(s.counts[slot]);
+        s.counts[slot] -= taken;
+        s.total -= taken;
     }
 
     fn idle_at(p: &Params, s: &State) -> u64 {

@@ -3,6 +3,7 @@
 use std::collections::VecDeque;
 
 use super::{Params, Rule};
+use crate::Receipt;
 
 /// Admitted `(instant µs, cost)` pairs, oldest first; one entry per distinct instant.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -94,6 +95,26 @@ impl Rule for SlidingWindowLog {
             if *cost == 0 {
                 s.entries.pop_back();
             }
+        }
+    }
+
+    fn refund_charge(p: &Params, s: &mut State, _now: u64, amount: u64, receipt: Receipt) {
+        // Right after a charge, the key is idle when its entry leaves, one period
+        // after the entry's instant: that is the reset instant.
+        let Some(at) = receipt.until_us().checked_sub(p.period_us) else {
+            return;
+        };
+        // One entry per instant, in time order; after `normalize`, an entry that left
+        // the window is gone.
+        let Ok(index) = s.entries.binary_search_by_key(&at, |&(t, _)| t) else {
+            return;
+        };
+        let cost = &mut s.entries[index].1;
+        let taken = amount.min(*cost);
+        *cost -= taken;
+        s.total -= taken;
+        if *cost == 0 {
+            s.entries.remove(index);
         }
     }
 

@@ -3,7 +3,8 @@
 //! Exact rational arithmetic: with `g = gcd(L, P)`, one token is `P/g` units and
 //! `L/g` units refill per microsecond, so no rate is ever rounded.
 
-use super::{Params, Rule, div_ceil};
+use super::{Params, Rule, div_ceil, still_owed};
+use crate::Receipt;
 
 /// The bucket's deficit (capacity minus tokens, in units) as of `last`.
 /// The default, a zero deficit, is a full bucket.
@@ -61,6 +62,16 @@ impl Rule for TokenBucket {
         s.deficit = s
             .deficit
             .saturating_sub(amount.saturating_mul(p.units_per_token));
+    }
+
+    fn refund_charge(p: &Params, s: &mut State, now: u64, amount: u64, receipt: Receipt) {
+        // The refill repays the oldest deficit first: the charge is repaid by its
+        // reset instant, the part still owed at `now` is all that comes back.
+        let mut units = amount.saturating_mul(p.units_per_token);
+        if let Some(owed) = still_owed(receipt, now, p.units_per_us, false) {
+            units = units.min(owed);
+        }
+        s.deficit -= units.min(s.deficit);
     }
 
     fn idle_at(p: &Params, s: &State) -> u64 {

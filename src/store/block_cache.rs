@@ -76,6 +76,7 @@ impl BlockCache {
                 reset_after_us: block.reset_at.saturating_sub(now),
                 retry_after_us: Some(block.until - now),
                 delay_us: 0,
+                receipt: None,
             },
         ))
     }

@@ -3,8 +3,8 @@
 use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use super::{Charge, Store, StoreFuture};
-use crate::{ConfigError, Decision, Policy, StoreError};
+use super::{Charge, Store, StoreFuture, refund_dropped};
+use crate::{ConfigError, Decision, Policy, Receipt, StoreError};
 
 /// Serves from `primary`, and from `insurance` while the primary fails.
 ///
@@ -18,6 +18,14 @@ use crate::{ConfigError, Decision, Policy, StoreError};
 /// its own (typically a [`MemoryStore`](crate::MemoryStore) per process), which is
 /// looser than a shared Redis limit by the number of processes, and stricter than
 /// failing open. Charges made on one store are not carried over to the other.
+///
+/// Refunds go where their charge went. A decision's [`Receipt`] records which store
+/// took the charge (through nested `Fallback`s too), and
+/// [`refund_charge`](Store::refund_charge) sends it there: a refund for a charge the
+/// primary took while the primary is down is dropped (an error, and the charge stays
+/// counted), never sent to the insurance store, which would gain quota it never
+/// spent; and the other way round. A [`refund`](Store::refund) without a receipt goes
+/// to the store serving now, and is dropped too when that store fails.
 ///
 /// ```
 /// use tollgate::{Fallback, Key, Limiter, MemoryStore, Policy, Quota};
@@ -128,6 +136,14 @@ impl<P: Store, I: Store> Fallback<P, I> {
     }
 }
 
+/// Records on each receipt which of a `Fallback`'s stores took the charge.
+fn routed(mut decisions: Vec<Decision>, insurance: bool) -> Vec<Decision> {
+    for decision in &mut decisions {
+        decision.receipt = decision.receipt.map(|r| r.routed(insurance));
+    }
+    decisions
+}
+
 impl<P: Store, I: Store> Store for Fallback<P, I> {
     fn acquire<'a>(&'a self, charges: &'a [Charge<'a>]) -> StoreFuture<'a, Vec<Decision>> {
         Box::pin(async move {
@@ -135,25 +151,50 @@ impl<P: Store, I: Store> Store for Fallback<P, I> {
                 match self.primary.acquire(charges).await {
                     Ok(decisions) => {
                         self.primary_answered();
-                        return Ok(decisions);
+                        return Ok(routed(decisions, false));
                     }
                     Err(error) => self.primary_failed(&error),
                 }
             }
-            self.insurance.acquire(charges).await
+            Ok(routed(self.insurance.acquire(charges).await?, true))
         })
     }
 
     fn refund<'a>(&'a self, charge: Charge<'a>) -> StoreFuture<'a, ()> {
         Box::pin(async move {
-            // The refund goes where the charge most likely went.
-            if self.serving_primary() {
-                match self.primary.refund(charge).await {
-                    Ok(()) => return Ok(()),
-                    Err(error) => self.primary_failed(&error),
-                }
+            // Without a receipt, the newest charges are those of the store serving now.
+            // A primary that fails the refund is not replaced by the insurance store:
+            // the charges it holds are not the insurance store's to give back.
+            if !self.serving_primary() {
+                return self.insurance.refund(charge).await;
             }
-            self.insurance.refund(charge).await
+            self.primary.refund(charge).await.inspect_err(|error| {
+                self.primary_failed(error);
+            })
+        })
+    }
+
+    fn refund_charge<'a>(&'a self, charge: Charge<'a>, receipt: Receipt) -> StoreFuture<'a, ()> {
+        Box::pin(async move {
+            match receipt.unrouted() {
+                Some((true, receipt)) => self.insurance.refund_charge(charge, receipt).await,
+                Some((false, receipt)) => {
+                    // A primary known to be down is not called: the refund would wait
+                    // out its deadline only to fail. Either way it is dropped.
+                    if !self.serving_primary() {
+                        return Err(refund_dropped(
+                            "the primary store took this charge and is down",
+                        ));
+                    }
+                    self.primary
+                        .refund_charge(charge, receipt)
+                        .await
+                        .inspect_err(|error| self.primary_failed(error))
+                }
+                None => Err(refund_dropped(
+                    "the receipt does not say which store of the fallback took the charge",
+                )),
+            }
         })
     }
 

@@ -10,9 +10,9 @@ use foldhash::fast::RandomState;
 use super::memory_footprint::worst_case_bytes;
 use super::memory_shard::{Hashed, Shard};
 use super::{Charge, Store, StoreFuture, decision};
-use crate::algorithm::Verdict;
+use crate::algorithm::{Refund, Verdict};
 use crate::clock::now_micros;
-use crate::{Algorithm, Clock, ConfigError, Decision, Key, Policy, SystemClock};
+use crate::{Algorithm, Clock, ConfigError, Decision, Key, Policy, Receipt, SystemClock};
 
 /// The default bound on stored keys.
 pub const DEFAULT_MAX_KEYS: usize = 1_000_000;
@@ -384,6 +384,17 @@ impl MemoryStore {
         let now = self.now();
         write(self.shard(key)).refund(charge.policy, key, now, charge.cost);
     }
+
+    /// Refunds the charge of `receipt` synchronously.
+    pub(crate) fn refund_charge_now(&self, charge: &Charge<'_>, receipt: Receipt) {
+        let key = self.hashed(charge.key);
+        let now = self.now();
+        let what = Refund::Charge {
+            amount: charge.cost,
+            receipt,
+        };
+        write(self.shard(key)).refund_as(charge.policy, key, now, what);
+    }
 }
 
 /// Whether `policy`'s states can be updated under a shard's read lock.
@@ -456,6 +467,11 @@ impl Store for MemoryStore {
 
     fn refund<'a>(&'a self, charge: Charge<'a>) -> StoreFuture<'a, ()> {
         self.refund_now(&charge);
+        Box::pin(async { Ok(()) })
+    }
+
+    fn refund_charge<'a>(&'a self, charge: Charge<'a>, receipt: Receipt) -> StoreFuture<'a, ()> {
+        self.refund_charge_now(&charge, receipt);
         Box::pin(async { Ok(()) })
     }
 }

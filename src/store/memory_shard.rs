@@ -11,7 +11,7 @@ use super::memory_footprint::{Footprint, slot_bytes};
 
 use crate::Algorithm;
 use crate::algorithm::{
-    self, Params, Rule, Verdict, fixed_window::FixedWindow, gcra, gcra::Gcra,
+    self, Params, Refund, Rule, Verdict, fixed_window::FixedWindow, gcra, gcra::Gcra,
     leaky_bucket::LeakyBucket, sliding_window::SlidingWindow,
     sliding_window_counters::SlidingWindowCounters, sliding_window_log::SlidingWindowLog,
     token_bucket::TokenBucket,
@@ -320,10 +320,10 @@ fn refund_in<R: Rule, C: Cell<State = R::State>>(
     p: &Params,
     key: Hashed<'_>,
     (now, floor): (u64, u64),
-    amount: u64,
+    what: Refund,
 ) {
     if let Some((_, cell)) = map.find_mut(key.hash, |(k, _)| k == key.key) {
-        cell.with_mut(|state| algorithm::refund::<R>(p, state, now, floor, amount));
+        cell.with_mut(|state| algorithm::refund::<R>(p, state, now, floor, what));
     }
 }
 
@@ -602,8 +602,13 @@ impl Shard {
         now
     }
 
-    /// Refunds `amount` to `key` under `policy` at `now`.
+    /// Refunds `amount` of `key`'s newest charges under `policy` at `now`.
     pub(crate) fn refund(&mut self, policy: &Policy, key: Hashed<'_>, now: u64, amount: u64) {
+        self.refund_as(policy, key, now, Refund::Newest(amount));
+    }
+
+    /// Refunds to `key` under `policy` at `now`: its newest charges or one charge.
+    pub(crate) fn refund_as(&mut self, policy: &Policy, key: Hashed<'_>, now: u64, what: Refund) {
         let floor = self.advance(now);
         let index = self.table_index(policy);
         let table = &mut self.tables[index];
@@ -612,7 +617,7 @@ impl Shard {
             &table.params,
             key,
             (now, floor),
-            amount
+            what
         ));
     }
 

@@ -20,7 +20,7 @@ pub use fallback::Fallback;
 pub use memory::MemoryStore;
 
 use crate::algorithm::Verdict;
-use crate::{ConfigError, Decision, Key, Policy, StoreError};
+use crate::{ConfigError, Decision, Key, Policy, Receipt, StoreError};
 
 /// The future a [`Store`] returns.
 pub type StoreFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, StoreError>> + Send + 'a>>;
@@ -61,8 +61,38 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
     fn acquire<'a>(&'a self, charges: &'a [Charge<'a>]) -> StoreFuture<'a, Vec<Decision>>;
 
     /// Returns up to `charge.cost` of the key's newest charges (never leaving it better
-    /// than idle).
+    /// than idle): an operator's refund, which knows no particular charge.
     fn refund<'a>(&'a self, charge: Charge<'a>) -> StoreFuture<'a, ()>;
+
+    /// Takes back up to `charge.cost` (at most the receipt's cost) of the one charge
+    /// `receipt` names, on the store that took it, and only what of it the key still
+    /// counts: nothing once the charge's window has passed or time has repaid it. Never
+    /// leaves the key better than idle. `receipt` comes from the charge's
+    /// [`Decision::receipt`]; see [`Limiter::refund_charge`](crate::Limiter::refund_charge).
+    ///
+    /// The default returns the key's newest charges, as [`refund`](Store::refund) does:
+    /// a store that wraps another should pass the receipt on to it instead, so the
+    /// refund takes back that charge and no other.
+    ///
+    /// ```
+    /// use tollgate::{Charge, Key, MemoryStore, Policy, Quota, Store};
+    /// # tokio::runtime::Builder::new_current_thread().build()?.block_on(async {
+    /// let store = MemoryStore::new();
+    /// let policy = Policy::new("api", Quota::per_minute(2))?;
+    /// let key = Key::from("alice");
+    /// let charge = Charge { policy: &policy, key: &key, cost: 1 };
+    /// let first = store.acquire(&[charge]).await?.remove(0);
+    /// store.acquire(&[charge]).await?;
+    /// store.refund_charge(charge, first.receipt().expect("charged")).await?;
+    /// assert_eq!(store.acquire(&[Charge { cost: 0, ..charge }]).await?[0].remaining, 1);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// # })?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    fn refund_charge<'a>(&'a self, charge: Charge<'a>, receipt: Receipt) -> StoreFuture<'a, ()> {
+        let _ = receipt;
+        self.refund(charge)
+    }
 
     /// Says whether this store can serve `policy` exactly; called for every policy by
     /// [`LimiterBuilder::build`](crate::LimiterBuilder::build). The default accepts
@@ -83,5 +113,14 @@ pub(crate) fn decision(policy: &Policy, verdict: Verdict) -> Decision {
         retry_after: verdict.retry_after_us.map(Duration::from_micros),
         delay: Duration::from_micros(verdict.delay_us),
         policy: policy.name(),
+        receipt: verdict.receipt,
     }
+}
+
+/// Why a refund was dropped rather than sent to a store that never took its charge.
+pub(crate) fn refund_dropped(why: &str) -> StoreError {
+    StoreError::new(
+        crate::StoreErrorKind::Unavailable,
+        format!("refund dropped: {why}"),
+    )
 }

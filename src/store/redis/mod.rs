@@ -22,7 +22,8 @@ use super::{Charge, Store, StoreFuture, decision};
 use crate::algorithm::Verdict;
 use crate::clock::now_micros;
 use crate::{
-    Algorithm, Clock, ConfigError, Decision, Key, Policy, StoreError, StoreErrorKind, SystemClock,
+    Algorithm, Clock, ConfigError, Decision, Key, Policy, Receipt, StoreError, StoreErrorKind,
+    SystemClock,
 };
 
 /// Integers in Lua scripts are doubles: exact below 2^53.
@@ -371,6 +372,19 @@ impl RedisStore {
         mode: Mode,
         charges: &[&Charge<'_>],
     ) -> Result<Vec<Verdict>, StoreError> {
+        self.run_call(deadline, now, mode, charges, &[]).await
+    }
+
+    /// Runs one script call before `deadline`: `charges` in `mode`, or, with
+    /// [`Mode::RefundCharges`], the refunds of the charges `receipts` name (one each).
+    async fn run_call(
+        &self,
+        deadline: Instant,
+        now: Option<u64>,
+        mode: Mode,
+        charges: &[&Charge<'_>],
+        receipts: &[Receipt],
+    ) -> Result<Vec<Verdict>, StoreError> {
         let (generation, mut conn) = timeout_at(deadline, self.connections.get())
             .await
             .map_err(|_| self.timeout_error())??;
@@ -380,8 +394,12 @@ impl RedisStore {
                 floor: self.server_time.floor(),
             },
         };
-        let request = Call::new(&self.prefix, at, mode, charges);
-        let single = charges.len() == 1 && mode != Mode::Refund;
+        let request = if mode == Mode::RefundCharges {
+            Call::refunds(&self.prefix, at, charges, receipts)
+        } else {
+            Call::new(&self.prefix, at, mode, charges)
+        };
+        let single = charges.len() == 1 && mode.decides();
         let call = async {
             if single
                 && self.functions.enabled()
@@ -393,14 +411,13 @@ impl RedisStore {
         };
         match timeout_at(deadline, call).await {
             Ok(Ok(reply)) => {
-                let count = if mode == Mode::Refund {
-                    0
-                } else {
-                    charges.len()
-                };
-                let (verdicts, decided_at) = script::verdicts(&reply, count)?;
+                let count = if mode.decides() { charges.len() } else { 0 };
+                let (mut verdicts, decided_at) = script::verdicts(&reply, count)?;
                 if let At::Server { floor } = at {
                     self.server_time.observe(decided_at, floor);
+                }
+                if mode == Mode::Acquire {
+                    give_receipts(&mut verdicts, charges, decided_at);
                 }
                 Ok(verdicts)
             }
@@ -427,7 +444,15 @@ impl RedisStore {
             // One server, or one hash tag: one script decides and charges everything.
             return self.run(deadline, now, Mode::Acquire, &all).await;
         }
-        self.acquire_across_slots(deadline, now, charges).await
+        let mut verdicts = self.acquire_across_slots(deadline, now, charges).await?;
+        if !verdicts.iter().all(|v| v.allowed) {
+            // The slots charged before the denial were refunded: nothing is charged,
+            // so nothing may be refunded again.
+            for verdict in &mut verdicts {
+                verdict.receipt = None;
+            }
+        }
+        Ok(verdicts)
     }
 
     /// A cluster batch whose keys live on several slots: each slot's charges are one
@@ -459,7 +484,7 @@ impl RedisStore {
                 Ok(v) => v,
                 Err(err) => {
                     if !denied {
-                        self.refund_groups(deadline, now, &groups[..charged_groups])
+                        self.refund_groups(deadline, now, &groups[..charged_groups], &verdicts)
                             .await;
                     }
                     return Err(err);
@@ -470,7 +495,7 @@ impl RedisStore {
                     charged_groups += 1;
                 } else {
                     denied = true;
-                    self.refund_groups(deadline, now, &groups[..charged_groups])
+                    self.refund_groups(deadline, now, &groups[..charged_groups], &verdicts)
                         .await;
                 }
             }
@@ -488,6 +513,10 @@ impl RedisStore {
             .collect()
     }
 
+    /// Takes back the charges of `groups`, each by the receipt of its verdict (the
+    /// groups' verdicts are in `verdicts`, at their charges' indices), so that a refund
+    /// arriving after a window edge takes back nothing of the new window.
+    ///
     /// Best effort: a refund that fails leaves those keys charged for a request that
     /// was denied, which errs on the limiter's side.
     async fn refund_groups(
@@ -495,10 +524,33 @@ impl RedisStore {
         deadline: Instant,
         now: Option<u64>,
         groups: &[(Key, Vec<&Charge<'_>>, Vec<usize>)],
+        verdicts: &[Option<Verdict>],
     ) {
-        for (_, members, _) in groups {
-            let _ = self.run(deadline, now, Mode::Refund, members).await;
+        for (_, members, indices) in groups {
+            let (charged, receipts): (Vec<&Charge<'_>>, Vec<Receipt>) = members
+                .iter()
+                .zip(indices)
+                .filter_map(|(&charge, &i)| Some((charge, verdicts.get(i).copied()??.receipt?)))
+                .unzip();
+            if !charged.is_empty() {
+                let _ = self
+                    .run_call(deadline, now, Mode::RefundCharges, &charged, &receipts)
+                    .await;
+            }
         }
+    }
+}
+
+/// Gives each charge of an admitted batch its receipt: the script charges a batch
+/// whole or not at all, and right after a charge its decision's reset instant, the
+/// instant decided at plus the reported reset, names it (see [`Receipt`]).
+fn give_receipts(verdicts: &mut [Verdict], charges: &[&Charge<'_>], decided_at: u64) {
+    if !verdicts.iter().all(|v| v.allowed) {
+        return;
+    }
+    for (verdict, charge) in verdicts.iter_mut().zip(charges) {
+        let until = decided_at.saturating_add(verdict.reset_after_us);
+        verdict.receipt = Receipt::new(decided_at, until, charge.cost);
     }
 }
 
@@ -559,6 +611,28 @@ impl Store for RedisStore {
             self.run(deadline, self.clock_now(), Mode::Refund, &[&charge])
                 .await
                 .map(drop)
+        })
+    }
+
+    fn refund_charge<'a>(&'a self, charge: Charge<'a>, receipt: Receipt) -> StoreFuture<'a, ()> {
+        Box::pin(async move {
+            if let Some(cache) = &self.cache {
+                cache.forget(&charge);
+            }
+            let charge = Charge {
+                cost: charge.cost.min(receipt.cost()),
+                ..charge
+            };
+            let deadline = Instant::now() + self.deadline;
+            self.run_call(
+                deadline,
+                self.clock_now(),
+                Mode::RefundCharges,
+                &[&charge],
+                &[receipt],
+            )
+            .await
+            .map(drop)
         })
     }
 

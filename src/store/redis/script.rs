@@ -17,7 +17,7 @@ use redis::{Cmd, Script, ScriptInvocation, ToRedisArgs};
 use super::keys;
 use crate::algorithm::Verdict;
 use crate::store::Charge;
-use crate::{Algorithm, StoreError, StoreErrorKind};
+use crate::{Algorithm, Receipt, StoreError, StoreErrorKind};
 
 /// Joins the prelude, the named algorithms' `decide` files, the driver (which returns
 /// in the common case), then the steps' prelude, the named algorithms' steps and the
@@ -84,11 +84,12 @@ fn index(algorithm: Algorithm) -> usize {
 }
 
 /// The smallest script that can run every charge of the batch.
-fn script_for(charges: &[&Charge<'_>]) -> &'static Script {
-    let first = charges.first().map(|c| index(c.policy.params().algorithm));
-    let same = charges
-        .iter()
-        .all(|c| Some(index(c.policy.params().algorithm)) == first);
+fn script_for<'c>(charges: impl IntoIterator<Item = &'c Charge<'c>>) -> &'static Script {
+    let mut indices = charges
+        .into_iter()
+        .map(|c| index(c.policy.params().algorithm));
+    let first = indices.next();
+    let same = indices.all(|i| Some(i) == first);
     &SCRIPTS[match first {
         Some(i) if same => i,
         _ => 7,
@@ -102,8 +103,10 @@ pub(super) enum Mode {
     Acquire,
     /// Decide, charge nothing.
     DryRun,
-    /// Return each charge's cost to its key.
+    /// Return each charge's cost of its key's newest charges.
     Refund,
+    /// Return each charge's cost of the one charge its receipt names.
+    RefundCharges,
 }
 
 impl Mode {
@@ -112,7 +115,13 @@ impl Mode {
             Self::Acquire => "a",
             Self::DryRun => "d",
             Self::Refund => "r",
+            Self::RefundCharges => "c",
         }
+    }
+
+    /// Whether the call decides (and answers with verdicts), rather than refunds.
+    pub(super) fn decides(self) -> bool {
+        matches!(self, Self::Acquire | Self::DryRun)
     }
 }
 
@@ -136,8 +145,8 @@ pub(super) struct Call {
     at: At,
     mode: Mode,
     /// Per charge: the algorithm's name, then cost, limit, period (µs), capacity and
-    /// the five algorithm parameters.
-    charges: Vec<(&'static str, [u64; 9])>,
+    /// the five algorithm parameters; for a refund of charges, each one's receipt.
+    charges: Vec<(&'static str, [u64; 9], Option<Receipt>)>,
 }
 
 /// Where a call's arguments go: a script invocation or a command.
@@ -160,9 +169,32 @@ impl Args for Cmd {
 impl Call {
     /// The call for `charges` at `at`.
     pub(super) fn new(prefix: &str, at: At, mode: Mode, charges: &[&Charge<'_>]) -> Self {
+        let script = script_for(charges.iter().copied());
+        Self::build(prefix, at, mode, script, charges.iter().map(|c| (*c, None)))
+    }
+
+    /// The refund, at `at`, of the charges that `receipts` name, one per charge.
+    pub(super) fn refunds(
+        prefix: &str,
+        at: At,
+        charges: &[&Charge<'_>],
+        receipts: &[Receipt],
+    ) -> Self {
+        let script = script_for(charges.iter().copied());
+        let charges = charges.iter().zip(receipts).map(|(c, r)| (*c, Some(*r)));
+        Self::build(prefix, at, Mode::RefundCharges, script, charges)
+    }
+
+    fn build<'c>(
+        prefix: &str,
+        at: At,
+        mode: Mode,
+        script: &'static Script,
+        charges: impl ExactSizeIterator<Item = (&'c Charge<'c>, Option<Receipt>)>,
+    ) -> Self {
         let mut keys = Vec::with_capacity(charges.len());
         let mut args = Vec::with_capacity(charges.len());
-        for charge in charges {
+        for (charge, receipt) in charges {
             let p = charge.policy.params();
             let state = keys::state_key(prefix, charge.policy, charge.key);
             // The driver reads keys in order: the log's sorted set follows its state.
@@ -201,10 +233,11 @@ impl Call {
                     e3,
                     e4,
                 ],
+                receipt,
             ));
         }
         Self {
-            script: script_for(charges),
+            script,
             keys,
             at,
             mode,
@@ -212,7 +245,8 @@ impl Call {
         }
     }
 
-    /// ARGV: the clock, the mode, then ten per charge (see driver.lua).
+    /// ARGV: the clock, the mode, then ten per charge, twelve with a receipt (see
+    /// driver.lua).
     fn write_args(&self, out: &mut impl Args) {
         match self.at {
             At::Client(now) => out.push(now),
@@ -228,10 +262,14 @@ impl Call {
             At::Server { floor: None } => out.push(""),
         }
         out.push(self.mode.arg());
-        for (name, numbers) in &self.charges {
+        for (name, numbers, receipt) in &self.charges {
             out.push(*name);
             for &n in numbers {
                 out.push(n);
+            }
+            if let Some(receipt) = receipt {
+                out.push(receipt.at_us());
+                out.push(receipt.until_us());
             }
         }
     }
@@ -287,6 +325,8 @@ pub(super) fn verdicts(reply: &[i64], count: usize) -> Result<(Vec<Verdict>, u64
                     Some(non_negative(v[3])?)
                 },
                 delay_us: non_negative(v[4])?,
+                // Only the caller knows whether the batch charged (see `RedisStore::run`).
+                receipt: None,
             })
         })
         .collect::<Result<_, _>>()?;

@@ -5,14 +5,17 @@
 --          client has seen carried forward (src/store/redis/server_time.rs), unless
 --          the server is behind it by more than MAX_LEAD_US
 -- ARGV[2]  'a' acquire (all-or-nothing), 'd' dry run (decide, charge nothing),
---          'r' refund every charge's cost
+--          'r' refund each charge's cost of its key's newest charges,
+--          'c' refund each charge's cost of the one charge its receipt names
 -- then 10 per charge: algorithm, cost, limit, period (µs), capacity, and five
--- algorithm parameters (see src/store/redis/script.rs). KEYS: each charge's keys in
--- order (two for sliding_window_log, one otherwise).
+-- algorithm parameters (see src/store/redis/script.rs); with 'c', 12: those and the
+-- receipt, the instant the charge was decided at and its reset instant (µs). KEYS:
+-- each charge's keys in order (two for sliding_window_log, one otherwise).
 --
--- Returns 5 integers per charge: allowed (1/0), remaining, reset_after (µs),
--- retry_after (µs, -1 for none), delay (µs), durations, never timestamps; then the
--- instant the script decided at (µs), from which the client carries its floor.
+-- Returns 5 integers per charge ('r' and 'c': none): allowed (1/0), remaining,
+-- reset_after (µs), retry_after (µs, -1 for none), delay (µs), durations, never
+-- timestamps; then the instant the script decided at (µs), from which the client
+-- carries its floor and a charge's receipt its instants.
 --
 -- Every algorithm has a `decide(keys, now, ARGV, i, charge)` that makes one whole
 -- decision from its arguments at ARGV[i..] (a flat function over locals is several
@@ -27,7 +30,7 @@ local mode = ARGV[2]
 
 -- The common case, one charge decided (not refunded): straight to the algorithm's
 -- `decide`, without defining the steps or building general.lua's tables.
-if #ARGV == 12 and mode ~= 'r' then
+if #ARGV == 12 and (mode == 'a' or mode == 'd') then
   local decide = D[ARGV[3]]
   if decide then
     local v = decide(KEYS, now, ARGV, 3, mode == 'a')

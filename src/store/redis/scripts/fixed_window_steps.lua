@@ -27,6 +27,12 @@ A.fixed_window = {
   refund = function(_, s, _, amount)
     s.k = s.k - math.min(amount, s.k)
   end,
+  -- Only in the charge's own window: it counts until that window's end.
+  refund_charge = function(p, s, _, amount, r)
+    if (s.w + 1) * p.period == r.till then
+      s.k = s.k - math.min(amount, s.k)
+    end
+  end,
   idle_at = function(p, s)
     if s.k == 0 then
       return 0

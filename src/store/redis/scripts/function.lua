@@ -8,7 +8,7 @@
 
 local function call(keys, args)
   local decide = D[args[3]]
-  if #args ~= 12 or args[2] == 'r' or not decide then
+  if #args ~= 12 or (args[2] ~= 'a' and args[2] ~= 'd') or not decide then
     return redis.error_reply('tollgate: the function takes one charge, decided')
   end
   local now = decision_clock(args[1])

@@ -35,6 +35,31 @@ A.gcra = {
     end
     s.a, s.b = a, b
   end,
+  -- Time repays the debt up to the TAT oldest first: only the part of the charge
+  -- still owed comes back (algorithm::still_owed: with a whole-µs T every TAT is a
+  -- whole µs and the receipt's reset instant exact; otherwise less its rounding,
+  -- 999 ns). In ns, as pairs.
+  refund_charge = function(p, s, t, amount, r)
+    local r_us, r_ns = ns_mul(amount, p.t_us, p.t_ns)
+    local d = owed_for(r, t)
+    if d then
+      local o_us, o_ns = d, 0
+      if p.t_ns > 0 and d > 0 then
+        o_us, o_ns = ns_sub(d, 0, 0, 999)
+      end
+      if ns_le(o_us, o_ns, r_us, r_ns) then
+        r_us, r_ns = o_us, o_ns
+      end
+    end
+    local a, b = 0, 0
+    if ns_le(r_us, r_ns, s.a, s.b) then
+      a, b = ns_sub(s.a, s.b, r_us, r_ns)
+    end
+    if ns_le(a, b, t, 0) then
+      a, b = t, 0
+    end
+    s.a, s.b = a, b
+  end,
   idle_at = function(_, s)
     return ns_ceil_us(s.a, s.b)
   end,

@@ -4,9 +4,14 @@
 
 local charges = {}
 local next_key = 1
+-- A refund of charges by their receipts carries two more arguments per charge.
+local stride = 10
+if mode == 'c' then
+  stride = 12
+end
 -- One charge (a refund, here) owns every key: no per-charge copy of KEYS.
-local single = #ARGV == 12
-for i = 3, #ARGV, 10 do
+local single = #ARGV == 2 + stride
+for i = 3, #ARGV, stride do
   local alg = A[ARGV[i]]
   local keys = KEYS
   if not single then
@@ -35,6 +40,10 @@ for i = 3, #ARGV, 10 do
       t_us = x1, t_ns = x2, b_us = x3, b_ns = x4,
     },
   }
+  if mode == 'c' then
+    -- The receipt: when the charge was decided and its reset instant.
+    charges[#charges].receipt = { at = tonumber(ARGV[i + 10]), till = tonumber(ARGV[i + 11]) }
+  end
 end
 
 local function persist(c, s)
@@ -88,7 +97,9 @@ local function evaluate(c, charge)
   return verdict(allowed, remaining, reset, retry, delay)
 end
 
-local function refund(c, amount)
+-- Refunds `amount` of the key's newest charges, or, with a `receipt`, of the one
+-- charge it names (the twin of algorithm::refund).
+local function refund(c, amount, receipt)
   local s = c.alg.load(c.keys)
   if not s then
     return
@@ -96,7 +107,11 @@ local function refund(c, amount)
   local floor = s.s
   local t = c.alg.normalize(c.p, s, math.max(now, floor))
   s.s = math.max(now, floor)
-  c.alg.refund(c.p, s, t, amount)
+  if receipt then
+    c.alg.refund_charge(c.p, s, t, amount, receipt)
+  else
+    c.alg.refund(c.p, s, t, amount)
+  end
   persist(c, s)
 end
 
@@ -109,9 +124,9 @@ local function emit(verdicts)
   end
 end
 
-if mode == 'r' then
+if mode == 'r' or mode == 'c' then
   for _, c in ipairs(charges) do
-    refund(c, c.cost)
+    refund(c, c.cost, c.receipt)
   end
 elseif #charges == 1 then
   emit({ evaluate(charges[1], mode == 'a') })

@@ -2,8 +2,19 @@
 -- driver (general.lua); the common case never reaches here (see prelude.lua).
 
 -- Each algorithm's steps, by name: `nkeys`, `load`, `fresh`, `decide`, `normalize`,
--- `refund`, `idle_at`, `save`, `touch` (see general.lua).
+-- `refund`, `refund_charge`, `idle_at`, `save`, `touch` (see general.lua).
 local A = {}
+
+-- For algorithm::still_owed: how many µs of a charge's debt are still to run at `t`,
+-- from its receipt `r` (`at`, the instant it was decided at; `till`, its reset
+-- instant, the debt's end rounded up to the µs). Nil: owed in full (refunded at the
+-- instant it was made). Each algorithm turns it into its units, exactly.
+local function owed_for(r, t)
+  if t <= r.at then
+    return nil
+  end
+  return math.max(r.till - t, 0)
+end
 
 -- Records a later instant in a state string (see prelude.lua) without rewriting the
 -- other fields: `tail` is the text after `s`.

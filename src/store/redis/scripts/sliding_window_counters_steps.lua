@@ -33,6 +33,19 @@ A.sliding_window_counters = {
       amount = amount - taken
     end
   end,
+  -- The charge's sub-window j leaves at boundary j + N, its reset instant; only
+  -- that sub-window gives back, while it is in the window.
+  refund_charge = function(p, s, _, amount, r)
+    local j = idiv(r.till, p.bucket) - p.buckets
+    if j < 0 or j > s.i or s.i - j >= p.buckets then
+      return
+    end
+    local slot = math.fmod(j, p.buckets)
+    local count = s.c[slot] or 0
+    local taken = math.min(amount, count)
+    s.c[slot] = count - taken
+    s.t = s.t - taken
+  end,
   idle_at = function(p, s)
     if s.t == 0 then
       return 0

@@ -94,6 +94,36 @@ A.sliding_window_log = {
     end
     s.newest = newest
   end,
+  -- The charge's entry leaves one period after its instant, its reset instant; only
+  -- that entry gives back, while it is in the log.
+  refund_charge = function(p, s, _, amount, r)
+    local at = r.till - p.period
+    if at <= s.floor_at then
+      return
+    end
+    local found = redis.call('ZRANGEBYSCORE', s.keys[2], num(at), num(at))
+    if #found == 0 then
+      return
+    end
+    local entry = swl_parse(found[1])
+    local taken = math.min(amount, entry.cost)
+    local left = { at = entry.at, cost = entry.cost - taken }
+    s.t = s.t - taken
+    swl_change(s, entry, left)
+    -- The newest entry sets the key's TTL: when it goes, the one before it is newest.
+    if s.newest and s.newest.at == at then
+      if left.cost > 0 then
+        s.newest = left
+      else
+        local before = redis.call('ZREVRANGEBYSCORE', s.keys[2], '(' .. num(at),
+          '(' .. num(s.floor_at), 'LIMIT', 0, 1)
+        s.newest = nil
+        if #before > 0 then
+          s.newest = swl_parse(before[1])
+        end
+      end
+    end
+  end,
   idle_at = function(p, s)
     if s.newest then
       return s.newest.at + p.period

@@ -34,6 +34,19 @@ A.sliding_window = {
     s.k = s.k - from_current
     s.p = s.p - math.min(amount - from_current, s.p)
   end,
+  -- The charge's window w has its reset instant in ((w + 1) * P, (w + 2) * P]; the
+  -- charge is in k during w, in p during w + 1, and counts no more after that.
+  refund_charge = function(p, s, _, amount, r)
+    local w = idiv(math.max(r.till - 1, 0), p.period) - 1
+    if w < 0 then
+      return
+    end
+    if s.w == w then
+      s.k = s.k - math.min(amount, s.k)
+    elseif s.w == w + 1 then
+      s.p = s.p - math.min(amount, s.p)
+    end
+  end,
   idle_at = function(p, s)
     if s.k > 0 then
       return (s.w + 2) * p.period

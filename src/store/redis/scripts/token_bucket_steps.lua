@@ -41,6 +41,26 @@ A.token_bucket = {
       s.d = s.d - amount * p.upt
     end
   end,
+  -- The refill repays the oldest deficit first: only the part of the charge still
+  -- owed comes back, d * ups units less the reset instant's rounding (ups - 1), i.e.
+  -- (d - 1) * ups + 1 (algorithm::still_owed); formed only when below `units`, so
+  -- the product stays exact.
+  refund_charge = function(p, s, t, amount, r)
+    local units = amount * p.upt
+    local d = owed_for(r, t)
+    if d and units > 0 then
+      if d == 0 then
+        units = 0
+      elseif d - 1 < ceil_div(units - 1, p.ups) then
+        units = (d - 1) * p.ups + 1
+      end
+    end
+    if units >= s.d then
+      s.d = 0
+    else
+      s.d = s.d - units
+    end
+  end,
   idle_at = function(p, s)
     return s.l + tb_refill_time(p, s.d)
   end,
