@@ -58,8 +58,15 @@ const LUA_EXACT: u128 = 1 << 53;
 ///   [`StoreErrorKind`], never as panics. Pair it with
 ///   [`Fallback`](crate::Fallback) to keep limiting from memory while Redis is away.
 /// - **Blocked-key cache:** once Redis denies a key until T, this process denies the
-///   same key (at the same or a higher cost) until T without a round trip. On by
-///   default, bounded ([`block_cache`](RedisStore::block_cache)).
+///   same key (at the same or a higher cost) until T without a round trip, but for at
+///   most [`block_cache_max_age`](RedisStore::block_cache_max_age) (1 s by default),
+///   so that a reset, a refund by another process or a corrected server clock reaches
+///   this process within it. A batch with any blocked charge is denied locally
+///   (all-or-nothing, it could not pass): its other charges were not evaluated, so
+///   each reports `allowed: true` (it did not deny the request; nothing was charged
+///   to it), `remaining: 0` and `reset_after: 0` (nothing is known of its key, so it
+///   promises no capacity), no `retry_after`. On by default, bounded
+///   ([`block_cache`](RedisStore::block_cache)).
 ///
 /// Clones share the connection, the cache and the time floor.
 ///
@@ -84,6 +91,9 @@ pub struct RedisStore {
     prefix: Arc<str>,
     deadline: Duration,
     cache: Option<Arc<BlockCache>>,
+    /// How long a cached denial may answer (kept while the cache is off, for when it
+    /// is turned on again).
+    cache_max_age: Duration,
     /// Whether and how single charges go to the function library (see
     /// `function.rs`). Shared by clones.
     functions: Arc<Functions>,
@@ -94,6 +104,8 @@ impl RedisStore {
     pub const DEFAULT_DEADLINE: Duration = Duration::from_millis(50);
     /// The default bound on the blocked-key cache: 10 000 keys.
     pub const DEFAULT_BLOCK_CACHE_KEYS: usize = 10_000;
+    /// The default bound on how long a cached denial answers: 1 s.
+    pub const DEFAULT_BLOCK_CACHE_MAX_AGE: Duration = Duration::from_secs(1);
     /// The default key prefix: `tollgate`.
     pub const DEFAULT_PREFIX: &'static str = "tollgate";
 
@@ -104,7 +116,11 @@ impl RedisStore {
             server_time: Arc::default(),
             prefix: Arc::from(Self::DEFAULT_PREFIX),
             deadline: Self::DEFAULT_DEADLINE,
-            cache: Some(Arc::new(BlockCache::new(Self::DEFAULT_BLOCK_CACHE_KEYS))),
+            cache: Some(Arc::new(BlockCache::new(
+                Self::DEFAULT_BLOCK_CACHE_KEYS,
+                duration_us(Self::DEFAULT_BLOCK_CACHE_MAX_AGE),
+            ))),
+            cache_max_age: Self::DEFAULT_BLOCK_CACHE_MAX_AGE,
             functions: Arc::new(Functions::new(true)),
         }
     }
@@ -218,7 +234,7 @@ impl RedisStore {
         self.cache = self
             .cache
             .as_ref()
-            .map(|cache| Arc::new(BlockCache::new(cache.max_keys())));
+            .map(|cache| Arc::new(BlockCache::new(cache.max_keys(), cache.max_age_us())));
         self
     }
 
@@ -263,8 +279,60 @@ impl RedisStore {
     /// ```
     #[must_use]
     pub fn block_cache(mut self, max_keys: usize) -> Self {
-        self.cache = (max_keys > 0).then(|| Arc::new(BlockCache::new(max_keys)));
+        let max_age_us = duration_us(self.cache_max_age);
+        self.cache = (max_keys > 0).then(|| Arc::new(BlockCache::new(max_keys, max_age_us)));
         self
+    }
+
+    /// Bounds how long a cached denial answers for its key (default
+    /// [`DEFAULT_BLOCK_CACHE_MAX_AGE`](RedisStore::DEFAULT_BLOCK_CACHE_MAX_AGE), 1 s),
+    /// whatever the denial's own retry time: Redis's state can change under a cached
+    /// denial (another process resets or refunds the key, an operator deletes it, the
+    /// server's clock is corrected after a jump), and this process sees the change
+    /// within `max_age`. Longer keeps more of a blocked caller's traffic off Redis
+    /// (one round trip per key per `max_age`); shorter sees changes sooner. The age is
+    /// measured on the store's clock (the injected one, if any), from when the denied
+    /// request was sent, and rounded up to whole microseconds. Zero is a
+    /// [`ConfigError`]: [`block_cache(0)`](RedisStore::block_cache) turns the cache off.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let store = tollgate::RedisStore::from_url("redis://127.0.0.1:6379")?
+    ///     .block_cache_max_age(Duration::from_millis(250))?;
+    /// assert_eq!(store.block_cache_max_age_duration(), Duration::from_millis(250));
+    /// let err = tollgate::RedisStore::from_url("redis://127.0.0.1:6379")?
+    ///     .block_cache_max_age(Duration::ZERO)
+    ///     .expect_err("zero");
+    /// assert!(err.to_string().contains("0ns"));
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    pub fn block_cache_max_age(mut self, max_age: Duration) -> Result<Self, ConfigError> {
+        if max_age.is_zero() {
+            return Err(ConfigError::new(format!(
+                "invalid block cache max age {max_age:?}: a cached denial needs some time \
+                 to answer; use block_cache(0) to turn the cache off"
+            )));
+        }
+        self.cache_max_age = max_age;
+        self.cache = self
+            .cache
+            .as_ref()
+            .map(|cache| Arc::new(BlockCache::new(cache.max_keys(), duration_us(max_age))));
+        Ok(self)
+    }
+
+    /// How long a cached denial answers at most.
+    ///
+    /// ```
+    /// let store = tollgate::RedisStore::from_url("redis://127.0.0.1:6379")?;
+    /// assert_eq!(
+    ///     store.block_cache_max_age_duration(),
+    ///     tollgate::RedisStore::DEFAULT_BLOCK_CACHE_MAX_AGE
+    /// );
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    pub fn block_cache_max_age_duration(&self) -> Duration {
+        self.cache_max_age
     }
 
     /// The bound on the blocked-key cache (0: off).
@@ -510,9 +578,16 @@ impl fmt::Debug for RedisStore {
             .field("deadline", &self.deadline)
             .field("clock", &self.clock)
             .field("block_cache", &self.block_cache_capacity())
+            .field("block_cache_max_age", &self.cache_max_age)
             .field("functions", &self.uses_functions())
             .finish_non_exhaustive()
     }
+}
+
+/// `d` in whole microseconds, rounded up (a positive age never becomes 0).
+fn duration_us(d: Duration) -> u64 {
+    let us = d.as_micros() + u128::from(d.subsec_nanos() % 1_000 > 0);
+    u64::try_from(us).unwrap_or(u64::MAX)
 }
 
 impl Store for RedisStore {
@@ -523,11 +598,9 @@ impl Store for RedisStore {
             }
             let sent = self.local_now();
             if let Some(cache) = &self.cache {
-                // Answered locally only when every charge is blocked: the others'
-                // own answers need the store.
-                let local: Option<Vec<Decision>> =
-                    charges.iter().map(|c| cache.check(c, sent)).collect();
-                if let Some(decisions) = local {
+                // One blocked charge denies the whole all-or-nothing batch: no round
+                // trip (see `BlockCache::check` for what the others report).
+                if let Some(decisions) = cache.check(charges, sent) {
                     return Ok(decisions);
                 }
             }
