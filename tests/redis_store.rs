@@ -352,3 +352,64 @@ async fn a_store_with_another_prefix_does_not_share_cached_denials() -> TestResu
     );
     Ok(())
 }
+
+#[tokio::test]
+async fn log_denials_at_every_cost_answer_like_the_memory_store() -> TestResult {
+    // A denial reads only the entries its retry time needs, from the oldest or from
+    // the newest end, whichever is shorter: every cost from 1 to L, on logs of
+    // entries of mixed costs, must still find the same entry as the Rust rule.
+    let server = shared_server();
+    let clock = ManualClock::new(BASE);
+    let policy = || {
+        Policy::new(
+            "log",
+            Quota::new(64, Duration::from_secs(10)).expect("a quota"),
+        )
+        .map(|p| p.algorithm(Algorithm::SlidingWindowLog))
+    };
+    let memory = Limiter::builder()
+        .policy(policy()?)
+        .store(MemoryStore::with_clock(clock.clone()))
+        .build()?;
+    let functions = Limiter::builder()
+        .policy(policy()?)
+        .store(store_on(server, &clock))
+        .build()?;
+    let scripts = Limiter::builder()
+        .policy(policy()?)
+        .store(store_on(server, &clock).functions(false))
+        .build()?;
+    let mut rng = Rng(0x5eed);
+    for round in 0..6 {
+        let key = Key::from(round);
+        // Fill to the limit with entries costing 1 to 3, then let some leave.
+        let mut step = 0;
+        loop {
+            step += 1;
+            clock.set(BASE + Duration::from_millis(step * 37));
+            let cost = rng.below(3) as u32 + 1;
+            let want = memory.check("log", &key, cost).await?;
+            assert_eq!(functions.check("log", &key, cost).await?, want);
+            assert_eq!(scripts.check("log", &key, cost).await?, want);
+            if !want.allowed {
+                break;
+            }
+        }
+        clock.set(BASE + Duration::from_millis(step * 37 + round * 2_000));
+        for cost in 0..=65 {
+            let want = memory.check("log", &key, cost).await?;
+            let at = format!("round {round}, cost {cost}");
+            assert_eq!(
+                functions.check("log", &key, cost).await?,
+                want,
+                "function: {at}"
+            );
+            assert_eq!(
+                scripts.check("log", &key, cost).await?,
+                want,
+                "script: {at}"
+            );
+        }
+    }
+    Ok(())
+}
