@@ -136,7 +136,9 @@ async fn spend_and_cache(a: &Limiter, store: &RedisStore, key: &Key) -> TestResu
 
 /// A's cached denial still answers, locally, just before its max age.
 async fn still_cached(target: &Target, a: &Limiter, clock: &ManualClock, key: &Key) -> TestResult {
-    clock.set(BASE + RedisStore::DEFAULT_BLOCK_CACHE_MAX_AGE - Duration::from_micros(1));
+    clock.set(
+        BASE + RedisStore::DEFAULT_BLOCK_CACHE_MAX_AGE.saturating_sub(Duration::from_micros(1)),
+    );
     let calls = target.script_calls();
     assert!(!a.check("daily", key, 1).await?.allowed);
     assert_eq!(
@@ -231,7 +233,7 @@ async fn a_far_future_denial_is_capped(target: Target) -> TestResult {
     assert_eq!(denied.retry_after, Some(decade));
     assert_eq!(store.blocked_keys(), 1);
 
-    clock.set(BASE + max_age - Duration::from_micros(1));
+    clock.set(BASE + max_age.saturating_sub(Duration::from_micros(1)));
     let calls = target.script_calls();
     let local = limiter.check("decade", &key, 1).await?;
     assert!(!local.allowed);
@@ -240,7 +242,7 @@ async fn a_far_future_denial_is_capped(target: Target) -> TestResult {
     clock.set(BASE + max_age);
     let asked = limiter.check("decade", &key, 1).await?;
     assert!(!asked.allowed);
-    assert_eq!(asked.retry_after, Some(decade - max_age));
+    assert_eq!(asked.retry_after, decade.checked_sub(max_age));
     assert_eq!(target.script_calls(), calls + 1, "asked Redis again");
     Ok(())
 }

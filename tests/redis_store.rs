@@ -330,7 +330,11 @@ async fn blocked_keys_are_denied_locally_until_their_retry() -> TestResult {
 #[tokio::test]
 async fn a_store_with_another_prefix_does_not_share_cached_denials() -> TestResult {
     let server = RedisServer::start();
-    let first = RedisStore::from_url(&server.url())?.prefix("first");
+    // A patient deadline: the first call connects and loads the library, which can
+    // take longer than the default 50 ms on a loaded machine.
+    let first = RedisStore::from_url(&server.url())?
+        .deadline(Duration::from_secs(5))?
+        .prefix("first");
     let second = first.clone().prefix("second");
     let build = |store: RedisStore| {
         Limiter::builder()
@@ -380,13 +384,15 @@ async fn log_denials_at_every_cost_answer_like_the_memory_store() -> TestResult 
         .store(store_on(server, &clock).functions(false))
         .build()?;
     let mut rng = Rng(0x5eed);
+    // One clock for every round, never going back: the memory store's floor is per
+    // shard, Redis's per key, so a clock stepping back could differ for a fresh key.
+    let mut now = Duration::ZERO;
     for round in 0..6 {
         let key = Key::from(round);
         // Fill to the limit with entries costing 1 to 3, then let some leave.
-        let mut step = 0;
         loop {
-            step += 1;
-            clock.set(BASE + Duration::from_millis(step * 37));
+            now += Duration::from_millis(37);
+            clock.set(BASE + now);
             let cost = rng.below(3) as u32 + 1;
             let want = memory.check("log", &key, cost).await?;
             assert_eq!(functions.check("log", &key, cost).await?, want);
@@ -395,7 +401,8 @@ async fn log_denials_at_every_cost_answer_like_the_memory_store() -> TestResult 
                 break;
             }
         }
-        clock.set(BASE + Duration::from_millis(step * 37 + round * 2_000));
+        now += Duration::from_millis(round * 2_000);
+        clock.set(BASE + now);
         for cost in 0..=65 {
             let want = memory.check("log", &key, cost).await?;
             let at = format!("round {round}, cost {cost}");

@@ -3,20 +3,64 @@
 //! A multiplexed connection pipelines every concurrent call over one socket, so the
 //! store keeps one and clones it per call instead of checking a connection out of the
 //! pool each time (deadpool pings a connection on every checkout: a second round
-//! trip). When the connection breaks, the next call takes a fresh one from the pool.
+//! trip).
+//!
+//! Replacing it is the delicate part: under an overloaded or stalled Redis every call
+//! times out at once, and a store that dropped the connection on every timeout and let
+//! every caller reconnect would open a connection per timed-out call against the
+//! server least able to take them (a reconnect storm). So:
+//!
+//! - **One connect at a time.** A call that finds no connection starts a connect in a
+//!   task of its own, or waits for the one under way; it gives up at its own deadline
+//!   without cancelling the connect, which goes on (for at most [`CONNECT_TIMEOUT`])
+//!   for the calls after it. A connect that fails fails the calls waiting for it at
+//!   once; the next call tries again.
+//! - **Only a dead or silent connection is dropped.** An error that breaks the socket
+//!   drops it at once. A timeout drops it only when the connection has answered no
+//!   call since the timed-out one was sent (silent for a whole deadline: a network
+//!   partition never closes the socket, a stopped server never answers) and it is at
+//!   least [`MIN_AGE`] old; a call that is merely slow while others get answers keeps
+//!   it. So a stalled server costs at most one new connection per [`MIN_AGE`], however
+//!   many calls time out. A cluster connection is never dropped for a timeout:
+//!   redis-rs reconnects a cluster's nodes by itself, and one silent node must not
+//!   take the others' connections down with it.
 
-use std::sync::{Mutex, PoisonError};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
 
 use deadpool_redis::redis::aio::MultiplexedConnection;
 use deadpool_redis::redis::cluster_async::ClusterConnection;
 use deadpool_redis::redis::{Cmd, ErrorKind, FromRedisValue, RedisError, ScriptInvocation};
+use tokio::sync::Notify;
+use tokio::time::Instant;
 
 use crate::{StoreError, StoreErrorKind};
+
+/// How long one connect may take before the next call starts another.
+pub(super) const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+/// How long a connection is kept, at least, before silence can drop it.
+pub(super) const MIN_AGE: Duration = Duration::from_secs(1);
 
 /// Where connections come from.
 pub(super) enum Source {
     Standalone(deadpool_redis::Pool),
     Cluster(deadpool_redis::cluster::Pool),
+}
+
+impl Source {
+    async fn connect(&self) -> Result<Conn, StoreError> {
+        Ok(match self {
+            Self::Standalone(pool) => {
+                let object = pool.get().await.map_err(pool_error)?;
+                Conn::Standalone(deadpool_redis::Connection::take(object))
+            }
+            Self::Cluster(pool) => {
+                let object = pool.get().await.map_err(cluster_pool_error)?;
+                Conn::Cluster(deadpool_redis::cluster::Connection::take(object))
+            }
+        })
+    }
 }
 
 /// A connection to a standalone server or to a cluster; clones share the socket(s).
@@ -47,18 +91,68 @@ impl Conn {
     }
 }
 
+/// What is known of one connection's liveness; shared by the calls using it.
+#[derive(Debug)]
+struct Health {
+    /// Answers received on it so far.
+    replies: AtomicU64,
+    made: Instant,
+}
+
+/// A call's use of the shared connection.
+pub(super) struct Lease {
+    pub(super) conn: Conn,
+    generation: u64,
+    health: Arc<Health>,
+    /// `health.replies` when the call was sent.
+    replies_before: u64,
+}
+
+impl Lease {
+    /// The server answered this call (a reply, even an error reply): the connection
+    /// is alive.
+    pub(super) fn answered(&self) {
+        self.health.replies.fetch_add(1, Relaxed);
+    }
+
+    /// Whether the connection answered nothing since this call was sent.
+    fn silent(&self) -> bool {
+        self.health.replies.load(Relaxed) == self.replies_before
+    }
+}
+
+/// The shared connection and the connect under way.
+struct Current {
+    /// Counts connections made, so a call that saw one fail drops only that one, not
+    /// a newer one another call already made.
+    generation: u64,
+    conn: Option<(Conn, Arc<Health>)>,
+    /// Connect attempts started; the latest is under way while `connecting`.
+    attempts: u64,
+    connecting: bool,
+    /// The latest attempt's failure, for the calls that waited for it.
+    failed: Option<(u64, Arc<StoreError>)>,
+}
+
 pub(super) struct Connections {
     source: Source,
-    /// The shared connection and its generation, so a call that saw it fail drops
-    /// only that one, not a newer one another call already made.
-    current: Mutex<(u64, Option<Conn>)>,
+    current: Mutex<Current>,
+    /// Wakes the calls waiting for a connect when it ends.
+    connect_ended: Notify,
 }
 
 impl Connections {
     pub(super) fn new(source: Source) -> Self {
         Self {
             source,
-            current: Mutex::new((0, None)),
+            current: Mutex::new(Current {
+                generation: 0,
+                conn: None,
+                attempts: 0,
+                connecting: false,
+                failed: None,
+            }),
+            connect_ended: Notify::new(),
         }
     }
 
@@ -66,40 +160,93 @@ impl Connections {
         matches!(self.source, Source::Cluster(_))
     }
 
-    /// The shared connection, connecting first if there is none.
-    pub(super) async fn get(&self) -> Result<(u64, Conn), StoreError> {
-        if let (generation, Some(conn)) = &*self.lock() {
-            return Ok((*generation, conn.clone()));
+    /// The shared connection; without one, waits for a connect (starting one if none
+    /// is under way). The caller bounds the wait by its deadline.
+    pub(super) async fn get(self: &Arc<Self>) -> Result<Lease, StoreError> {
+        let mut waited_for = None;
+        loop {
+            // Registered before the state is read, so the end of a connect between the
+            // two is not missed.
+            let ended = self.connect_ended.notified();
+            tokio::pin!(ended);
+            ended.as_mut().enable();
+            {
+                let mut current = self.lock();
+                if let Some((conn, health)) = &current.conn {
+                    return Ok(Lease {
+                        conn: conn.clone(),
+                        generation: current.generation,
+                        replies_before: health.replies.load(Relaxed),
+                        health: health.clone(),
+                    });
+                }
+                if let (Some(attempt), Some((failed, error))) = (waited_for, &current.failed)
+                    && attempt == *failed
+                {
+                    return Err(StoreError::new(
+                        error.kind(),
+                        "no redis connection: the connect this call waited for failed",
+                    )
+                    .with_source(error.clone()));
+                }
+                if !current.connecting {
+                    current.connecting = true;
+                    current.attempts += 1;
+                    tokio::spawn(self.clone().connect(current.attempts));
+                }
+                waited_for = Some(current.attempts);
+            }
+            ended.await;
         }
-        let conn = match &self.source {
-            Source::Standalone(pool) => {
-                let object = pool.get().await.map_err(pool_error)?;
-                Conn::Standalone(deadpool_redis::Connection::take(object))
-            }
-            Source::Cluster(pool) => {
-                let object = pool.get().await.map_err(cluster_pool_error)?;
-                Conn::Cluster(deadpool_redis::cluster::Connection::take(object))
-            }
+    }
+
+    /// One connect attempt, run in a task of its own so that the callers' deadlines
+    /// do not cancel it.
+    async fn connect(self: Arc<Self>, attempt: u64) {
+        let result = match tokio::time::timeout(CONNECT_TIMEOUT, self.source.connect()).await {
+            Ok(result) => result,
+            Err(_) => Err(StoreError::new(
+                StoreErrorKind::Timeout,
+                format!("no redis connection within {CONNECT_TIMEOUT:?}"),
+            )),
         };
-        let mut current = self.lock();
-        if let (generation, Some(existing)) = &*current {
-            // Another call connected meanwhile: share its connection, drop ours.
-            return Ok((*generation, existing.clone()));
+        {
+            let mut current = self.lock();
+            current.connecting = false;
+            match result {
+                Ok(conn) => {
+                    current.generation += 1;
+                    let health = Arc::new(Health {
+                        replies: AtomicU64::new(0),
+                        made: Instant::now(),
+                    });
+                    current.conn = Some((conn, health));
+                    current.failed = None;
+                }
+                Err(error) => current.failed = Some((attempt, Arc::new(error))),
+            }
         }
-        current.0 += 1;
-        current.1 = Some(conn.clone());
-        Ok((current.0, conn))
+        self.connect_ended.notify_waiters();
     }
 
-    /// Forgets connection `generation` after it failed; the next call reconnects.
-    pub(super) fn discard(&self, generation: u64) {
+    /// Drops the lease's connection after an error that broke it; the next call
+    /// reconnects.
+    pub(super) fn discard(&self, lease: &Lease) {
         let mut current = self.lock();
-        if current.0 == generation {
-            current.1 = None;
+        if current.generation == lease.generation {
+            current.conn = None;
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, (u64, Option<Conn>)> {
+    /// After the lease's call timed out: drops the connection only if it is silent
+    /// (see the module's doc).
+    pub(super) fn timed_out(&self, lease: &Lease) {
+        if !self.is_cluster() && lease.silent() && lease.health.made.elapsed() >= MIN_AGE {
+            self.discard(lease);
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Current> {
         self.current.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }

@@ -21,6 +21,7 @@ use super::block_cache::BlockCache;
 use super::{Charge, Store, StoreFuture, decision};
 use crate::algorithm::Verdict;
 use crate::clock::now_micros;
+use crate::observe;
 use crate::{
     Algorithm, Clock, ConfigError, Decision, Key, Policy, StoreError, StoreErrorKind, SystemClock,
 };
@@ -57,6 +58,12 @@ const LUA_EXACT: u128 = 1 << 53;
 ///   `CLUSTERDOWN` and `READONLY` come back as [`StoreError`]s of the matching
 ///   [`StoreErrorKind`], never as panics. Pair it with
 ///   [`Fallback`](crate::Fallback) to keep limiting from memory while Redis is away.
+/// - **No reconnect storms:** one connect at a time (calls without a connection wait
+///   for it within their deadline), and a connection is replaced only when it breaks
+///   or, after a timeout, when it has answered no call for a whole deadline and is at
+///   least a second old; a call that is merely slow while others get answers keeps
+///   it. A stalled server costs at most one new connection a second, however many
+///   calls time out. A cluster connection reconnects its nodes by itself.
 /// - **Blocked-key cache:** once Redis denies a key until T, this process denies the
 ///   same key (at the same or a higher cost) until T without a round trip, but for at
 ///   most [`block_cache_max_age`](RedisStore::block_cache_max_age) (1 s by default),
@@ -128,8 +135,8 @@ impl RedisStore {
     /// A store on a standalone Redis reached through `pool`.
     ///
     /// The store takes one multiplexed connection from the pool and shares it among
-    /// all calls (concurrent calls are pipelined on it); it takes another when that
-    /// one breaks.
+    /// all calls (concurrent calls are pipelined on it); it takes another, one connect
+    /// at a time, when that one breaks or goes silent.
     ///
     /// ```no_run
     /// use deadpool_redis::{Config, Runtime};
@@ -439,9 +446,10 @@ impl RedisStore {
         mode: Mode,
         charges: &[&Charge<'_>],
     ) -> Result<Vec<Verdict>, StoreError> {
-        let (generation, mut conn) = timeout_at(deadline, self.connections.get())
+        let lease = timeout_at(deadline, self.connections.get())
             .await
             .map_err(|_| self.timeout_error())??;
+        let mut conn = lease.conn.clone();
         let at = match now {
             Some(now) => At::Client(now),
             None => At::Server {
@@ -461,6 +469,7 @@ impl RedisStore {
         };
         match timeout_at(deadline, call).await {
             Ok(Ok(reply)) => {
+                lease.answered();
                 let count = if mode == Mode::Refund {
                     0
                 } else {
@@ -474,14 +483,17 @@ impl RedisStore {
             }
             Ok(Err(err)) => {
                 if breaks_connection(&err) {
-                    self.connections.discard(generation);
+                    self.connections.discard(&lease);
+                } else {
+                    // An error reply is a reply: the connection is alive.
+                    lease.answered();
                 }
                 Err(store_error(err))
             }
             Err(_) => {
-                // A server that stopped answering may be gone for good (a network
-                // partition never closes the socket): the next call reconnects.
-                self.connections.discard(generation);
+                // Dropped only if silent: a partition never closes the socket, but a
+                // call that is merely slow must not cost everyone a reconnect.
+                self.connections.timed_out(&lease);
                 Err(self.timeout_error())
             }
         }
@@ -527,8 +539,7 @@ impl RedisStore {
                 Ok(v) => v,
                 Err(err) => {
                     if !denied {
-                        self.refund_groups(deadline, now, &groups[..charged_groups])
-                            .await;
+                        self.refund_groups(now, &groups[..charged_groups]).await;
                     }
                     return Err(err);
                 }
@@ -538,8 +549,7 @@ impl RedisStore {
                     charged_groups += 1;
                 } else {
                     denied = true;
-                    self.refund_groups(deadline, now, &groups[..charged_groups])
-                        .await;
+                    self.refund_groups(now, &groups[..charged_groups]).await;
                 }
             }
             for (&i, v) in indices.iter().zip(group_verdicts) {
@@ -556,16 +566,21 @@ impl RedisStore {
             .collect()
     }
 
-    /// Best effort: a refund that fails leaves those keys charged for a request that
-    /// was denied, which errs on the limiter's side.
+    /// Takes back the charges of `groups` after a later slot denied or failed. Each
+    /// refund has a deadline of its own: the batch's may be spent (a slot that timed
+    /// out spent all of it), and a refund under it would give up before sending. A
+    /// refund that fails leaves those keys charged for a request that was denied,
+    /// which errs on the limiter's side; it is reported (`tracing` / `metrics`).
     async fn refund_groups(
         &self,
-        deadline: Instant,
         now: Option<u64>,
         groups: &[(Key, Vec<&Charge<'_>>, Vec<usize>)],
     ) {
         for (_, members, _) in groups {
-            let _ = self.run(deadline, now, Mode::Refund, members).await;
+            let deadline = Instant::now() + self.deadline;
+            if let Err(error) = self.run(deadline, now, Mode::Refund, members).await {
+                observe::refund_failed(&error);
+            }
         }
     }
 }
@@ -586,7 +601,7 @@ impl fmt::Debug for RedisStore {
 
 /// `d` in whole microseconds, rounded up (a positive age never becomes 0).
 fn duration_us(d: Duration) -> u64 {
-    let us = d.as_micros() + u128::from(d.subsec_nanos() % 1_000 > 0);
+    let us = d.as_micros() + u128::from(!d.subsec_nanos().is_multiple_of(1_000));
     u64::try_from(us).unwrap_or(u64::MAX)
 }
 
