@@ -279,3 +279,35 @@ async fn a_stopped_server_under_load_gets_a_bounded_number_of_reconnects() -> Te
     );
     Ok(())
 }
+
+#[test]
+fn a_connect_cut_short_by_its_runtime_shutting_down_does_not_block_the_next() -> TestResult {
+    let server = RedisServer::start();
+    let limiter = limiter(store(&server).deadline(Duration::from_millis(200))?);
+    let runtime = || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+    };
+    // The first call starts the connect in a task of the first runtime; the server
+    // does not answer, so it is still under way when that runtime shuts down.
+    server.pause();
+    let first = runtime()?.block_on(limiter.check("api", &Key::from("alice"), 1));
+    assert_eq!(
+        first.map_err(|e| e.kind()).err(),
+        Some(StoreErrorKind::Timeout)
+    );
+    server.resume();
+    // Another runtime: its calls connect again rather than wait for the dead connect.
+    runtime()?.block_on(async {
+        let resumed = Instant::now();
+        while limiter.check("api", &Key::from("alice"), 1).await.is_err() {
+            assert!(
+                resumed.elapsed() < Duration::from_secs(5),
+                "no decision on the second runtime"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    });
+    Ok(())
+}

@@ -203,13 +203,24 @@ impl Connections {
     /// One connect attempt, run in a task of its own so that the callers' deadlines
     /// do not cancel it.
     async fn connect(self: Arc<Self>, attempt: u64) {
-        let result = match tokio::time::timeout(CONNECT_TIMEOUT, self.source.connect()).await {
-            Ok(result) => result,
-            Err(_) => Err(StoreError::new(
-                StoreErrorKind::Timeout,
-                format!("no redis connection within {CONNECT_TIMEOUT:?}"),
-            )),
+        let mut ending = ConnectEnd {
+            connections: &self,
+            attempt,
+            result: None,
         };
+        ending.result = Some(
+            match tokio::time::timeout(CONNECT_TIMEOUT, self.source.connect()).await {
+                Ok(result) => result,
+                Err(_) => Err(StoreError::new(
+                    StoreErrorKind::Timeout,
+                    format!("no redis connection within {CONNECT_TIMEOUT:?}"),
+                )),
+            },
+        );
+    }
+
+    /// Records how connect `attempt` ended and wakes the calls waiting for it.
+    fn finish_connect(&self, attempt: u64, result: Result<Conn, StoreError>) {
         {
             let mut current = self.lock();
             current.connecting = false;
@@ -248,6 +259,27 @@ impl Connections {
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Current> {
         self.current.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// Ends a connect attempt however its task ends: with its result, or, when the task
+/// is dropped first (its runtime shut down), as a failure, so that the next call on
+/// another runtime starts a connect of its own instead of waiting for this one.
+struct ConnectEnd<'a> {
+    connections: &'a Connections,
+    attempt: u64,
+    result: Option<Result<Conn, StoreError>>,
+}
+
+impl Drop for ConnectEnd<'_> {
+    fn drop(&mut self) {
+        let result = self.result.take().unwrap_or_else(|| {
+            Err(StoreError::new(
+                StoreErrorKind::Connection,
+                "the redis connect was cancelled (its runtime shut down)",
+            ))
+        });
+        self.connections.finish_connect(self.attempt, result);
     }
 }
 
