@@ -281,3 +281,46 @@ async fn a_compensating_refund_that_fails_is_reported() -> TestResult {
     cluster.wait_until_ok();
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_master_does_not_stall_decisions_on_the_other_masters() -> TestResult {
+    let (cluster, _turn) = stalling_cluster().await;
+    let deadline = Duration::from_millis(100);
+    let (limiter, _, user, tenant) = batch_across_two_masters(cluster, deadline).await?;
+    let (alice, acme) = (Key::from("alice"), Key::from("acme"));
+    // Old enough that a timeout may make the store replace its connection.
+    tokio::time::sleep(Duration::from_millis(1_100)).await;
+    let before: Vec<u64> = cluster.nodes.iter().map(connections_received).collect();
+    cluster.nodes[tenant].pause();
+    let mut timeouts = 0;
+    for _ in 0..5 {
+        let stalled = limiter.check("tenant", &acme, 0).await;
+        assert_eq!(
+            stalled.map_err(|e| e.kind()).err(),
+            Some(StoreErrorKind::Timeout)
+        );
+        timeouts += 1;
+        // alice's master answers all along.
+        assert_eq!(limiter.check("user", &alice, 0).await?.remaining, 10);
+    }
+    cluster.nodes[tenant].resume();
+    assert_eq!(limiter.check("tenant", &acme, 0).await?.remaining, 1);
+    let after: Vec<u64> = cluster.nodes.iter().map(connections_received).collect();
+    // A replacement connects to each master once (plus the `redis-cli` asking).
+    let new_to_user = after[user] - before[user] - 1;
+    assert!(
+        new_to_user <= 2,
+        "{new_to_user} connections to a healthy master for {timeouts} timeouts"
+    );
+    cluster.wait_until_ok();
+    Ok(())
+}
+
+/// `total_connections_received` of a node (the `redis-cli` asking counts too).
+fn connections_received(node: &support::redis_server::RedisServer) -> u64 {
+    node.cli(&["INFO", "stats"])
+        .lines()
+        .find_map(|l| l.strip_prefix("total_connections_received:"))
+        .and_then(|n| n.trim().parse().ok())
+        .expect("INFO stats")
+}

@@ -21,9 +21,13 @@
 //!   partition never closes the socket, a stopped server never answers) and it is at
 //!   least [`MIN_AGE`] old; a call that is merely slow while others get answers keeps
 //!   it. So a stalled server costs at most one new connection per [`MIN_AGE`], however
-//!   many calls time out. A cluster connection is never dropped for a timeout:
-//!   redis-rs reconnects a cluster's nodes by itself, and one silent node must not
-//!   take the others' connections down with it.
+//!   many calls time out.
+//! - **A cluster connection is replaced beside the old one.** It serves every node,
+//!   and one silent node must not take the others down with it: a timeout keeps it
+//!   and starts a replacement (at most one per [`MIN_AGE`]), which takes over once it
+//!   is made, with a fresh slot map (a partitioned master's replica may have taken
+//!   its slots, and redis-rs, hearing no error, would never look). Errors that break
+//!   it still drop it at once.
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -132,6 +136,9 @@ struct Current {
     connecting: bool,
     /// The latest attempt's failure, for the calls that waited for it.
     failed: Option<(u64, Arc<StoreError>)>,
+    /// When the latest attempt started: a cluster connection is replaced at most once
+    /// per `MIN_AGE`.
+    last_attempt: Option<Instant>,
 }
 
 pub(super) struct Connections {
@@ -151,6 +158,7 @@ impl Connections {
                 attempts: 0,
                 connecting: false,
                 failed: None,
+                last_attempt: None,
             }),
             connect_ended: Notify::new(),
         }
@@ -190,14 +198,19 @@ impl Connections {
                     .with_source(error.clone()));
                 }
                 if !current.connecting {
-                    current.connecting = true;
-                    current.attempts += 1;
-                    tokio::spawn(self.clone().connect(current.attempts));
+                    self.start_connect(&mut current);
                 }
                 waited_for = Some(current.attempts);
             }
             ended.await;
         }
+    }
+
+    fn start_connect(self: &Arc<Self>, current: &mut Current) {
+        current.connecting = true;
+        current.attempts += 1;
+        current.last_attempt = Some(Instant::now());
+        tokio::spawn(self.clone().connect(current.attempts));
     }
 
     /// One connect attempt, run in a task of its own so that the callers' deadlines
@@ -249,11 +262,25 @@ impl Connections {
         }
     }
 
-    /// After the lease's call timed out: drops the connection only if it is silent
-    /// (see the module's doc).
-    pub(super) fn timed_out(&self, lease: &Lease) {
-        if !self.is_cluster() && lease.silent() && lease.health.made.elapsed() >= MIN_AGE {
-            self.discard(lease);
+    /// After the lease's call timed out (see the module's doc): a standalone
+    /// connection is dropped only if it is silent; a cluster connection is kept and a
+    /// replacement made beside it.
+    pub(super) fn timed_out(self: &Arc<Self>, lease: &Lease) {
+        if lease.health.made.elapsed() < MIN_AGE {
+            return;
+        }
+        if !self.is_cluster() {
+            if lease.silent() {
+                self.discard(lease);
+            }
+            return;
+        }
+        let mut current = self.lock();
+        let recent = current
+            .last_attempt
+            .is_some_and(|at| at.elapsed() < MIN_AGE);
+        if current.generation == lease.generation && !current.connecting && !recent {
+            self.start_connect(&mut current);
         }
     }
 

@@ -63,7 +63,9 @@ const LUA_EXACT: u128 = 1 << 53;
 ///   or, after a timeout, when it has answered no call for a whole deadline and is at
 ///   least a second old; a call that is merely slow while others get answers keeps
 ///   it. A stalled server costs at most one new connection a second, however many
-///   calls time out. A cluster connection reconnects its nodes by itself.
+///   calls time out. A cluster connection is kept through timeouts and replaced
+///   beside itself (at most once a second, with a fresh slot map), so one stalled
+///   node does not stall the others.
 /// - **Blocked-key cache:** once Redis denies a key until T, this process denies the
 ///   same key (at the same or a higher cost) until T without a round trip, but for at
 ///   most [`block_cache_max_age`](RedisStore::block_cache_max_age) (1 s by default),
