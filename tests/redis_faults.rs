@@ -1,7 +1,9 @@
 //! Redis failing under load: flushed scripts, a killed server, a restarted one, a
-//! stopped one (SIGSTOP), a read-only replica, and `Fallback` riding it out. Every
-//! call must come back, as a decision or a `StoreError`, within the deadline (plus
-//! generous slack for a busy test machine): never a panic, never a hang.
+//! stopped one (SIGSTOP, also counting the connections it is sent: no reconnect
+//! storm), a read-only replica, a connect cut short by its runtime, and `Fallback`
+//! riding it out. Every call must come back, as a decision or a `StoreError`, within
+//! the deadline (plus generous slack for a busy test machine): never a panic, never a
+//! hang.
 #![cfg(feature = "redis")]
 
 mod support {

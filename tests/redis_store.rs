@@ -1,6 +1,7 @@
 //! `RedisStore` against a private redis-server: the same answers as the memory store
-//! on random sequences (through the function library and through scripts), keys and TTLs, batches, refunds, validation and the blocked-key
-//! cache.
+//! on random sequences (through the function library and through scripts) and on log
+//! denials at every cost, keys and TTLs, batches, refunds, validation and the
+//! blocked-key cache (two processes' caches: `tests/redis_block_cache.rs`).
 #![cfg(feature = "redis")]
 
 mod support {
