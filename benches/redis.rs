@@ -25,7 +25,14 @@
 //! Then the blocked-key cache: one task asks about a denied hot key in a loop, with
 //! the cache on (answered in process) and off (a round trip to be denied).
 //!
-//! Run with `cargo bench --features redis --bench redis` (`-- --secs 5` for longer runs).
+//! Then sliding-window-log denials of a key whose log is full: 64 tasks asking about
+//! one key at a log of L entries (one per microsecond, charged through the store on
+//! an injected clock that then stands still), cache off, at cost 1 and at cost L. A
+//! denial reads only the entries its retry time needs, so Redis's µs per call
+//! should not grow with L.
+//!
+//! Run with `cargo bench --features redis --bench redis` (`-- --secs 5` for longer runs,
+//! `-- --log-denials` for the log-denial rows alone).
 
 #[path = "../tests/support/redis_server.rs"]
 mod redis_server;
@@ -469,6 +476,82 @@ async fn block_cache(url: &str) {
     );
 }
 
+/// Sliding-window-log denials at a full log of `limit` entries, at `cost`.
+async fn log_denial_row(
+    url: &str,
+    secs: f64,
+    limit: u64,
+    cost: u32,
+    admin: &mut MultiplexedConnection,
+) -> Row {
+    let clock = tollgate::ManualClock::new(Duration::from_secs(1_700_000_000));
+    let store = RedisStore::from_url(url)
+        .expect("a url")
+        .prefix(&format!("log-denial-{limit}-{cost}"))
+        .block_cache(0)
+        .deadline(Duration::from_secs(5))
+        .expect("a deadline")
+        .with_clock(clock.clone());
+    let quota = Quota::new(limit, Duration::from_secs(100_000)).expect("a quota");
+    let limiter = Limiter::builder()
+        .policy(
+            Policy::new("log", quota)
+                .expect("a policy")
+                .algorithm(Algorithm::SlidingWindowLog),
+        )
+        .store(store)
+        .build()
+        .expect("a limiter");
+    let key = Key::from("full");
+    for _ in 0..limit {
+        clock.advance(Duration::from_micros(1));
+        assert!(
+            limiter
+                .check("log", &key, 1)
+                .await
+                .expect("a decision")
+                .allowed
+        );
+    }
+    reset_stats(admin).await;
+    let name = format!("log denial, L = {limit}, cost {cost}");
+    let mut row = measure(name, secs, move |_| {
+        let limiter = limiter.clone();
+        async move {
+            let d = limiter.check("log", &key, cost).await.expect("a decision");
+            assert!(!d.allowed && d.retry_after.is_some());
+        }
+    })
+    .await;
+    row.script_us = script_usec(admin, "fcall").await;
+    row
+}
+
+/// Log denials at a small and a large L.
+async fn log_denials(url: &str, secs: f64) {
+    let client = redis::Client::open(url).expect("a client");
+    let mut admin = client
+        .get_multiplexed_async_connection()
+        .await
+        .expect("a connection");
+    println!();
+    println!(
+        "| sliding window log denials (64 tasks, one key) | decisions/s | p50 | p99 | Redis µs/call |"
+    );
+    println!("|---|---:|---:|---:|---:|");
+    for (limit, cost) in [(10, 1), (10_000, 1), (10_000, 10_000)] {
+        let row = log_denial_row(url, secs, limit, cost, &mut admin).await;
+        println!(
+            "| {} | {:.0} | {:.0} µs | {:.0} µs | {:.1} |",
+            row.name,
+            row.per_second,
+            row.p50.as_secs_f64() * 1e6,
+            row.p99.as_secs_f64() * 1e6,
+            row.script_us
+        );
+    }
+}
+
 fn main() {
     let secs: f64 = std::env::args()
         .skip_while(|a| a != "--secs")
@@ -480,11 +563,15 @@ fn main() {
         .enable_all()
         .build()
         .expect("a runtime");
+    let log_only = std::env::args().any(|a| a == "--log-denials");
     let server = RedisServer::start();
     let url = server.url();
     runtime.block_on(async {
-        print_rows(&throughput(&server, secs).await);
-        block_cache(&url).await;
+        if !log_only {
+            print_rows(&throughput(&server, secs).await);
+            block_cache(&url).await;
+        }
+        log_denials(&url, secs).await;
     });
     drop(server);
 }

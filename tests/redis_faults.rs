@@ -1,7 +1,9 @@
 //! Redis failing under load: flushed scripts, a killed server, a restarted one, a
-//! stopped one (SIGSTOP), a read-only replica, and `Fallback` riding it out. Every
-//! call must come back, as a decision or a `StoreError`, within the deadline (plus
-//! generous slack for a busy test machine): never a panic, never a hang.
+//! stopped one (SIGSTOP, also counting the connections it is sent: no reconnect
+//! storm), a read-only replica, a connect cut short by its runtime, and `Fallback`
+//! riding it out. Every call must come back, as a decision or a `StoreError`, within
+//! the deadline (plus generous slack for a busy test machine): never a panic, never a
+//! hang.
 #![cfg(feature = "redis")]
 
 mod support {
@@ -226,5 +228,88 @@ async fn fallback_serves_from_memory_while_redis_is_down_and_returns() -> TestRe
     limiter.check("api", &key, 1).await?;
     let name = redis.state_key(&policy, &key);
     assert_eq!(server.cli(&["EXISTS", &name]), "1");
+    Ok(())
+}
+
+/// `total_connections_received` of `INFO stats` (the `redis-cli` asking counts too).
+fn connections_received(server: &RedisServer) -> u64 {
+    server
+        .cli(&["INFO", "stats"])
+        .lines()
+        .find_map(|l| l.strip_prefix("total_connections_received:"))
+        .and_then(|n| n.trim().parse().ok())
+        .expect("INFO stats")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopped_server_under_load_gets_a_bounded_number_of_reconnects() -> TestResult {
+    let server = RedisServer::start();
+    let limiter = limiter(store(&server));
+    let stop = Arc::new(AtomicBool::new(false));
+    let tasks = load(&limiter, &stop);
+    // Long enough for the shared connection to be one the store may replace (a
+    // connection gets a second of grace after it is made).
+    tokio::time::sleep(Duration::from_millis(1_200)).await;
+    let before = connections_received(&server);
+    server.pause();
+    // 64 tasks time out every 50 ms: about 1 300 timeouts in this second.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    server.resume();
+    let resumed = Instant::now();
+    while limiter.check("api", &Key::from("after"), 1).await.is_err() {
+        assert!(
+            resumed.elapsed() < Duration::from_secs(5),
+            "no decision after SIGCONT"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    stop.store(true, Ordering::Relaxed);
+    let (mut ok, mut failed) = (0, 0);
+    for task in tasks {
+        let (o, f) = task.await?;
+        ok += o;
+        failed += f;
+    }
+    // Less the `redis-cli` that asked.
+    let received = connections_received(&server) - before - 1;
+    eprintln!("{failed} failed calls, {ok} decisions, {received} connections received");
+    assert!(failed >= 64, "every task timed out at least once: {failed}");
+    // One connect at a time, and a silent connection replaced at most once a second.
+    assert!(
+        received <= 3,
+        "{received} connections for {failed} failed calls"
+    );
+    Ok(())
+}
+
+#[test]
+fn a_connect_cut_short_by_its_runtime_shutting_down_does_not_block_the_next() -> TestResult {
+    let server = RedisServer::start();
+    let limiter = limiter(store(&server).deadline(Duration::from_millis(200))?);
+    let runtime = || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+    };
+    // The first call starts the connect in a task of the first runtime; the server
+    // does not answer, so it is still under way when that runtime shuts down.
+    server.pause();
+    let first = runtime()?.block_on(limiter.check("api", &Key::from("alice"), 1));
+    assert_eq!(
+        first.map_err(|e| e.kind()).err(),
+        Some(StoreErrorKind::Timeout)
+    );
+    server.resume();
+    // Another runtime: its calls connect again rather than wait for the dead connect.
+    runtime()?.block_on(async {
+        let resumed = Instant::now();
+        while limiter.check("api", &Key::from("alice"), 1).await.is_err() {
+            assert!(
+                resumed.elapsed() < Duration::from_secs(5),
+                "no decision on the second runtime"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    });
     Ok(())
 }

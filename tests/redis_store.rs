@@ -1,6 +1,7 @@
 //! `RedisStore` against a private redis-server: the same answers as the memory store
-//! on random sequences (through the function library and through scripts), keys and TTLs, batches, refunds, validation and the blocked-key
-//! cache.
+//! on random sequences (through the function library and through scripts) and on log
+//! denials at every cost, keys and TTLs, batches, refunds, validation and the
+//! blocked-key cache (two processes' caches: `tests/redis_block_cache.rs`).
 #![cfg(feature = "redis")]
 
 mod support {
@@ -330,7 +331,11 @@ async fn blocked_keys_are_denied_locally_until_their_retry() -> TestResult {
 #[tokio::test]
 async fn a_store_with_another_prefix_does_not_share_cached_denials() -> TestResult {
     let server = RedisServer::start();
-    let first = RedisStore::from_url(&server.url())?.prefix("first");
+    // A patient deadline: the first call connects and loads the library, which can
+    // take longer than the default 50 ms on a loaded machine.
+    let first = RedisStore::from_url(&server.url())?
+        .deadline(Duration::from_secs(5))?
+        .prefix("first");
     let second = first.clone().prefix("second");
     let build = |store: RedisStore| {
         Limiter::builder()
@@ -350,5 +355,69 @@ async fn a_store_with_another_prefix_does_not_share_cached_denials() -> TestResu
         b.check("api", &key, 1).await?.allowed,
         "another key space starts fresh"
     );
+    Ok(())
+}
+
+#[tokio::test]
+async fn log_denials_at_every_cost_answer_like_the_memory_store() -> TestResult {
+    // A denial reads only the entries its retry time needs, from the oldest or from
+    // the newest end, whichever is shorter: every cost from 1 to L, on logs of
+    // entries of mixed costs, must still find the same entry as the Rust rule.
+    let server = shared_server();
+    let clock = ManualClock::new(BASE);
+    let policy = || {
+        Policy::new(
+            "log",
+            Quota::new(64, Duration::from_secs(10)).expect("a quota"),
+        )
+        .map(|p| p.algorithm(Algorithm::SlidingWindowLog))
+    };
+    let memory = Limiter::builder()
+        .policy(policy()?)
+        .store(MemoryStore::with_clock(clock.clone()))
+        .build()?;
+    let functions = Limiter::builder()
+        .policy(policy()?)
+        .store(store_on(server, &clock))
+        .build()?;
+    let scripts = Limiter::builder()
+        .policy(policy()?)
+        .store(store_on(server, &clock).functions(false))
+        .build()?;
+    let mut rng = Rng(0x5eed);
+    // One clock for every round, never going back: the memory store's floor is per
+    // shard, Redis's per key, so a clock stepping back could differ for a fresh key.
+    let mut now = Duration::ZERO;
+    for round in 0..6 {
+        let key = Key::from(round);
+        // Fill to the limit with entries costing 1 to 3, then let some leave.
+        loop {
+            now += Duration::from_millis(37);
+            clock.set(BASE + now);
+            let cost = rng.below(3) as u32 + 1;
+            let want = memory.check("log", &key, cost).await?;
+            assert_eq!(functions.check("log", &key, cost).await?, want);
+            assert_eq!(scripts.check("log", &key, cost).await?, want);
+            if !want.allowed {
+                break;
+            }
+        }
+        now += Duration::from_millis(round * 2_000);
+        clock.set(BASE + now);
+        for cost in 0..=65 {
+            let want = memory.check("log", &key, cost).await?;
+            let at = format!("round {round}, cost {cost}");
+            assert_eq!(
+                functions.check("log", &key, cost).await?,
+                want,
+                "function: {at}"
+            );
+            assert_eq!(
+                scripts.check("log", &key, cost).await?,
+                want,
+                "script: {at}"
+            );
+        }
+    }
     Ok(())
 }

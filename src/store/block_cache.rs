@@ -1,15 +1,26 @@
 //! The blocked-key cache: once a remote store denies a key until T, the same process
-//! denies it locally until T, without a round trip.
+//! denies it locally until T, without a round trip, for at most a bounded age.
 //!
 //! A denied key under attack is the hottest key there is; answering it locally keeps
 //! the attacker's traffic off Redis. An entry is kept per (policy, key) and answers
 //! only requests costing at least the denied cost (cost is monotone for every
 //! algorithm: what did not fit at a cost does not fit at a higher one). The deadline
 //! is measured from when the request was sent, so the local answer never outlasts
-//! the store's. A refund through this process forgets the entry; a refund by another
-//! process is seen once the entry expires.
+//! the store's.
+//!
+//! The store's state can change under an entry without this process knowing: another
+//! process resets or refunds the key, an operator deletes it, the server's clock is
+//! corrected (a denial computed on a clock ten years ahead says "retry in ten
+//! years"). So an entry also dies `max_age` after it was recorded, whatever its
+//! deadline: every such change reaches every process within `max_age`. A refund
+//! through this process forgets the entry at once.
+//!
+//! Every operation is O(1) amortised under the one mutex every Redis decision takes:
+//! entries are kept in the order they were recorded, which (all living at most
+//! `max_age`) is the order in which their age runs out, so expired entries leave
+//! from the front and a full cache evicts its oldest entry; nothing scans the map.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use foldhash::fast::RandomState;
@@ -27,21 +38,109 @@ struct Block {
     min_cost: u64,
     remaining: u64,
     reset_at: u64,
+    /// When the denial was recorded (the request's send time): the entry dies
+    /// `max_age` later, or at once if the clock reads earlier than this.
+    cached_at: u64,
+    /// Which record made this entry: the recording order holds `(slot, seq)` and an
+    /// item whose seq is not its slot's current one is stale.
+    seq: u64,
 }
 
 type Slot = (&'static str, Params, Key);
 
-/// A bounded map of blocked keys.
+/// The map and the order its entries were recorded in.
+struct Blocks {
+    map: HashMap<Slot, Block, RandomState>,
+    /// Oldest first. Holds stale items (entries replaced or removed since): they are
+    /// skipped when they reach the front, and the whole queue is compacted when stale
+    /// items outnumber live ones, so it stays within `2 × map.len() + SLACK`.
+    order: VecDeque<(Slot, u64)>,
+    next_seq: u64,
+    /// Queue items examined (popped or compacted) so far: the work the cache did.
+    #[cfg(test)]
+    examined: u64,
+}
+
+/// Stale items the queue may hold beyond twice the live ones before a compaction.
+const SLACK: usize = 32;
+
+/// A bounded map of blocked keys whose entries live at most `max_age_us`.
 pub(crate) struct BlockCache {
     max_keys: usize,
-    blocks: Mutex<HashMap<Slot, Block, RandomState>>,
+    max_age_us: u64,
+    blocks: Mutex<Blocks>,
+}
+
+impl Blocks {
+    fn is_current(&self, slot: &Slot, seq: u64) -> bool {
+        self.map.get(slot).is_some_and(|b| b.seq == seq)
+    }
+
+    /// Pops the front item; removes its entry when it is current and `drop_entry`
+    /// says so. Returns whether the front was current, or `None` for an empty queue.
+    fn pop_front_if(&mut self, drop_entry: impl Fn(&Block) -> bool) -> Option<bool> {
+        let (slot, seq) = self.order.front()?;
+        #[cfg(test)]
+        {
+            self.examined += 1;
+        }
+        match self.map.get(slot) {
+            Some(block) if block.seq == *seq => {
+                if !drop_entry(block) {
+                    return Some(true);
+                }
+                let slot = *slot;
+                self.map.remove(&slot);
+            }
+            _ => {}
+        }
+        self.order.pop_front();
+        Some(false)
+    }
+
+    /// Drops the entries whose age ran out by `now` (and stale items) from the front.
+    fn expire(&mut self, now: u64, max_age_us: u64) {
+        while let Some(false) = self.pop_front_if(|b| now >= b.cached_at.saturating_add(max_age_us))
+        {
+        }
+    }
+
+    /// Evicts the oldest current entry.
+    fn evict_oldest(&mut self) {
+        while let Some(false) = self.pop_front_if(|_| false) {}
+        if let Some((slot, _)) = self.order.pop_front() {
+            self.map.remove(&slot);
+        }
+    }
+
+    /// Drops every stale item when they outnumber the live ones: O(queue) once per
+    /// at least `map.len() + SLACK` records, so O(1) amortised.
+    fn compact(&mut self) {
+        if self.order.len() <= 2 * self.map.len() + SLACK {
+            return;
+        }
+        #[cfg(test)]
+        {
+            self.examined += self.order.len() as u64;
+        }
+        let mut order = std::mem::take(&mut self.order);
+        order.retain(|(slot, seq)| self.is_current(slot, *seq));
+        self.order = order;
+    }
 }
 
 impl BlockCache {
-    pub(crate) fn new(max_keys: usize) -> Self {
+    pub(crate) fn new(max_keys: usize, max_age_us: u64) -> Self {
         Self {
             max_keys,
-            blocks: Mutex::new(HashMap::with_hasher(RandomState::default())),
+            max_age_us,
+            blocks: Mutex::new(Blocks {
+                map: HashMap::with_hasher(RandomState::default()),
+                order: VecDeque::new(),
+                next_seq: 0,
+                #[cfg(test)]
+                examined: 0,
+            }),
         }
     }
 
@@ -49,20 +148,23 @@ impl BlockCache {
         (charge.policy.name(), *charge.policy.params(), *charge.key)
     }
 
-    fn lock(&self) -> MutexGuard<'_, HashMap<Slot, Block, RandomState>> {
+    fn lock(&self) -> MutexGuard<'_, Blocks> {
         self.blocks.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// The local denial of `charge` at `now`, if its key is blocked for that cost.
-    pub(crate) fn check(&self, charge: &Charge<'_>, now: u64) -> Option<Decision> {
+    fn check_one(&self, blocks: &mut Blocks, charge: &Charge<'_>, now: u64) -> Option<Decision> {
         if charge.cost == 0 || charge.cost > charge.policy.params().capacity {
             return None;
         }
-        let mut blocks = self.lock();
         let slot = Self::slot(charge);
-        let block = *blocks.get(&slot)?;
-        if now >= block.until {
-            blocks.remove(&slot);
+        let block = *blocks.map.get(&slot)?;
+        // A clock reading before the record (stepped back) cannot tell the entry's
+        // age: it is not trusted either.
+        let aged = now < block.cached_at || now >= block.cached_at.saturating_add(self.max_age_us);
+        if aged || now >= block.until {
+            // Its queue item goes stale and leaves when it reaches the front.
+            blocks.map.remove(&slot);
             return None;
         }
         if charge.cost < block.min_cost {
@@ -81,6 +183,23 @@ impl BlockCache {
         ))
     }
 
+    /// The local answer to an all-or-nothing batch at `now`: `None` unless some
+    /// charge's key is blocked for its cost. One blocked charge denies the whole
+    /// batch, so the others are not evaluated and nothing is charged to them: each
+    /// reports [`not_evaluated`].
+    pub(crate) fn check(&self, charges: &[Charge<'_>], now: u64) -> Option<Vec<Decision>> {
+        let mut blocks = self.lock();
+        let mut answers: Option<Vec<Decision>> = None;
+        for (i, charge) in charges.iter().enumerate() {
+            if let Some(denial) = self.check_one(&mut blocks, charge, now) {
+                let answers = answers
+                    .get_or_insert_with(|| charges.iter().map(|c| not_evaluated(c)).collect());
+                answers[i] = denial;
+            }
+        }
+        answers
+    }
+
     /// Records a denial that the store made for a request sent at `sent`.
     pub(crate) fn record(&self, charge: &Charge<'_>, sent: u64, denied: &Decision) {
         let Some(retry_after) = denied.retry_after else {
@@ -88,34 +207,161 @@ impl BlockCache {
         };
         let retry_us = u64::try_from(retry_after.as_micros()).unwrap_or(u64::MAX);
         let reset_us = u64::try_from(denied.reset_after.as_micros()).unwrap_or(u64::MAX);
-        let block = Block {
-            until: sent.saturating_add(retry_us),
-            min_cost: charge.cost,
-            remaining: denied.remaining,
-            reset_at: sent.saturating_add(reset_us),
-        };
         let mut blocks = self.lock();
-        if blocks.len() >= self.max_keys {
-            blocks.retain(|_, b| b.until > sent);
-            if blocks.len() >= self.max_keys {
-                // Full of live blocks: those keys go to the store; memory stays bounded.
-                return;
-            }
+        blocks.expire(sent, self.max_age_us);
+        let slot = Self::slot(charge);
+        if !blocks.map.contains_key(&slot) && blocks.map.len() >= self.max_keys {
+            // Full of live entries: the oldest is the first to age out anyway.
+            blocks.evict_oldest();
         }
+        let seq = blocks.next_seq;
+        blocks.next_seq += 1;
         // The newest denial is the best knowledge of the key.
-        blocks.insert(Self::slot(charge), block);
+        blocks.map.insert(
+            slot,
+            Block {
+                until: sent.saturating_add(retry_us),
+                min_cost: charge.cost,
+                remaining: denied.remaining,
+                reset_at: sent.saturating_add(reset_us),
+                cached_at: sent,
+                seq,
+            },
+        );
+        blocks.order.push_back((slot, seq));
+        blocks.compact();
     }
 
     /// Forgets `charge`'s key (after a refund through this process).
     pub(crate) fn forget(&self, charge: &Charge<'_>) {
-        self.lock().remove(&Self::slot(charge));
+        self.lock().map.remove(&Self::slot(charge));
     }
 
     pub(crate) fn len(&self) -> usize {
-        self.lock().len()
+        self.lock().map.len()
     }
 
     pub(crate) fn max_keys(&self) -> usize {
         self.max_keys
+    }
+
+    pub(crate) fn max_age_us(&self) -> u64 {
+        self.max_age_us
+    }
+}
+
+/// The decision of a charge that a blocked charge of the same batch denied before
+/// it was evaluated: `allowed` (this policy did not deny the request, and nothing
+/// was charged to it), `remaining` 0 and `reset_after` 0 (nothing is known of its
+/// key, so it promises no capacity), no `retry_after`, no delay.
+fn not_evaluated(charge: &Charge<'_>) -> Decision {
+    decision(
+        charge.policy,
+        Verdict {
+            allowed: true,
+            remaining: 0,
+            reset_after_us: 0,
+            retry_after_us: None,
+            delay_us: 0,
+            receipt: None,
+        },
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::{Policy, Quota};
+
+    const SECOND: u64 = 1_000_000;
+
+    fn denial(retry: Duration) -> Decision {
+        Decision {
+            allowed: false,
+            limit: 1,
+            remaining: 0,
+            reset_after: retry,
+            retry_after: Some(retry),
+            delay: Duration::ZERO,
+            policy: "api",
+            receipt: None,
+        }
+    }
+
+    fn charge<'a>(policy: &'a Policy, key: &'a Key) -> Charge<'a> {
+        Charge {
+            policy,
+            key,
+            cost: 1,
+        }
+    }
+
+    #[test]
+    fn a_full_cache_does_constant_work_per_new_denial() {
+        // Regression: a full cache used to `retain` the whole map on every new
+        // denial (10 000 entries examined per denial at the default bound).
+        let policy = Policy::new("api", Quota::per_day(1)).expect("policy");
+        let keys: Vec<Key> = (0..5_000_u64).map(Key::from).collect();
+        let cache = BlockCache::new(1_000, 3_600 * SECOND);
+        let day = Duration::from_secs(86_400);
+        for (i, key) in keys.iter().enumerate() {
+            cache.record(&charge(&policy, key), 10 * SECOND + i as u64, &denial(day));
+        }
+        assert_eq!(cache.len(), 1_000);
+        let examined = cache.lock().examined;
+        // 4 000 evictions of one entry each (plus the rare compaction), where a scan
+        // per denial examined 4 000 × 1 000.
+        assert!(examined <= 3 * 5_000, "examined {examined}");
+        // The newest are kept: the oldest were evicted first.
+        let now = 10 * SECOND + 5_000;
+        assert!(cache.check(&[charge(&policy, &keys[4_999])], now).is_some());
+        assert!(cache.check(&[charge(&policy, &keys[0])], now).is_none());
+    }
+
+    #[test]
+    fn a_key_denied_over_and_over_keeps_the_queue_bounded() {
+        let policy = Policy::new("api", Quota::per_day(1)).expect("policy");
+        let key = Key::from("mallory");
+        let cache = BlockCache::new(1_000, 3_600 * SECOND);
+        for i in 0..10_000 {
+            cache.record(
+                &charge(&policy, &key),
+                SECOND + i,
+                &denial(Duration::from_secs(60)),
+            );
+        }
+        let blocks = cache.lock();
+        assert_eq!(blocks.map.len(), 1);
+        assert!(blocks.order.len() <= 2 + SLACK, "{}", blocks.order.len());
+    }
+
+    #[test]
+    fn entries_die_at_their_max_age_or_when_the_clock_reads_earlier() {
+        let policy = Policy::new("api", Quota::per_day(1)).expect("policy");
+        let key = Key::from("alice");
+        let cache = BlockCache::new(10, SECOND);
+        let year = Duration::from_secs(365 * 86_400);
+        let sent = 100 * SECOND;
+        cache.record(&charge(&policy, &key), sent, &denial(year));
+        let local = cache.check(&[charge(&policy, &key)], sent + SECOND - 1);
+        assert_eq!(
+            local.expect("cached")[0].retry_after,
+            year.checked_sub(Duration::from_micros(SECOND - 1))
+        );
+        assert!(
+            cache
+                .check(&[charge(&policy, &key)], sent + SECOND)
+                .is_none()
+        );
+        assert_eq!(cache.len(), 0);
+        cache.record(&charge(&policy, &key), sent, &denial(year));
+        assert!(cache.check(&[charge(&policy, &key)], sent - 1).is_none());
+        // Expired entries leave from the front as new denials arrive.
+        cache.record(&charge(&policy, &key), sent, &denial(year));
+        let other = Key::from("bob");
+        cache.record(&charge(&policy, &other), sent + 2 * SECOND, &denial(year));
+        assert_eq!(cache.len(), 1);
     }
 }

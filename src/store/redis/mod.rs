@@ -21,6 +21,7 @@ use super::block_cache::BlockCache;
 use super::{Charge, Store, StoreFuture, decision};
 use crate::algorithm::Verdict;
 use crate::clock::now_micros;
+use crate::observe;
 use crate::{
     Algorithm, Clock, ConfigError, Decision, Key, Policy, Receipt, StoreError, StoreErrorKind,
     SystemClock,
@@ -58,9 +59,24 @@ const LUA_EXACT: u128 = 1 << 53;
 ///   `CLUSTERDOWN` and `READONLY` come back as [`StoreError`]s of the matching
 ///   [`StoreErrorKind`], never as panics. Pair it with
 ///   [`Fallback`](crate::Fallback) to keep limiting from memory while Redis is away.
+/// - **No reconnect storms:** one connect at a time (calls without a connection wait
+///   for it within their deadline), and a connection is replaced only when it breaks
+///   or, after a timeout, when it has answered no call for a whole deadline and is at
+///   least a second old; a call that is merely slow while others get answers keeps
+///   it. A stalled server costs at most one new connection a second, however many
+///   calls time out. A cluster connection is kept through timeouts and replaced
+///   beside itself (at most once a second, with a fresh slot map), so one stalled
+///   node does not stall the others.
 /// - **Blocked-key cache:** once Redis denies a key until T, this process denies the
-///   same key (at the same or a higher cost) until T without a round trip. On by
-///   default, bounded ([`block_cache`](RedisStore::block_cache)).
+///   same key (at the same or a higher cost) until T without a round trip, but for at
+///   most [`block_cache_max_age`](RedisStore::block_cache_max_age) (1 s by default),
+///   so that a reset, a refund by another process or a corrected server clock reaches
+///   this process within it. A batch with any blocked charge is denied locally
+///   (all-or-nothing, it could not pass): its other charges were not evaluated, so
+///   each reports `allowed: true` (it did not deny the request; nothing was charged
+///   to it), `remaining: 0` and `reset_after: 0` (nothing is known of its key, so it
+///   promises no capacity), no `retry_after`. On by default, bounded
+///   ([`block_cache`](RedisStore::block_cache)).
 ///
 /// Clones share the connection, the cache and the time floor.
 ///
@@ -85,6 +101,9 @@ pub struct RedisStore {
     prefix: Arc<str>,
     deadline: Duration,
     cache: Option<Arc<BlockCache>>,
+    /// How long a cached denial may answer (kept while the cache is off, for when it
+    /// is turned on again).
+    cache_max_age: Duration,
     /// Whether and how single charges go to the function library (see
     /// `function.rs`). Shared by clones.
     functions: Arc<Functions>,
@@ -95,6 +114,8 @@ impl RedisStore {
     pub const DEFAULT_DEADLINE: Duration = Duration::from_millis(50);
     /// The default bound on the blocked-key cache: 10 000 keys.
     pub const DEFAULT_BLOCK_CACHE_KEYS: usize = 10_000;
+    /// The default bound on how long a cached denial answers: 1 s.
+    pub const DEFAULT_BLOCK_CACHE_MAX_AGE: Duration = Duration::from_secs(1);
     /// The default key prefix: `tollgate`.
     pub const DEFAULT_PREFIX: &'static str = "tollgate";
 
@@ -105,7 +126,11 @@ impl RedisStore {
             server_time: Arc::default(),
             prefix: Arc::from(Self::DEFAULT_PREFIX),
             deadline: Self::DEFAULT_DEADLINE,
-            cache: Some(Arc::new(BlockCache::new(Self::DEFAULT_BLOCK_CACHE_KEYS))),
+            cache: Some(Arc::new(BlockCache::new(
+                Self::DEFAULT_BLOCK_CACHE_KEYS,
+                duration_us(Self::DEFAULT_BLOCK_CACHE_MAX_AGE),
+            ))),
+            cache_max_age: Self::DEFAULT_BLOCK_CACHE_MAX_AGE,
             functions: Arc::new(Functions::new(true)),
         }
     }
@@ -113,8 +138,8 @@ impl RedisStore {
     /// A store on a standalone Redis reached through `pool`.
     ///
     /// The store takes one multiplexed connection from the pool and shares it among
-    /// all calls (concurrent calls are pipelined on it); it takes another when that
-    /// one breaks.
+    /// all calls (concurrent calls are pipelined on it); it takes another, one connect
+    /// at a time, when that one breaks or goes silent.
     ///
     /// ```no_run
     /// use deadpool_redis::{Config, Runtime};
@@ -219,7 +244,7 @@ impl RedisStore {
         self.cache = self
             .cache
             .as_ref()
-            .map(|cache| Arc::new(BlockCache::new(cache.max_keys())));
+            .map(|cache| Arc::new(BlockCache::new(cache.max_keys(), cache.max_age_us())));
         self
     }
 
@@ -264,8 +289,60 @@ impl RedisStore {
     /// ```
     #[must_use]
     pub fn block_cache(mut self, max_keys: usize) -> Self {
-        self.cache = (max_keys > 0).then(|| Arc::new(BlockCache::new(max_keys)));
+        let max_age_us = duration_us(self.cache_max_age);
+        self.cache = (max_keys > 0).then(|| Arc::new(BlockCache::new(max_keys, max_age_us)));
         self
+    }
+
+    /// Bounds how long a cached denial answers for its key (default
+    /// [`DEFAULT_BLOCK_CACHE_MAX_AGE`](RedisStore::DEFAULT_BLOCK_CACHE_MAX_AGE), 1 s),
+    /// whatever the denial's own retry time: Redis's state can change under a cached
+    /// denial (another process resets or refunds the key, an operator deletes it, the
+    /// server's clock is corrected after a jump), and this process sees the change
+    /// within `max_age`. Longer keeps more of a blocked caller's traffic off Redis
+    /// (one round trip per key per `max_age`); shorter sees changes sooner. The age is
+    /// measured on the store's clock (the injected one, if any), from when the denied
+    /// request was sent, and rounded up to whole microseconds. Zero is a
+    /// [`ConfigError`]: [`block_cache(0)`](RedisStore::block_cache) turns the cache off.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let store = tollgate::RedisStore::from_url("redis://127.0.0.1:6379")?
+    ///     .block_cache_max_age(Duration::from_millis(250))?;
+    /// assert_eq!(store.block_cache_max_age_duration(), Duration::from_millis(250));
+    /// let err = tollgate::RedisStore::from_url("redis://127.0.0.1:6379")?
+    ///     .block_cache_max_age(Duration::ZERO)
+    ///     .expect_err("zero");
+    /// assert!(err.to_string().contains("0ns"));
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    pub fn block_cache_max_age(mut self, max_age: Duration) -> Result<Self, ConfigError> {
+        if max_age.is_zero() {
+            return Err(ConfigError::new(format!(
+                "invalid block cache max age {max_age:?}: a cached denial needs some time \
+                 to answer; use block_cache(0) to turn the cache off"
+            )));
+        }
+        self.cache_max_age = max_age;
+        self.cache = self
+            .cache
+            .as_ref()
+            .map(|cache| Arc::new(BlockCache::new(cache.max_keys(), duration_us(max_age))));
+        Ok(self)
+    }
+
+    /// How long a cached denial answers at most.
+    ///
+    /// ```
+    /// let store = tollgate::RedisStore::from_url("redis://127.0.0.1:6379")?;
+    /// assert_eq!(
+    ///     store.block_cache_max_age_duration(),
+    ///     tollgate::RedisStore::DEFAULT_BLOCK_CACHE_MAX_AGE
+    /// );
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    pub fn block_cache_max_age_duration(&self) -> Duration {
+        self.cache_max_age
     }
 
     /// The bound on the blocked-key cache (0: off).
@@ -385,9 +462,10 @@ impl RedisStore {
         charges: &[&Charge<'_>],
         receipts: &[Receipt],
     ) -> Result<Vec<Verdict>, StoreError> {
-        let (generation, mut conn) = timeout_at(deadline, self.connections.get())
+        let lease = timeout_at(deadline, self.connections.get())
             .await
             .map_err(|_| self.timeout_error())??;
+        let mut conn = lease.conn.clone();
         let at = match now {
             Some(now) => At::Client(now),
             None => At::Server {
@@ -411,6 +489,7 @@ impl RedisStore {
         };
         match timeout_at(deadline, call).await {
             Ok(Ok(reply)) => {
+                lease.answered();
                 let count = if mode.decides() { charges.len() } else { 0 };
                 let (mut verdicts, decided_at) = script::verdicts(&reply, count)?;
                 if let At::Server { floor } = at {
@@ -423,14 +502,17 @@ impl RedisStore {
             }
             Ok(Err(err)) => {
                 if breaks_connection(&err) {
-                    self.connections.discard(generation);
+                    self.connections.discard(&lease);
+                } else {
+                    // An error reply is a reply: the connection is alive.
+                    lease.answered();
                 }
                 Err(store_error(err))
             }
             Err(_) => {
-                // A server that stopped answering may be gone for good (a network
-                // partition never closes the socket): the next call reconnects.
-                self.connections.discard(generation);
+                // Dropped only if silent: a partition never closes the socket, but a
+                // call that is merely slow must not cost everyone a reconnect.
+                self.connections.timed_out(&lease);
                 Err(self.timeout_error())
             }
         }
@@ -484,7 +566,7 @@ impl RedisStore {
                 Ok(v) => v,
                 Err(err) => {
                     if !denied {
-                        self.refund_groups(deadline, now, &groups[..charged_groups], &verdicts)
+                        self.refund_groups(now, &groups[..charged_groups], &verdicts)
                             .await;
                     }
                     return Err(err);
@@ -495,7 +577,7 @@ impl RedisStore {
                     charged_groups += 1;
                 } else {
                     denied = true;
-                    self.refund_groups(deadline, now, &groups[..charged_groups], &verdicts)
+                    self.refund_groups(now, &groups[..charged_groups], &verdicts)
                         .await;
                 }
             }
@@ -513,15 +595,16 @@ impl RedisStore {
             .collect()
     }
 
-    /// Takes back the charges of `groups`, each by the receipt of its verdict (the
-    /// groups' verdicts are in `verdicts`, at their charges' indices), so that a refund
-    /// arriving after a window edge takes back nothing of the new window.
-    ///
-    /// Best effort: a refund that fails leaves those keys charged for a request that
-    /// was denied, which errs on the limiter's side.
+    /// Takes back the charges of `groups` after a later slot denied or failed, each by
+    /// the receipt of its verdict (the groups' verdicts are in `verdicts`, at their
+    /// charges' indices), so that a refund arriving after a window edge takes back
+    /// nothing of the new window. Each refund has a deadline of its own: the batch's
+    /// may be spent (a slot that timed out spent all of it), and a refund under it
+    /// would give up before sending. A refund that fails leaves those keys charged for
+    /// a request that was denied, which errs on the limiter's side; it is reported
+    /// (`tracing` / `metrics`).
     async fn refund_groups(
         &self,
-        deadline: Instant,
         now: Option<u64>,
         groups: &[(Key, Vec<&Charge<'_>>, Vec<usize>)],
         verdicts: &[Option<Verdict>],
@@ -532,10 +615,15 @@ impl RedisStore {
                 .zip(indices)
                 .filter_map(|(&charge, &i)| Some((charge, verdicts.get(i).copied()??.receipt?)))
                 .unzip();
-            if !charged.is_empty() {
-                let _ = self
-                    .run_call(deadline, now, Mode::RefundCharges, &charged, &receipts)
-                    .await;
+            if charged.is_empty() {
+                continue;
+            }
+            let deadline = Instant::now() + self.deadline;
+            if let Err(error) = self
+                .run_call(deadline, now, Mode::RefundCharges, &charged, &receipts)
+                .await
+            {
+                observe::refund_failed(&error);
             }
         }
     }
@@ -562,9 +650,16 @@ impl fmt::Debug for RedisStore {
             .field("deadline", &self.deadline)
             .field("clock", &self.clock)
             .field("block_cache", &self.block_cache_capacity())
+            .field("block_cache_max_age", &self.cache_max_age)
             .field("functions", &self.uses_functions())
             .finish_non_exhaustive()
     }
+}
+
+/// `d` in whole microseconds, rounded up (a positive age never becomes 0).
+fn duration_us(d: Duration) -> u64 {
+    let us = d.as_micros() + u128::from(!d.subsec_nanos().is_multiple_of(1_000));
+    u64::try_from(us).unwrap_or(u64::MAX)
 }
 
 impl Store for RedisStore {
@@ -575,11 +670,9 @@ impl Store for RedisStore {
             }
             let sent = self.local_now();
             if let Some(cache) = &self.cache {
-                // Answered locally only when every charge is blocked: the others'
-                // own answers need the store.
-                let local: Option<Vec<Decision>> =
-                    charges.iter().map(|c| cache.check(c, sent)).collect();
-                if let Some(decisions) = local {
+                // One blocked charge denies the whole all-or-nothing batch: no round
+                // trip (see `BlockCache::check` for what the others report).
+                if let Some(decisions) = cache.check(charges, sent) {
                     return Ok(decisions);
                 }
             }

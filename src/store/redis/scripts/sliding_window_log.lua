@@ -6,17 +6,57 @@
 -- instant of the newest entry joins it, as in the Rust twin.
 --
 -- A call reads only what it needs: the entries that just left (the total is kept in
--- keys[1]) and, unless it charges at a later instant, the newest entry. The whole
--- log is read only to compute a denial's retry or to refund, so an admitted request
--- costs the same however long the log is.
+-- keys[1]), unless it charges at a later instant the newest entry, and for a denial
+-- the few entries its retry time needs (see `swl_retry_at`). Only a refund reads the
+-- whole log, so a decision costs about the same however long the log is.
+
+-- Member "<instant>:<cost>" as two numbers.
+local function swl_split(member)
+  local a, c = string.match(member, '^(%d+):(%d+)$')
+  return tonumber(a), tonumber(c)
+end
+
+-- When the entry whose leaving makes enough room leaves (the twin of the Rust
+-- `earliest_within`), for a denial: the live entries (after `edge`) sum to `total`,
+-- which is more than `room`. Every entry costs at least 1, so walking from the
+-- oldest, the entry sought is among the first `total - room`; walking from the
+-- newest (it is the first whose cost no longer fits in `room` with the newer ones'),
+-- among the first `room + 1`. Reads only the shorter of the two: a denial at cost 1
+-- of a full log reads one entry, as does one at cost L, never the whole log.
+local function swl_retry_at(log, edge, total, room, period, t)
+  local excess = total - room
+  if excess <= room + 1 then
+    local oldest = redis.call('ZRANGEBYSCORE', log, '(' .. num(edge), '+inf', 'LIMIT', 0,
+      num(excess))
+    local left = total
+    for j = 1, #oldest do
+      local at, cost = swl_split(oldest[j])
+      left = left - cost
+      if left <= room then
+        return at + period
+      end
+    end
+  else
+    local newest = redis.call('ZREVRANGEBYSCORE', log, '+inf', '(' .. num(edge), 'LIMIT', 0,
+      num(room + 1))
+    local kept = 0
+    for j = 1, #newest do
+      local at, cost = swl_split(newest[j])
+      kept = kept + cost
+      if kept > room then
+        return at + period
+      end
+    end
+  end
+  return t
+end
 
 -- One whole decision (general.lua's `evaluate`, specialised, as gcra.lua's): the
 -- total and instants stay in locals, and the call reads only what its answer needs.
 -- The newest entry is never after the latest instant seen (`floor`), so a charge at a
 -- later instant starts an entry of its own without reading the newest; a decision
--- that charges nothing reads it for the reset (from the live entries when a denial
--- reads them anyway for the retry). `t` is the instant decided at, also the latest
--- instant seen.
+-- that charges nothing reads it for the reset. `t` is the instant decided at, also
+-- the latest instant seen.
 local function swl_decide(keys, now, args, i, charge)
   local cost, limit = tonumber(args[i + 1]), tonumber(args[i + 2])
   local period, cap = tonumber(args[i + 3]), tonumber(args[i + 4])
@@ -40,33 +80,19 @@ local function swl_decide(keys, now, args, i, charge)
   local allowed = cost == 0 or (cost <= cap and total + cost <= limit)
   local retry = -1
   local charged = allowed and charge and cost > 0
+  if not allowed and cost <= cap then
+    retry = math.max(swl_retry_at(keys[2], edge, total, limit - cost, period, t) - now, 0)
+  end
   -- The newest entry still in the log: its instant (nil for none) and cost.
   local newest, newest_cost = nil, 0
-  if not charged and not allowed and cost <= cap then
-    -- The entry whose leaving makes enough room (a denial has total > room); the
-    -- last live entry is the newest.
-    local room, left, at = limit - cost, total, t
-    local live = redis.call('ZRANGEBYSCORE', keys[2], '(' .. num(edge), '+inf')
-    for j = 1, #live do
-      left = left - tonumber(string.match(live[j], ':(%d+)$'))
-      if left <= room then
-        at = tonumber(string.match(live[j], '^(%d+)')) + period
-        break
-      end
-    end
-    retry = math.max(at - now, 0)
-    if v and #live > 0 then
-      local a, c = string.match(live[#live], '^(%d+):(%d+)$')
-      newest, newest_cost = tonumber(a), tonumber(c)
-    end
-  elseif v and (t == floor or not charged) then
+  if v and (t == floor or not charged) then
     -- A charge at the latest instant seen may join the newest entry; a decision
     -- without a charge reports when the newest leaves.
     local last = redis.call('ZRANGE', keys[2], -1, -1)[1]
     if last then
-      local a, c = string.match(last, '^(%d+):(%d+)$')
-      if tonumber(a) > edge then
-        newest, newest_cost = tonumber(a), tonumber(c)
+      local a, c = swl_split(last)
+      if a > edge then
+        newest, newest_cost = a, c
       end
     end
   end
