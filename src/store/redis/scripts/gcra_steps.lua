@@ -1,6 +1,18 @@
 -- GCRA: the steps that general.lua combines, for refunds and
 -- batches; the common case only runs `decide` (gcra.lua).
 
+-- TAT = max(floor, TAT − r) for a refund of r (µs, ns), saturating at 0.
+local function take_back(s, r_us, r_ns, floor)
+  local a, b = 0, 0
+  if ns_le(r_us, r_ns, s.a, s.b) then
+    a, b = ns_sub(s.a, s.b, r_us, r_ns)
+  end
+  if ns_le(a, b, floor, 0) then
+    a, b = floor, 0
+  end
+  s.a, s.b = a, b
+end
+
 A.gcra = {
   nkeys = 1,
   load = function(keys)
@@ -26,14 +38,7 @@ A.gcra = {
     else
       r_us, r_ns = ns_mul(amount, p.t_us, p.t_ns)
     end
-    local a, b = 0, 0
-    if ns_le(r_us, r_ns, s.a, s.b) then
-      a, b = ns_sub(s.a, s.b, r_us, r_ns)
-    end
-    if ns_le(a, b, now, 0) then
-      a, b = now, 0
-    end
-    s.a, s.b = a, b
+    take_back(s, r_us, r_ns, now)
   end,
   -- Time repays the debt up to the TAT oldest first: only the part of the charge
   -- still owed comes back (algorithm::still_owed: with a whole-µs T every TAT is a
@@ -51,14 +56,7 @@ A.gcra = {
         r_us, r_ns = o_us, o_ns
       end
     end
-    local a, b = 0, 0
-    if ns_le(r_us, r_ns, s.a, s.b) then
-      a, b = ns_sub(s.a, s.b, r_us, r_ns)
-    end
-    if ns_le(a, b, t, 0) then
-      a, b = t, 0
-    end
-    s.a, s.b = a, b
+    take_back(s, r_us, r_ns, t)
   end,
   idle_at = function(_, s)
     return ns_ceil_us(s.a, s.b)
