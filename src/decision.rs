@@ -12,11 +12,11 @@ use std::time::Duration;
 ///
 /// ```
 /// use std::time::Duration;
-/// use tollgate::{Key, Limiter, ManualClock, MemoryStore, Policy, Quota};
+/// use tollgate::{Key, Limiter, ManualClock, MemoryStore, Limit, Quota};
 /// # tokio::runtime::Builder::new_current_thread().build()?.block_on(async {
 /// let clock = ManualClock::new(Duration::from_secs(1_700_000_000));
 /// let limiter = Limiter::builder()
-///     .policy(Policy::new("api", Quota::per_second(2))?)
+///     .limit(Limit::new("api", Quota::per_second(2))?)
 ///     .store(MemoryStore::with_clock(clock))
 ///     .build()?;
 /// let key = Key::from("alice");
@@ -69,9 +69,9 @@ impl Decision {
     /// decision itself.
     ///
     /// ```
-    /// use tollgate::{Key, Limiter, Policy, Quota};
+    /// use tollgate::{Key, Limiter, Limit, Quota};
     /// # tokio::runtime::Builder::new_current_thread().build()?.block_on(async {
-    /// let limiter = Limiter::builder().policy(Policy::new("api", Quota::per_minute(1))?).build()?;
+    /// let limiter = Limiter::builder().limit(Limit::new("api", Quota::per_minute(1))?).build()?;
     /// let key = Key::from("alice");
     /// let admitted = limiter.check("api", &key, 1).await?;
     /// assert_eq!(admitted.receipt().map(|r| r.cost()), Some(1));
@@ -130,9 +130,9 @@ impl Eq for Decision {}
 /// still counts of that charge).
 ///
 /// ```
-/// use tollgate::{Key, Limiter, Policy, Quota};
+/// use tollgate::{Key, Limiter, Limit, Quota};
 /// # tokio::runtime::Builder::new_current_thread().build()?.block_on(async {
-/// let limiter = Limiter::builder().policy(Policy::new("api", Quota::per_minute(5))?).build()?;
+/// let limiter = Limiter::builder().limit(Limit::new("api", Quota::per_minute(5))?).build()?;
 /// let decision = limiter.check("api", &Key::from("alice"), 3).await?;
 /// let receipt = decision.receipt().expect("admitted and charged");
 /// assert_eq!(receipt.cost(), 3);
@@ -175,9 +175,9 @@ impl Receipt {
     /// What was charged.
     ///
     /// ```
-    /// use tollgate::{Key, Limiter, Policy, Quota};
+    /// use tollgate::{Key, Limiter, Limit, Quota};
     /// # tokio::runtime::Builder::new_current_thread().build()?.block_on(async {
-    /// let limiter = Limiter::builder().policy(Policy::new("api", Quota::per_minute(5))?).build()?;
+    /// let limiter = Limiter::builder().limit(Limit::new("api", Quota::per_minute(5))?).build()?;
     /// let decision = limiter.check("api", &Key::from("alice"), 2).await?;
     /// assert_eq!(decision.receipt().map(|r| r.cost()), Some(2));
     /// # Ok::<(), Box<dyn std::error::Error>>(())

@@ -78,10 +78,10 @@ impl fmt::Display for StoreErrorKind {
 /// The Tower layer turns this into its `FailMode`; used directly, the caller decides.
 ///
 /// ```
-/// use tollgate::{Key, Limiter, Policy, Quota, StoreErrorKind};
+/// use tollgate::{Key, Limiter, Limit, Quota, StoreErrorKind};
 /// # futures_lite_block_on(async {
 /// let limiter = Limiter::builder()
-///     .policy(Policy::new("api", Quota::per_second(5))?)
+///     .limit(Limit::new("api", Quota::per_second(5))?)
 ///     .build()?;
 /// let err = limiter.check("nope", &Key::from("alice"), 1).await.unwrap_err();
 /// assert_eq!(err.kind(), StoreErrorKind::UnknownPolicy);

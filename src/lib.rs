@@ -64,42 +64,63 @@
 //! Which algorithm to pick, measured by the `lab` feature: `docs/choosing-an-algorithm.md`.
 
 mod algorithm;
+#[cfg(feature = "layer")]
 mod body;
 mod clock;
+#[cfg(feature = "layer")]
 mod cost;
 mod decision;
 mod error;
+#[cfg(feature = "layer")]
 mod future;
+#[cfg(feature = "layer")]
 pub mod headers;
 pub mod key;
 #[cfg(feature = "lab")]
 pub mod lab;
+#[cfg(feature = "layer")]
 mod layer;
+mod limit;
 mod limiter;
+#[cfg(any(feature = "layer", feature = "redis"))]
 mod observe;
+#[cfg(feature = "layer")]
 mod policy;
 mod quota;
+#[cfg(feature = "layer")]
 mod response;
+#[cfg(feature = "layer")]
 mod service;
 mod store;
 
 pub use algorithm::Algorithm;
-pub use body::RateLimitBody;
 pub use clock::{Clock, ManualClock, SystemClock};
-pub use cost::Costs;
 pub use decision::{Decision, Receipt};
 pub use error::{ConfigError, StoreError, StoreErrorKind};
-pub use future::ResponseFuture;
-pub use headers::{HeaderStyle, ResetFormat};
 pub use key::Key;
-pub use key::TrustedProxies;
-pub use layer::{FailMode, RateLimitLayer};
+pub use limit::Limit;
 pub use limiter::{Limiter, LimiterBuilder};
-pub use policy::{MissingKey, Policy};
 pub use quota::{MAX_COUNT, Quota};
-pub use response::{RejectReason, Rejection, RejectionInfo};
-pub use service::{Decisions, RateLimit};
 #[cfg(feature = "redis")]
 pub use store::RedisStore;
 pub use store::memory::{DEFAULT_MAX_BYTES, DEFAULT_MAX_KEYS};
 pub use store::{Charge, Fallback, MemoryStore, Store, StoreFuture};
+
+#[cfg(feature = "layer")]
+pub use body::RateLimitBody;
+#[cfg(feature = "layer")]
+pub use cost::Costs;
+#[cfg(feature = "layer")]
+pub use future::ResponseFuture;
+#[cfg(feature = "layer")]
+pub use headers::{HeaderStyle, ResetFormat};
+#[cfg(feature = "layer")]
+pub use key::TrustedProxies;
+#[cfg(feature = "layer")]
+pub use layer::{FailMode, RateLimitLayer};
+#[cfg(feature = "layer")]
+pub use policy::{MissingKey, Policy};
+#[cfg(feature = "layer")]
+pub use response::{RejectReason, Rejection, RejectionInfo};
+#[cfg(feature = "layer")]
+pub use service::{Decisions, RateLimit};

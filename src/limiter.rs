@@ -7,8 +7,12 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
+#[cfg(feature = "layer")]
+use crate::Policy;
+#[cfg(feature = "layer")]
+use crate::Receipt;
 use crate::store::{Charge, Store, StoreFuture};
-use crate::{ConfigError, Decision, Key, MemoryStore, Policy, Receipt, StoreError, StoreErrorKind};
+use crate::{ConfigError, Decision, Key, Limit, MemoryStore, StoreError, StoreErrorKind};
 
 /// Decides whether keys may spend cost under named policies.
 ///
@@ -16,11 +20,11 @@ use crate::{ConfigError, Decision, Key, MemoryStore, Policy, Receipt, StoreError
 /// Tower layer is built on it. Cheap to clone; clones share policies and state.
 ///
 /// ```
-/// use tollgate::{Algorithm, Key, Limiter, Policy, Quota};
+/// use tollgate::{Algorithm, Key, Limiter, Limit, Quota};
 /// # tokio::runtime::Builder::new_current_thread().build()?.block_on(async {
 /// let limiter = Limiter::builder()
-///     .policy(Policy::new("per-user", Quota::per_minute(2))?.algorithm(Algorithm::FixedWindow))
-///     .policy(Policy::new("global", Quota::per_second(1000))?)
+///     .limit(Limit::new("per-user", Quota::per_minute(2))?.algorithm(Algorithm::FixedWindow))
+///     .limit(Limit::new("global", Quota::per_second(1000))?)
 ///     .build()?;
 /// let alice = Key::from("alice");
 /// let all = Key::from("");
@@ -40,6 +44,10 @@ pub struct Limiter {
 }
 
 struct Inner {
+    limits: Vec<Limit>,
+    /// The layer's request rules, one per limit (a limit added on its own has the
+    /// default rules).
+    #[cfg(feature = "layer")]
     policies: Vec<Policy>,
     backend: Backend,
 }
@@ -64,12 +72,30 @@ impl fmt::Debug for Backend {
 #[derive(Debug, Default)]
 #[must_use]
 pub struct LimiterBuilder {
+    limits: Vec<Limit>,
+    #[cfg(feature = "layer")]
     policies: Vec<Policy>,
     store: Option<Backend>,
 }
 
 impl LimiterBuilder {
-    /// Adds a policy. Names must be unique within a limiter.
+    /// Adds a limit. Names must be unique within a limiter.
+    ///
+    /// ```
+    /// use tollgate::{Limit, Limiter, Quota};
+    /// let limiter = Limiter::builder().limit(Limit::new("api", Quota::per_second(5))?).build()?;
+    /// assert_eq!(limiter.limits().len(), 1);
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    pub fn limit(mut self, limit: Limit) -> Self {
+        #[cfg(feature = "layer")]
+        self.policies.push(Policy::from(limit.clone()));
+        self.limits.push(limit);
+        self
+    }
+
+    /// Adds a policy: its [`Limit`], and the rules by which the Tower layer finds a
+    /// request's key and cost under it. Names must be unique within a limiter.
     ///
     /// ```
     /// use tollgate::{Limiter, Policy, Quota};
@@ -77,7 +103,9 @@ impl LimiterBuilder {
     /// assert_eq!(limiter.policies().len(), 1);
     /// # Ok::<(), tollgate::ConfigError>(())
     /// ```
+    #[cfg(feature = "layer")]
     pub fn policy(mut self, policy: Policy) -> Self {
+        self.limits.push(policy.limit().clone());
         self.policies.push(policy);
         self
     }
@@ -85,9 +113,9 @@ impl LimiterBuilder {
     /// Keeps state in `store` (default: a new [`MemoryStore`]).
     ///
     /// ```
-    /// use tollgate::{Limiter, MemoryStore, Policy, Quota};
+    /// use tollgate::{Limiter, MemoryStore, Limit, Quota};
     /// let limiter = Limiter::builder()
-    ///     .policy(Policy::new("api", Quota::per_second(5))?)
+    ///     .limit(Limit::new("api", Quota::per_second(5))?)
     ///     .store(MemoryStore::new().max_keys(1_000)?)
     ///     .build()?;
     /// # Ok::<(), tollgate::ConfigError>(())
@@ -110,42 +138,50 @@ impl LimiterBuilder {
     /// ([`MAX_HEADERS_LEN`](crate::headers::MAX_HEADERS_LEN); the message names them).
     ///
     /// ```
-    /// use tollgate::{Algorithm, Limiter, Policy, Quota};
+    /// use tollgate::{Algorithm, Limiter, Limit, Quota};
     /// let err = Limiter::builder()
-    ///     .policy(Policy::new("api", Quota::per_second(5).with_burst(10)?)?.algorithm(Algorithm::FixedWindow))
+    ///     .limit(Limit::new("api", Quota::per_second(5).with_burst(10)?)?.algorithm(Algorithm::FixedWindow))
     ///     .build()
     ///     .unwrap_err();
     /// assert!(err.to_string().contains("\"api\""));
     /// # Ok::<(), tollgate::ConfigError>(())
     /// ```
     pub fn build(self) -> Result<Limiter, ConfigError> {
-        if self.policies.is_empty() {
+        if self.limits.is_empty() {
             return Err(ConfigError::new(
-                "a limiter needs at least one policy: add one with LimiterBuilder::policy",
+                "a limiter needs at least one policy: add one with LimiterBuilder::limit or LimiterBuilder::policy",
             ));
         }
-        for (i, policy) in self.policies.iter().enumerate() {
-            policy.validate()?;
-            if self.policies[..i].iter().any(|p| p.name() == policy.name()) {
+        for (i, limit) in self.limits.iter().enumerate() {
+            limit.validate()?;
+            if self.limits[..i].iter().any(|l| l.name() == limit.name()) {
                 return Err(ConfigError::new(format!(
                     "duplicate policy name \"{}\": names must be unique within a limiter",
-                    policy.name()
+                    limit.name()
                 )));
             }
         }
-        // Every policy is one member of each header the layer writes.
-        crate::headers::check_size(&self.policies)?;
+        #[cfg(feature = "layer")]
+        {
+            for policy in &self.policies {
+                policy.validate()?;
+            }
+            // Every policy is one member of each header the layer writes.
+            crate::headers::check_size(&self.policies)?;
+        }
         let backend = self
             .store
             .unwrap_or_else(|| Backend::Memory(MemoryStore::new()));
-        for policy in &self.policies {
+        for limit in &self.limits {
             match &backend {
-                Backend::Memory(store) => store.validate(policy)?,
-                Backend::Other(store) => store.validate(policy)?,
+                Backend::Memory(store) => store.validate(limit)?,
+                Backend::Other(store) => store.validate(limit)?,
             }
         }
         Ok(Limiter {
             inner: Arc::new(Inner {
+                limits: self.limits,
+                #[cfg(feature = "layer")]
                 policies: self.policies,
                 backend,
             }),
@@ -172,8 +208,37 @@ impl Limiter {
     /// assert_eq!(limiter.policies()[0].name(), "api");
     /// # Ok::<(), tollgate::ConfigError>(())
     /// ```
+    #[cfg(feature = "layer")]
     pub fn policies(&self) -> &[Policy] {
         &self.inner.policies
+    }
+
+    /// The limiter's limits, in the order they were added.
+    ///
+    /// ```
+    /// use tollgate::{Limit, Limiter, Quota};
+    /// let limiter = Limiter::builder().limit(Limit::new("api", Quota::per_second(5))?).build()?;
+    /// assert_eq!(limiter.limits()[0].name(), "api");
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    pub fn limits(&self) -> &[Limit] {
+        &self.inner.limits
+    }
+
+    /// The limit named `name`.
+    ///
+    /// ```
+    /// use tollgate::{Limit, Limiter, Quota};
+    /// let limiter = Limiter::builder().limit(Limit::new("api", Quota::per_second(5))?).build()?;
+    /// assert_eq!(limiter.limit("api").map(Limit::capacity), Some(5));
+    /// assert!(limiter.limit("other").is_none());
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    pub fn limit(&self, name: &str) -> Option<&Limit> {
+        self.inner
+            .limits
+            .iter()
+            .find(|l| names_match(l.name(), name))
     }
 
     /// The policy named `name`.
@@ -185,6 +250,7 @@ impl Limiter {
     /// assert!(limiter.policy("other").is_none());
     /// # Ok::<(), tollgate::ConfigError>(())
     /// ```
+    #[cfg(feature = "layer")]
     pub fn policy(&self, name: &str) -> Option<&Policy> {
         self.inner
             .policies
@@ -192,8 +258,8 @@ impl Limiter {
             .find(|p| names_match(p.name(), name))
     }
 
-    fn find(&self, name: &str) -> Result<&Policy, StoreError> {
-        self.policy(name).ok_or_else(|| {
+    fn find(&self, name: &str) -> Result<&Limit, StoreError> {
+        self.limit(name).ok_or_else(|| {
             StoreError::new(
                 StoreErrorKind::UnknownPolicy,
                 format!(
@@ -208,9 +274,9 @@ impl Limiter {
     /// key's state and charges nothing.
     ///
     /// ```
-    /// use tollgate::{Key, Limiter, Policy, Quota};
+    /// use tollgate::{Key, Limiter, Limit, Quota};
     /// # tokio::runtime::Builder::new_current_thread().build()?.block_on(async {
-    /// let limiter = Limiter::builder().policy(Policy::new("api", Quota::per_minute(3))?).build()?;
+    /// let limiter = Limiter::builder().limit(Limit::new("api", Quota::per_minute(3))?).build()?;
     /// let key = Key::from("alice");
     /// assert_eq!(limiter.check("api", &key, 2).await?.remaining, 1);
     /// assert!(!limiter.check("api", &key, 2).await?.allowed);
@@ -243,11 +309,11 @@ impl Limiter {
     /// passes when every decision is allowed.
     ///
     /// ```
-    /// use tollgate::{Key, Limiter, Policy, Quota};
+    /// use tollgate::{Key, Limiter, Limit, Quota};
     /// # tokio::runtime::Builder::new_current_thread().build()?.block_on(async {
     /// let limiter = Limiter::builder()
-    ///     .policy(Policy::new("burst", Quota::per_second(1))?)
-    ///     .policy(Policy::new("daily", Quota::per_day(100))?)
+    ///     .limit(Limit::new("burst", Quota::per_second(1))?)
+    ///     .limit(Limit::new("daily", Quota::per_day(100))?)
     ///     .build()?;
     /// let key = Key::from("alice");
     /// let both = [("burst", &key, 1), ("daily", &key, 1)];
@@ -267,7 +333,7 @@ impl Limiter {
             .iter()
             .map(|&(name, key, cost)| {
                 Ok(Charge {
-                    policy: self.find(name)?,
+                    limit: self.find(name)?,
                     key,
                     cost: u64::from(cost),
                 })
@@ -295,9 +361,9 @@ impl Limiter {
     /// back a charge of the new window.
     ///
     /// ```
-    /// use tollgate::{Key, Limiter, Policy, Quota};
+    /// use tollgate::{Key, Limiter, Limit, Quota};
     /// # tokio::runtime::Builder::new_current_thread().build()?.block_on(async {
-    /// let limiter = Limiter::builder().policy(Policy::new("login", Quota::per_minute(5))?).build()?;
+    /// let limiter = Limiter::builder().limit(Limit::new("login", Quota::per_minute(5))?).build()?;
     /// let key = Key::from("alice");
     /// limiter.check("login", &key, 1).await?;
     /// limiter.refund("login", &key, 1).await?;
@@ -307,9 +373,8 @@ impl Limiter {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub async fn refund(&self, policy: &str, key: &Key, cost: u32) -> Result<(), StoreError> {
-        let policy = self.find(policy)?;
         let charge = Charge {
-            policy,
+            limit: self.find(policy)?,
             key,
             cost: u64::from(cost),
         };
@@ -344,11 +409,11 @@ impl Limiter {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use tollgate::{Algorithm, Key, Limiter, ManualClock, MemoryStore, Policy, Quota};
+    /// use tollgate::{Algorithm, Key, Limiter, ManualClock, MemoryStore, Limit, Quota};
     /// # tokio::runtime::Builder::new_current_thread().build()?.block_on(async {
     /// let clock = ManualClock::new(Duration::from_secs(1_700_000_020)); // 40 s into a minute
     /// let limiter = Limiter::builder()
-    ///     .policy(Policy::new("login", Quota::per_minute(2))?.algorithm(Algorithm::FixedWindow))
+    ///     .limit(Limit::new("login", Quota::per_minute(2))?.algorithm(Algorithm::FixedWindow))
     ///     .store(MemoryStore::with_clock(clock.clone()))
     ///     .build()?;
     /// let key = Key::from("alice");
@@ -375,7 +440,7 @@ impl Limiter {
             return Ok(());
         };
         let charge = Charge {
-            policy: self.find(decision.policy)?,
+            limit: self.find(decision.policy)?,
             key,
             cost: u64::from(amount).min(receipt.cost()),
         };
@@ -428,17 +493,17 @@ impl Future for Check<'_> {
         this.state = CheckState::Done;
         let limiter = this.limiter;
         let (key, cost) = (this.key, u64::from(this.cost));
-        let policy = match limiter.find(this.policy) {
-            Ok(policy) => policy,
+        let limit = match limiter.find(this.policy) {
+            Ok(limit) => limit,
             Err(error) => return Poll::Ready(Err(error)),
         };
         match &limiter.inner.backend {
             Backend::Memory(store) => {
-                Poll::Ready(Ok(store.acquire_one(&Charge { policy, key, cost })))
+                Poll::Ready(Ok(store.acquire_one(&Charge { limit, key, cost })))
             }
             Backend::Other(store) => {
                 let mut future: StoreFuture<'_, Decision> = Box::pin(async move {
-                    let charge = Charge { policy, key, cost };
+                    let charge = Charge { limit, key, cost };
                     let mut decisions = store.acquire(std::slice::from_ref(&charge)).await?;
                     decisions.pop().ok_or_else(|| missing_decision(1, 0))
                 });
@@ -453,21 +518,24 @@ impl Future for Check<'_> {
 }
 
 /// A decision the layer can take without awaiting (memory store), or a future for it.
+#[cfg(feature = "layer")]
 pub(crate) enum Pending {
     Ready(Result<Vec<Decision>, StoreError>),
     Waiting(StoreFuture<'static, Vec<Decision>>),
 }
 
+/// What the Tower layer asks of the limiter: decisions by limit index, owned futures.
+#[cfg(feature = "layer")]
 impl Limiter {
     /// Decides `checks` (policy index, key, cost) all-or-nothing: synchronously on the
     /// memory store, else through a `'static` future that owns what it needs.
     pub(crate) fn decide(&self, checks: &[(usize, Key, u64)]) -> Pending {
-        let policies = &self.inner.policies;
+        let limits = &self.inner.limits;
         match &self.inner.backend {
             Backend::Memory(store) => {
                 if let [(index, key, cost)] = checks {
                     let charge = Charge {
-                        policy: &policies[*index],
+                        limit: &limits[*index],
                         key,
                         cost: *cost,
                     };
@@ -476,7 +544,7 @@ impl Limiter {
                 let charges: Vec<Charge<'_>> = checks
                     .iter()
                     .map(|(index, key, cost)| Charge {
-                        policy: &policies[*index],
+                        limit: &limits[*index],
                         key,
                         cost: *cost,
                     })
@@ -489,7 +557,7 @@ impl Limiter {
                     let charges: Vec<Charge<'_>> = checks
                         .iter()
                         .map(|(index, key, cost)| Charge {
-                            policy: &limiter.inner.policies[*index],
+                            limit: &limiter.inner.limits[*index],
                             key,
                             cost: *cost,
                         })
@@ -517,7 +585,7 @@ impl Limiter {
         match &self.inner.backend {
             Backend::Memory(store) => {
                 let charge = Charge {
-                    policy: &self.inner.policies[index],
+                    limit: &self.inner.limits[index],
                     key: &key,
                     cost: receipt.cost(),
                 };
@@ -528,7 +596,7 @@ impl Limiter {
                 let (limiter, store) = (self.clone(), store.clone());
                 Some(Box::pin(async move {
                     let charge = Charge {
-                        policy: &limiter.inner.policies[index],
+                        limit: &limiter.inner.limits[index],
                         key: &key,
                         cost: receipt.cost(),
                     };
@@ -549,7 +617,7 @@ fn missing_decision(expected: usize, got: usize) -> StoreError {
 impl fmt::Debug for Limiter {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Limiter")
-            .field("policies", &self.inner.policies)
+            .field("limits", &self.inner.limits)
             .field("store", &self.inner.backend)
             .finish()
     }

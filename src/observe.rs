@@ -2,10 +2,13 @@
 //! without the `tracing` and `metrics` features. Never records keys: they are API
 //! tokens and client addresses.
 
-use crate::{Decision, StoreError};
+#[cfg(feature = "layer")]
+use crate::Decision;
+use crate::StoreError;
 
 /// What became of a request the policies were checked for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg(feature = "layer")]
 pub(crate) enum Outcome {
     Allowed,
     Rejected,
@@ -16,6 +19,7 @@ pub(crate) enum Outcome {
     ShadowQueueFull,
 }
 
+#[cfg(feature = "layer")]
 impl Outcome {
     #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
     fn label(self) -> &'static str {
@@ -34,6 +38,7 @@ impl Outcome {
     not(any(feature = "tracing", feature = "metrics")),
     allow(unused_variables)
 )]
+#[cfg(feature = "layer")]
 pub(crate) fn decided(decisions: &[Decision], outcome: Outcome) {
     #[cfg(feature = "metrics")]
     for d in decisions {
@@ -67,6 +72,7 @@ pub(crate) fn decided(decisions: &[Decision], outcome: Outcome) {
     not(any(feature = "tracing", feature = "metrics")),
     allow(unused_variables)
 )]
+#[cfg(feature = "layer")]
 pub(crate) fn store_failed(error: &StoreError, failing_open: bool) {
     #[cfg(feature = "metrics")]
     metrics::counter!("tollgate_store_errors_total", "kind" => error.kind().to_string())

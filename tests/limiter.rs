@@ -344,7 +344,7 @@ fn a_store_answers_a_policy_no_limiter_validated_without_panicking() {
         .algorithm(algorithm);
         let key = Key::from("a");
         let charge = tollgate::Charge {
-            policy: &policy,
+            limit: policy.limit(),
             key: &key,
             cost: 1,
         };

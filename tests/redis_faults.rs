@@ -183,7 +183,7 @@ async fn a_read_only_replica_is_unavailable() -> TestResult {
     let key = Key::from("alice");
     let err = store
         .acquire(&[Charge {
-            policy: &policy,
+            limit: policy.limit(),
             key: &key,
             cost: 1,
         }])

@@ -281,7 +281,7 @@ async fn server_time_is_the_default_clock() -> TestResult {
     let policy = Policy::new("api", Quota::per_day(2))?;
     let key = Key::from("alice");
     let charge = Charge {
-        policy: &policy,
+        limit: policy.limit(),
         key: &key,
         cost: 1,
     };

@@ -34,8 +34,8 @@ pub(crate) use params::Params;
 /// cost it can admit in any interval, the bound the property tests check.
 ///
 /// ```
-/// use tollgate::{Algorithm, Policy, Quota};
-/// let policy = Policy::new("uploads", Quota::per_hour(60))?
+/// use tollgate::{Algorithm, Limit, Quota};
+/// let policy = Limit::new("uploads", Quota::per_hour(60))?
 ///     .algorithm(Algorithm::SlidingWindowCounters { buckets: 60 });
 /// assert_eq!(policy.algorithm_kind(), Algorithm::SlidingWindowCounters { buckets: 60 });
 /// assert_eq!(Algorithm::default(), Algorithm::Gcra);

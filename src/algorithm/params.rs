@@ -59,7 +59,7 @@ impl Params {
     /// refuses such policies with the returned message.
     ///
     /// `max_delay` bounds the leaky bucket's delays (see
-    /// [`Policy::max_delay`](crate::Policy::max_delay)); the other algorithms ignore it.
+    /// [`Limit::max_delay`](crate::Limit::max_delay)); the other algorithms ignore it.
     pub(crate) fn new(
         quota: &Quota,
         algorithm: Algorithm,

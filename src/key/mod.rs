@@ -30,14 +30,22 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+#[cfg(feature = "layer")]
 mod extractor;
 mod fingerprint;
+#[cfg(feature = "layer")]
 mod forwarded;
+#[cfg(feature = "layer")]
 mod ip;
+#[cfg(feature = "layer")]
 mod request;
 
+#[cfg(feature = "layer")]
 pub use extractor::{Extractor, global};
 pub use fingerprint::Key;
+#[cfg(feature = "layer")]
 pub use forwarded::ProxyHeader;
+#[cfg(feature = "layer")]
 pub use ip::{TrustedProxies, client_ip, peer_ip, peer_ip_with_ipv6_prefix};
+#[cfg(feature = "layer")]
 pub use request::{extension, header, matched_path};

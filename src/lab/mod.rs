@@ -41,8 +41,7 @@ pub use patterns::{Arrival, Pattern};
 use crate::algorithm::{fixed_window, gcra, sliding_window, sliding_window_counters};
 use crate::algorithm::{sliding_window_log, token_bucket};
 use crate::{
-    Algorithm, ConfigError, Key, Limiter, ManualClock, MemoryStore, Policy, Quota, Store,
-    StoreError,
+    Algorithm, ConfigError, Key, Limit, Limiter, ManualClock, MemoryStore, Quota, Store, StoreError,
 };
 
 /// Sub-windows the lab gives [`Algorithm::SlidingWindowCounters`] by default.
@@ -342,7 +341,7 @@ impl Lab {
         algorithm: Algorithm,
     ) -> Result<Trace, LabError> {
         let limiter = Limiter::builder()
-            .policy(Policy::new("lab", self.quota_for(algorithm)?)?.algorithm(algorithm))
+            .limit(Limit::new("lab", self.quota_for(algorithm)?)?.algorithm(algorithm))
             .store(store)
             .build()?;
         let started = Instant::now();
@@ -498,12 +497,12 @@ fn summarize(
 ///
 /// ```
 /// use std::time::Duration;
-/// use tollgate::{Limiter, ManualClock, MemoryStore, Policy, Quota};
+/// use tollgate::{Limit, Limiter, ManualClock, MemoryStore, Quota};
 /// use tollgate::lab::{Pattern, replay};
 /// # tokio::runtime::Builder::new_current_thread().build()?.block_on(async {
 /// let clock = ManualClock::default();
 /// let limiter = Limiter::builder()
-///     .policy(Policy::new("lab", Quota::per_second(5))?)
+///     .limit(Limit::new("lab", Quota::per_second(5))?)
 ///     .store(MemoryStore::with_clock(clock.clone()))
 ///     .build()?;
 /// let pattern = Pattern::steady(&Quota::per_second(5), 2, 2.0, 0);

@@ -145,7 +145,7 @@ impl BlockCache {
     }
 
     fn slot(charge: &Charge<'_>) -> Slot {
-        (charge.policy.name(), *charge.policy.params(), *charge.key)
+        (charge.limit.name(), *charge.limit.params(), *charge.key)
     }
 
     fn lock(&self) -> MutexGuard<'_, Blocks> {
@@ -154,7 +154,7 @@ impl BlockCache {
 
     /// The local denial of `charge` at `now`, if its key is blocked for that cost.
     fn check_one(&self, blocks: &mut Blocks, charge: &Charge<'_>, now: u64) -> Option<Decision> {
-        if charge.cost == 0 || charge.cost > charge.policy.params().capacity {
+        if charge.cost == 0 || charge.cost > charge.limit.params().capacity {
             return None;
         }
         let slot = Self::slot(charge);
@@ -171,7 +171,7 @@ impl BlockCache {
             return None;
         }
         Some(decision(
-            charge.policy,
+            charge.limit,
             Verdict {
                 allowed: false,
                 remaining: block.remaining,
@@ -256,7 +256,7 @@ impl BlockCache {
 /// key, so it promises no capacity), no `retry_after`, no delay.
 fn not_evaluated(charge: &Charge<'_>) -> Decision {
     decision(
-        charge.policy,
+        charge.limit,
         Verdict {
             allowed: true,
             remaining: 0,
@@ -273,7 +273,7 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::{Policy, Quota};
+    use crate::{Limit, Quota};
 
     const SECOND: u64 = 1_000_000;
 
@@ -290,9 +290,9 @@ mod tests {
         }
     }
 
-    fn charge<'a>(policy: &'a Policy, key: &'a Key) -> Charge<'a> {
+    fn charge<'a>(limit: &'a Limit, key: &'a Key) -> Charge<'a> {
         Charge {
-            policy,
+            limit,
             key,
             cost: 1,
         }
@@ -302,7 +302,7 @@ mod tests {
     fn a_full_cache_does_constant_work_per_new_denial() {
         // Regression: a full cache used to `retain` the whole map on every new
         // denial (10 000 entries examined per denial at the default bound).
-        let policy = Policy::new("api", Quota::per_day(1)).expect("policy");
+        let policy = Limit::new("api", Quota::per_day(1)).expect("policy");
         let keys: Vec<Key> = (0..5_000_u64).map(Key::from).collect();
         let cache = BlockCache::new(1_000, 3_600 * SECOND);
         let day = Duration::from_secs(86_400);
@@ -322,7 +322,7 @@ mod tests {
 
     #[test]
     fn a_key_denied_over_and_over_keeps_the_queue_bounded() {
-        let policy = Policy::new("api", Quota::per_day(1)).expect("policy");
+        let policy = Limit::new("api", Quota::per_day(1)).expect("policy");
         let key = Key::from("mallory");
         let cache = BlockCache::new(1_000, 3_600 * SECOND);
         for i in 0..10_000 {
@@ -339,7 +339,7 @@ mod tests {
 
     #[test]
     fn entries_die_at_their_max_age_or_when_the_clock_reads_earlier() {
-        let policy = Policy::new("api", Quota::per_day(1)).expect("policy");
+        let policy = Limit::new("api", Quota::per_day(1)).expect("policy");
         let key = Key::from("alice");
         let cache = BlockCache::new(10, SECOND);
         let year = Duration::from_secs(365 * 86_400);

@@ -4,7 +4,7 @@ use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use super::{Charge, Store, StoreFuture, refund_dropped};
-use crate::{ConfigError, Decision, Policy, Receipt, StoreError};
+use crate::{ConfigError, Decision, Limit, Receipt, StoreError};
 
 /// Serves from `primary`, and from `insurance` while the primary fails.
 ///
@@ -28,12 +28,12 @@ use crate::{ConfigError, Decision, Policy, Receipt, StoreError};
 /// to the store serving now, and is dropped too when that store fails.
 ///
 /// ```
-/// use tollgate::{Fallback, Key, Limiter, MemoryStore, Policy, Quota};
+/// use tollgate::{Fallback, Key, Limiter, MemoryStore, Limit, Quota};
 /// # tokio::runtime::Builder::new_current_thread().enable_time().build()?.block_on(async {
 /// // Any two stores: in production the primary is usually a `RedisStore`.
 /// let store = Fallback::new(MemoryStore::new(), MemoryStore::new());
 /// let limiter = Limiter::builder()
-///     .policy(Policy::new("api", Quota::per_second(1))?)
+///     .limit(Limit::new("api", Quota::per_second(1))?)
 ///     .store(store.clone())
 ///     .build()?;
 /// assert!(limiter.check("api", &Key::from("alice"), 1).await?.allowed);
@@ -198,7 +198,7 @@ impl<P: Store, I: Store> Store for Fallback<P, I> {
         })
     }
 
-    fn validate(&self, policy: &Policy) -> Result<(), ConfigError> {
+    fn validate(&self, policy: &Limit) -> Result<(), ConfigError> {
         self.primary.validate(policy)?;
         self.insurance.validate(policy)
     }

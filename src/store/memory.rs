@@ -12,7 +12,7 @@ use super::memory_shard::{Hashed, Shard};
 use super::{Charge, Store, StoreFuture, decision};
 use crate::algorithm::{Refund, Verdict};
 use crate::clock::now_micros;
-use crate::{Algorithm, Clock, ConfigError, Decision, Key, Policy, Receipt, SystemClock};
+use crate::{Algorithm, Clock, ConfigError, Decision, Key, Limit, Receipt, SystemClock};
 
 /// The default bound on stored keys.
 pub const DEFAULT_MAX_KEYS: usize = 1_000_000;
@@ -54,13 +54,13 @@ const MIN_KEYS_PER_SHARD: usize = 256;
 ///
 /// ```
 /// use std::time::Duration;
-/// use tollgate::{Key, Limiter, ManualClock, MemoryStore, Policy, Quota};
+/// use tollgate::{Key, Limiter, ManualClock, MemoryStore, Limit, Quota};
 /// # tokio::runtime::Builder::new_current_thread().build()?.block_on(async {
 /// let clock = ManualClock::new(Duration::from_secs(1_700_000_000));
 /// // One key at most (one shard): a tiny bound makes the behaviour visible.
 /// let store = MemoryStore::with_clock(clock.clone()).max_keys(1)?;
 /// let limiter = Limiter::builder()
-///     .policy(Policy::new("api", Quota::per_second(1))?)
+///     .limit(Limit::new("api", Quota::per_second(1))?)
 ///     .store(store.clone())
 ///     .build()?;
 /// for caller in ["alice", "bob", "carol"] {
@@ -311,7 +311,7 @@ impl MemoryStore {
     pub(crate) fn acquire_one(&self, charge: &Charge<'_>) -> Decision {
         let key = self.hashed(charge.key);
         let now = self.now();
-        let policy = charge.policy;
+        let policy = charge.limit;
         let shard = self.shard(key);
         if has_atomic_states(policy)
             && let Some(verdict) = read(shard).run_shared(policy, key, now, charge.cost)
@@ -342,7 +342,7 @@ impl MemoryStore {
         let mut run = |i: usize, charge: bool| -> Verdict {
             let c = &charges[i];
             let slot = order.binary_search(&shard_of[i]).unwrap_or_default();
-            guards[slot].run(c.policy, keys[i], now, c.cost, charge)
+            guards[slot].run(c.limit, keys[i], now, c.cost, charge)
         };
         let tentative: Vec<Verdict> = (0..charges.len()).map(|i| run(i, false)).collect();
         let verdicts = if tentative.iter().all(|v| v.allowed) {
@@ -355,14 +355,14 @@ impl MemoryStore {
                     for j in 0..i {
                         let c = &charges[j];
                         let slot = order.binary_search(&shard_of[j]).unwrap_or_default();
-                        guards[slot].refund(c.policy, keys[j], now, c.cost);
+                        guards[slot].refund(c.limit, keys[j], now, c.cost);
                     }
                     let mut denied = tentative;
                     denied[i] = verdict;
                     return charges
                         .iter()
                         .zip(denied)
-                        .map(|(c, v)| decision(c.policy, v))
+                        .map(|(c, v)| decision(c.limit, v))
                         .collect();
                 }
                 admitted.push(verdict);
@@ -374,7 +374,7 @@ impl MemoryStore {
         charges
             .iter()
             .zip(verdicts)
-            .map(|(c, v)| decision(c.policy, v))
+            .map(|(c, v)| decision(c.limit, v))
             .collect()
     }
 
@@ -382,7 +382,7 @@ impl MemoryStore {
     pub(crate) fn refund_now(&self, charge: &Charge<'_>) {
         let key = self.hashed(charge.key);
         let now = self.now();
-        write(self.shard(key)).refund(charge.policy, key, now, charge.cost);
+        write(self.shard(key)).refund(charge.limit, key, now, charge.cost);
     }
 
     /// Refunds the charge of `receipt` synchronously.
@@ -393,13 +393,13 @@ impl MemoryStore {
             amount: charge.cost,
             receipt,
         };
-        write(self.shard(key)).refund_as(charge.policy, key, now, what);
+        write(self.shard(key)).refund_as(charge.limit, key, now, what);
     }
 }
 
 /// Whether `policy`'s states can be updated under a shard's read lock.
 #[inline]
-fn has_atomic_states(policy: &Policy) -> bool {
+fn has_atomic_states(policy: &Limit) -> bool {
     matches!(
         policy.params().algorithm,
         Algorithm::Gcra | Algorithm::LeakyBucket
@@ -440,7 +440,7 @@ impl Store for MemoryStore {
     /// [`max_bytes`](MemoryStore::max_bytes), and gives the policy its table in every
     /// shard, so that each policy's share of the bounds is known from the start (see
     /// [`max_keys`](MemoryStore::max_keys)).
-    fn validate(&self, policy: &Policy) -> Result<(), ConfigError> {
+    fn validate(&self, policy: &Limit) -> Result<(), ConfigError> {
         let worst = worst_case_bytes(policy.params());
         let part = self.bytes_per_shard();
         if worst > part {

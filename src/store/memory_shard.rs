@@ -16,7 +16,7 @@ use crate::algorithm::{
     sliding_window_counters::SlidingWindowCounters, sliding_window_log::SlidingWindowLog,
     token_bucket::TokenBucket,
 };
-use crate::{Key, Policy};
+use crate::{Key, Limit};
 
 /// How often (µs of store time) a shard drops idle state as it is touched.
 const SWEEP_INTERVAL_US: u64 = 1_000_000;
@@ -220,7 +220,7 @@ impl States {
 }
 
 struct Table {
-    /// [`Policy::table`]: equal (name, parameters) share a table.
+    /// [`Limit::table`]: equal (name, parameters) share a table.
     id: u32,
     params: Params,
     states: States,
@@ -476,7 +476,7 @@ impl Shard {
     }
 
     /// The table of `policy`, created (empty) if the shard has none yet.
-    pub(crate) fn table_index(&mut self, policy: &Policy) -> usize {
+    pub(crate) fn table_index(&mut self, policy: &Limit) -> usize {
         let id = policy.table();
         if let Some(i) = self.tables.iter().position(|t| t.id == id) {
             return i;
@@ -497,7 +497,7 @@ impl Shard {
     /// key is not there yet, or a sweep is due.
     pub(crate) fn run_shared(
         &self,
-        policy: &Policy,
+        policy: &Limit,
         key: Hashed<'_>,
         now: u64,
         cost: u64,
@@ -524,7 +524,7 @@ impl Shard {
     /// never evicts anything.
     pub(crate) fn run(
         &mut self,
-        policy: &Policy,
+        policy: &Limit,
         key: Hashed<'_>,
         now: u64,
         cost: u64,
@@ -603,12 +603,12 @@ impl Shard {
     }
 
     /// Refunds `amount` of `key`'s newest charges under `policy` at `now`.
-    pub(crate) fn refund(&mut self, policy: &Policy, key: Hashed<'_>, now: u64, amount: u64) {
+    pub(crate) fn refund(&mut self, policy: &Limit, key: Hashed<'_>, now: u64, amount: u64) {
         self.refund_as(policy, key, now, Refund::Newest(amount));
     }
 
     /// Refunds to `key` under `policy` at `now`: its newest charges or one charge.
-    pub(crate) fn refund_as(&mut self, policy: &Policy, key: Hashed<'_>, now: u64, what: Refund) {
+    pub(crate) fn refund_as(&mut self, policy: &Limit, key: Hashed<'_>, now: u64, what: Refund) {
         let floor = self.advance(now);
         let index = self.table_index(policy);
         let table = &mut self.tables[index];
@@ -719,7 +719,7 @@ mod tests {
     use super::*;
     use crate::Quota;
 
-    fn run(shard: &mut Shard, policy: &Policy, key: u64, now: u64, cost: u64) -> Verdict {
+    fn run(shard: &mut Shard, policy: &Limit, key: u64, now: u64, cost: u64) -> Verdict {
         let key = Key::from(key);
         let hash = shard.hasher.hash_one(key);
         shard.run(policy, Hashed { key: &key, hash }, now, cost, cost > 0)
@@ -729,7 +729,7 @@ mod tests {
     fn a_full_shard_evicts_one_state_per_new_key_between_sweeps() {
         // Regression: a full shard used to sweep itself on every new key, a scan of
         // the whole shard per request under a flood of distinct keys.
-        let policy = Policy::new("api", Quota::per_second(1_000)).expect("policy");
+        let policy = Limit::new("api", Quota::per_second(1_000)).expect("policy");
         let mut shard = Shard::new(4, usize::MAX, RandomState::default());
         let start = 10_000_000;
         for i in 0..4_u64 {

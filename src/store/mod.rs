@@ -20,7 +20,7 @@ pub use fallback::Fallback;
 pub use memory::MemoryStore;
 
 use crate::algorithm::Verdict;
-use crate::{ConfigError, Decision, Key, Policy, Receipt, StoreError};
+use crate::{ConfigError, Decision, Key, Limit, Receipt, StoreError};
 
 /// The future a [`Store`] returns.
 pub type StoreFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, StoreError>> + Send + 'a>>;
@@ -29,7 +29,7 @@ pub type StoreFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, StoreError>>
 #[derive(Debug, Clone, Copy)]
 pub struct Charge<'a> {
     /// The policy (quota and algorithm) to count under.
-    pub policy: &'a Policy,
+    pub limit: &'a Limit,
     /// Whose state to charge.
     pub key: &'a Key,
     /// How much; 0 peeks without charging.
@@ -43,12 +43,12 @@ pub struct Charge<'a> {
 /// [`acquire`](Store::acquire) is decided at the same instant.
 ///
 /// ```
-/// use tollgate::{Charge, Key, MemoryStore, Policy, Quota, Store};
+/// use tollgate::{Charge, Key, Limit, MemoryStore, Quota, Store};
 /// # tokio::runtime::Builder::new_current_thread().build()?.block_on(async {
 /// let store = MemoryStore::new();
-/// let policy = Policy::new("api", Quota::per_second(1))?;
+/// let limit = Limit::new("api", Quota::per_second(1))?;
 /// let key = Key::from("alice");
-/// let charge = Charge { policy: &policy, key: &key, cost: 1 };
+/// let charge = Charge { limit: &limit, key: &key, cost: 1 };
 /// assert!(store.acquire(&[charge]).await?[0].allowed);
 /// assert!(!store.acquire(&[charge]).await?[0].allowed);
 /// # Ok::<(), Box<dyn std::error::Error>>(())
@@ -75,12 +75,12 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
     /// refund takes back that charge and no other.
     ///
     /// ```
-    /// use tollgate::{Charge, Key, MemoryStore, Policy, Quota, Store};
+    /// use tollgate::{Charge, Key, Limit, MemoryStore, Quota, Store};
     /// # tokio::runtime::Builder::new_current_thread().build()?.block_on(async {
     /// let store = MemoryStore::new();
-    /// let policy = Policy::new("api", Quota::per_minute(2))?;
+    /// let limit = Limit::new("api", Quota::per_minute(2))?;
     /// let key = Key::from("alice");
-    /// let charge = Charge { policy: &policy, key: &key, cost: 1 };
+    /// let charge = Charge { limit: &limit, key: &key, cost: 1 };
     /// let first = store.acquire(&[charge]).await?.remove(0);
     /// store.acquire(&[charge]).await?;
     /// store.refund_charge(charge, first.receipt().expect("charged")).await?;
@@ -97,14 +97,14 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
     /// Says whether this store can serve `policy` exactly; called for every policy by
     /// [`LimiterBuilder::build`](crate::LimiterBuilder::build). The default accepts
     /// every policy.
-    fn validate(&self, policy: &Policy) -> Result<(), ConfigError> {
+    fn validate(&self, policy: &Limit) -> Result<(), ConfigError> {
         let _ = policy;
         Ok(())
     }
 }
 
 /// Builds the public decision from an algorithm's verdict.
-pub(crate) fn decision(policy: &Policy, verdict: Verdict) -> Decision {
+pub(crate) fn decision(policy: &Limit, verdict: Verdict) -> Decision {
     Decision {
         allowed: verdict.allowed,
         limit: policy.params().capacity,

@@ -10,7 +10,7 @@
 use std::fmt::Write as _;
 
 use crate::algorithm::Params;
-use crate::{Algorithm, Key, Policy};
+use crate::{Algorithm, Key, Limit};
 
 /// Percent-escapes the characters that would change which part of a key Redis Cluster
 /// hashes.
@@ -28,7 +28,7 @@ pub(super) fn escape(text: &str) -> String {
 }
 
 /// The key of `policy`'s state for `key`; `prefix` is already escaped.
-pub(super) fn state_key(prefix: &str, policy: &Policy, key: &Key) -> String {
+pub(super) fn state_key(prefix: &str, policy: &Limit, key: &Key) -> String {
     let p: &Params = policy.params();
     let mut out = String::with_capacity(prefix.len() + policy.name().len() + 96);
     let _ = write!(
@@ -59,7 +59,7 @@ mod tests {
 
     #[test]
     fn braces_in_names_cannot_open_a_hash_tag() {
-        let policy = Policy::new("a{b}c", Quota::per_second(1)).unwrap_or_else(|e| panic!("{e}"));
+        let policy = Limit::new("a{b}c", Quota::per_second(1)).unwrap_or_else(|e| panic!("{e}"));
         let key = state_key(&escape("pre{x}"), &policy, &Key::from("k"));
         let open = key.find('{').unwrap_or_default();
         let close = key.find('}').unwrap_or_default();

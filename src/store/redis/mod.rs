@@ -23,7 +23,7 @@ use crate::algorithm::Verdict;
 use crate::clock::now_micros;
 use crate::observe;
 use crate::{
-    Algorithm, Clock, ConfigError, Decision, Key, Policy, Receipt, StoreError, StoreErrorKind,
+    Algorithm, Clock, ConfigError, Decision, Key, Limit, Receipt, StoreError, StoreErrorKind,
     SystemClock,
 };
 
@@ -81,11 +81,11 @@ const LUA_EXACT: u128 = 1 << 53;
 /// Clones share the connection, the cache and the time floor.
 ///
 /// ```no_run
-/// use tollgate::{Key, Limiter, Policy, Quota, RedisStore};
+/// use tollgate::{Key, Limiter, Limit, Quota, RedisStore};
 /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
 /// let store = RedisStore::from_url("redis://127.0.0.1:6379")?.prefix("myapp");
 /// let limiter = Limiter::builder()
-///     .policy(Policy::new("api", Quota::per_minute(100))?)
+///     .limit(Limit::new("api", Quota::per_minute(100))?)
 ///     .store(store)
 ///     .build()?;
 /// let decision = limiter.check("api", &Key::from("alice"), 1).await?;
@@ -230,9 +230,9 @@ impl RedisStore {
     /// are escaped so the prefix can never become a hash tag.
     ///
     /// ```
-    /// use tollgate::{Key, Policy, Quota, RedisStore};
+    /// use tollgate::{Key, Limit, Quota, RedisStore};
     /// let store = RedisStore::from_url("redis://127.0.0.1:6379")?.prefix("shop{eu}");
-    /// let policy = Policy::new("api", Quota::per_second(5))?;
+    /// let policy = Limit::new("api", Quota::per_second(5))?;
     /// assert!(store.state_key(&policy, &Key::from("alice")).starts_with("shop%7Beu%7D:api:{"));
     /// # Ok::<(), tollgate::ConfigError>(())
     /// ```
@@ -412,16 +412,16 @@ impl RedisStore {
     /// sliding window log adds a sorted set under this name plus `:log`).
     ///
     /// ```
-    /// use tollgate::{Key, Policy, Quota, RedisStore};
+    /// use tollgate::{Key, Limit, Quota, RedisStore};
     /// let store = RedisStore::from_url("redis://127.0.0.1:6379")?;
-    /// let policy = Policy::new("api", Quota::per_second(5))?;
+    /// let policy = Limit::new("api", Quota::per_second(5))?;
     /// let name = store.state_key(&policy, &Key::from("alice"));
     /// assert!(name.starts_with("tollgate:api:{"));
     /// assert!(name.ends_with("}:gcra:5:1000000:5"));
     /// # Ok::<(), tollgate::ConfigError>(())
     /// ```
-    pub fn state_key(&self, policy: &Policy, key: &Key) -> String {
-        keys::state_key(&self.prefix, policy, key)
+    pub fn state_key(&self, limit: impl AsRef<Limit>, key: &Key) -> String {
+        keys::state_key(&self.prefix, limit.as_ref(), key)
     }
 
     /// The injected clock's reading, or `None` for the server's clock.
@@ -680,7 +680,7 @@ impl Store for RedisStore {
             let decisions: Vec<Decision> = charges
                 .iter()
                 .zip(verdicts)
-                .map(|(c, v)| decision(c.policy, v))
+                .map(|(c, v)| decision(c.limit, v))
                 .collect();
             if let Some(cache) = &self.cache {
                 for (charge, decision) in charges.iter().zip(&decisions) {
@@ -732,7 +732,7 @@ impl Store for RedisStore {
     /// Rejects policies whose arithmetic would leave the integers Lua holds exactly
     /// (below 2^53): a sliding window multiplies counts by the period, so `limit ×
     /// period in µs` must stay below 2^53 (e.g. at most 104 days at a limit of 1000).
-    fn validate(&self, policy: &Policy) -> Result<(), ConfigError> {
+    fn validate(&self, policy: &Limit) -> Result<(), ConfigError> {
         policy.validate()?;
         let p = policy.params();
         if p.algorithm == Algorithm::SlidingWindow

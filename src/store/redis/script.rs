@@ -87,7 +87,7 @@ fn index(algorithm: Algorithm) -> usize {
 fn script_for<'c>(charges: impl IntoIterator<Item = &'c Charge<'c>>) -> &'static Script {
     let mut indices = charges
         .into_iter()
-        .map(|c| index(c.policy.params().algorithm));
+        .map(|c| index(c.limit.params().algorithm));
     let first = indices.next();
     let same = indices.all(|i| Some(i) == first);
     &SCRIPTS[match first {
@@ -195,8 +195,8 @@ impl Call {
         let mut keys = Vec::with_capacity(charges.len());
         let mut args = Vec::with_capacity(charges.len());
         for (charge, receipt) in charges {
-            let p = charge.policy.params();
-            let state = keys::state_key(prefix, charge.policy, charge.key);
+            let p = charge.limit.params();
+            let state = keys::state_key(prefix, charge.limit, charge.key);
             // The driver reads keys in order: the log's sorted set follows its state.
             if p.algorithm == Algorithm::SlidingWindowLog {
                 let log = keys::log_key(&state);

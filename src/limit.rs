@@ -1,0 +1,297 @@
+//! [`Limit`]: a named quota counted by one algorithm — what the [`Limiter`](crate::Limiter)
+//! and every store see. HTTP-free: the Tower layer's [`Policy`](crate::Policy) is a
+//! `Limit` plus the rules that find a request's key and cost.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Mutex, OnceLock, PoisonError};
+use std::time::Duration;
+
+use crate::algorithm::Params;
+use crate::{Algorithm, ConfigError, Quota};
+
+/// The longest limit name accepted (it appears in headers and Redis keys).
+const MAX_NAME_LEN: usize = 64;
+
+/// A named limit: a [`Quota`] counted by an [`Algorithm`] (default [`Algorithm::Gcra`]).
+///
+/// The name identifies the limit in `check` calls, response headers, logs and Redis
+/// keys: 1 to 64 printable ASCII characters. State is kept per (limit, key), and two
+/// limiters with an identical limit (same name, quota and algorithm) on one store
+/// share that state, just as two processes on one Redis do.
+///
+/// ```
+/// use tollgate::{Algorithm, Key, Limit, Limiter, Quota};
+/// # tokio::runtime::Builder::new_current_thread().build()?.block_on(async {
+/// let limit = Limit::new("api", Quota::per_minute(100).with_burst(20)?)?
+///     .algorithm(Algorithm::TokenBucket);
+/// assert_eq!(limit.name(), "api");
+/// assert_eq!(limit.quota().burst(), 20);
+/// assert!(Limit::new("", Quota::per_second(1)).is_err());
+/// assert!(Limit::new("tab\there", Quota::per_second(1)).is_err());
+///
+/// let limiter = Limiter::builder().limit(limit).build()?;
+/// assert_eq!(limiter.check("api", &Key::from("alice"), 1).await?.remaining, 19);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// # })?;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug, Clone)]
+pub struct Limit {
+    name: &'static str,
+    quota: Quota,
+    algorithm: Algorithm,
+    /// Set by [`max_delay`](Limit::max_delay); `None`: the default.
+    max_delay: Option<Duration>,
+    /// Derived from quota, algorithm and delay bound; always usable.
+    params: Params,
+    /// Why the quota does not suit the algorithm, reported when the limiter is built
+    /// so that the `algorithm` setter can stay infallible.
+    problem: Option<String>,
+    /// Identifies (name, params) process-wide: the memory store finds a limit's
+    /// table by this number instead of comparing names and parameters.
+    table: u32,
+}
+
+impl Limit {
+    /// A limit named `name` allowing `quota`, counted with GCRA until
+    /// [`algorithm`](Limit::algorithm) says otherwise.
+    ///
+    /// ```
+    /// let limit = tollgate::Limit::new("login", "5/min".parse()?)?;
+    /// assert_eq!(limit.quota().limit(), 5);
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    pub fn new(name: impl AsRef<str>, quota: Quota) -> Result<Self, ConfigError> {
+        let name = name.as_ref();
+        if name.is_empty()
+            || name.len() > MAX_NAME_LEN
+            || !name.bytes().all(|b| (0x20..0x7f).contains(&b))
+        {
+            return Err(ConfigError::new(format!(
+                "invalid policy name \"{}\": expected 1 to {MAX_NAME_LEN} printable ASCII characters",
+                name.escape_debug()
+            )));
+        }
+        let algorithm = Algorithm::default();
+        let (params, problem) = Params::new(&quota, algorithm, default_max_delay(&quota));
+        let name = intern(name);
+        Ok(Self {
+            name,
+            quota,
+            algorithm,
+            max_delay: None,
+            table: table_id(name, &params),
+            params,
+            problem,
+        })
+    }
+
+    /// Counts this limit with `algorithm`. Invalid combinations (a custom burst on a
+    /// window algorithm, buckets that do not divide the period) are reported by
+    /// [`LimiterBuilder::build`](crate::LimiterBuilder::build), naming the limit.
+    ///
+    /// ```
+    /// use tollgate::{Algorithm, Limit, Quota};
+    /// let limit = Limit::new("search", Quota::per_minute(60))?.algorithm(Algorithm::SlidingWindowLog);
+    /// assert_eq!(limit.algorithm_kind(), Algorithm::SlidingWindowLog);
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    #[must_use]
+    pub fn algorithm(mut self, algorithm: Algorithm) -> Self {
+        self.algorithm = algorithm;
+        self.derive();
+        self
+    }
+
+    /// The longest a [`LeakyBucket`](Algorithm::LeakyBucket) request may be held for
+    /// its turn (default: one period of the quota, or the `L`-th place's wait,
+    /// `(L − 1)·T`, when rounding `T` up makes that longer). A request whose delay
+    /// would be longer is denied at once and charges nothing; its `retry_after` is the
+    /// earliest time it would be admitted within the bound. The other algorithms never
+    /// delay a request and ignore it.
+    ///
+    /// Why one period by default: a request that waits longer than a period waits
+    /// behind more than a period's worth of quota, which only a burst above the limit
+    /// can queue. With the default burst (`B = L`) the queue's longest wait,
+    /// `(B − 1)·T`, is within the default, so the default never shortens it; with a
+    /// larger burst (1/h with burst 1000 would hold its last place 41 days) it holds
+    /// no request longer than the period the quota is stated over. A held request keeps
+    /// its connection and its unread body, and clients give up: behind HTTP clients
+    /// with a timeout, set it below that timeout (e.g. 30 s). The layer also caps how
+    /// many requests it holds at once
+    /// ([`RateLimitLayer::max_held`](crate::RateLimitLayer::max_held)).
+    ///
+    /// `remaining` still counts every free place of the queue, as for GCRA: a place the
+    /// bound refuses now comes with the `retry_after` at which it is within it.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{Algorithm, Key, Limit, Limiter, ManualClock, MemoryStore, Quota};
+    /// # tokio::runtime::Builder::new_current_thread().build()?.block_on(async {
+    /// let queue = Limit::new("queue", Quota::per_second(1).with_burst(100)?)?
+    ///     .algorithm(Algorithm::LeakyBucket)
+    ///     .max_delay(Duration::from_secs(2));
+    /// assert_eq!(queue.longest_delay(), Duration::from_secs(2));
+    /// // A clock that stands still, so the delays are exact.
+    /// let clock = ManualClock::new(Duration::from_secs(1_700_000_000));
+    /// let limiter = Limiter::builder().limit(queue).store(MemoryStore::with_clock(clock)).build()?;
+    /// let key = Key::from("alice");
+    /// for wait in [0, 1, 2] {
+    ///     let d = limiter.check("queue", &key, 1).await?;
+    ///     assert_eq!(d.delay, Duration::from_secs(wait));
+    /// }
+    /// // The fourth would wait 3 s: denied, and told to come back in 1 s.
+    /// let d = limiter.check("queue", &key, 1).await?;
+    /// assert!(!d.allowed);
+    /// assert_eq!(d.retry_after, Some(Duration::from_secs(1)));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// # })?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    #[must_use]
+    pub fn max_delay(mut self, max_delay: Duration) -> Self {
+        self.max_delay = Some(max_delay);
+        self.derive();
+        self
+    }
+
+    /// The longest a leaky-bucket request of this limit may be held (see
+    /// [`max_delay`](Limit::max_delay)).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let policy = tollgate::Limit::new("api", tollgate::Quota::per_minute(10))?;
+    /// assert_eq!(policy.longest_delay(), Duration::from_secs(60));
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    pub fn longest_delay(&self) -> Duration {
+        self.max_delay
+            .unwrap_or_else(|| default_max_delay(&self.quota))
+    }
+
+    /// Derives the parameters (and the table they key) from quota, algorithm and
+    /// delay bound.
+    fn derive(&mut self) {
+        (self.params, self.problem) =
+            Params::new(&self.quota, self.algorithm, self.longest_delay());
+        self.table = table_id(self.name, &self.params);
+    }
+
+    /// The limit's name.
+    ///
+    /// ```
+    /// assert_eq!(tollgate::Limit::new("api", tollgate::Quota::per_second(1))?.name(), "api");
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    pub fn name(&self) -> &'static str {
+        self.name
+    }
+
+    /// The limit's quota.
+    ///
+    /// ```
+    /// use tollgate::{Limit, Quota};
+    /// assert_eq!(Limit::new("api", Quota::per_second(3))?.quota(), Quota::per_second(3));
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    pub fn quota(&self) -> Quota {
+        self.quota
+    }
+
+    /// The algorithm counting this limit.
+    ///
+    /// ```
+    /// use tollgate::{Algorithm, Limit, Quota};
+    /// assert_eq!(Limit::new("api", Quota::per_second(3))?.algorithm_kind(), Algorithm::Gcra);
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    pub fn algorithm_kind(&self) -> Algorithm {
+        self.algorithm
+    }
+
+    /// The most cost one request can ever be admitted with: the burst for the token
+    /// bucket, GCRA and leaky bucket, the limit otherwise.
+    ///
+    /// ```
+    /// use tollgate::{Limit, Quota};
+    /// let limit = Limit::new("api", Quota::per_second(10).with_burst(3)?)?;
+    /// assert_eq!(limit.capacity(), 3);
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    pub fn capacity(&self) -> u64 {
+        if self.algorithm.takes_burst() {
+            self.quota.burst()
+        } else {
+            self.quota.limit()
+        }
+    }
+
+    /// The derived parameters (usable even when the limiter builder would refuse the
+    /// limit).
+    pub(crate) fn params(&self) -> &Params {
+        &self.params
+    }
+
+    /// The process-wide number of this limit's (name, parameters).
+    pub(crate) fn table(&self) -> u32 {
+        self.table
+    }
+
+    /// Whether the quota suits the algorithm; the message names the limit.
+    pub(crate) fn validate(&self) -> Result<(), ConfigError> {
+        match &self.problem {
+            Some(why) => Err(ConfigError::new(format!(
+                "invalid policy \"{}\": {why}",
+                self.name
+            ))),
+            None => Ok(()),
+        }
+    }
+}
+
+impl AsRef<Limit> for Limit {
+    fn as_ref(&self) -> &Limit {
+        self
+    }
+}
+
+/// The default bound on a leaky bucket's delays: one period, or the wait of the
+/// `L`-th place of a queue at the default burst, `(L − 1)·T`, when `T = P/L` rounded up
+/// to the nanosecond makes that longer (at high rates, 3000 per ms: 1001.666 µs), so
+/// that the default never refuses a place of a queue whose burst is at most its limit.
+fn default_max_delay(quota: &Quota) -> Duration {
+    let limit = u128::from(quota.limit());
+    let emission_ns = (u128::from(quota.period_micros()) * 1_000).div_ceil(limit);
+    let last_place_ns = u64::try_from((limit - 1) * emission_ns).unwrap_or(u64::MAX);
+    quota.period().max(Duration::from_nanos(last_place_ns))
+}
+
+/// Numbers each distinct (name, parameters) once per process; equal policies built
+/// by different limiters get the same number, so they share state in one store.
+fn table_id(name: &'static str, params: &Params) -> u32 {
+    static TABLES: OnceLock<Mutex<HashMap<(&'static str, Params), u32>>> = OnceLock::new();
+    let mut tables = TABLES
+        .get_or_init(Mutex::default)
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner);
+    let next = u32::try_from(tables.len()).unwrap_or(u32::MAX);
+    *tables.entry((name, *params)).or_insert(next)
+}
+
+/// Policy names live for the whole program: decisions carry them as `&'static str`,
+/// which costs nothing to copy on the hot path. Each distinct name is stored once, so
+/// memory is bounded by the number of distinct names, not by how often policies are
+/// built.
+fn intern(name: &str) -> &'static str {
+    static NAMES: OnceLock<Mutex<HashSet<&'static str>>> = OnceLock::new();
+    let mut names = NAMES
+        .get_or_init(Mutex::default)
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner);
+    if let Some(existing) = names.get(name) {
+        return existing;
+    }
+    let leaked: &'static str = Box::leak(name.to_owned().into_boxed_str());
+    names.insert(leaked);
+    leaked
+}
