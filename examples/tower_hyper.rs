@@ -21,7 +21,8 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
-use tollgate::{Decisions, Limiter, Policy, Quota, RateLimitLayer, key};
+use tollgate::layer::Decisions;
+use tollgate::{Limiter, Policy, Quota, RateLimitLayer, key};
 use tower::ServiceBuilder;
 
 /// The application: greets the caller with what is left of its quota.

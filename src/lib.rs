@@ -64,33 +64,19 @@
 //! Which algorithm to pick, measured by the `lab` feature: `docs/choosing-an-algorithm.md`.
 
 mod algorithm;
-#[cfg(feature = "layer")]
-mod body;
 mod clock;
-#[cfg(feature = "layer")]
-mod cost;
 mod decision;
 mod error;
-#[cfg(feature = "layer")]
-mod future;
-#[cfg(feature = "layer")]
-pub mod headers;
 pub mod key;
 #[cfg(feature = "lab")]
 pub mod lab;
 #[cfg(feature = "layer")]
-mod layer;
+pub mod layer;
 mod limit;
 mod limiter;
 #[cfg(any(feature = "layer", feature = "redis"))]
 mod observe;
-#[cfg(feature = "layer")]
-mod policy;
 mod quota;
-#[cfg(feature = "layer")]
-mod response;
-#[cfg(feature = "layer")]
-mod service;
 mod store;
 
 pub use algorithm::Algorithm;
@@ -107,20 +93,9 @@ pub use store::memory::{DEFAULT_MAX_BYTES, DEFAULT_MAX_KEYS};
 pub use store::{Charge, Fallback, MemoryStore, Store, StoreFuture};
 
 #[cfg(feature = "layer")]
-pub use body::RateLimitBody;
-#[cfg(feature = "layer")]
-pub use cost::Costs;
-#[cfg(feature = "layer")]
-pub use future::ResponseFuture;
-#[cfg(feature = "layer")]
-pub use headers::{HeaderStyle, ResetFormat};
-#[cfg(feature = "layer")]
 pub use key::TrustedProxies;
 #[cfg(feature = "layer")]
-pub use layer::{FailMode, RateLimitLayer};
-#[cfg(feature = "layer")]
-pub use policy::{MissingKey, Policy};
-#[cfg(feature = "layer")]
-pub use response::{RejectReason, Rejection, RejectionInfo};
-#[cfg(feature = "layer")]
-pub use service::{Decisions, RateLimit};
+pub use layer::{
+    Costs, FailMode, HeaderStyle, MissingKey, Policy, RateLimitLayer, RejectReason, Rejection,
+    RejectionInfo, ResetFormat,
+};

@@ -135,7 +135,7 @@ impl LimiterBuilder {
     /// Fails when there is no policy, two policies share a name, a policy's quota
     /// does not suit its algorithm (the message names the policy), or the policies'
     /// rate-limit headers could outgrow a proxy's buffer
-    /// ([`MAX_HEADERS_LEN`](crate::headers::MAX_HEADERS_LEN); the message names them).
+    /// ([`MAX_HEADERS_LEN`](crate::layer::headers::MAX_HEADERS_LEN); the message names them).
     ///
     /// ```
     /// use tollgate::{Algorithm, Limiter, Limit, Quota};
@@ -167,7 +167,7 @@ impl LimiterBuilder {
                 policy.validate()?;
             }
             // Every policy is one member of each header the layer writes.
-            crate::headers::check_size(&self.policies)?;
+            crate::layer::headers::check_size(&self.policies)?;
         }
         let backend = self
             .store

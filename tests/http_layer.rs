@@ -18,9 +18,10 @@ use bytes::Bytes;
 use http::{Request, StatusCode};
 use http_body_util::Full;
 use http_support::Server;
+use tollgate::layer::Decisions;
 use tollgate::{
-    Algorithm, Decision, Decisions, FailMode, HeaderStyle, Key, Limiter, ManualClock, MemoryStore,
-    Policy, Quota, RateLimitLayer, Rejection, ResetFormat, key,
+    Algorithm, Decision, FailMode, HeaderStyle, Key, Limiter, ManualClock, MemoryStore, Policy,
+    Quota, RateLimitLayer, Rejection, ResetFormat, key,
 };
 
 const BASE: Duration = Duration::from_secs(1_699_920_000);

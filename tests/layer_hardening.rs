@@ -25,7 +25,7 @@ use http_body_util::Full;
 use support::http::{Reply, Server};
 use support::outage_store::OutageStore;
 use tokio::sync::watch;
-use tollgate::headers::MAX_HEADERS_LEN;
+use tollgate::layer::headers::MAX_HEADERS_LEN;
 use tollgate::{
     Algorithm, Decision, FailMode, Key, Limiter, ManualClock, MemoryStore, Policy, Quota,
     RateLimitLayer, Store, key,

@@ -20,7 +20,8 @@ use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 use tollgate::{
-    Algorithm, Decisions, Limiter, ManualClock, MemoryStore, Policy, Quota, RateLimitLayer, key,
+    Algorithm, Limiter, ManualClock, MemoryStore, Policy, Quota, RateLimitLayer, key,
+    layer::Decisions,
 };
 use tower::ServiceBuilder;
 

@@ -174,7 +174,7 @@ fn check_response(
     style: HeaderStyle,
     shown: &[Shown],
     cost: u32,
-    response: &Response<tollgate::RateLimitBody<String>>,
+    response: &Response<tollgate::layer::RateLimitBody<String>>,
     decisions: Option<&Decisions>,
 ) {
     let status = response.status();

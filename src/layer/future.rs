@@ -15,15 +15,16 @@ use pin_project_lite::pin_project;
 use tokio::time::Sleep;
 use tower_service::Service;
 
-use crate::body::OnGrpcStatus;
-use crate::headers::GRPC_STATUS;
-use crate::layer::{HeldSlot, Shared};
-use crate::observe::{self, Outcome};
-use crate::response::{
+use crate::layer::body::OnGrpcStatus;
+use crate::layer::headers::GRPC_STATUS;
+use crate::layer::layer::{HeldSlot, Shared};
+use crate::layer::rejection::{
     GrpcContentType, RejectReason, RejectionInfo, grpc_http_status, grpc_response,
 };
+use crate::layer::{Decisions, RateLimitBody};
+use crate::observe::{self, Outcome};
 use crate::store::StoreFuture;
-use crate::{Decision, Decisions, FailMode, Key, RateLimitBody, Rejection, StoreError};
+use crate::{Decision, FailMode, Key, Rejection, StoreError};
 
 /// A few items, kept inline when there is one: a request limited by one policy (the
 /// common case) allocates nothing for its checks or its decisions.
@@ -79,7 +80,7 @@ impl<T> FromIterator<T> for Few<T> {
 pub(crate) type Checks = Few<(usize, Key, u64)>;
 
 pin_project! {
-    /// The future of a [`RateLimit`](crate::RateLimit) response.
+    /// The future of a [`RateLimit`](crate::layer::RateLimit) response.
     pub struct ResponseFuture<S, ReqBody>
     where
         S: Service<Request<ReqBody>>,

@@ -10,7 +10,7 @@ use http::header::{CONTENT_TYPE, HeaderMap, HeaderValue, RETRY_AFTER};
 use http::{Method, Response, StatusCode};
 
 use crate::Decision;
-use crate::headers::{
+use crate::layer::headers::{
     GRPC_MESSAGE, GRPC_RETRY_PUSHBACK_MS, GRPC_STATUS, ceil_secs, digits, insert_number,
     write_retry_after,
 };

@@ -9,20 +9,23 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::{Request, Response};
 use http_body::Body;
+use tower_layer::Layer;
 use tower_service::Service;
 
-use crate::future::{Checks, ResponseFuture, rejection, take_ready};
-use crate::layer::Shared;
+use crate::Limiter;
+use crate::layer::RateLimitBody;
+use crate::layer::future::{Checks, ResponseFuture, rejection, take_ready};
+use crate::layer::layer::Shared;
+use crate::layer::rejection::{RejectReason, RejectionInfo, grpc_flavour};
 use crate::limiter::Pending;
-use crate::response::{RejectReason, RejectionInfo, grpc_flavour};
-use crate::{Decision, MissingKey, RateLimitBody};
+use crate::{Decision, MissingKey};
 
 /// The decisions of every policy checked for a request, in limiter order; put in the
 /// request extensions for handlers (unless the layer was built with
 /// [`decisions_extension(false)`](crate::RateLimitLayer::decisions_extension)).
 ///
 /// ```
-/// use tollgate::Decisions;
+/// use tollgate::layer::Decisions;
 /// async fn handler(decisions: Option<axum_like::Extension<Decisions>>) {
 ///     if let Some(axum_like::Extension(decisions)) = decisions {
 ///         for d in decisions.iter() {
@@ -39,7 +42,7 @@ impl Decisions {
     /// The decision of the policy named `policy`, if it was checked.
     ///
     /// ```
-    /// let decisions = tollgate::Decisions::default();
+    /// let decisions = tollgate::layer::Decisions::default();
     /// assert!(decisions.get("api").is_none());
     /// ```
     pub fn get(&self, policy: &str) -> Option<&Decision> {
@@ -65,13 +68,66 @@ pub struct RateLimit<S> {
 }
 
 impl<S> RateLimit<S> {
-    pub(crate) fn new(inner: S, shared: Arc<Shared>) -> Self {
+    /// Rate limits `inner` with `limiter`'s policies and the layer's default options;
+    /// the same as `RateLimitLayer::new(limiter).layer(inner)`, for which
+    /// [`RateLimitLayer`](crate::RateLimitLayer) has the options.
+    ///
+    /// ```
+    /// use tollgate::{Limiter, Policy, Quota};
+    /// use tollgate::layer::RateLimit;
+    /// let limiter = Limiter::builder().policy(Policy::new("api", Quota::per_second(5))?).build()?;
+    /// let service = RateLimit::new(tower::service_fn(|_: http::Request<()>| async {
+    ///     Ok::<_, std::convert::Infallible>(http::Response::new(String::new()))
+    /// }), limiter);
+    /// let _inner = service.into_inner();
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    pub fn new(inner: S, limiter: Limiter) -> Self {
+        crate::RateLimitLayer::new(limiter).layer(inner)
+    }
+
+    pub(crate) fn with_shared(inner: S, shared: Arc<Shared>) -> Self {
         Self { inner, shared }
     }
 
     /// The wrapped service.
+    ///
+    /// ```
+    /// # use tollgate::{Limiter, Policy, Quota};
+    /// # let limiter = Limiter::builder().policy(Policy::new("api", Quota::per_second(5))?).build()?;
+    /// let service = tollgate::layer::RateLimit::new(7_u8, limiter);
+    /// assert_eq!(*service.get_ref(), 7);
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
     pub fn get_ref(&self) -> &S {
         &self.inner
+    }
+
+    /// The wrapped service, mutably.
+    ///
+    /// ```
+    /// # use tollgate::{Limiter, Policy, Quota};
+    /// # let limiter = Limiter::builder().policy(Policy::new("api", Quota::per_second(5))?).build()?;
+    /// let mut service = tollgate::layer::RateLimit::new(7_u8, limiter);
+    /// *service.get_mut() += 1;
+    /// assert_eq!(*service.get_ref(), 8);
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    pub fn get_mut(&mut self) -> &mut S {
+        &mut self.inner
+    }
+
+    /// The wrapped service, unwrapped (the limiter's state lives on in its other
+    /// clones and in the store).
+    ///
+    /// ```
+    /// # use tollgate::{Limiter, Policy, Quota};
+    /// # let limiter = Limiter::builder().policy(Policy::new("api", Quota::per_second(5))?).build()?;
+    /// assert_eq!(tollgate::layer::RateLimit::new(7_u8, limiter).into_inner(), 7);
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    pub fn into_inner(self) -> S {
+        self.inner
     }
 }
 

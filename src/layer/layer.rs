@@ -7,8 +7,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use http::request::Parts;
 use tower_layer::Layer;
 
-use crate::headers::HeaderPlan;
-use crate::{HeaderStyle, Limiter, RateLimit, Rejection};
+use crate::layer::RateLimit;
+use crate::layer::headers::HeaderPlan;
+use crate::{HeaderStyle, Limiter, Rejection};
 
 type Predicate = dyn Fn(&Parts) -> bool + Send + Sync;
 
@@ -36,7 +37,7 @@ pub(crate) struct Shared {
     pub(crate) rejection: Rejection,
     pub(crate) fail_mode: FailMode,
     pub(crate) shadow: bool,
-    /// Whether admitted requests carry their [`Decisions`](crate::Decisions).
+    /// Whether admitted requests carry their [`Decisions`](crate::layer::Decisions).
     pub(crate) decisions_extension: bool,
     pub(crate) allow: Vec<Arc<Predicate>>,
     pub(crate) deny: Vec<Arc<Predicate>>,
@@ -76,7 +77,7 @@ impl Drop for HeldSlot {
 ///
 /// For each request, every policy of the [`Limiter`] finds the request's key and cost;
 /// the policies are checked all-or-nothing. Admitted requests reach the inner service
-/// (leaky-bucket decisions after their delay) with their [`Decisions`](crate::Decisions)
+/// (leaky-bucket decisions after their delay) with their [`Decisions`](crate::layer::Decisions)
 /// in the request extensions; rejected ones get a 429 (gRPC: `RESOURCE_EXHAUSTED`)
 /// without their body being read. Every limited response carries rate-limit headers.
 ///
@@ -210,7 +211,7 @@ impl RateLimitLayer {
         self
     }
 
-    /// Whether admitted requests carry their [`Decisions`](crate::Decisions) in the
+    /// Whether admitted requests carry their [`Decisions`](crate::layer::Decisions) in the
     /// request extensions (default `true`). Turning it off saves every admitted request
     /// a copy of its decisions and an insertion into (and later removal from) the
     /// extensions map, for services whose handlers never read them. Headers, rejections
@@ -310,7 +311,7 @@ impl<S> Layer<S> for RateLimitLayer {
     type Service = RateLimit<S>;
 
     fn layer(&self, inner: S) -> Self::Service {
-        RateLimit::new(inner, self.shared.clone())
+        RateLimit::with_shared(inner, self.shared.clone())
     }
 }
 

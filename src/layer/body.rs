@@ -10,20 +10,20 @@ use http::StatusCode;
 use http_body::{Body, Frame, SizeHint};
 use pin_project_lite::pin_project;
 
-use crate::headers::GRPC_STATUS;
-use crate::response::grpc_http_status;
+use crate::layer::headers::GRPC_STATUS;
+use crate::layer::rejection::grpc_http_status;
 
 /// Called with the HTTP equivalent of a gRPC response's final status, once its
 /// trailers arrive (`count_when` refunds for gRPC).
 pub(crate) type OnGrpcStatus = Box<dyn FnOnce(StatusCode) + Send>;
 
 pin_project! {
-    /// The body of a response that went through [`RateLimit`](crate::RateLimit): the
+    /// The body of a response that went through [`RateLimit`](crate::layer::RateLimit): the
     /// inner service's body, or the layer's own rejection body.
     ///
     /// ```
     /// use http_body::Body;
-    /// let body = tollgate::RateLimitBody::<http_body_util_like::Empty>::rejection("slow down");
+    /// let body = tollgate::layer::RateLimitBody::<http_body_util_like::Empty>::rejection("slow down");
     /// assert_eq!(body.size_hint().exact(), Some(9));
     /// # mod http_body_util_like {
     /// #     use std::{pin::Pin, task::{Context, Poll}};

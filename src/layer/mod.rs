@@ -1,0 +1,35 @@
+//! The Tower layer: everything that knows HTTP (feature `layer`, on by default).
+//!
+//! [`RateLimitLayer`] wraps any Tower service over `http` requests (axum routers, tonic
+//! servers, hyper stacks) in a [`RateLimit`] service. For each request the service
+//! finds, per [`Policy`], the caller's key and the request's cost, asks the
+//! [`Limiter`](crate::Limiter) for the decisions of all of them at once, and either
+//! calls the inner service (after a leaky-bucket delay, if any; its
+//! [`ResponseFuture`] writes the rate-limit headers) or answers itself with a
+//! rejection (429, or gRPC `RESOURCE_EXHAUSTED`). The response body is a
+//! [`RateLimitBody`], which for gRPC also reads the status in the trailers so that
+//! `count_when` can refund what should not count.
+//!
+//! The files follow the request: `policy.rs` and `costs.rs` (what a request is
+//! charged), `layer.rs` (options), `service.rs` (the call), `future.rs` (awaiting the
+//! store, holding, refunds), `rejection.rs` (the layer's own answers, HTTP and gRPC),
+//! `headers.rs` (what every response says), `body.rs`.
+
+mod body;
+mod costs;
+mod future;
+pub mod headers;
+#[allow(clippy::module_inception)]
+mod layer;
+mod policy;
+mod rejection;
+mod service;
+
+pub use body::RateLimitBody;
+pub use costs::Costs;
+pub use future::ResponseFuture;
+pub use headers::{HeaderStyle, ResetFormat};
+pub use layer::{FailMode, RateLimitLayer};
+pub use policy::{MissingKey, Policy};
+pub use rejection::{RejectReason, Rejection, RejectionInfo};
+pub use service::{Decisions, RateLimit};
