@@ -4,8 +4,6 @@
 mod block_cache;
 mod fallback;
 pub(crate) mod memory;
-mod memory_footprint;
-mod memory_shard;
 #[cfg(feature = "redis")]
 mod redis;
 

@@ -1,5 +1,11 @@
 //! [`MemoryStore`]: limiter state in this process, sharded and bounded.
 
+mod cells;
+mod eviction;
+mod footprint;
+mod shard;
+mod tables;
+
 use std::any::Any;
 use std::fmt;
 use std::hash::BuildHasher;
@@ -7,8 +13,8 @@ use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use foldhash::fast::RandomState;
 
-use super::memory_footprint::worst_case_bytes;
-use super::memory_shard::{Hashed, Shard};
+use self::footprint::worst_case_bytes;
+use self::shard::{Hashed, Shard};
 use super::{Charge, Store, StoreFuture, decision};
 use crate::algorithm::{Refund, Verdict};
 use crate::clock::now_micros;

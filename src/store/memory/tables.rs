@@ -1,0 +1,106 @@
+//! One policy's states in a shard: a hash table typed by algorithm, so each entry is
+//! as small as its algorithm allows.
+
+use hashbrown::HashTable;
+
+use super::cells::{AtomicTat, Plain, Stamped};
+use crate::algorithm::{
+    Params, Rule, fixed_window::FixedWindow, gcra::Gcra, leaky_bucket::LeakyBucket,
+    sliding_window::SlidingWindow, sliding_window_counters::SlidingWindowCounters,
+    sliding_window_log::SlidingWindowLog, token_bucket::TokenBucket,
+};
+use crate::{Algorithm, Key};
+
+/// One policy's states: (key, state) pairs found by a hash the store computes once
+/// per decision (it also picks the shard), so a key is hashed once, not twice.
+pub(super) type Map<C> = HashTable<(Key, C)>;
+
+/// One policy's states in this shard, typed by algorithm so each entry is as small as
+/// its algorithm allows (GCRA: 16-byte key + 8-byte state).
+pub(super) enum States {
+    FixedWindow(Map<Stamped<<FixedWindow as Rule>::State>>),
+    SlidingWindow(Map<Stamped<<SlidingWindow as Rule>::State>>),
+    SlidingWindowCounters(Map<Stamped<<SlidingWindowCounters as Rule>::State>>),
+    SlidingWindowLog(Map<Plain<<SlidingWindowLog as Rule>::State>>),
+    TokenBucket(Map<Plain<<TokenBucket as Rule>::State>>),
+    Gcra(Map<AtomicTat>),
+    LeakyBucket(Map<AtomicTat>),
+}
+
+/// Runs `$body` with `$map` bound to the typed map and `$rule` to its rule type.
+macro_rules! with_rule {
+    ($states:expr, |$map:ident, $rule:ident| $body:expr) => {
+        match $states {
+            States::FixedWindow($map) => {
+                #[allow(dead_code)]
+                type $rule = FixedWindow;
+                $body
+            }
+            States::SlidingWindow($map) => {
+                #[allow(dead_code)]
+                type $rule = SlidingWindow;
+                $body
+            }
+            States::SlidingWindowCounters($map) => {
+                #[allow(dead_code)]
+                type $rule = SlidingWindowCounters;
+                $body
+            }
+            States::SlidingWindowLog($map) => {
+                #[allow(dead_code)]
+                type $rule = SlidingWindowLog;
+                $body
+            }
+            States::TokenBucket($map) => {
+                #[allow(dead_code)]
+                type $rule = TokenBucket;
+                $body
+            }
+            States::Gcra($map) => {
+                #[allow(dead_code)]
+                type $rule = Gcra;
+                $body
+            }
+            States::LeakyBucket($map) => {
+                #[allow(dead_code)]
+                type $rule = LeakyBucket;
+                $body
+            }
+        }
+    };
+}
+
+pub(super) use with_rule;
+
+impl States {
+    pub(super) fn new(algorithm: Algorithm) -> Self {
+        match algorithm {
+            Algorithm::FixedWindow => Self::FixedWindow(Map::new()),
+            Algorithm::SlidingWindow => Self::SlidingWindow(Map::new()),
+            Algorithm::SlidingWindowCounters { .. } => Self::SlidingWindowCounters(Map::new()),
+            Algorithm::SlidingWindowLog => Self::SlidingWindowLog(Map::new()),
+            Algorithm::TokenBucket => Self::TokenBucket(Map::new()),
+            Algorithm::Gcra => Self::Gcra(Map::new()),
+            Algorithm::LeakyBucket => Self::LeakyBucket(Map::new()),
+        }
+    }
+
+    pub(super) fn len(&self) -> usize {
+        with_rule!(self, |map, R| map.len())
+    }
+}
+
+pub(super) struct Table {
+    /// [`Limit::table`]: equal (name, parameters) share a table.
+    pub(super) id: u32,
+    pub(super) params: Params,
+    pub(super) states: States,
+    /// Bytes of this table's entries (see [`entry_bytes`](super::cells::entry_bytes)).
+    pub(super) bytes: usize,
+}
+
+impl Table {
+    pub(super) fn len(&self) -> usize {
+        self.states.len()
+    }
+}
