@@ -1,18 +1,23 @@
 //! [`Limiter`]: named policies over one store, with all-or-nothing multi-policy checks.
 
-use std::any::Any;
+mod builder;
+mod check;
+#[cfg(feature = "layer")]
+mod layer_api;
+
+pub use builder::LimiterBuilder;
+#[cfg(feature = "layer")]
+pub(crate) use layer_api::Pending;
+
 use std::fmt;
 use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 
+use self::check::{Check, CheckState};
 #[cfg(feature = "layer")]
 use crate::Policy;
-#[cfg(feature = "layer")]
-use crate::Receipt;
-use crate::store::{Charge, Store, StoreFuture};
-use crate::{ConfigError, Decision, Key, Limit, MemoryStore, StoreError, StoreErrorKind};
+use crate::store::{Charge, Store};
+use crate::{Decision, Key, Limit, MemoryStore, StoreError, StoreErrorKind};
 
 /// Decides whether keys may spend cost under named policies.
 ///
@@ -40,21 +45,21 @@ use crate::{ConfigError, Decision, Key, Limit, MemoryStore, StoreError, StoreErr
 /// ```
 #[derive(Clone)]
 pub struct Limiter {
-    inner: Arc<Inner>,
+    pub(super) inner: Arc<Inner>,
 }
 
-struct Inner {
-    limits: Vec<Limit>,
+pub(super) struct Inner {
+    pub(super) limits: Vec<Limit>,
     /// The layer's request rules, one per limit (a limit added on its own has the
     /// default rules).
     #[cfg(feature = "layer")]
-    policies: Vec<Policy>,
-    backend: Backend,
+    pub(super) policies: Vec<Policy>,
+    pub(super) backend: Backend,
 }
 
 /// The memory store is called directly (no boxed future); any other store through
 /// the [`Store`] trait.
-enum Backend {
+pub(super) enum Backend {
     Memory(MemoryStore),
     Other(Arc<dyn Store>),
 }
@@ -65,127 +70,6 @@ impl fmt::Debug for Backend {
             Self::Memory(store) => store.fmt(f),
             Self::Other(store) => store.fmt(f),
         }
-    }
-}
-
-/// Builds a [`Limiter`]; see [`Limiter::builder`].
-#[derive(Debug, Default)]
-#[must_use]
-pub struct LimiterBuilder {
-    limits: Vec<Limit>,
-    #[cfg(feature = "layer")]
-    policies: Vec<Policy>,
-    store: Option<Backend>,
-}
-
-impl LimiterBuilder {
-    /// Adds a limit. Names must be unique within a limiter.
-    ///
-    /// ```
-    /// use tollgate::{Limit, Limiter, Quota};
-    /// let limiter = Limiter::builder().limit(Limit::new("api", Quota::per_second(5))?).build()?;
-    /// assert_eq!(limiter.limits().len(), 1);
-    /// # Ok::<(), tollgate::ConfigError>(())
-    /// ```
-    pub fn limit(mut self, limit: Limit) -> Self {
-        #[cfg(feature = "layer")]
-        self.policies.push(Policy::from(limit.clone()));
-        self.limits.push(limit);
-        self
-    }
-
-    /// Adds a policy: its [`Limit`], and the rules by which the Tower layer finds a
-    /// request's key and cost under it. Names must be unique within a limiter.
-    ///
-    /// ```
-    /// use tollgate::{Limiter, Policy, Quota};
-    /// let limiter = Limiter::builder().policy(Policy::new("api", Quota::per_second(5))?).build()?;
-    /// assert_eq!(limiter.policies().len(), 1);
-    /// # Ok::<(), tollgate::ConfigError>(())
-    /// ```
-    #[cfg(feature = "layer")]
-    pub fn policy(mut self, policy: Policy) -> Self {
-        self.limits.push(policy.limit().clone());
-        self.policies.push(policy);
-        self
-    }
-
-    /// Keeps state in `store` (default: a new [`MemoryStore`]).
-    ///
-    /// ```
-    /// use tollgate::{Limiter, MemoryStore, Limit, Quota};
-    /// let limiter = Limiter::builder()
-    ///     .limit(Limit::new("api", Quota::per_second(5))?)
-    ///     .store(MemoryStore::new().max_keys(1_000)?)
-    ///     .build()?;
-    /// # Ok::<(), tollgate::ConfigError>(())
-    /// ```
-    pub fn store<S: Store>(mut self, store: S) -> Self {
-        // The memory store is recognised and called directly, without a boxed future.
-        let backend = match (&store as &dyn Any).downcast_ref::<MemoryStore>() {
-            Some(memory) => Backend::Memory(memory.clone()),
-            None => Backend::Other(Arc::new(store)),
-        };
-        self.store = Some(backend);
-        self
-    }
-
-    /// Validates every policy and builds the limiter.
-    ///
-    /// Fails when there is no policy, two policies share a name, a policy's quota
-    /// does not suit its algorithm (the message names the policy), or the policies'
-    /// rate-limit headers could outgrow a proxy's buffer
-    /// ([`MAX_HEADERS_LEN`](crate::layer::headers::MAX_HEADERS_LEN); the message names them).
-    ///
-    /// ```
-    /// use tollgate::{Algorithm, Limiter, Limit, Quota};
-    /// let err = Limiter::builder()
-    ///     .limit(Limit::new("api", Quota::per_second(5).with_burst(10)?)?.algorithm(Algorithm::FixedWindow))
-    ///     .build()
-    ///     .unwrap_err();
-    /// assert!(err.to_string().contains("\"api\""));
-    /// # Ok::<(), tollgate::ConfigError>(())
-    /// ```
-    pub fn build(self) -> Result<Limiter, ConfigError> {
-        if self.limits.is_empty() {
-            return Err(ConfigError::new(
-                "a limiter needs at least one policy: add one with LimiterBuilder::limit or LimiterBuilder::policy",
-            ));
-        }
-        for (i, limit) in self.limits.iter().enumerate() {
-            limit.validate()?;
-            if self.limits[..i].iter().any(|l| l.name() == limit.name()) {
-                return Err(ConfigError::new(format!(
-                    "duplicate policy name \"{}\": names must be unique within a limiter",
-                    limit.name()
-                )));
-            }
-        }
-        #[cfg(feature = "layer")]
-        {
-            for policy in &self.policies {
-                policy.validate()?;
-            }
-            // Every policy is one member of each header the layer writes.
-            crate::layer::headers::check_size(&self.policies)?;
-        }
-        let backend = self
-            .store
-            .unwrap_or_else(|| Backend::Memory(MemoryStore::new()));
-        for limit in &self.limits {
-            match &backend {
-                Backend::Memory(store) => store.validate(limit)?,
-                Backend::Other(store) => store.validate(limit)?,
-            }
-        }
-        Ok(Limiter {
-            inner: Arc::new(Inner {
-                limits: self.limits,
-                #[cfg(feature = "layer")]
-                policies: self.policies,
-                backend,
-            }),
-        })
     }
 }
 
@@ -258,7 +142,7 @@ impl Limiter {
             .find(|p| names_match(p.name(), name))
     }
 
-    fn find(&self, name: &str) -> Result<&Limit, StoreError> {
+    pub(super) fn find(&self, name: &str) -> Result<&Limit, StoreError> {
         self.limit(name).ok_or_else(|| {
             StoreError::new(
                 StoreErrorKind::UnknownPolicy,
@@ -457,157 +341,7 @@ impl Limiter {
     }
 }
 
-/// The future of [`Limiter::check`].
-struct Check<'a> {
-    limiter: &'a Limiter,
-    policy: &'a str,
-    key: &'a Key,
-    cost: u32,
-    state: CheckState<'a>,
-}
-
-enum CheckState<'a> {
-    Start,
-    /// A store that does I/O: its future, polled until it is ready.
-    Store(StoreFuture<'a, Decision>),
-    Done,
-}
-
-impl Future for Check<'_> {
-    type Output = Result<Decision, StoreError>;
-
-    #[inline]
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let this = &mut *self;
-        if let CheckState::Store(future) = &mut this.state {
-            let poll = future.as_mut().poll(cx);
-            if poll.is_ready() {
-                this.state = CheckState::Done;
-            }
-            return poll;
-        }
-        assert!(
-            matches!(this.state, CheckState::Start),
-            "Limiter::check polled after it completed"
-        );
-        this.state = CheckState::Done;
-        let limiter = this.limiter;
-        let (key, cost) = (this.key, u64::from(this.cost));
-        let limit = match limiter.find(this.policy) {
-            Ok(limit) => limit,
-            Err(error) => return Poll::Ready(Err(error)),
-        };
-        match &limiter.inner.backend {
-            Backend::Memory(store) => {
-                Poll::Ready(Ok(store.acquire_one(&Charge { limit, key, cost })))
-            }
-            Backend::Other(store) => {
-                let mut future: StoreFuture<'_, Decision> = Box::pin(async move {
-                    let charge = Charge { limit, key, cost };
-                    let mut decisions = store.acquire(std::slice::from_ref(&charge)).await?;
-                    decisions.pop().ok_or_else(|| missing_decision(1, 0))
-                });
-                let poll = future.as_mut().poll(cx);
-                if poll.is_pending() {
-                    this.state = CheckState::Store(future);
-                }
-                poll
-            }
-        }
-    }
-}
-
-/// A decision the layer can take without awaiting (memory store), or a future for it.
-#[cfg(feature = "layer")]
-pub(crate) enum Pending {
-    Ready(Result<Vec<Decision>, StoreError>),
-    Waiting(StoreFuture<'static, Vec<Decision>>),
-}
-
-/// What the Tower layer asks of the limiter: decisions by limit index, owned futures.
-#[cfg(feature = "layer")]
-impl Limiter {
-    /// Decides `checks` (policy index, key, cost) all-or-nothing: synchronously on the
-    /// memory store, else through a `'static` future that owns what it needs.
-    pub(crate) fn decide(&self, checks: &[(usize, Key, u64)]) -> Pending {
-        let limits = &self.inner.limits;
-        match &self.inner.backend {
-            Backend::Memory(store) => {
-                if let [(index, key, cost)] = checks {
-                    let charge = Charge {
-                        limit: &limits[*index],
-                        key,
-                        cost: *cost,
-                    };
-                    return Pending::Ready(Ok(vec![store.acquire_one(&charge)]));
-                }
-                let charges: Vec<Charge<'_>> = checks
-                    .iter()
-                    .map(|(index, key, cost)| Charge {
-                        limit: &limits[*index],
-                        key,
-                        cost: *cost,
-                    })
-                    .collect();
-                Pending::Ready(Ok(store.acquire_all(&charges)))
-            }
-            Backend::Other(store) => {
-                let (limiter, store, checks) = (self.clone(), store.clone(), checks.to_vec());
-                Pending::Waiting(Box::pin(async move {
-                    let charges: Vec<Charge<'_>> = checks
-                        .iter()
-                        .map(|(index, key, cost)| Charge {
-                            limit: &limiter.inner.limits[*index],
-                            key,
-                            cost: *cost,
-                        })
-                        .collect();
-                    let decisions = store.acquire(&charges).await?;
-                    if decisions.len() == charges.len() {
-                        Ok(decisions)
-                    } else {
-                        Err(missing_decision(charges.len(), decisions.len()))
-                    }
-                }))
-            }
-        }
-    }
-
-    /// Takes back the whole charge of `receipt`, made to `key` under the policy at
-    /// `index`: at once on the memory store, else in a future the caller runs in the
-    /// background.
-    pub(crate) fn refund_charge_later(
-        &self,
-        index: usize,
-        key: Key,
-        receipt: Receipt,
-    ) -> Option<StoreFuture<'static, ()>> {
-        match &self.inner.backend {
-            Backend::Memory(store) => {
-                let charge = Charge {
-                    limit: &self.inner.limits[index],
-                    key: &key,
-                    cost: receipt.cost(),
-                };
-                store.refund_charge_now(&charge, receipt);
-                None
-            }
-            Backend::Other(store) => {
-                let (limiter, store) = (self.clone(), store.clone());
-                Some(Box::pin(async move {
-                    let charge = Charge {
-                        limit: &limiter.inner.limits[index],
-                        key: &key,
-                        cost: receipt.cost(),
-                    };
-                    store.refund_charge(charge, receipt).await
-                }))
-            }
-        }
-    }
-}
-
-fn missing_decision(expected: usize, got: usize) -> StoreError {
+pub(super) fn missing_decision(expected: usize, got: usize) -> StoreError {
     StoreError::new(
         StoreErrorKind::Protocol,
         format!("store returned {got} decisions for {expected} charges"),
@@ -627,6 +361,6 @@ impl fmt::Debug for Limiter {
 /// policy was named with (one literal, one address): that case skips the byte compare,
 /// a call into libc's `memcmp` that showed up in profiles of `check`.
 #[inline]
-fn names_match(policy: &str, name: &str) -> bool {
+pub(super) fn names_match(policy: &str, name: &str) -> bool {
     std::ptr::eq(policy, name) || (policy.len() == name.len() && policy == name)
 }
