@@ -10,8 +10,8 @@ use http::StatusCode;
 use http_body::{Body, Frame, SizeHint};
 use pin_project_lite::pin_project;
 
+use crate::layer::grpc::grpc_http_status;
 use crate::layer::headers::GRPC_STATUS;
-use crate::layer::rejection::grpc_http_status;
 
 /// Called with the HTTP equivalent of a gRPC response's final status, once its
 /// trailers arrive (`count_when` refunds for gRPC).

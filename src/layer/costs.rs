@@ -7,6 +7,7 @@ use std::sync::Arc;
 use http::Method;
 use http::request::Parts;
 
+use super::routes::{Route, matched_path};
 use crate::ConfigError;
 
 type CostFn = dyn Fn(&Parts) -> u32 + Send + Sync;
@@ -81,11 +82,11 @@ type CostFn = dyn Fn(&Parts) -> u32 + Send + Sync;
 pub struct Costs {
     /// Sorted most specific first, so the first match is the winner.
     routes: Arc<[Route]>,
-    fallback: Fallback,
+    fallback: DefaultCost,
 }
 
 #[derive(Clone)]
-enum Fallback {
+enum DefaultCost {
     Fixed(u32),
     Compute(Arc<CostFn>),
 }
@@ -101,7 +102,7 @@ impl Costs {
     pub fn new() -> Self {
         Self {
             routes: Arc::from([]),
-            fallback: Fallback::Fixed(1),
+            fallback: DefaultCost::Fixed(1),
         }
     }
 
@@ -119,7 +120,7 @@ impl Costs {
     {
         Self {
             routes: Arc::from([]),
-            fallback: Fallback::Compute(Arc::new(compute)),
+            fallback: DefaultCost::Compute(Arc::new(compute)),
         }
     }
 
@@ -133,7 +134,7 @@ impl Costs {
     /// ```
     #[must_use]
     pub fn default(mut self, cost: u32) -> Self {
-        self.fallback = Fallback::Fixed(cost);
+        self.fallback = DefaultCost::Fixed(cost);
         self
     }
 
@@ -187,12 +188,7 @@ impl Costs {
     }
 
     fn add(self, method: Option<Method>, template: &str, cost: u32) -> Result<Self, ConfigError> {
-        let route = Route {
-            segments: parse_template(template)?,
-            template: template.into(),
-            method,
-            cost,
-        };
+        let route = Route::new(method, template, cost)?;
         if let Some(twin) = self.routes.iter().find(|r| r.ties_with(&route)) {
             return Err(ConfigError::new(format!(
                 "invalid cost route \"{}\": it matches exactly what \"{}\" already matches",
@@ -234,8 +230,8 @@ impl Costs {
             }
         }
         match &self.fallback {
-            Fallback::Fixed(cost) => *cost,
-            Fallback::Compute(compute) => compute(parts),
+            DefaultCost::Fixed(cost) => *cost,
+            DefaultCost::Compute(compute) => compute(parts),
         }
     }
 
@@ -254,7 +250,7 @@ impl Costs {
                 route.describe()
             )));
         }
-        if let Fallback::Fixed(cost) = self.fallback
+        if let DefaultCost::Fixed(cost) = self.fallback
             && u64::from(cost) > capacity
         {
             return Err(ConfigError::new(format!(
@@ -294,243 +290,9 @@ impl fmt::Debug for Costs {
         let mut s = f.debug_struct("Costs");
         s.field("routes", &Routes(&self.routes));
         match &self.fallback {
-            Fallback::Fixed(cost) => s.field("default", cost),
-            Fallback::Compute(_) => s.field("default", &"<closure>"),
+            DefaultCost::Fixed(cost) => s.field("default", cost),
+            DefaultCost::Compute(_) => s.field("default", &"<closure>"),
         };
         s.finish()
-    }
-}
-
-/// The route axum matched, if the request went through an axum router.
-fn matched_path(parts: &Parts) -> Option<&str> {
-    #[cfg(feature = "axum")]
-    {
-        parts
-            .extensions
-            .get::<axum::extract::MatchedPath>()
-            .map(axum::extract::MatchedPath::as_str)
-    }
-    #[cfg(not(feature = "axum"))]
-    {
-        let _ = parts;
-        None
-    }
-}
-
-#[derive(Clone)]
-struct Route {
-    method: Option<Method>,
-    template: Box<str>,
-    segments: Box<[Segment]>,
-    cost: u32,
-}
-
-/// One segment of a template, precompiled so matching a request allocates nothing.
-#[derive(Clone, PartialEq, Eq)]
-enum Segment {
-    Literal(Box<str>),
-    Param,
-    /// Always the last segment.
-    Rest,
-}
-
-impl Segment {
-    /// Lower is more specific.
-    fn rank(&self) -> u8 {
-        match self {
-            Self::Literal(_) => 0,
-            Self::Param => 1,
-            Self::Rest => 2,
-        }
-    }
-}
-
-/// One segment of a path being priced: concrete text, or one of axum's placeholders
-/// when the path is a `MatchedPath`.
-#[derive(Clone, Copy)]
-enum PathSegment<'a> {
-    Text(&'a str),
-    Placeholder,
-    CatchAll,
-}
-
-fn path_segments(path: &str, routed: bool) -> Option<impl Iterator<Item = PathSegment<'_>>> {
-    let rest = path.strip_prefix('/')?;
-    Some(rest.split('/').map(move |segment| {
-        if routed && segment.starts_with('{') && segment.ends_with('}') && segment.len() >= 2 {
-            if segment.starts_with("{*") {
-                PathSegment::CatchAll
-            } else {
-                PathSegment::Placeholder
-            }
-        } else {
-            PathSegment::Text(segment)
-        }
-    }))
-}
-
-impl Route {
-    fn matches(&self, method: &Method, path: &str, routed: bool) -> bool {
-        let method_ok = match &self.method {
-            None => true,
-            Some(m) => m == method || (*m == Method::GET && *method == Method::HEAD),
-        };
-        if !method_ok {
-            return false;
-        }
-        let Some(mut path) = path_segments(path, routed) else {
-            return false;
-        };
-        for segment in &self.segments {
-            let next = path.next();
-            match (segment, next) {
-                (Segment::Literal(literal), Some(PathSegment::Text(text)))
-                    if **literal == *text => {}
-                (Segment::Param, Some(PathSegment::Text(text))) if !text.is_empty() => {}
-                (Segment::Param, Some(PathSegment::Placeholder)) => {}
-                (Segment::Rest, Some(PathSegment::Text(text))) => {
-                    // One or more segments, not all empty: `/files/` has no rest.
-                    return !text.is_empty() || path.next().is_some();
-                }
-                (Segment::Rest, Some(_)) => return true,
-                _ => return false,
-            }
-        }
-        path.next().is_none()
-    }
-
-    /// `Less` when `self` should be tried before `other`.
-    fn specificity(&self, other: &Route) -> Ordering {
-        let by_path = self
-            .segments
-            .iter()
-            .map(Segment::rank)
-            .cmp(other.segments.iter().map(Segment::rank));
-        by_path.then_with(|| self.method_rank().cmp(&other.method_rank()))
-    }
-
-    /// Among equally specific templates: the request's own method, then GET (which
-    /// may be pricing a HEAD), then any method.
-    fn method_rank(&self) -> u8 {
-        match &self.method {
-            Some(m) if *m == Method::GET => 1,
-            Some(_) => 0,
-            None => 2,
-        }
-    }
-
-    /// Whether the two routes match exactly the same requests.
-    fn ties_with(&self, other: &Route) -> bool {
-        self.method == other.method && self.segments == other.segments
-    }
-
-    fn describe(&self) -> String {
-        match &self.method {
-            Some(method) => format!("{method} {}", self.template),
-            None => format!("{} (any method)", self.template),
-        }
-    }
-}
-
-fn parse_template(template: &str) -> Result<Box<[Segment]>, ConfigError> {
-    let invalid = |why: &str| {
-        ConfigError::new(format!(
-            "invalid cost route \"{}\": {why}",
-            template.escape_debug()
-        ))
-    };
-    let Some(rest) = template.strip_prefix('/') else {
-        return Err(invalid(
-            "expected a path starting with '/', such as \"/users/{id}\"",
-        ));
-    };
-    let mut names: Vec<&str> = Vec::new();
-    let mut segments = Vec::new();
-    let count = rest.split('/').count();
-    for (i, segment) in rest.split('/').enumerate() {
-        if segment.starts_with(':') || segment.starts_with('*') {
-            return Err(invalid(
-                "expected {param} or {*rest} for captures (axum 0.8 syntax), not :param or *rest",
-            ));
-        }
-        let parsed = match segment.strip_prefix('{').and_then(|s| s.strip_suffix('}')) {
-            Some(inner) => {
-                let (name, kind) = match inner.strip_prefix('*') {
-                    Some(name) => (name, Segment::Rest),
-                    None => (inner, Segment::Param),
-                };
-                if name.is_empty() || !name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
-                {
-                    return Err(invalid(
-                        "expected a capture name of letters, digits and '_' between the braces",
-                    ));
-                }
-                if names.contains(&name) {
-                    return Err(invalid("a capture name is used twice"));
-                }
-                if kind == Segment::Rest && i + 1 != count {
-                    return Err(invalid("{*rest} must be the last segment"));
-                }
-                names.push(name);
-                kind
-            }
-            None if segment.contains(['{', '}']) => {
-                return Err(invalid(
-                    "expected a capture to fill a whole segment, such as /files/{name}",
-                ));
-            }
-            None => Segment::Literal(segment.into()),
-        };
-        segments.push(parsed);
-    }
-    Ok(segments.into())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn route(method: Option<Method>, template: &str) -> Route {
-        Route {
-            method,
-            template: template.into(),
-            segments: parse_template(template).expect("valid literal"),
-            cost: 1,
-        }
-    }
-
-    #[test]
-    fn literals_rank_before_params_before_rest() {
-        let literal = route(Some(Method::GET), "/users/me");
-        let param = route(Some(Method::GET), "/users/{id}");
-        let rest = route(Some(Method::GET), "/users/{*rest}");
-        let any = route(None, "/users/{id}");
-        assert_eq!(literal.specificity(&param), Ordering::Less);
-        assert_eq!(param.specificity(&rest), Ordering::Less);
-        assert_eq!(param.specificity(&any), Ordering::Less);
-    }
-
-    #[test]
-    fn routed_placeholders_match_only_captures() {
-        let param = route(None, "/users/{id}");
-        let literal = route(None, "/users/me");
-        let rest = route(None, "/files/{*p}");
-        assert!(param.matches(&Method::GET, "/users/{user_id}", true));
-        assert!(!literal.matches(&Method::GET, "/users/{id}", true));
-        assert!(rest.matches(&Method::GET, "/files/{*path}", true));
-        assert!(!param.matches(&Method::GET, "/users/{*path}", true));
-        // The raw path is never read as placeholders.
-        assert!(!literal.matches(&Method::GET, "/users/{id}", false));
-        assert!(param.matches(&Method::GET, "/users/{id}", false));
-    }
-
-    #[test]
-    fn rest_needs_something_to_capture() {
-        let rest = route(None, "/files/{*p}");
-        assert!(rest.matches(&Method::GET, "/files/a", false));
-        assert!(rest.matches(&Method::GET, "/files/a/b/", false));
-        assert!(rest.matches(&Method::GET, "/files//", false));
-        assert!(!rest.matches(&Method::GET, "/files/", false));
-        assert!(!rest.matches(&Method::GET, "/files", false));
     }
 }

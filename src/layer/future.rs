@@ -16,11 +16,10 @@ use tokio::time::Sleep;
 use tower_service::Service;
 
 use crate::layer::body::OnGrpcStatus;
+use crate::layer::grpc::{GrpcContentType, grpc_http_status, grpc_response};
 use crate::layer::headers::GRPC_STATUS;
 use crate::layer::layer::{HeldSlot, Shared};
-use crate::layer::rejection::{
-    GrpcContentType, RejectReason, RejectionInfo, grpc_http_status, grpc_response,
-};
+use crate::layer::rejection::{RejectReason, RejectionInfo};
 use crate::layer::{Decisions, RateLimitBody};
 use crate::observe::{self, Outcome};
 use crate::store::StoreFuture;
@@ -146,7 +145,7 @@ pub(crate) struct RequestContext {
 }
 
 /// What to do with a request once the store has answered.
-enum Verdict<ReqBody> {
+enum Next<ReqBody> {
     /// Call the inner service now.
     Call(Request<ReqBody>),
     /// Hold the request (leaky bucket) in a place of the layer's, then call the inner
@@ -193,13 +192,13 @@ where
     {
         let mut context = RequestContext::new(shared, checks, grpc);
         let state = match context.settle(request, result) {
-            Verdict::Call(request) => State::Calling {
+            Next::Call(request) => State::Calling {
                 future: service.call(request),
             },
-            Verdict::Delay(delay, slot, request) => {
+            Next::Delay(delay, slot, request) => {
                 State::delaying(delay, slot, take_ready(service), request)
             }
-            Verdict::Answer(response) => return Self::answered(response),
+            Next::Answer(response) => return Self::answered(response),
         };
         Self {
             state,
@@ -249,7 +248,7 @@ impl RequestContext {
         &mut self,
         mut request: Request<ReqBody>,
         result: Result<Vec<Decision>, StoreError>,
-    ) -> Verdict<ReqBody> {
+    ) -> Next<ReqBody> {
         let decisions = match result {
             Ok(decisions) => decisions,
             Err(error) => return self.store_failed(request, &error),
@@ -260,7 +259,7 @@ impl RequestContext {
         self.charged = allowed;
         if !allowed && !self.shared.shadow {
             observe::decided(&decisions, Outcome::Rejected);
-            return Verdict::Answer(self.rate_limited(decisions));
+            return Next::Answer(self.rate_limited(decisions));
         }
         let delay = if allowed {
             self.hold_for(&decisions)
@@ -278,7 +277,7 @@ impl RequestContext {
             if slot.is_none() {
                 if !self.shared.shadow {
                     observe::decided(&decisions, Outcome::QueueFull);
-                    return Verdict::Answer(self.queue_full(decisions, delay));
+                    return Next::Answer(self.queue_full(decisions, delay));
                 }
                 // Shadow mode never rejects: give the place back, as the rejection
                 // would, and pass the request on now rather than hold more than the cap.
@@ -295,8 +294,8 @@ impl RequestContext {
             self.decisions = indices.zip(decisions).collect();
         }
         match slot {
-            Some(slot) => Verdict::Delay(delay, slot, request),
-            None => Verdict::Call(request),
+            Some(slot) => Next::Delay(delay, slot, request),
+            None => Next::Call(request),
         }
     }
 
@@ -305,18 +304,18 @@ impl RequestContext {
         &self,
         request: Request<ReqBody>,
         error: &StoreError,
-    ) -> Verdict<ReqBody> {
+    ) -> Next<ReqBody> {
         let failing_open = self.shared.fail_mode == FailMode::Open;
         observe::store_failed(error, failing_open);
         if failing_open {
-            return Verdict::Call(request);
+            return Next::Call(request);
         }
         let info = RejectionInfo {
             reason: RejectReason::StoreUnavailable,
             decisions: Vec::new(),
             retry_after: Some(Duration::from_secs(1)),
         };
-        Verdict::Answer(rejection(&self.shared, self.grpc, &info, &[]))
+        Next::Answer(rejection(&self.shared, self.grpc, &info, &[]))
     }
 
     /// The rejection of a request some policy denied; its body is never read.
@@ -513,13 +512,13 @@ where
                         unreachable!("a deciding future has its context, service and request")
                     };
                     match context.settle(request, result) {
-                        Verdict::Call(request) => State::Calling {
+                        Next::Call(request) => State::Calling {
                             future: service.call(request),
                         },
-                        Verdict::Delay(delay, slot, request) => {
+                        Next::Delay(delay, slot, request) => {
                             State::delaying(delay, slot, service, request)
                         }
-                        Verdict::Answer(response) => State::Answered {
+                        Next::Answer(response) => State::Answered {
                             response: Some(response),
                         },
                     }

@@ -10,19 +10,21 @@
 //! [`RateLimitBody`], which for gRPC also reads the status in the trailers so that
 //! `count_when` can refund what should not count.
 //!
-//! The files follow the request: `policy.rs` and `costs.rs` (what a request is
-//! charged), `layer.rs` (options), `service.rs` (the call), `future.rs` (awaiting the
-//! store, holding, refunds), `rejection.rs` (the layer's own answers, HTTP and gRPC),
+//! The files follow the request: `policy.rs`, `costs.rs` and `routes.rs` (what a
+//! request is charged), `layer.rs` (options), `service.rs` (the call), `future.rs` (awaiting the
+//! store, holding, refunds), `rejection.rs` and `grpc.rs` (the layer's own answers, HTTP and gRPC),
 //! `headers.rs` (what every response says), `body.rs`.
 
 mod body;
 mod costs;
 mod future;
+mod grpc;
 pub mod headers;
 #[allow(clippy::module_inception)]
 mod layer;
 mod policy;
 mod rejection;
+mod routes;
 mod service;
 
 pub use body::RateLimitBody;

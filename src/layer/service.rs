@@ -15,8 +15,9 @@ use tower_service::Service;
 use crate::Limiter;
 use crate::layer::RateLimitBody;
 use crate::layer::future::{Checks, ResponseFuture, rejection, take_ready};
+use crate::layer::grpc::grpc_flavour;
 use crate::layer::layer::Shared;
-use crate::layer::rejection::{RejectReason, RejectionInfo, grpc_flavour};
+use crate::layer::rejection::{RejectReason, RejectionInfo};
 use crate::limiter::Pending;
 use crate::{Decision, MissingKey};
 
