@@ -139,7 +139,10 @@ impl RedisStore {
     ///
     /// The store takes one multiplexed connection from the pool and shares it among
     /// all calls (concurrent calls are pipelined on it); it takes another, one connect
-    /// at a time, when that one breaks or goes silent.
+    /// at a time, when that one breaks or goes silent. The store's
+    /// [`deadline`](RedisStore::deadline) bounds each call: the response timeout that
+    /// redis-rs gives the pool's connections (500 ms by default) is lifted on the
+    /// connection the store takes, which no longer goes back to the pool.
     ///
     /// ```no_run
     /// use deadpool_redis::{Config, Runtime};
@@ -162,12 +165,10 @@ impl RedisStore {
     /// # Ok::<(), tollgate::ConfigError>(())
     /// ```
     pub fn from_url(url: &str) -> Result<Self, ConfigError> {
-        let pool = deadpool_redis::Config::from_url(url)
-            .create_pool(Some(Runtime::Tokio1))
-            .map_err(|e| {
-                // The URL may hold a password: say what is wrong, not what was given.
-                ConfigError::new(format!("invalid redis url: {e}"))
-            })?;
+        let pool = connection::pool_for_url(url).map_err(|e| {
+            // The URL may hold a password: say what is wrong, not what was given.
+            ConfigError::new(format!("invalid redis url: {e}"))
+        })?;
         Ok(Self::from_pool(pool))
     }
 
