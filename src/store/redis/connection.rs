@@ -429,3 +429,116 @@ fn cluster_pool_error(err: deadpool_redis::cluster::PoolError) -> StoreError {
             .with_source(other),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use deadpool_redis::redis::{Value, from_redis_value, parse_redis_value};
+
+    use super::*;
+
+    /// The error redis-rs makes of one error reply, read from its wire bytes.
+    fn reply(line: &str) -> RedisError {
+        let bytes = format!("-{line}\r\n");
+        match parse_redis_value(bytes.as_bytes()).and_then(Value::extract_error) {
+            Err(err) => err,
+            Ok(value) => panic!("{line:?} read as {value:?}, not as an error"),
+        }
+    }
+
+    #[test]
+    fn a_server_that_is_up_but_not_serving_is_unavailable() {
+        for line in [
+            "LOADING Redis is loading the dataset in memory",
+            "CLUSTERDOWN The cluster is down",
+            "READONLY You can't write against a read only replica.",
+            "TRYAGAIN Multiple keys request during rehashing of slot",
+            "MASTERDOWN Link with MASTER is down and replica-serve-stale-data is set to 'no'.",
+            "OOM command not allowed when used memory > 'maxmemory'.",
+            "BUSY Redis is busy running a script.",
+            "MISCONF Redis is configured to save RDB snapshots, but it's unable to persist",
+            "NOREPLICAS Not enough good replicas to write.",
+        ] {
+            let err = store_error(reply(line));
+            assert_eq!(err.kind(), StoreErrorKind::Unavailable, "{line}: {err}");
+            let code = line.split(' ').next().unwrap_or_default();
+            assert!(
+                err.to_string().ends_with(&format!("redis answered {code}")),
+                "{err}"
+            );
+        }
+    }
+
+    #[test]
+    fn only_a_cluster_that_is_down_drops_the_connection_among_error_replies() {
+        // Every other error reply is an answer: the connection is alive.
+        assert!(breaks_connection(&reply("CLUSTERDOWN The cluster is down")));
+        for line in [
+            "LOADING Redis is loading the dataset in memory",
+            "READONLY You can't write against a read only replica.",
+            "TRYAGAIN Multiple keys request during rehashing of slot",
+            "MASTERDOWN Link with MASTER is down",
+            "OOM command not allowed when used memory > 'maxmemory'.",
+            "BUSY Redis is busy running a script.",
+            "NOSCRIPT No matching script. Please use EVAL.",
+            "ERR Function not found",
+            "ERR unknown command 'FCALL', with args beginning with: ",
+            "NOPERM User default has no permissions to run the 'fcall' command",
+            "WRONGTYPE Operation against a key holding the wrong kind of value",
+            "CROSSSLOT Keys in request don't hash to the same slot",
+        ] {
+            assert!(!breaks_connection(&reply(line)), "{line}");
+        }
+    }
+
+    #[test]
+    fn refusals_of_the_call_itself_are_protocol_errors() {
+        for line in [
+            "ERR Error running script (call to f_0123): @user_script:1: boom",
+            "NOSCRIPT No matching script. Please use EVAL.",
+            "NOPERM User default has no permissions to run the 'evalsha' command",
+            "WRONGTYPE Operation against a key holding the wrong kind of value",
+            "CROSSSLOT Keys in request don't hash to the same slot",
+        ] {
+            assert_eq!(
+                store_error(reply(line)).kind(),
+                StoreErrorKind::Protocol,
+                "{line}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_reply_of_the_wrong_type_keeps_the_connection() {
+        // The whole reply was read: redis-rs 1 calls this `Parse` and would reconnect.
+        let err = RedisError::from(
+            from_redis_value::<Vec<i64>>(Value::Array(vec![Value::SimpleString("x".into())]))
+                .expect_err("a string is not an integer"),
+        );
+        assert!(!breaks_connection(&err));
+        assert_eq!(store_error(err).kind(), StoreErrorKind::Protocol);
+    }
+
+    #[test]
+    fn a_lost_socket_drops_the_connection() {
+        for (io, kind) in [
+            (std::io::ErrorKind::BrokenPipe, StoreErrorKind::Connection),
+            (
+                std::io::ErrorKind::ConnectionReset,
+                StoreErrorKind::Connection,
+            ),
+            (
+                std::io::ErrorKind::ConnectionRefused,
+                StoreErrorKind::Connection,
+            ),
+            (
+                std::io::ErrorKind::UnexpectedEof,
+                StoreErrorKind::Connection,
+            ),
+            (std::io::ErrorKind::TimedOut, StoreErrorKind::Timeout),
+        ] {
+            let err = RedisError::from(std::io::Error::from(io));
+            assert!(breaks_connection(&err), "{io:?}");
+            assert_eq!(store_error(err).kind(), kind, "{io:?}");
+        }
+    }
+}
