@@ -156,12 +156,14 @@ impl RedisStore {
     }
 
     /// A store on the standalone Redis at `url` (`redis://[user:password@]host[:port][/db]`).
-    /// Nothing connects until the first call.
+    /// Nothing connects until the first call. A wildcard host (`0.0.0.0`, `::`) is
+    /// refused: name the server's own address.
     ///
     /// ```
     /// let store = tollgate::RedisStore::from_url("redis://127.0.0.1:6379")?;
     /// assert!(!store.is_cluster());
     /// assert!(tollgate::RedisStore::from_url("http://nope").is_err());
+    /// assert!(tollgate::RedisStore::from_url("redis://0.0.0.0:6379").is_err());
     /// # Ok::<(), tollgate::ConfigError>(())
     /// ```
     pub fn from_url(url: &str) -> Result<Self, ConfigError> {
@@ -749,5 +751,22 @@ impl Store for RedisStore {
             )));
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_wildcard_address_is_refused_when_the_store_is_built() {
+        // redis-rs 1 refuses to connect to 0.0.0.0 or ::, which Linux would have
+        // taken for this host: the mistake shows when the store is built.
+        for url in ["redis://0.0.0.0:6379", "redis://[::]:6379"] {
+            let err = RedisStore::from_url(url).expect_err(url);
+            assert!(err.to_string().contains("wildcard"), "{url}: {err}");
+            let err = RedisStore::from_cluster_urls([url]).expect_err(url);
+            assert!(err.to_string().contains("wildcard"), "{url}: {err}");
+        }
     }
 }
