@@ -403,18 +403,24 @@ async fn raw_gcra_rows(
     vec![script, fcall]
 }
 
+/// A multiplexed connection set up as the store sets up its own: without redis-rs's
+/// timeouts (a timer per call, and a 500 ms limit a loaded row could hit).
+async fn connection(client: &redis::Client) -> MultiplexedConnection {
+    let config = redis::AsyncConnectionConfig::new()
+        .set_connection_timeout(None)
+        .set_response_timeout(None);
+    client
+        .get_multiplexed_async_connection_with_config(&config)
+        .await
+        .expect("a connection")
+}
+
 /// The raw ceiling, every algorithm, then tollgate's GCRA code called raw.
 async fn throughput(server: &RedisServer, secs: f64) -> Vec<Row> {
     let url = server.url();
     let client = redis::Client::open(url.as_str()).expect("a client");
-    let conn = client
-        .get_multiplexed_async_connection()
-        .await
-        .expect("a connection");
-    let mut admin = client
-        .get_multiplexed_async_connection()
-        .await
-        .expect("a connection");
+    let conn = connection(&client).await;
+    let mut admin = connection(&client).await;
     let mut rows = ceiling_rows(&url, secs, &conn, &mut admin).await;
     rows.extend(tollgate_rows(&url, secs, &mut admin).await);
     rows.extend(raw_gcra_rows(server, secs, &conn, &mut admin).await);
@@ -530,10 +536,7 @@ async fn log_denial_row(
 /// Log denials at a small and a large L.
 async fn log_denials(url: &str, secs: f64) {
     let client = redis::Client::open(url).expect("a client");
-    let mut admin = client
-        .get_multiplexed_async_connection()
-        .await
-        .expect("a connection");
+    let mut admin = connection(&client).await;
     println!();
     println!(
         "| sliding window log denials (64 tasks, one key) | decisions/s | p50 | p99 | Redis µs/call |"

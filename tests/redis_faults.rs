@@ -1,9 +1,10 @@
 //! Redis failing under load: flushed scripts, a killed server, a restarted one, a
 //! stopped one (SIGSTOP, also counting the connections it is sent: no reconnect
-//! storm), a read-only replica, a connect cut short by its runtime, and `Fallback`
-//! riding it out. Every call must come back, as a decision or a `StoreError`, within
-//! the deadline (plus generous slack for a busy test machine): never a panic, never a
-//! hang.
+//! storm), a read-only replica, a server busy with a script, a reply of the wrong
+//! type, a stop longer than redis-rs's own response timeout, a connect cut short by
+//! its runtime, and `Fallback` riding it out. Every call must come back, as a
+//! decision or a `StoreError`, within the deadline (plus generous slack for a busy
+//! test machine): never a panic, never a hang.
 #![cfg(feature = "redis")]
 
 mod support {
@@ -311,5 +312,118 @@ fn a_connect_cut_short_by_its_runtime_shutting_down_does_not_block_the_next() ->
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
     });
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_call_waits_for_the_stores_deadline_not_the_pools_response_timeout() -> TestResult {
+    let server = RedisServer::start();
+    // A pool built the common way: redis-rs 1 gives its connections a response
+    // timeout of 500 ms.
+    let users_pool = deadpool_redis::Config::from_url(server.url())
+        .create_pool(Some(deadpool_redis::Runtime::Tokio1))?;
+    for store in [
+        RedisStore::from_url(&server.url())?,
+        RedisStore::from_pool(users_pool),
+    ] {
+        let limiter = limiter(store.deadline(Duration::from_secs(10))?.block_cache(0));
+        assert!(limiter.check("api", &Key::from("alice"), 1).await?.allowed);
+        server.pause();
+        let call = tokio::spawn({
+            let limiter = limiter.clone();
+            async move {
+                let decision = limiter.check("api", &Key::from("alice"), 1).await;
+                decision.map(|d| d.allowed).map_err(|e| e.to_string())
+            }
+        });
+        // Stopped for twice redis-rs's timeout, well within the store's deadline.
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        server.resume();
+        assert_eq!(call.await?, Ok(true));
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_reply_of_the_wrong_type_fails_the_call_and_keeps_the_connection() -> TestResult {
+    let server = RedisServer::start();
+    let limiter = limiter(store(&server).deadline(Duration::from_secs(5))?);
+    let key = Key::from("alice");
+    // The first decision loads the function library; whoever can load functions on
+    // the server can replace it with one of the same name that answers a string.
+    assert!(limiter.check("api", &key, 1).await?.allowed);
+    let listing = server.cli(&["FUNCTION", "LIST"]);
+    let name = listing
+        .lines()
+        .skip_while(|l| *l != "library_name")
+        .nth(1)
+        .ok_or("no library loaded")?;
+    let impostor = format!(
+        "#!lua name={name}\nredis.register_function('{name}', function() return {{'x'}} end)"
+    );
+    assert_eq!(
+        server.cli(&["FUNCTION", "LOAD", "REPLACE", &impostor]),
+        name
+    );
+    let before = connections_received(&server);
+    for _ in 0..5 {
+        let err = limiter
+            .check("api", &key, 1)
+            .await
+            .expect_err("a string is no verdict");
+        assert_eq!(err.kind(), StoreErrorKind::Protocol, "{err}");
+    }
+    // Less the `redis-cli` that asked: the store kept its connection.
+    assert_eq!(connections_received(&server) - before - 1, 0);
+    // Without the impostor, the store loads its own library again.
+    assert_eq!(server.cli(&["FUNCTION", "FLUSH"]), "OK");
+    assert!(limiter.check("api", &key, 1).await?.allowed);
+    Ok(())
+}
+
+/// The ids of the server's clients, less the `redis-cli` asking.
+fn client_ids(server: &RedisServer) -> Vec<String> {
+    server
+        .cli(&["CLIENT", "LIST"])
+        .lines()
+        .filter(|l| !l.contains("cmd=client|list"))
+        .filter_map(|l| l.split(' ').find_map(|f| f.strip_prefix("id=")))
+        .map(str::to_owned)
+        .collect()
+}
+
+#[tokio::test]
+async fn a_server_busy_with_a_long_script_is_unavailable_and_keeps_the_connection() -> TestResult {
+    let server = RedisServer::start();
+    let limiter = limiter(store(&server).deadline(Duration::from_secs(5))?);
+    let key = Key::from("alice");
+    assert!(limiter.check("api", &key, 1).await?.allowed);
+    let ids = client_ids(&server);
+    assert_eq!(ids.len(), 1, "the store's connection: {ids:?}");
+    // Other clients are answered BUSY once a script has run for 10 ms.
+    assert_eq!(
+        server.cli(&["CONFIG", "SET", "busy-reply-threshold", "10"]),
+        "OK"
+    );
+    let port = server.port().to_string();
+    let spin =
+        "local s = redis.call('TIME')[1] while redis.call('TIME')[1] - s < 2 do end return 1";
+    let mut script = std::process::Command::new("redis-cli")
+        .args(["-p", &port, "EVAL", spin, "0"])
+        .stdout(std::process::Stdio::null())
+        .spawn()?;
+    let started = Instant::now();
+    while !server.cli(&["PING"]).contains("BUSY") {
+        assert!(started.elapsed() < Duration::from_secs(2), "never busy");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let err = limiter
+        .check("api", &key, 1)
+        .await
+        .expect_err("a busy server decides nothing");
+    assert_eq!(err.kind(), StoreErrorKind::Unavailable, "{err}");
+    script.wait()?;
+    assert!(limiter.check("api", &key, 1).await?.allowed);
+    assert_eq!(client_ids(&server), ids);
     Ok(())
 }

@@ -35,7 +35,11 @@ use std::time::Duration;
 
 use deadpool_redis::redis::aio::MultiplexedConnection;
 use deadpool_redis::redis::cluster_async::ClusterConnection;
-use deadpool_redis::redis::{Cmd, ErrorKind, FromRedisValue, RedisError, ScriptInvocation};
+use deadpool_redis::redis::{
+    AsyncConnectionConfig, Cmd, ErrorKind, FromRedisValue, RedisError, ScriptInvocation,
+    ServerErrorKind,
+};
+use deadpool_redis::{Manager, Pool, Runtime};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
@@ -45,6 +49,24 @@ use crate::{StoreError, StoreErrorKind};
 pub(super) const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 /// How long a connection is kept, at least, before silence can drop it.
 pub(super) const MIN_AGE: Duration = Duration::from_secs(1);
+/// The response timeout of the connection the store takes: none that could end a
+/// call before the store's deadline does (tokio sets no timer at all for a duration
+/// this long).
+const NO_RESPONSE_TIMEOUT: Duration = Duration::MAX;
+
+/// A pool for the standalone server at `url`, whose connections leave every bound to
+/// the store: redis-rs 1 would otherwise end a connect after 1 s and a call after
+/// 500 ms on its own, racing [`CONNECT_TIMEOUT`] and the store's deadline.
+pub(super) fn pool_for_url(url: &str) -> Result<Pool, String> {
+    let config = AsyncConnectionConfig::new()
+        .set_connection_timeout(None)
+        .set_response_timeout(None);
+    let manager = Manager::new_with_config(url, config).map_err(|e| e.to_string())?;
+    Pool::builder(manager)
+        .runtime(Runtime::Tokio1)
+        .build()
+        .map_err(|e| e.to_string())
+}
 
 /// Where connections come from.
 pub(super) enum Source {
@@ -57,7 +79,13 @@ impl Source {
         Ok(match self {
             Self::Standalone(pool) => {
                 let object = pool.get().await.map_err(pool_error)?;
-                Conn::Standalone(deadpool_redis::Connection::take(object))
+                let mut conn = deadpool_redis::Connection::take(object);
+                // The store's deadline bounds its calls and decides when a slow
+                // connection is dropped (see the module's doc). A user's pool gives its
+                // connections redis-rs 1's 500 ms response timeout unless built
+                // otherwise; this connection left the pool for the store's use alone.
+                conn.set_response_timeout(NO_RESPONSE_TIMEOUT);
+                Conn::Standalone(conn)
             }
             Self::Cluster(pool) => {
                 let object = pool.get().await.map_err(cluster_pool_error)?;
@@ -322,7 +350,15 @@ impl Drop for ConnectEnd<'_> {
 }
 
 /// Whether an error means the connection itself is unusable.
+///
+/// A reply redis-rs could not read as the type asked for (`Parse`) was read whole,
+/// so the connection is still in step and kept. redis-rs 1 reports bytes that are not
+/// RESP with the same kind, but then closes that connection itself, and the next
+/// call's error drops it.
 pub(super) fn breaks_connection(err: &RedisError) -> bool {
+    if err.kind() == ErrorKind::Parse {
+        return false;
+    }
     err.is_io_error()
         || err.is_connection_dropped()
         || err.is_connection_refusal()
@@ -330,7 +366,7 @@ pub(super) fn breaks_connection(err: &RedisError) -> bool {
         || err.is_unrecoverable_error()
         || matches!(
             err.kind(),
-            ErrorKind::ClusterConnectionNotFound | ErrorKind::ClusterDown
+            ErrorKind::ClusterConnectionNotFound | ErrorKind::Server(ServerErrorKind::ClusterDown)
         )
 }
 
@@ -347,11 +383,13 @@ pub(super) fn store_error(err: RedisError) -> StoreError {
     } else {
         match err.kind() {
             // LOADING, CLUSTERDOWN, READONLY, TRYAGAIN, MASTERDOWN: up but not serving.
-            ErrorKind::BusyLoadingError
-            | ErrorKind::ClusterDown
-            | ErrorKind::ReadOnly
-            | ErrorKind::TryAgain
-            | ErrorKind::MasterDown => StoreErrorKind::Unavailable,
+            ErrorKind::Server(
+                ServerErrorKind::BusyLoading
+                | ServerErrorKind::ClusterDown
+                | ServerErrorKind::ReadOnly
+                | ServerErrorKind::TryAgain
+                | ServerErrorKind::MasterDown,
+            ) => StoreErrorKind::Unavailable,
             // Out of memory (`noeviction`), busy with a long script, refusing writes
             // after a failed save or without enough replicas: up but not serving either.
             _ if matches!(err.code(), Some("OOM" | "BUSY" | "MISCONF" | "NOREPLICAS")) => {
@@ -389,5 +427,118 @@ fn cluster_pool_error(err: deadpool_redis::cluster::PoolError) -> StoreError {
         ),
         other => StoreError::new(StoreErrorKind::Connection, "no redis cluster connection")
             .with_source(other),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use deadpool_redis::redis::{Value, from_redis_value, parse_redis_value};
+
+    use super::*;
+
+    /// The error redis-rs makes of one error reply, read from its wire bytes.
+    fn reply(line: &str) -> RedisError {
+        let bytes = format!("-{line}\r\n");
+        match parse_redis_value(bytes.as_bytes()).and_then(Value::extract_error) {
+            Err(err) => err,
+            Ok(value) => panic!("{line:?} read as {value:?}, not as an error"),
+        }
+    }
+
+    #[test]
+    fn a_server_that_is_up_but_not_serving_is_unavailable() {
+        for line in [
+            "LOADING Redis is loading the dataset in memory",
+            "CLUSTERDOWN The cluster is down",
+            "READONLY You can't write against a read only replica.",
+            "TRYAGAIN Multiple keys request during rehashing of slot",
+            "MASTERDOWN Link with MASTER is down and replica-serve-stale-data is set to 'no'.",
+            "OOM command not allowed when used memory > 'maxmemory'.",
+            "BUSY Redis is busy running a script.",
+            "MISCONF Redis is configured to save RDB snapshots, but it's unable to persist",
+            "NOREPLICAS Not enough good replicas to write.",
+        ] {
+            let err = store_error(reply(line));
+            assert_eq!(err.kind(), StoreErrorKind::Unavailable, "{line}: {err}");
+            let code = line.split(' ').next().unwrap_or_default();
+            assert!(
+                err.to_string().ends_with(&format!("redis answered {code}")),
+                "{err}"
+            );
+        }
+    }
+
+    #[test]
+    fn only_a_cluster_that_is_down_drops_the_connection_among_error_replies() {
+        // Every other error reply is an answer: the connection is alive.
+        assert!(breaks_connection(&reply("CLUSTERDOWN The cluster is down")));
+        for line in [
+            "LOADING Redis is loading the dataset in memory",
+            "READONLY You can't write against a read only replica.",
+            "TRYAGAIN Multiple keys request during rehashing of slot",
+            "MASTERDOWN Link with MASTER is down",
+            "OOM command not allowed when used memory > 'maxmemory'.",
+            "BUSY Redis is busy running a script.",
+            "NOSCRIPT No matching script. Please use EVAL.",
+            "ERR Function not found",
+            "ERR unknown command 'FCALL', with args beginning with: ",
+            "NOPERM User default has no permissions to run the 'fcall' command",
+            "WRONGTYPE Operation against a key holding the wrong kind of value",
+            "CROSSSLOT Keys in request don't hash to the same slot",
+        ] {
+            assert!(!breaks_connection(&reply(line)), "{line}");
+        }
+    }
+
+    #[test]
+    fn refusals_of_the_call_itself_are_protocol_errors() {
+        for line in [
+            "ERR Error running script (call to f_0123): @user_script:1: boom",
+            "NOSCRIPT No matching script. Please use EVAL.",
+            "NOPERM User default has no permissions to run the 'evalsha' command",
+            "WRONGTYPE Operation against a key holding the wrong kind of value",
+            "CROSSSLOT Keys in request don't hash to the same slot",
+        ] {
+            assert_eq!(
+                store_error(reply(line)).kind(),
+                StoreErrorKind::Protocol,
+                "{line}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_reply_of_the_wrong_type_keeps_the_connection() {
+        // The whole reply was read: redis-rs 1 calls this `Parse` and would reconnect.
+        let err = RedisError::from(
+            from_redis_value::<Vec<i64>>(Value::Array(vec![Value::SimpleString("x".into())]))
+                .expect_err("a string is not an integer"),
+        );
+        assert!(!breaks_connection(&err));
+        assert_eq!(store_error(err).kind(), StoreErrorKind::Protocol);
+    }
+
+    #[test]
+    fn a_lost_socket_drops_the_connection() {
+        for (io, kind) in [
+            (std::io::ErrorKind::BrokenPipe, StoreErrorKind::Connection),
+            (
+                std::io::ErrorKind::ConnectionReset,
+                StoreErrorKind::Connection,
+            ),
+            (
+                std::io::ErrorKind::ConnectionRefused,
+                StoreErrorKind::Connection,
+            ),
+            (
+                std::io::ErrorKind::UnexpectedEof,
+                StoreErrorKind::Connection,
+            ),
+            (std::io::ErrorKind::TimedOut, StoreErrorKind::Timeout),
+        ] {
+            let err = RedisError::from(std::io::Error::from(io));
+            assert!(breaks_connection(&err), "{io:?}");
+            assert_eq!(store_error(err).kind(), kind, "{io:?}");
+        }
     }
 }

@@ -151,3 +151,55 @@ impl Functions {
         None
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use redis::{Value, parse_redis_value};
+
+    use super::*;
+
+    /// The error redis-rs makes of one error reply, read from its wire bytes.
+    fn reply(line: &str) -> RedisError {
+        let bytes = format!("-{line}\r\n");
+        match parse_redis_value(bytes.as_bytes()).and_then(Value::extract_error) {
+            Err(err) => err,
+            Ok(value) => panic!("{line:?} read as {value:?}, not as an error"),
+        }
+    }
+
+    #[test]
+    fn a_server_without_the_library_is_told_apart_from_one_without_functions() {
+        let missing = reply("ERR Function not found");
+        assert!(is_missing(&missing));
+        assert!(!is_unsupported(&missing));
+        // Redis 6, and an ACL without FCALL: back to scripts.
+        for line in [
+            "ERR unknown command 'FCALL', with args beginning with: 'tollgate_0' '1' ",
+            "NOPERM User default has no permissions to run the 'fcall' command",
+        ] {
+            let err = reply(line);
+            assert!(is_unsupported(&err), "{line}");
+            assert!(!is_missing(&err), "{line}");
+        }
+    }
+
+    #[test]
+    fn a_load_is_refused_for_good_only_by_an_acl_or_an_err() {
+        for line in [
+            "NOPERM User default has no permissions to run the 'function|load' command",
+            "ERR unknown command 'FUNCTION', with args beginning with: 'LOAD' ",
+            "ERR Error compiling function: user_function:1: syntax error",
+        ] {
+            assert!(is_refusal(&reply(line)), "{line}");
+        }
+        // Passing conditions: the next call loads again.
+        for line in [
+            "OOM command not allowed when used memory > 'maxmemory'.",
+            "BUSY Redis is busy running a script.",
+            "LOADING Redis is loading the dataset in memory",
+            "READONLY You can't write against a read only replica.",
+        ] {
+            assert!(!is_refusal(&reply(line)), "{line}");
+        }
+    }
+}

@@ -139,7 +139,10 @@ impl RedisStore {
     ///
     /// The store takes one multiplexed connection from the pool and shares it among
     /// all calls (concurrent calls are pipelined on it); it takes another, one connect
-    /// at a time, when that one breaks or goes silent.
+    /// at a time, when that one breaks or goes silent. The store's
+    /// [`deadline`](RedisStore::deadline) bounds each call: the response timeout that
+    /// redis-rs gives the pool's connections (500 ms by default) is lifted on the
+    /// connection the store takes, which no longer goes back to the pool.
     ///
     /// ```no_run
     /// use deadpool_redis::{Config, Runtime};
@@ -153,21 +156,21 @@ impl RedisStore {
     }
 
     /// A store on the standalone Redis at `url` (`redis://[user:password@]host[:port][/db]`).
-    /// Nothing connects until the first call.
+    /// Nothing connects until the first call. A wildcard host (`0.0.0.0`, `::`) is
+    /// refused: name the server's own address.
     ///
     /// ```
     /// let store = tollgate::RedisStore::from_url("redis://127.0.0.1:6379")?;
     /// assert!(!store.is_cluster());
     /// assert!(tollgate::RedisStore::from_url("http://nope").is_err());
+    /// assert!(tollgate::RedisStore::from_url("redis://0.0.0.0:6379").is_err());
     /// # Ok::<(), tollgate::ConfigError>(())
     /// ```
     pub fn from_url(url: &str) -> Result<Self, ConfigError> {
-        let pool = deadpool_redis::Config::from_url(url)
-            .create_pool(Some(Runtime::Tokio1))
-            .map_err(|e| {
-                // The URL may hold a password: say what is wrong, not what was given.
-                ConfigError::new(format!("invalid redis url: {e}"))
-            })?;
+        let pool = connection::pool_for_url(url).map_err(|e| {
+            // The URL may hold a password: say what is wrong, not what was given.
+            ConfigError::new(format!("invalid redis url: {e}"))
+        })?;
         Ok(Self::from_pool(pool))
     }
 
@@ -748,5 +751,22 @@ impl Store for RedisStore {
             )));
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_wildcard_address_is_refused_when_the_store_is_built() {
+        // redis-rs 1 refuses to connect to 0.0.0.0 or ::, which Linux would have
+        // taken for this host: the mistake shows when the store is built.
+        for url in ["redis://0.0.0.0:6379", "redis://[::]:6379"] {
+            let err = RedisStore::from_url(url).expect_err(url);
+            assert!(err.to_string().contains("wildcard"), "{url}: {err}");
+            let err = RedisStore::from_cluster_urls([url]).expect_err(url);
+            assert!(err.to_string().contains("wildcard"), "{url}: {err}");
+        }
     }
 }
