@@ -6,10 +6,6 @@
 //! hang.
 #![cfg(feature = "redis")]
 
-mod support {
-    pub(crate) mod redis_server;
-}
-
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -48,7 +44,7 @@ async fn a_call_after_script_flush_reloads_the_script() -> TestResult {
     // take longer than the 50 ms production deadline for the extra round trips, and
     // the deadline itself is proven by the tests below.
     // Scripts only: single decisions otherwise call the function library, whose
-    // reload after FUNCTION FLUSH is tests/redis_functions.rs's.
+    // reload after FUNCTION FLUSH is functions.rs's.
     let patient = store(&server)
         .deadline(Duration::from_secs(5))
         .expect("a deadline")
