@@ -1,9 +1,13 @@
 //! Hand-computed scenario tables: the exact answer of every algorithm, step by step.
 //!
-//! Every expected value below was worked out by hand from DESIGN.md §3 (the arithmetic
-//! is in the comment on each step), not copied from the implementation: the tables are
-//! an independent check, and every store (memory, Redis, Redis Cluster) must reproduce
-//! them to the microsecond.
+//! Every expected value below was worked out by hand from the contract the crate
+//! documents, not copied from the implementation: each algorithm's rule, notation
+//! (`L`, `P`, `B`, `T = P/L`) and bound on [`tollgate::Algorithm`]; what `remaining`,
+//! `reset_after`, `retry_after` and `delay` mean on the fields of
+//! [`tollgate::Decision`]; refunds by receipt on [`tollgate::Limiter::refund_charge`].
+//! The arithmetic is in the comment on each step. The tables are an independent check,
+//! and every store (memory, Redis, Redis Cluster) must reproduce them to the
+//! microsecond.
 //!
 //! Times are offsets in µs from [`BASE`], a multiple of 86 400 s, so windows of 1 s,
 //! 10 s, 1 min, 1 h and 1 day all start there. In the comments, `e` is the offset in the
