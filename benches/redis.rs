@@ -34,15 +34,12 @@
 //! Run with `cargo bench --features redis --bench redis` (`-- --secs 5` for longer runs,
 //! `-- --log-denials` for the log-denial rows alone).
 
-#[path = "../tests/support/redis_server.rs"]
-mod redis_server;
-
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use redis::aio::MultiplexedConnection;
-use redis_server::RedisServer;
+use support::redis_server::RedisServer;
 use tollgate::{Algorithm, Key, Limiter, Policy, Quota, RedisStore};
 
 const TASKS: usize = 64;

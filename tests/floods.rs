@@ -9,11 +9,6 @@
 //! cargo test --release --test floods -- --nocapture
 //! ```
 
-#[path = "support/http.rs"]
-mod http_support;
-#[path = "support/rng.rs"]
-mod rng;
-
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::sync::{Mutex, MutexGuard, PoisonError};
@@ -24,17 +19,14 @@ use axum::routing::get;
 use bytes::Bytes;
 use http::{HeaderValue, Request, StatusCode};
 use http_body_util::Full;
-use http_support::{Reply, Server};
-use rng::Rng;
+use support::http::{Reply, Server};
+use support::immediate::immediate;
+use support::rng::Rng;
 use tollgate::key::{self, ProxyHeader};
 use tollgate::{
     Algorithm, Key, Limiter, ManualClock, MemoryStore, Policy, Quota, RateLimitLayer,
     TrustedProxies,
 };
-
-#[path = "support/immediate.rs"]
-mod immediate;
-use immediate::immediate;
 
 const BASE: Duration = Duration::from_secs(1_700_000_000);
 

@@ -12,23 +12,28 @@ use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 
 /// A running server; aborted on drop.
-pub(crate) struct Server {
-    pub(crate) addr: SocketAddr,
+#[derive(Debug)]
+pub struct Server {
+    /// Where it listens, on 127.0.0.1.
+    pub addr: SocketAddr,
     task: JoinHandle<()>,
     client: Client<HttpConnector, Full<Bytes>>,
 }
 
 /// What came back.
 #[derive(Debug)]
-pub(crate) struct Reply {
-    pub(crate) status: StatusCode,
-    pub(crate) headers: HeaderMap,
-    pub(crate) body: String,
+pub struct Reply {
+    /// The response's status.
+    pub status: StatusCode,
+    /// The response's headers.
+    pub headers: HeaderMap,
+    /// The body as text (invalid UTF-8 replaced).
+    pub body: String,
 }
 
 impl Reply {
     /// A header's value as text ("" when absent).
-    pub(crate) fn header(&self, name: &str) -> &str {
+    pub fn header(&self, name: &str) -> &str {
         self.headers
             .get(name)
             .and_then(|v| v.to_str().ok())
@@ -38,7 +43,7 @@ impl Reply {
 
 impl Server {
     /// Serves `app` with `ConnectInfo<SocketAddr>` so peer-IP keys work.
-    pub(crate) async fn start(app: Router) -> Self {
+    pub async fn start(app: Router) -> Self {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr = listener.local_addr().expect("addr");
         let task = tokio::spawn(async move {
@@ -54,7 +59,7 @@ impl Server {
     }
 
     /// Sends `request` (its URI is a path; the server address is filled in).
-    pub(crate) async fn send(&self, request: Request<Full<Bytes>>) -> Reply {
+    pub async fn send(&self, request: Request<Full<Bytes>>) -> Reply {
         let (mut parts, body) = request.into_parts();
         let path = parts
             .uri
@@ -77,7 +82,7 @@ impl Server {
     }
 
     /// `GET path`.
-    pub(crate) async fn get(&self, path: &str) -> Reply {
+    pub async fn get(&self, path: &str) -> Reply {
         self.send(Request::get(path).body(Full::default()).expect("request"))
             .await
     }

@@ -6,7 +6,7 @@ use std::pin::pin;
 use std::task::{Context, Poll, Waker};
 
 /// The output of `future`, which must complete on its first poll.
-pub(crate) fn immediate<F: Future>(future: F) -> F::Output {
+pub fn immediate<F: Future>(future: F) -> F::Output {
     let mut cx = Context::from_waker(Waker::noop());
     match pin!(future).poll(&mut cx) {
         Poll::Ready(output) => output,

@@ -1,22 +1,22 @@
 //! A real local Redis Cluster for tests: three masters (optionally one replica
 //! each), created with `redis-cli --cluster create`, killed on drop.
 
-#![allow(dead_code)]
-
 use std::sync::OnceLock;
 use std::thread::sleep;
 use std::time::{Duration, Instant};
 
-use super::redis_server::{RedisServer, cli};
+use crate::redis_server::{RedisServer, cli};
 
+/// A running cluster; its servers are killed when it is dropped.
 #[derive(Debug)]
-pub(crate) struct RedisCluster {
-    pub(crate) nodes: Vec<RedisServer>,
+pub struct RedisCluster {
+    /// Every node, masters first as `redis-cli --cluster create` assigned them.
+    pub nodes: Vec<RedisServer>,
 }
 
 impl RedisCluster {
     /// Three masters and `replicas` replicas per master.
-    pub(crate) fn start(replicas: usize) -> Self {
+    pub fn start(replicas: usize) -> Self {
         let count = 3 * (1 + replicas);
         let nodes: Vec<RedisServer> = (0..count)
             .map(|_| {
@@ -61,7 +61,7 @@ impl RedisCluster {
     }
 
     /// Waits until every live node reports `cluster_state:ok` and agrees on the slots.
-    pub(crate) fn wait_until_ok(&self) {
+    pub fn wait_until_ok(&self) {
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
             let ok = self
@@ -79,12 +79,13 @@ impl RedisCluster {
         }
     }
 
-    pub(crate) fn urls(&self) -> Vec<String> {
+    /// The URL of every node, for `RedisStore::from_cluster_urls`.
+    pub fn urls(&self) -> Vec<String> {
         self.nodes.iter().map(RedisServer::url).collect()
     }
 
     /// The index of the live node that serves `key`'s slot as master.
-    pub(crate) fn master_of(&self, key: &str) -> usize {
+    pub fn master_of(&self, key: &str) -> usize {
         let live = self
             .nodes
             .iter()
@@ -124,7 +125,7 @@ impl RedisCluster {
 }
 
 /// One three-master cluster shared by every test of a test binary.
-pub(crate) fn shared_cluster() -> &'static RedisCluster {
+pub fn shared_cluster() -> &'static RedisCluster {
     static CLUSTER: OnceLock<RedisCluster> = OnceLock::new();
     CLUSTER.get_or_init(|| RedisCluster::start(0))
 }

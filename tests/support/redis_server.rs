@@ -5,8 +5,6 @@
 //! process: when the test process exits, even without running destructors (servers
 //! kept in statics), the pipe closes and the watchdog kills its server.
 
-#![allow(dead_code)]
-
 use std::fmt::Write as _;
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -21,7 +19,7 @@ use tempfile::TempDir;
 
 /// One private redis-server.
 #[derive(Debug)]
-pub(crate) struct RedisServer {
+pub struct RedisServer {
     port: u16,
     dir: TempDir,
     extra: Vec<String>,
@@ -31,7 +29,7 @@ pub(crate) struct RedisServer {
 }
 
 /// A port nobody listens on now (and, for cluster nodes, whose bus port +10000 is free).
-pub(crate) fn free_port(with_bus: bool) -> u16 {
+pub fn free_port(with_bus: bool) -> u16 {
     for _ in 0..200 {
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral port");
         let port = listener.local_addr().expect("local addr").port();
@@ -53,19 +51,19 @@ pub(crate) fn free_port(with_bus: bool) -> u16 {
 
 impl RedisServer {
     /// Starts a standalone server.
-    pub(crate) fn start() -> Self {
+    pub fn start() -> Self {
         Self::start_with(&[])
     }
 
     /// Starts a server with extra `redis-server` arguments (e.g. cluster mode).
-    pub(crate) fn start_with(extra: &[&str]) -> Self {
+    pub fn start_with(extra: &[&str]) -> Self {
         Self::start_with_env(extra, &[])
     }
 
     /// Starts a server with extra arguments and extra environment variables for the
     /// `redis-server` process alone (e.g. `LD_PRELOAD` of a library that fakes its
     /// clock); the watchdog shell does not see them.
-    pub(crate) fn start_with_env(extra: &[&str], envs: &[(&str, &str)]) -> Self {
+    pub fn start_with_env(extra: &[&str], envs: &[(&str, &str)]) -> Self {
         let with_bus = extra.contains(&"--cluster-enabled");
         let dir = tempfile::tempdir().expect("temp dir for redis-server");
         let mut server = Self {
@@ -149,24 +147,28 @@ impl RedisServer {
         }
     }
 
-    pub(crate) fn port(&self) -> u16 {
+    /// The port it listens on, on 127.0.0.1.
+    pub fn port(&self) -> u16 {
         self.port
     }
 
-    pub(crate) fn url(&self) -> String {
+    /// `redis://127.0.0.1:<port>`.
+    pub fn url(&self) -> String {
         format!("redis://127.0.0.1:{}", self.port)
     }
 
-    pub(crate) fn dir(&self) -> &Path {
+    /// Its working directory (a temporary one, removed on drop).
+    pub fn dir(&self) -> &Path {
         self.dir.path()
     }
 
-    pub(crate) fn pid(&self) -> u32 {
+    /// The server's process id; 0 once killed.
+    pub fn pid(&self) -> u32 {
         self.pid
     }
 
     /// Runs one command through `redis-cli` and returns its output.
-    pub(crate) fn cli(&self, args: &[&str]) -> String {
+    pub fn cli(&self, args: &[&str]) -> String {
         cli(self.port, args)
     }
 
@@ -199,7 +201,7 @@ impl RedisServer {
     }
 
     /// SIGKILL: the server dies at once, connections drop.
-    pub(crate) fn kill(&mut self) {
+    pub fn kill(&mut self) {
         signal("KILL", self.pid);
         self.pid = 0;
         if let Some(mut watchdog) = self.watchdog.take() {
@@ -209,7 +211,7 @@ impl RedisServer {
     }
 
     /// Starts the server again on the same port and directory.
-    pub(crate) fn restart(&mut self) {
+    pub fn restart(&mut self) {
         self.kill();
         assert!(
             self.spawn(),
@@ -219,12 +221,12 @@ impl RedisServer {
     }
 
     /// SIGSTOP: the server stops answering but keeps its connections.
-    pub(crate) fn pause(&self) {
+    pub fn pause(&self) {
         signal("STOP", self.pid);
     }
 
     /// SIGCONT.
-    pub(crate) fn resume(&self) {
+    pub fn resume(&self) {
         signal("CONT", self.pid);
     }
 }
@@ -249,7 +251,7 @@ fn signal(name: &str, pid: u32) {
 }
 
 /// `redis-cli -p <port> <args>`.
-pub(crate) fn cli(port: u16, args: &[&str]) -> String {
+pub fn cli(port: u16, args: &[&str]) -> String {
     let out = Command::new("redis-cli")
         .arg("-p")
         .arg(port.to_string())
@@ -260,18 +262,18 @@ pub(crate) fn cli(port: u16, args: &[&str]) -> String {
 }
 
 /// One server shared by every test of a test binary (each test uses its own prefix).
-pub(crate) fn shared_server() -> &'static RedisServer {
+pub fn shared_server() -> &'static RedisServer {
     static SERVER: OnceLock<RedisServer> = OnceLock::new();
     SERVER.get_or_init(RedisServer::start)
 }
 
 /// A key prefix no other test in this process uses.
-pub(crate) fn unique_prefix(name: &str) -> String {
+pub fn unique_prefix(name: &str) -> String {
     static NEXT: AtomicU64 = AtomicU64::new(0);
     format!("test{}-{name}", NEXT.fetch_add(1, Ordering::Relaxed))
 }
 
 /// Where the binaries are: the directory of the temp dir, for diagnostics.
-pub(crate) fn data_dir(server: &RedisServer) -> PathBuf {
+pub fn data_dir(server: &RedisServer) -> PathBuf {
     server.dir().to_path_buf()
 }

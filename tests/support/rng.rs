@@ -1,9 +1,16 @@
 //! xorshift64*: reproducible pseudo-random numbers for tests, without a dependency.
 
-pub(crate) struct Rng(pub(crate) u64);
+/// The generator; its field is the state, seeded by the test (never 0).
+#[derive(Debug)]
+pub struct Rng(pub u64);
 
 impl Rng {
-    pub(crate) fn next(&mut self) -> u64 {
+    /// The next number.
+    #[allow(
+        clippy::should_implement_trait,
+        reason = "an endless generator: an `Iterator` would only add `Option`s to unwrap"
+    )]
+    pub fn next(&mut self) -> u64 {
         self.0 ^= self.0 >> 12;
         self.0 ^= self.0 << 25;
         self.0 ^= self.0 >> 27;
@@ -11,7 +18,7 @@ impl Rng {
     }
 
     /// Uniform-enough in `0..n` (`n > 0`).
-    pub(crate) fn below(&mut self, n: u64) -> u64 {
+    pub fn below(&mut self, n: u64) -> u64 {
         self.next() % n
     }
 }

@@ -1,63 +1,71 @@
 //! Hand-computed scenario tables: the exact answer of every algorithm, step by step.
 //!
-//! Every expected value below was worked out by hand from DESIGN.md §3 (the arithmetic
-//! is in the comment on each step), not copied from the implementation: the tables are
-//! an independent check, and every store (memory, Redis, Redis Cluster) must reproduce
-//! them to the microsecond.
+//! Every expected value below was worked out by hand from the contract the crate
+//! documents, not copied from the implementation: each algorithm's rule, notation
+//! (`L`, `P`, `B`, `T = P/L`) and bound on [`tollgate::Algorithm`]; what `remaining`,
+//! `reset_after`, `retry_after` and `delay` mean on the fields of
+//! [`tollgate::Decision`]; refunds by receipt on [`tollgate::Limiter::refund_charge`].
+//! The arithmetic is in the comment on each step. The tables are an independent check,
+//! and every store (memory, Redis, Redis Cluster) must reproduce them to the
+//! microsecond.
 //!
 //! Times are offsets in µs from [`BASE`], a multiple of 86 400 s, so windows of 1 s,
 //! 10 s, 1 min, 1 h and 1 day all start there. In the comments, `e` is the offset in the
 //! current window, `w0`, `w1`, … the windows, `s0`, `s1`, … the sub-windows, and
 //! `→ X` gives the instant (offset) whose distance from the step's time is reported.
 //!
-//! Mount this file as `crate::support::scenarios` (the macro names that path), then
-//! invoke the macro once per store with anything callable as
+//! Invoke [`scenario_tests!`](crate::scenario_tests) once per store, in the module
+//! that should hold the tests, with anything callable as
 //! `make_store(clock: ManualClock) -> impl Store` (a path or a closure):
 //!
 //! ```ignore
-//! mod support {
-//!     pub(crate) mod scenarios;
-//! }
-//! support::scenarios::scenario_tests!(tollgate::MemoryStore::with_clock);
-//! // or, e.g.: scenario_tests!(|clock| redis_store_for_test(clock))
+//! support::scenario_tests!(tollgate::MemoryStore::with_clock);
+//! // or, e.g.: support::scenario_tests!(|clock| redis_store_for_test(clock))
 //! ```
 
 use std::error::Error;
 use std::fmt::Write as _;
 use std::time::Duration;
 
-use tollgate::{Algorithm, Decision, Key, Limiter, ManualClock, Policy, Quota, Store};
+use tollgate::{Algorithm, Decision, Key, Limit, Limiter, ManualClock, Quota, Store};
 
 /// Every scenario starts here: 2023-11-14T00:00:00Z, a multiple of one day.
-pub(crate) const BASE: Duration = Duration::from_secs(1_699_920_000);
+pub const BASE: Duration = Duration::from_secs(1_699_920_000);
 
 /// One hand-computed scenario: a policy and the requests made under it, in order.
 #[derive(Debug)]
-pub(crate) struct Scenario {
+pub struct Scenario {
     /// Also the policy's name, so failures and Redis keys say which table it is.
-    pub(crate) name: &'static str,
+    pub name: &'static str,
     /// Parsed with `str::parse::<Quota>()`.
-    pub(crate) quota: &'static str,
+    pub quota: &'static str,
     /// Applied with `Quota::with_burst` (token bucket, GCRA and leaky bucket only).
-    pub(crate) burst: Option<u64>,
-    pub(crate) algorithm: Algorithm,
-    /// Applied with `Policy::max_delay` (the leaky bucket's bound on delays, µs);
+    pub burst: Option<u64>,
+    /// The algorithm under test.
+    pub algorithm: Algorithm,
+    /// Applied with `Limit::max_delay` (the leaky bucket's bound on delays, µs);
     /// `None` keeps the default, one period.
-    pub(crate) max_delay_us: Option<u64>,
-    pub(crate) steps: &'static [Step],
+    pub max_delay_us: Option<u64>,
+    /// The requests and refunds, in order.
+    pub steps: &'static [Step],
 }
 
 /// One request (or refund) at `BASE + at_us`.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Step {
+pub struct Step {
     /// Offset from [`BASE`]; may be earlier than the previous step's (clock went back).
-    pub(crate) at_us: u64,
-    pub(crate) op: Op,
+    pub at_us: u64,
+    /// What is asked at that instant.
+    pub op: Op,
 }
 
 /// What a step does.
 #[derive(Debug, Clone, Copy)]
-pub(crate) enum Op {
+#[allow(
+    missing_docs,
+    reason = "each variant's fields are named in its own doc"
+)]
+pub enum Op {
     /// `Limiter::check(cost)`, and the decision it must return.
     Check { cost: u32, expect: Expect },
     /// `Limiter::refund(amount)`: the key's newest charges.
@@ -70,12 +78,16 @@ pub(crate) enum Op {
 /// The expected decision of a check, durations in µs. `limit` is not listed: it is
 /// always the capacity, derived from the scenario's quota and burst.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Expect {
-    pub(crate) allowed: bool,
-    pub(crate) remaining: u64,
-    pub(crate) reset_after_us: u64,
-    pub(crate) retry_after_us: Option<u64>,
-    pub(crate) delay_us: u64,
+#[allow(
+    missing_docs,
+    reason = "each field is the `Decision` field of its name, in µs"
+)]
+pub struct Expect {
+    pub allowed: bool,
+    pub remaining: u64,
+    pub reset_after_us: u64,
+    pub retry_after_us: Option<u64>,
+    pub delay_us: u64,
 }
 
 // Step constructors, named for what the step expects, so a table reads as a story.
@@ -163,7 +175,7 @@ const fn check(
 // ---------------------------------------------------------------------------------------
 
 /// L = 5, P = 1 s: edges, costs, peeks, retry and reset.
-pub(crate) const FIXED_WINDOW_EDGES: Scenario = Scenario {
+pub const FIXED_WINDOW_EDGES: Scenario = Scenario {
     name: "fixed_window/edges",
     quota: "5/s",
     burst: None,
@@ -204,7 +216,7 @@ pub(crate) const FIXED_WINDOW_EDGES: Scenario = Scenario {
 };
 
 /// L = 3, P = 1 min: refunds, and a clock that goes back into the previous window.
-pub(crate) const FIXED_WINDOW_REFUND_AND_BACKWARDS: Scenario = Scenario {
+pub const FIXED_WINDOW_REFUND_AND_BACKWARDS: Scenario = Scenario {
     name: "fixed_window/refund-backwards",
     quota: "3/min",
     burst: None,
@@ -231,7 +243,7 @@ pub(crate) const FIXED_WINDOW_REFUND_AND_BACKWARDS: Scenario = Scenario {
 };
 
 /// L = 3, P = 1 min: a key refunded to zero while the clock is behind its window.
-pub(crate) const FIXED_WINDOW_BACKWARDS_EMPTY: Scenario = Scenario {
+pub const FIXED_WINDOW_BACKWARDS_EMPTY: Scenario = Scenario {
     name: "fixed_window/backwards-empty",
     quota: "3/min",
     burst: None,
@@ -258,7 +270,7 @@ pub(crate) const FIXED_WINDOW_BACKWARDS_EMPTY: Scenario = Scenario {
 // ---------------------------------------------------------------------------------------
 
 /// L = 10, P = 1 s: the weighted tail, its rounding down, and rolling windows.
-pub(crate) const SLIDING_WINDOW_EDGES: Scenario = Scenario {
+pub const SLIDING_WINDOW_EDGES: Scenario = Scenario {
     name: "sliding_window/edges",
     quota: "10/s",
     burst: None,
@@ -295,7 +307,7 @@ pub(crate) const SLIDING_WINDOW_EDGES: Scenario = Scenario {
 };
 
 /// L = 20, P = 10 s: refunds from k then p, and a clock that goes back.
-pub(crate) const SLIDING_WINDOW_REFUND_AND_BACKWARDS: Scenario = Scenario {
+pub const SLIDING_WINDOW_REFUND_AND_BACKWARDS: Scenario = Scenario {
     name: "sliding_window/refund-backwards",
     quota: "20 per 10 seconds",
     burst: None,
@@ -340,7 +352,7 @@ pub(crate) const SLIDING_WINDOW_REFUND_AND_BACKWARDS: Scenario = Scenario {
 };
 
 /// L = 20, P = 10 s: a key refunded to zero while the clock is behind its window.
-pub(crate) const SLIDING_WINDOW_BACKWARDS_EMPTY: Scenario = Scenario {
+pub const SLIDING_WINDOW_BACKWARDS_EMPTY: Scenario = Scenario {
     name: "sliding_window/backwards-empty",
     quota: "20 per 10 seconds",
     burst: None,
@@ -366,7 +378,7 @@ pub(crate) const SLIDING_WINDOW_BACKWARDS_EMPTY: Scenario = Scenario {
 // ---------------------------------------------------------------------------------------
 
 /// L = 8, P = 1 s, N = 4: sub-windows of 250 ms.
-pub(crate) const SLIDING_WINDOW_COUNTERS_EDGES: Scenario = Scenario {
+pub const SLIDING_WINDOW_COUNTERS_EDGES: Scenario = Scenario {
     name: "sliding_window_counters/edges",
     quota: "8/s",
     burst: None,
@@ -396,7 +408,7 @@ pub(crate) const SLIDING_WINDOW_COUNTERS_EDGES: Scenario = Scenario {
 };
 
 /// L = 12, P = 1 min, N = 6: sub-windows of 10 s; refunds and a clock that goes back.
-pub(crate) const SLIDING_WINDOW_COUNTERS_REFUND_AND_BACKWARDS: Scenario = Scenario {
+pub const SLIDING_WINDOW_COUNTERS_REFUND_AND_BACKWARDS: Scenario = Scenario {
     name: "sliding_window_counters/refund-backwards",
     quota: "12/min",
     burst: None,
@@ -433,7 +445,7 @@ pub(crate) const SLIDING_WINDOW_COUNTERS_REFUND_AND_BACKWARDS: Scenario = Scenar
 };
 
 /// L = 12, P = 1 min, N = 6: a key refunded to zero while the clock is behind it.
-pub(crate) const SLIDING_WINDOW_COUNTERS_BACKWARDS_EMPTY: Scenario = Scenario {
+pub const SLIDING_WINDOW_COUNTERS_BACKWARDS_EMPTY: Scenario = Scenario {
     name: "sliding_window_counters/backwards-empty",
     quota: "12/min",
     burst: None,
@@ -456,7 +468,7 @@ pub(crate) const SLIDING_WINDOW_COUNTERS_BACKWARDS_EMPTY: Scenario = Scenario {
 // ---------------------------------------------------------------------------------------
 
 /// L = 5, P = 1 s: entries leaving exactly at t + P, merged same-instant charges.
-pub(crate) const SLIDING_WINDOW_LOG_EDGES: Scenario = Scenario {
+pub const SLIDING_WINDOW_LOG_EDGES: Scenario = Scenario {
     name: "sliding_window_log/edges",
     quota: "5/s",
     burst: None,
@@ -486,7 +498,7 @@ pub(crate) const SLIDING_WINDOW_LOG_EDGES: Scenario = Scenario {
 };
 
 /// L = 4, P = 10 s: refunds of the newest entries, a clock that goes back.
-pub(crate) const SLIDING_WINDOW_LOG_REFUND_AND_BACKWARDS: Scenario = Scenario {
+pub const SLIDING_WINDOW_LOG_REFUND_AND_BACKWARDS: Scenario = Scenario {
     name: "sliding_window_log/refund-backwards",
     quota: "4/10s",
     burst: None,
@@ -529,7 +541,7 @@ pub(crate) const SLIDING_WINDOW_LOG_REFUND_AND_BACKWARDS: Scenario = Scenario {
 // ---------------------------------------------------------------------------------------
 
 /// L = 10, P = 1 s, B = 5: one token per 100 ms.
-pub(crate) const TOKEN_BUCKET_EDGES: Scenario = Scenario {
+pub const TOKEN_BUCKET_EDGES: Scenario = Scenario {
     name: "token_bucket/edges",
     quota: "10/s",
     burst: Some(5),
@@ -563,7 +575,7 @@ pub(crate) const TOKEN_BUCKET_EDGES: Scenario = Scenario {
 
 /// L = 3, P = 1 s, B = 3: a token every 333 333.3 µs (exact rational, rounded up
 /// only in the answer), and refunds.
-pub(crate) const TOKEN_BUCKET_RATIONAL_AND_REFUND: Scenario = Scenario {
+pub const TOKEN_BUCKET_RATIONAL_AND_REFUND: Scenario = Scenario {
     name: "token_bucket/rational-refund",
     quota: "3/s",
     burst: None,
@@ -597,7 +609,7 @@ pub(crate) const TOKEN_BUCKET_RATIONAL_AND_REFUND: Scenario = Scenario {
 
 /// L = 3, P = 1 s, B = 3: a clock behind the last refill refills nothing, so the
 /// waits are measured from that refill and come out longer from the real now.
-pub(crate) const TOKEN_BUCKET_BACKWARDS: Scenario = Scenario {
+pub const TOKEN_BUCKET_BACKWARDS: Scenario = Scenario {
     name: "token_bucket/backwards",
     quota: "3/s",
     burst: None,
@@ -625,7 +637,7 @@ pub(crate) const TOKEN_BUCKET_BACKWARDS: Scenario = Scenario {
 // ---------------------------------------------------------------------------------------
 
 /// L = 10, P = 1 s, B = 5: T = 100 ms exactly, B·T = 500 ms.
-pub(crate) const GCRA_EDGES: Scenario = Scenario {
+pub const GCRA_EDGES: Scenario = Scenario {
     name: "gcra/edges",
     quota: "10/s",
     burst: Some(5),
@@ -657,7 +669,7 @@ pub(crate) const GCRA_EDGES: Scenario = Scenario {
 
 /// L = 3, P = 1 s, B = 3: T = ceil(10⁹/3) = 333 333 334 ns, B·T = 1 000 000 002 ns;
 /// rounding of an inexact T, refunds, and a clock that goes back.
-pub(crate) const GCRA_REFUND_AND_BACKWARDS: Scenario = Scenario {
+pub const GCRA_REFUND_AND_BACKWARDS: Scenario = Scenario {
     name: "gcra/refund-backwards",
     quota: "3/s",
     burst: None,
@@ -702,7 +714,7 @@ pub(crate) const GCRA_REFUND_AND_BACKWARDS: Scenario = Scenario {
 /// the latest instant seen, with quota left at that instant. The store treats the
 /// clock as standing still at that instant (333 334 µs), so going back neither adds
 /// nor removes quota; durations are measured from the caller's (earlier) `now`.
-pub(crate) const GCRA_BACKWARDS_WITH_QUOTA_LEFT: Scenario = Scenario {
+pub const GCRA_BACKWARDS_WITH_QUOTA_LEFT: Scenario = Scenario {
     name: "gcra/backwards-quota-left",
     quota: "3/s",
     burst: None,
@@ -736,7 +748,7 @@ pub(crate) const GCRA_BACKWARDS_WITH_QUOTA_LEFT: Scenario = Scenario {
 // ---------------------------------------------------------------------------------------
 
 /// L = 10, P = 1 s, B = 3: T = 100 ms, B·T = 300 ms.
-pub(crate) const LEAKY_BUCKET_EDGES: Scenario = Scenario {
+pub const LEAKY_BUCKET_EDGES: Scenario = Scenario {
     name: "leaky_bucket/edges",
     quota: "10/s",
     burst: Some(3),
@@ -769,7 +781,7 @@ pub(crate) const LEAKY_BUCKET_EDGES: Scenario = Scenario {
 
 /// L = 3, P = 1 s, B = 2: T = 333 333 334 ns, B·T = 666 666 668 ns; delays rounded
 /// up to µs, refunds, and a clock that goes back.
-pub(crate) const LEAKY_BUCKET_REFUND_AND_BACKWARDS: Scenario = Scenario {
+pub const LEAKY_BUCKET_REFUND_AND_BACKWARDS: Scenario = Scenario {
     name: "leaky_bucket/refund-backwards",
     quota: "3/s",
     burst: Some(2),
@@ -813,7 +825,7 @@ pub(crate) const LEAKY_BUCKET_REFUND_AND_BACKWARDS: Scenario = Scenario {
 
 /// L = 10, P = 1 s, B = 2 (T = 100 ms, B·T = 200 ms): a request queued while the
 /// clock is behind the latest instant seen; its delay runs on the caller's clock.
-pub(crate) const LEAKY_BUCKET_BACKWARDS_DELAY: Scenario = Scenario {
+pub const LEAKY_BUCKET_BACKWARDS_DELAY: Scenario = Scenario {
     name: "leaky_bucket/backwards-delay",
     quota: "10/s",
     burst: Some(2),
@@ -836,7 +848,7 @@ pub(crate) const LEAKY_BUCKET_BACKWARDS_DELAY: Scenario = Scenario {
 /// L = 10, P = 1 s, B = 10 (T = 100 ms, B·T = 1 s), `max_delay` 250 ms: a place is
 /// given only if the queue ahead drains within 250 ms, `start ≤ now + 250 ms`;
 /// `remaining` counts the queue's free places as GCRA does.
-pub(crate) const LEAKY_BUCKET_MAX_DELAY: Scenario = Scenario {
+pub const LEAKY_BUCKET_MAX_DELAY: Scenario = Scenario {
     name: "leaky_bucket/max-delay",
     quota: "10/s",
     burst: Some(10),
@@ -881,7 +893,7 @@ pub(crate) const LEAKY_BUCKET_MAX_DELAY: Scenario = Scenario {
 /// L = 1, P = 1 h, B = 1000 (T = 1 h, B·T = 1000 h), the default `max_delay` of one
 /// period: the 1000th place would wait 999 h (41 days); the bound gives only the
 /// places served within 1 h.
-pub(crate) const LEAKY_BUCKET_DEFAULT_MAX_DELAY: Scenario = Scenario {
+pub const LEAKY_BUCKET_DEFAULT_MAX_DELAY: Scenario = Scenario {
     name: "leaky_bucket/default-max-delay",
     quota: "1/h",
     burst: Some(1_000),
@@ -905,7 +917,7 @@ pub(crate) const LEAKY_BUCKET_DEFAULT_MAX_DELAY: Scenario = Scenario {
 
 /// L = 10, P = 1 s, B = 3 (T = 100 ms), `max_delay` 0: only a request served at once is
 /// admitted, so the queue never holds anyone.
-pub(crate) const LEAKY_BUCKET_ZERO_MAX_DELAY: Scenario = Scenario {
+pub const LEAKY_BUCKET_ZERO_MAX_DELAY: Scenario = Scenario {
     name: "leaky_bucket/zero-max-delay",
     quota: "10/s",
     burst: Some(3),
@@ -928,7 +940,7 @@ pub(crate) const LEAKY_BUCKET_ZERO_MAX_DELAY: Scenario = Scenario {
 /// measured from the latest instant the key's store has seen (the instant the rule
 /// computes at), so a caller whose clock is behind it hears a longer delay (the layer
 /// never holds a request longer than `max_delay` all the same).
-pub(crate) const LEAKY_BUCKET_MAX_DELAY_BACKWARDS: Scenario = Scenario {
+pub const LEAKY_BUCKET_MAX_DELAY_BACKWARDS: Scenario = Scenario {
     name: "leaky_bucket/max-delay-backwards",
     quota: "10/s",
     burst: Some(2),
@@ -961,7 +973,7 @@ pub(crate) const LEAKY_BUCKET_MAX_DELAY_BACKWARDS: Scenario = Scenario {
 // ---------------------------------------------------------------------------------------
 
 /// L = 3, P = 1 min: a charge counts in its own window only.
-pub(crate) const FIXED_WINDOW_LATE_REFUNDS: Scenario = Scenario {
+pub const FIXED_WINDOW_LATE_REFUNDS: Scenario = Scenario {
     name: "fixed_window/late-refunds",
     quota: "3/min",
     burst: None,
@@ -1004,7 +1016,7 @@ pub(crate) const FIXED_WINDOW_LATE_REFUNDS: Scenario = Scenario {
 
 /// L = 10, P = 10 s: a charge is in `k` during its window, in `p` during the next,
 /// and nowhere after.
-pub(crate) const SLIDING_WINDOW_LATE_REFUNDS: Scenario = Scenario {
+pub const SLIDING_WINDOW_LATE_REFUNDS: Scenario = Scenario {
     name: "sliding_window/late-refunds",
     quota: "10 per 10 seconds",
     burst: None,
@@ -1057,7 +1069,7 @@ pub(crate) const SLIDING_WINDOW_LATE_REFUNDS: Scenario = Scenario {
 
 /// L = 12, P = 1 min, N = 6 (10 s sub-windows): a charge comes back from its own
 /// sub-window only, while that is in the window.
-pub(crate) const SLIDING_WINDOW_COUNTERS_LATE_REFUNDS: Scenario = Scenario {
+pub const SLIDING_WINDOW_COUNTERS_LATE_REFUNDS: Scenario = Scenario {
     name: "sliding_window_counters/late-refunds",
     quota: "12/min",
     burst: None,
@@ -1099,7 +1111,7 @@ pub(crate) const SLIDING_WINDOW_COUNTERS_LATE_REFUNDS: Scenario = Scenario {
 
 /// L = 4, P = 10 s: a charge comes back from its own log entry only, while that is in
 /// the log.
-pub(crate) const SLIDING_WINDOW_LOG_LATE_REFUNDS: Scenario = Scenario {
+pub const SLIDING_WINDOW_LOG_LATE_REFUNDS: Scenario = Scenario {
     name: "sliding_window_log/late-refunds",
     quota: "4/10s",
     burst: None,
@@ -1144,7 +1156,7 @@ pub(crate) const SLIDING_WINDOW_LOG_LATE_REFUNDS: Scenario = Scenario {
 /// L = 10, P = 1 s, B = 5: one token (100 000 units) per 100 ms, one unit per µs, so
 /// every reset instant is exact. The refill repays the oldest deficit first; a charge
 /// gives back only what of it is still owed.
-pub(crate) const TOKEN_BUCKET_LATE_REFUNDS: Scenario = Scenario {
+pub const TOKEN_BUCKET_LATE_REFUNDS: Scenario = Scenario {
     name: "token_bucket/late-refunds",
     quota: "10/s",
     burst: Some(5),
@@ -1172,7 +1184,7 @@ pub(crate) const TOKEN_BUCKET_LATE_REFUNDS: Scenario = Scenario {
 /// L = 3, P = 1 s, B = 3: one token is 10⁶ units, 3 units refill per µs, so a reset
 /// instant is rounded up (by up to 2 units) and a partly repaid charge gives back up
 /// to 2 units less than exact: the limiter's favour.
-pub(crate) const TOKEN_BUCKET_LATE_REFUNDS_RATIONAL: Scenario = Scenario {
+pub const TOKEN_BUCKET_LATE_REFUNDS_RATIONAL: Scenario = Scenario {
     name: "token_bucket/late-refunds-rational",
     quota: "3/s",
     burst: None,
@@ -1196,7 +1208,7 @@ pub(crate) const TOKEN_BUCKET_LATE_REFUNDS_RATIONAL: Scenario = Scenario {
 
 /// L = 10, P = 1 s, B = 5: T = 100 ms. Time repays the debt up to the TAT oldest
 /// first; a charge gives back only what of it is still owed.
-pub(crate) const GCRA_LATE_REFUNDS: Scenario = Scenario {
+pub const GCRA_LATE_REFUNDS: Scenario = Scenario {
     name: "gcra/late-refunds",
     quota: "10/s",
     burst: Some(5),
@@ -1227,7 +1239,7 @@ pub(crate) const GCRA_LATE_REFUNDS: Scenario = Scenario {
 /// the charge's end rounded up to the µs: a partly repaid charge gives back up to
 /// 999 ns less than exact (the limiter's favour); at the instant it was made, exactly
 /// its cost.
-pub(crate) const GCRA_LATE_REFUNDS_INEXACT: Scenario = Scenario {
+pub const GCRA_LATE_REFUNDS_INEXACT: Scenario = Scenario {
     name: "gcra/late-refunds-inexact",
     quota: "3/s",
     burst: None,
@@ -1260,7 +1272,7 @@ pub(crate) const GCRA_LATE_REFUNDS_INEXACT: Scenario = Scenario {
 
 /// L = 10, P = 1 s, B = 3: T = 100 ms. A queued request's place in the queue is its
 /// debt; once the queue has moved past it, its refund gives back nothing.
-pub(crate) const LEAKY_BUCKET_LATE_REFUNDS: Scenario = Scenario {
+pub const LEAKY_BUCKET_LATE_REFUNDS: Scenario = Scenario {
     name: "leaky_bucket/late-refunds",
     quota: "10/s",
     burst: Some(3),
@@ -1300,7 +1312,7 @@ struct Seen {
 /// Runs `scenario` against a fresh store built by `make_store`, then fails listing
 /// every step whose decision differs from the table (later steps may differ only
 /// because an earlier one did; the first is the one to read).
-pub(crate) async fn run<S: Store>(
+pub async fn run<S: Store>(
     scenario: &Scenario,
     make_store: impl FnOnce(ManualClock) -> S,
 ) -> Result<(), Box<dyn Error>> {
@@ -1310,12 +1322,12 @@ pub(crate) async fn run<S: Store>(
         quota = quota.with_burst(burst)?;
     }
     let capacity = scenario.burst.unwrap_or(quota.limit());
-    let mut policy = Policy::new(scenario.name, quota)?.algorithm(scenario.algorithm);
+    let mut policy = Limit::new(scenario.name, quota)?.algorithm(scenario.algorithm);
     if let Some(max_delay_us) = scenario.max_delay_us {
         policy = policy.max_delay(Duration::from_micros(max_delay_us));
     }
     let limiter = Limiter::builder()
-        .policy(policy)
+        .limit(policy)
         .store(make_store(clock.clone()))
         .build()?;
     let key = Key::from("scenario-subject");
@@ -1381,13 +1393,14 @@ fn micros(d: Duration) -> Result<u64, String> {
     u64::try_from(d.as_micros()).map_err(|e| e.to_string())
 }
 
-/// Expands to one `#[tokio::test]` per scenario above, each on a fresh store built by
-/// `$make_store` (callable as `make_store(clock: ManualClock) -> impl Store`).
-///
-/// Needs this file mounted as `crate::support::scenarios`.
+/// Expands to one `#[tokio::test]` per scenario of [`scenarios`](crate::scenarios),
+/// each on a fresh store built by `$make_store` (callable as
+/// `make_store(clock: ManualClock) -> impl Store`). The invoking crate needs `tokio`
+/// with its `macros` feature.
+#[macro_export]
 macro_rules! scenario_tests {
     ($make_store:expr) => {
-        $crate::support::scenarios::scenario_tests!(@each $make_store;
+        $crate::scenario_tests!(@each $make_store;
             fixed_window_counts_per_window_and_waits_for_the_edge
                 => FIXED_WINDOW_EDGES,
             fixed_window_refunds_and_holds_a_backwards_clock_at_the_window_start
@@ -1461,8 +1474,8 @@ macro_rules! scenario_tests {
             $(#[$attr])*
             #[tokio::test]
             async fn $test() -> Result<(), Box<dyn std::error::Error>> {
-                $crate::support::scenarios::run(
-                    &$crate::support::scenarios::$scenario,
+                $crate::scenarios::run(
+                    &$crate::scenarios::$scenario,
                     $make_store,
                 )
                 .await
@@ -1470,5 +1483,3 @@ macro_rules! scenario_tests {
         )*
     };
 }
-
-pub(crate) use scenario_tests;

@@ -6,7 +6,7 @@
 //! when the server's clock steps back; but a key that was idle (or expired) through
 //! the step has no such record and would be decided at the earlier time, then again
 //! when the clock returns: up to two periods' quota more for the window algorithms
-//! (measured by `tests/redis_clock_faults.rs`). The store therefore sends the server
+//! (measured by `tests/redis/clock_faults.rs`). The store therefore sends the server
 //! time it last saw, extrapolated, as a floor with every call.
 
 use std::sync::{Mutex, PoisonError};

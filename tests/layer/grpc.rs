@@ -4,18 +4,11 @@
 //! metadata and from the TCP peer (tonic's `TcpConnectInfo`), and the exact wire shape
 //! of a rejection (trailers-only HTTP 200).
 
-#[path = "support/broken_store.rs"]
-mod broken_store;
-#[path = "support/grpc.rs"]
-mod grpc_support;
-
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use broken_store::BrokenStore;
 use bytes::{BufMut, Bytes, BytesMut};
-use grpc_support::{GrpcServer, Ping, ping};
 use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
@@ -25,6 +18,9 @@ use tollgate::{
 };
 use tonic::codegen::tokio_stream::{self, StreamExt as _};
 use tonic::{Code, Status};
+
+use crate::broken_store::BrokenStore;
+use crate::grpc_server::{GrpcServer, Ping, ping};
 
 const BASE: Duration = Duration::from_secs(1_699_920_000);
 

@@ -18,17 +18,11 @@
 //! during the jump until the server clock is past that instant again.
 #![cfg(feature = "redis")]
 
-mod support {
-    pub(crate) mod redis_server;
-}
-#[path = "support/rng.rs"]
-mod rng;
-
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use rng::Rng;
 use support::redis_server::RedisServer;
+use support::rng::Rng;
 use tempfile::TempDir;
 use tollgate::{Algorithm, Decision, Key, Limiter, Policy, Quota, RedisStore};
 

@@ -6,13 +6,10 @@
 //! that step backwards. Bounds are checked on "effective" time (the latest instant the
 //! key has seen), since a clock that goes back is treated as standing still.
 
-#[path = "support/immediate.rs"]
-mod immediate;
-
 use std::time::Duration;
 
-use immediate::immediate;
 use proptest::prelude::*;
+use support::immediate::immediate;
 use tollgate::{Algorithm, Decision, Key, Limiter, ManualClock, MemoryStore, Policy, Quota};
 
 const BASE_US: u64 = 1_699_920_000_000_000;

@@ -3,12 +3,6 @@
 //! store, field by field.
 #![cfg(feature = "redis")]
 
-mod support {
-    pub(crate) mod redis_cluster;
-    pub(crate) mod redis_server;
-    pub(crate) mod scenarios;
-}
-
 use support::redis_cluster::shared_cluster;
 use support::redis_server::unique_prefix;
 use tollgate::{ManualClock, RedisStore};
@@ -24,4 +18,4 @@ fn store(clock: ManualClock) -> RedisStore {
         .with_clock(clock)
 }
 
-support::scenarios::scenario_tests!(store);
+support::scenario_tests!(store);

@@ -5,10 +5,6 @@
 //! now (out of memory) is asked again; `functions(false)` never calls one.
 #![cfg(feature = "redis")]
 
-mod support {
-    pub(crate) mod redis_server;
-}
-
 use std::time::Duration;
 
 use support::redis_server::RedisServer;

@@ -1,12 +1,9 @@
 //! The limiter: all-or-nothing multi-policy checks, refunds, peeks, and configuration
 //! mistakes reported by name.
 
-#[path = "support/immediate.rs"]
-mod immediate;
-
 use std::time::Duration;
 
-use immediate::immediate;
+use support::immediate::immediate;
 use tollgate::{Algorithm, Key, Limiter, ManualClock, MemoryStore, Policy, Quota, StoreErrorKind};
 
 const BASE: Duration = Duration::from_secs(1_699_920_000);

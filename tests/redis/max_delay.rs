@@ -5,12 +5,6 @@
 //! three-master cluster.
 #![cfg(feature = "redis")]
 
-mod support {
-    pub(crate) mod redis_cluster;
-    pub(crate) mod redis_server;
-    pub(crate) mod rng;
-}
-
 use std::time::Duration;
 
 use support::redis_cluster::shared_cluster;
@@ -90,7 +84,7 @@ async fn same_answers(url: Option<&str>, cluster: &[String]) -> TestResult {
         let mut now = 0_u64;
         // Both keys start with state, and both see every instant: the memory store's
         // floor is per shard, Redis keeps the latest instant in each key's own state
-        // (see redis_store.rs), so only keys that saw the same instants agree once
+        // (see store.rs), so only keys that saw the same instants agree once
         // the clock steps back.
         for policy in ["queue", "wide"] {
             let first = memory.check(policy, &key, 1).await?;

@@ -6,14 +6,10 @@
 //! counted by the server itself (`INFO commandstats`).
 #![cfg(feature = "redis")]
 
-mod support {
-    pub(crate) mod redis_cluster;
-    pub(crate) mod redis_server;
-}
-
+use std::sync::OnceLock;
 use std::time::Duration;
 
-use support::redis_cluster::shared_cluster;
+use support::redis_cluster::RedisCluster;
 use support::redis_server::{RedisServer, cli, unique_prefix};
 use tollgate::{Algorithm, Key, Limiter, ManualClock, Policy, Quota, RedisStore};
 
@@ -22,18 +18,26 @@ const BASE: Duration = Duration::from_secs(1_699_920_000);
 
 type TestResult = Result<(), Box<dyn std::error::Error>>;
 
-/// Where the two stores point: a private server, or the shared cluster.
+/// Where the two stores point: a private server, or this module's cluster.
 struct Target {
     urls: Vec<String>,
     ports: Vec<u16>,
     cluster: bool,
-    /// Held for the test's duration: the cluster is shared by this binary's tests,
+    /// Held for the test's duration: the cluster is shared by this module's tests,
     /// whose round trips would otherwise mix into each other's counts.
     _turn: Option<tokio::sync::MutexGuard<'static, ()>>,
     _server: Option<RedisServer>,
 }
 
 static CLUSTER_TURN: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// A cluster for this module's tests alone, not the binary's shared one: round trips
+/// are counted on every node (`INFO commandstats`), which other tests' calls would
+/// add to.
+fn counting_cluster() -> &'static RedisCluster {
+    static CLUSTER: OnceLock<RedisCluster> = OnceLock::new();
+    CLUSTER.get_or_init(|| RedisCluster::start(0))
+}
 
 fn standalone() -> Target {
     let server = RedisServer::start();
@@ -48,7 +52,7 @@ fn standalone() -> Target {
 
 async fn cluster() -> Target {
     let turn = CLUSTER_TURN.lock().await;
-    let cluster = shared_cluster();
+    let cluster = counting_cluster();
     Target {
         urls: cluster.urls(),
         ports: cluster.nodes.iter().map(RedisServer::port).collect(),
@@ -97,7 +101,7 @@ impl Target {
     /// `DEL name` on the node that holds it.
     fn delete(&self, name: &str) -> String {
         let port = if self.cluster {
-            let cluster = shared_cluster();
+            let cluster = counting_cluster();
             cluster.nodes[cluster.master_of(name)].port()
         } else {
             self.ports[0]
@@ -270,7 +274,7 @@ async fn one_blocked_charge_denies_locally(target: Target) -> TestResult {
     if target.cluster {
         // The costly case: each policy's key on its own master, so a remote denial
         // charges "tenant" on its node, is denied on the other, then refunds.
-        let cluster = shared_cluster();
+        let cluster = counting_cluster();
         let tenant = limiter.policy("tenant").ok_or("policy")?;
         let burst = limiter.policy("burst").ok_or("policy")?;
         assert_ne!(

@@ -9,11 +9,8 @@
 
 use std::time::Duration;
 
+use support::immediate::immediate;
 use tollgate::{Algorithm, Key, Limiter, ManualClock, MemoryStore, Policy, Quota};
-
-#[path = "support/immediate.rs"]
-mod immediate;
-use immediate::immediate;
 
 const BASE: Duration = Duration::from_secs(1_700_000_000);
 const VICTIMS: u64 = 200;

@@ -1,14 +1,11 @@
 //! Exactness under concurrency: many tasks, threads and limiter instances on one key
 //! admit exactly the capacity, never more.
 
-#[path = "support/immediate.rs"]
-mod immediate;
-
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use immediate::immediate;
+use support::immediate::immediate;
 use tokio::sync::Barrier;
 use tollgate::{Algorithm, Key, Limiter, ManualClock, MemoryStore, Policy, Quota};
 

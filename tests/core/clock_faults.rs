@@ -7,16 +7,11 @@
 //! reference clock, a clock off by up to half a period over-admits at most one
 //! period's quota.
 
-#[path = "support/immediate.rs"]
-mod immediate;
-#[path = "support/rng.rs"]
-mod rng;
-
 use std::time::Duration;
 
-use immediate::immediate;
 use proptest::prelude::*;
-use rng::Rng;
+use support::immediate::immediate;
+use support::rng::Rng;
 use tollgate::{
     Algorithm, Clock, Decision, Key, Limiter, MAX_COUNT, ManualClock, MemoryStore, Policy, Quota,
 };

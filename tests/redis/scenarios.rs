@@ -3,11 +3,6 @@
 //! field by field.
 #![cfg(feature = "redis")]
 
-mod support {
-    pub(crate) mod redis_server;
-    pub(crate) mod scenarios;
-}
-
 use support::redis_server::{shared_server, unique_prefix};
 use tollgate::{ManualClock, RedisStore};
 
@@ -24,4 +19,4 @@ fn store(clock: ManualClock) -> RedisStore {
         .with_clock(clock)
 }
 
-support::scenarios::scenario_tests!(store);
+support::scenario_tests!(store);

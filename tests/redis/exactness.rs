@@ -3,11 +3,6 @@
 //! algorithm's bound exactly, never one more.
 #![cfg(feature = "redis")]
 
-mod support {
-    pub(crate) mod redis_cluster;
-    pub(crate) mod redis_server;
-}
-
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;

@@ -1,13 +1,8 @@
 //! `RedisStore` on a real local Redis Cluster: batches whose keys live on different
 //! slots (and their refunds when a later slot's node stalls), hash tags, the function
 //! library on every node, and a master failing over (exactness:
-//! `tests/redis_exactness.rs`).
+//! `tests/redis/exactness.rs`).
 #![cfg(feature = "redis")]
-
-mod support {
-    pub(crate) mod redis_cluster;
-    pub(crate) mod redis_server;
-}
 
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};

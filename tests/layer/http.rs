@@ -2,27 +2,23 @@
 //! codes, exact header bytes, shared quota, all-or-nothing, refunds, shadow mode and
 //! failure modes.
 
-#[path = "support/broken_store.rs"]
-mod broken_store;
-#[path = "support/http.rs"]
-mod http_support;
-
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use axum::Router;
 use axum::routing::{get, post};
-use broken_store::BrokenStore;
 use bytes::Bytes;
 use http::{Request, StatusCode};
 use http_body_util::Full;
-use http_support::Server;
+use support::http::Server;
 use tollgate::layer::Decisions;
 use tollgate::{
     Algorithm, Decision, FailMode, HeaderStyle, Key, Limiter, ManualClock, MemoryStore, Policy,
     Quota, RateLimitLayer, Rejection, ResetFormat, key,
 };
+
+use crate::broken_store::BrokenStore;
 
 const BASE: Duration = Duration::from_secs(1_699_920_000);
 

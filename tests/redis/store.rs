@@ -1,12 +1,8 @@
 //! `RedisStore` against a private redis-server: the same answers as the memory store
 //! on random sequences (through the function library and through scripts) and on log
 //! denials at every cost, keys and TTLs, batches, refunds, validation and the
-//! blocked-key cache (two processes' caches: `tests/redis_block_cache.rs`).
+//! blocked-key cache (two processes' caches: `block_cache.rs`).
 #![cfg(feature = "redis")]
-
-mod support {
-    pub(crate) mod redis_server;
-}
 
 use std::time::Duration;
 
@@ -330,13 +326,12 @@ async fn blocked_keys_are_denied_locally_until_their_retry() -> TestResult {
 
 #[tokio::test]
 async fn a_store_with_another_prefix_does_not_share_cached_denials() -> TestResult {
-    let server = RedisServer::start();
     // A patient deadline: the first call connects and loads the library, which can
     // take longer than the default 50 ms on a loaded machine.
-    let first = RedisStore::from_url(&server.url())?
+    let first = RedisStore::from_url(&shared_server().url())?
         .deadline(Duration::from_secs(5))?
-        .prefix("first");
-    let second = first.clone().prefix("second");
+        .prefix(&unique_prefix("first"));
+    let second = first.clone().prefix(&unique_prefix("second"));
     let build = |store: RedisStore| {
         Limiter::builder()
             .policy(Policy::new("api", Quota::per_day(1)).expect("policy"))

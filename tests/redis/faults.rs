@@ -7,10 +7,6 @@
 //! test machine): never a panic, never a hang.
 #![cfg(feature = "redis")]
 
-mod support {
-    pub(crate) mod redis_server;
-}
-
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -49,7 +45,7 @@ async fn a_call_after_script_flush_reloads_the_script() -> TestResult {
     // take longer than the 50 ms production deadline for the extra round trips, and
     // the deadline itself is proven by the tests below.
     // Scripts only: single decisions otherwise call the function library, whose
-    // reload after FUNCTION FLUSH is tests/redis_functions.rs's.
+    // reload after FUNCTION FLUSH is functions.rs's.
     let patient = store(&server)
         .deadline(Duration::from_secs(5))
         .expect("a deadline")

@@ -3,11 +3,8 @@
 
 use std::time::Duration;
 
+use support::immediate::immediate;
 use tollgate::{Algorithm, Key, Limiter, ManualClock, MemoryStore, Policy, Quota};
-
-#[path = "support/immediate.rs"]
-mod immediate;
-use immediate::immediate;
 
 const BASE: Duration = Duration::from_secs(1_699_920_000);
 

@@ -5,13 +5,6 @@
 //! bounded number of requests, and a limiter refuses policies whose rate-limit headers
 //! could outgrow a proxy's buffer.
 
-mod support {
-    pub(crate) mod http;
-    pub(crate) mod outage_store;
-    #[cfg(feature = "redis")]
-    pub(crate) mod redis_server;
-}
-
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -23,7 +16,6 @@ use bytes::Bytes;
 use http::{Method, Request, Response, StatusCode};
 use http_body_util::Full;
 use support::http::{Reply, Server};
-use support::outage_store::OutageStore;
 use tokio::sync::watch;
 use tollgate::layer::headers::MAX_HEADERS_LEN;
 use tollgate::{
@@ -31,6 +23,8 @@ use tollgate::{
     RateLimitLayer, Store, key,
 };
 use tower::{Layer as _, Service as _, ServiceExt as _};
+
+use crate::outage_store::OutageStore;
 
 const BASE: Duration = Duration::from_secs(1_699_920_000);
 

@@ -6,19 +6,8 @@
 //! with the layer's `count_when`, and against a real Redis stopped mid-way.
 //!
 //! The hand-computed late-refund tables of every algorithm are in
-//! `tests/support/scenarios.rs` (run on every store by `tests/scenarios_*.rs`).
-
-mod support {
-    #[allow(dead_code)]
-    pub(crate) mod http;
-    pub(crate) mod immediate;
-    #[cfg(feature = "redis")]
-    pub(crate) mod redis_cluster;
-    #[cfg(feature = "redis")]
-    pub(crate) mod redis_server;
-    #[cfg(feature = "redis")]
-    pub(crate) mod rng;
-}
+//! `tests/support/scenarios.rs` (run on every store by the `scenarios` module of
+//! `tests/core/`, `tests/redis/` and `tests/cluster/`).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -99,8 +88,8 @@ fn on_every_store(
 mod redis {
     use std::time::Duration;
 
-    use super::support::redis_cluster::shared_cluster;
-    use super::support::redis_server::{shared_server, unique_prefix};
+    use support::redis_cluster::shared_cluster;
+    use support::redis_server::{shared_server, unique_prefix};
     use tollgate::{ManualClock, RedisStore};
 
     /// Generous deadlines: these tests check answers, not speed, on a busy machine.

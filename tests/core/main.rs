@@ -1,0 +1,16 @@
+//! The core, without HTTP and without Redis: quotas, keys, the limiter, every algorithm
+//! on the memory store (hand-computed scenario tables, property-tested bounds, clock
+//! faults, concurrency) and what floods of keys can make the store forget.
+//!
+//! One test binary: `cargo test --test core`, or one module of it, e.g.
+//! `cargo test --test core eviction::`.
+
+mod bounds;
+mod clock_faults;
+mod concurrency;
+mod eviction;
+mod key;
+mod limiter;
+mod memory_store;
+mod quota;
+mod scenarios;

@@ -1,0 +1,25 @@
+//! `RedisStore` on real `redis-server` processes: the same answers as the memory store,
+//! faults, the function library, the server's own clock jumping, the blocked-key
+//! cache, exactness under contention, the leaky bucket's bound on delays, refunds and
+//! the scenario tables.
+//!
+//! One test binary: `cargo test --all-features --test redis`, or one module of it,
+//! e.g. `cargo test --all-features --test redis faults::`. Tests that need a plain
+//! server share one, started by the first of them; tests whose twin runs on a Redis
+//! Cluster share one three-master cluster (everything else about clusters is in
+//! `tests/cluster/`). Tests that pause, kill, flush or reconfigure a server, fake its
+//! clock or count its commands start their own.
+//!
+//! `refunds` is kept whole here although some of its tests need no Redis: most run one
+//! body on memory, Redis and the cluster in turn, and the rest share its helpers. Its
+//! memory and HTTP tests also run in builds without the `redis` feature.
+
+mod block_cache;
+mod clock_faults;
+mod exactness;
+mod faults;
+mod functions;
+mod max_delay;
+mod refunds;
+mod scenarios;
+mod store;
