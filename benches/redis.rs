@@ -159,13 +159,13 @@ fn limiter(
 /// bench checks that the server holds a script with this SHA after tollgate ran, so
 /// the raw row below runs exactly the store's code.
 const GCRA_SCRIPT: &str = concat!(
-    include_str!("../src/store/redis/scripts/prelude.lua"),
-    include_str!("../src/store/redis/scripts/gcra.lua"),
-    include_str!("../src/store/redis/scripts/clock.lua"),
-    include_str!("../src/store/redis/scripts/driver.lua"),
-    include_str!("../src/store/redis/scripts/prelude_steps.lua"),
-    include_str!("../src/store/redis/scripts/gcra_steps.lua"),
-    include_str!("../src/store/redis/scripts/general.lua"),
+    include_str!("../src/store/redis/lua/prelude.lua"),
+    include_str!("../src/store/redis/lua/gcra/decide.lua"),
+    include_str!("../src/store/redis/lua/clock.lua"),
+    include_str!("../src/store/redis/lua/evalsha.lua"),
+    include_str!("../src/store/redis/lua/prelude_steps.lua"),
+    include_str!("../src/store/redis/lua/gcra/steps.lua"),
+    include_str!("../src/store/redis/lua/evalsha_batch.lua"),
 );
 
 /// The arguments the store sends for one GCRA charge under `bench_quota()`: server

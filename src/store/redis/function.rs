@@ -35,15 +35,14 @@ pub(super) struct Library {
     source: String,
 }
 
-/// Joins the prelude, the named algorithms' `decide` files, the clock and the entry
-/// point: no driver, no steps.
+/// The function library `FCALL` calls, joined in the order `lua/README.md` gives.
 macro_rules! library_source {
     ($($file:literal),+) => {
         concat!(
-            include_str!("scripts/prelude.lua"),
-            $(include_str!(concat!("scripts/", $file, ".lua")),)+
-            include_str!("scripts/clock.lua"),
-            include_str!("scripts/function.lua"),
+            include_str!("lua/prelude.lua"),
+            $(include_str!(concat!("lua/", $file, "/decide.lua")),)+
+            include_str!("lua/clock.lua"),
+            include_str!("lua/fcall.lua"),
         )
     };
 }

@@ -19,25 +19,23 @@ use crate::algorithm::Verdict;
 use crate::store::Charge;
 use crate::{Algorithm, Receipt, StoreError, StoreErrorKind};
 
-/// Joins the prelude, the named algorithms' `decide` files, the driver (which returns
-/// in the common case), then the steps' prelude, the named algorithms' steps and the
-/// general driver.
+/// The script `EVALSHA` runs, joined in the order `lua/README.md` gives.
 macro_rules! script_source {
     ($($file:literal),+) => {
         concat!(
-            include_str!("scripts/prelude.lua"),
-            $(include_str!(concat!("scripts/", $file, ".lua")),)+
-            include_str!("scripts/clock.lua"),
-            include_str!("scripts/driver.lua"),
-            include_str!("scripts/prelude_steps.lua"),
-            $(include_str!(concat!("scripts/", $file, "_steps.lua")),)+
-            include_str!("scripts/general.lua"),
+            include_str!("lua/prelude.lua"),
+            $(include_str!(concat!("lua/", $file, "/decide.lua")),)+
+            include_str!("lua/clock.lua"),
+            include_str!("lua/evalsha.lua"),
+            include_str!("lua/prelude_steps.lua"),
+            $(include_str!(concat!("lua/", $file, "/steps.lua")),)+
+            include_str!("lua/evalsha_batch.lua"),
         )
     };
 }
 
-/// Calls `$join!` with every algorithm's Lua file stem, in the order both the
-/// all-algorithms script and the function library (`function.rs`) join them: the
+/// Calls `$join!` with every algorithm's Lua folder (the stem of its Rust file), in
+/// the order both the script and the function library (`function.rs`) join them: the
 /// leaky bucket builds on GCRA's functions, so it comes after it.
 macro_rules! every_algorithm {
     ($join:ident) => {
@@ -246,7 +244,7 @@ impl Call {
     }
 
     /// ARGV: the clock, the mode, then ten per charge, twelve with a receipt (see
-    /// driver.lua).
+    /// evalsha.lua).
     fn write_args(&self, out: &mut impl Args) {
         match self.at {
             At::Client(now) => out.push(now),

@@ -1,4 +1,4 @@
--- Sliding window counters: the steps that general.lua combines, for refunds and
+-- Sliding window counters: the steps that evalsha_batch.lua combines, for refunds and
 -- batches; the common case only runs `decide` (sliding_window_counters.lua).
 
 A.sliding_window_counters = {

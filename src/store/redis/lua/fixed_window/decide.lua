@@ -2,7 +2,7 @@
 -- State (string, see prelude.lua): "<s> <w> <k>", s = latest instant seen,
 -- w = window index, k = count.
 
--- One whole decision (general.lua's `evaluate`, specialised, as gcra.lua's): the
+-- One whole decision (evalsha_batch.lua's `evaluate`, specialised, as gcra/decide.lua's): the
 -- state stays in locals. `m` is the latest instant seen, `t` the instant decided at.
 local function fw_decide(keys, now, args, i, charge)
   local cost, limit = tonumber(args[i + 1]), tonumber(args[i + 2])
@@ -33,7 +33,7 @@ local function fw_decide(keys, now, args, i, charge)
       retry = math.max(window_end - now, 0)
     end
     if v and m > floor then
-      -- No charge, but a later instant: record it (see general.lua's `evaluate`).
+      -- No charge, but a later instant: record it (see evalsha_batch.lua's `evaluate`).
       redis.call('SET', keys[1], num(m) .. tail, 'KEEPTTL')
     end
   end

@@ -1,12 +1,5 @@
--- tollgate: helpers shared by every algorithm's `decide`. Each script the store sends
--- is, in this order: this prelude, the algorithm files it needs (the Lua twins of
--- src/algorithm/*.rs, each a `decide` and the helpers it calls), clock.lua,
--- driver.lua (the common case, which returns), then prelude_steps.lua, each
--- algorithm's *_steps.lua and general.lua (see src/store/redis/script.rs). Lua runs a
--- script's body on every call, creating a closure for each `local function` it
--- reaches: the common case returns before the definitions that only the general
--- path uses. The function library (src/store/redis/function.rs) is this prelude,
--- every algorithm file, clock.lua and function.lua, loaded once per server.
+-- tollgate: helpers shared by every algorithm's `decide`. How the files join into the
+-- script and the function library, and which Rust rule each one twins: README.md.
 --
 -- Lua numbers are doubles: every integer here stays below 2^53 (the store rejects
 -- policies that could leave that range), and every division goes through `idiv`,
@@ -17,7 +10,7 @@
 -- where a hash took HMGET, HSET and PEXPIRE. A decision that charges nothing but saw
 -- a later instant rewrites only `s` and keeps the text after it (`KEEPTTL`).
 
--- Each algorithm's `decide(keys, now, args, i, charge)`, by name (see driver.lua).
+-- Each algorithm's `decide(keys, now, args, i, charge)`, by name (see evalsha.lua).
 local D = {}
 
 -- Integers travel to Redis as decimal text: Lua's own conversion would print

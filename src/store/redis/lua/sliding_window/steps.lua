@@ -1,4 +1,4 @@
--- Sliding window: the steps that general.lua combines, for refunds and
+-- Sliding window: the steps that evalsha_batch.lua combines, for refunds and
 -- batches; the common case only runs `decide` (sliding_window.lua).
 
 A.sliding_window = {

@@ -45,10 +45,10 @@ local function gcra_fits(n, t_us, t_ns, h_us, h_ns)
   return ns_le(m_us, m_ns, h_us, h_ns)
 end
 
--- One whole decision (general.lua's `evaluate`, specialised): GCRA's state is three
+-- One whole decision (evalsha_batch.lua's `evaluate`, specialised): GCRA's state is three
 -- numbers, so they stay in locals and the call builds no state table and makes no
 -- per-step calls through the algorithm table; this is most of a call's cost in Lua.
--- `args[i..]` is the charge's arguments (see driver.lua); `queue`: the leaky bucket,
+-- `args[i..]` is the charge's arguments (see evalsha.lua); `queue`: the leaky bucket,
 -- whose admitted request waits until the queue ahead of it has drained, at most
 -- `max_delay` µs (its fifth parameter; leaky_bucket.lua's twin of the Rust rule).
 local function gcra_decide(keys, now, args, i, charge, queue)
@@ -105,7 +105,7 @@ local function gcra_decide(keys, now, args, i, charge, queue)
       retry = math.max(at - now, 0)
     end
     if v and t > floor then
-      -- No charge, but a later instant: record it (see general.lua's `evaluate`).
+      -- No charge, but a later instant: record it (see evalsha_batch.lua's `evaluate`).
       redis.call('SET', keys[1], num(t) .. tail, 'KEEPTTL')
     end
   end

@@ -1,4 +1,4 @@
--- GCRA: the steps that general.lua combines, for refunds and
+-- GCRA: the steps that evalsha_batch.lua combines, for refunds and
 -- batches; the common case only runs `decide` (gcra.lua).
 
 -- TAT = max(floor, TAT − r) for a refund of r (µs, ns), saturating at 0.

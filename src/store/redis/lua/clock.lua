@@ -1,5 +1,5 @@
--- tollgate: the instant a call decides at, from ARGV[1] (see driver.lua), shared by
--- the scripts' driver and the function library's entry point (function.lua).
+-- tollgate: the instant a call decides at, from ARGV[1] (see evalsha.lua), shared by
+-- the scripts' driver and the function library's entry point (fcall.lua).
 
 -- A server clock behind the client's floor by more than this was corrected on
 -- purpose (or came back from a glitch far ahead): follow the server, not the floor.

@@ -2,7 +2,7 @@
 -- src/store/redis/function.rs). The library is the prelude and every algorithm's
 -- `decide`, loaded once per server: a call runs only this function, where `EVALSHA`
 -- runs a script's whole body (and creates its closures) every time. It takes one
--- charge, decided or dry-run, with the KEYS, ARGV and reply of driver.lua; refunds
+-- charge, decided or dry-run, with the KEYS, ARGV and reply of evalsha.lua; refunds
 -- and batches stay scripts. The Rust side appends the registration under the
 -- library's versioned name.
 

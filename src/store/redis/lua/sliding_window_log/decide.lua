@@ -51,7 +51,7 @@ local function swl_retry_at(log, edge, total, room, period, t)
   return t
 end
 
--- One whole decision (general.lua's `evaluate`, specialised, as gcra.lua's): the
+-- One whole decision (evalsha_batch.lua's `evaluate`, specialised, as gcra/decide.lua's): the
 -- total and instants stay in locals, and the call reads only what its answer needs.
 -- The newest entry is never after the latest instant seen (`floor`), so a charge at a
 -- later instant starts an entry of its own without reading the newest; a decision
@@ -114,7 +114,7 @@ local function swl_decide(keys, now, args, i, charge)
     redis.call('PEXPIRE', keys[2], ttl)
   elseif v and (t > floor or trim) then
     -- No charge, but a later instant or entries that left: record them (see
-    -- general.lua's `evaluate`).
+    -- evalsha_batch.lua's `evaluate`).
     redis.call('SET', keys[1], string.format('%.0f %.0f', t, total), 'KEEPTTL')
   end
   local reset = 0

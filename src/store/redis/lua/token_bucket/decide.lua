@@ -3,7 +3,7 @@
 -- d = deficit in units (capacity minus tokens), l = last refill. One token is p.upt units; p.ups units refill per µs.
 -- capacity * upt <= 2^53 (checked when the policy is built), so every deficit is exact.
 
--- One whole decision (general.lua's `evaluate`, specialised, as gcra.lua's): the
+-- One whole decision (evalsha_batch.lua's `evaluate`, specialised, as gcra/decide.lua's): the
 -- state stays in locals. `m` is the latest instant seen, `t` the instant decided at.
 local function tb_decide(keys, now, args, i, charge)
   local cost, cap = tonumber(args[i + 1]), tonumber(args[i + 4])
@@ -39,7 +39,7 @@ local function tb_decide(keys, now, args, i, charge)
       retry = math.max(t + ceil_div(d - (cap - cost) * upt, ups) - now, 0)
     end
     if v and m > floor then
-      -- No charge, but a later instant: record it (see general.lua's `evaluate`).
+      -- No charge, but a later instant: record it (see evalsha_batch.lua's `evaluate`).
       redis.call('SET', keys[1], num(m) .. tail, 'KEEPTTL')
     end
   end

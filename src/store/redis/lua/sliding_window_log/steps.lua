@@ -1,4 +1,4 @@
--- Sliding window log: the steps that general.lua combines, for refunds and
+-- Sliding window log: the steps that evalsha_batch.lua combines, for refunds and
 -- batches; the common case only runs `decide` (sliding_window_log.lua).
 
 local function swl_parse(member)

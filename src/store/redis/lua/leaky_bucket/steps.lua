@@ -1,4 +1,4 @@
--- Leaky bucket: GCRA's steps (gcra_steps.lua) with its own `decide`
+-- Leaky bucket: GCRA's steps (gcra/steps.lua) with its own `decide`
 -- (leaky_bucket.lua).
 
 A.leaky_bucket = {}

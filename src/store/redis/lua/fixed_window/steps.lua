@@ -1,4 +1,4 @@
--- Fixed window: the steps that general.lua combines, for refunds and
+-- Fixed window: the steps that evalsha_batch.lua combines, for refunds and
 -- batches; the common case only runs `decide` (fixed_window.lua).
 
 A.fixed_window = {

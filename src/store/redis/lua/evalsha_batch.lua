@@ -1,6 +1,6 @@
 -- tollgate: the general driver, for refunds and batches of several charges: builds
 -- each charge's parameters and combines the algorithms' steps. The ARGV, KEYS and
--- reply contract is at the top of driver.lua.
+-- reply contract is at the top of evalsha.lua.
 
 local charges = {}
 local next_key = 1

@@ -1,8 +1,8 @@
--- tollgate: helpers for the algorithms' steps (the *_steps.lua files) and the general
--- driver (general.lua); the common case never reaches here (see prelude.lua).
+-- tollgate: helpers for the algorithms' steps (the */steps.lua files) and the general
+-- driver (evalsha_batch.lua); the common case never reaches here (see prelude.lua).
 
 -- Each algorithm's steps, by name: `nkeys`, `load`, `fresh`, `decide`, `normalize`,
--- `refund`, `refund_charge`, `idle_at`, `save`, `touch` (see general.lua).
+-- `refund`, `refund_charge`, `idle_at`, `save`, `touch` (see evalsha_batch.lua).
 local A = {}
 
 -- For algorithm::still_owed: how many µs of a charge's debt are still to run at `t`,

@@ -57,7 +57,7 @@ local function swc_advance(c, index, total, n, at)
   return c, total, at
 end
 
--- One whole decision (general.lua's `evaluate`, specialised, as gcra.lua's): the
+-- One whole decision (evalsha_batch.lua's `evaluate`, specialised, as gcra/decide.lua's): the
 -- index, total and instants stay in locals, the ring is one table of the non-zero
 -- counts by slot. `m` is the latest instant seen, `t` the instant decided at.
 local function swc_decide(keys, now, args, i, charge)
@@ -88,7 +88,7 @@ local function swc_decide(keys, now, args, i, charge)
       retry = math.max(swc_within(c, index, total, n, bucket, t, limit - cost) - now, 0)
     end
     if v and m > floor then
-      -- No charge, but a later instant: record it (see general.lua's `evaluate`).
+      -- No charge, but a later instant: record it (see evalsha_batch.lua's `evaluate`).
       redis.call('SET', keys[1], num(m) .. tail, 'KEEPTTL')
     end
   end

@@ -29,7 +29,7 @@ local function sw_earliest_within(period, start, prev, k, t, room)
   return start + period + sw_first_offset(k, room, period)
 end
 
--- One whole decision (general.lua's `evaluate`, specialised, as gcra.lua's): the
+-- One whole decision (evalsha_batch.lua's `evaluate`, specialised, as gcra/decide.lua's): the
 -- state stays in locals. `m` is the latest instant seen, `t` the instant decided at.
 local function sw_decide(keys, now, args, i, charge)
   local cost, limit = tonumber(args[i + 1]), tonumber(args[i + 2])
@@ -66,7 +66,7 @@ local function sw_decide(keys, now, args, i, charge)
       retry = math.max(sw_earliest_within(period, start, prev, k, t, limit - cost) - now, 0)
     end
     if v and m > floor then
-      -- No charge, but a later instant: record it (see general.lua's `evaluate`).
+      -- No charge, but a later instant: record it (see evalsha_batch.lua's `evaluate`).
       redis.call('SET', keys[1], num(m) .. tail, 'KEEPTTL')
     end
   end

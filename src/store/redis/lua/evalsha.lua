@@ -1,4 +1,6 @@
--- tollgate: runs a batch of charges through the algorithms above.
+-- tollgate: the entry point of the script EVALSHA runs (README.md): the wire contract
+-- of every call, and the common case, one charge decided by its algorithm's `decide`,
+-- which returns here; refunds and batches fall through to evalsha_batch.lua.
 --
 -- ARGV[1]  now in µs since the epoch; or '' for the server's TIME; or 'f<µs>' for the
 --          server's TIME but never earlier than <µs>, the latest server time this
@@ -20,16 +22,13 @@
 -- Every algorithm has a `decide(keys, now, ARGV, i, charge)` that makes one whole
 -- decision from its arguments at ARGV[i..] (a flat function over locals is several
 -- times cheaper in Lua than the steps), and steps (load, normalize, refund, save, ...)
--- that general.lua combines for refunds and batches. Lua runs a script's body on
--- every call, creating a closure for each `local function` it reaches: this file ends
--- with the common case, one charge decided by its `decide`, which returns before the
--- steps and the general driver are defined (see prelude.lua for the order).
+-- that evalsha_batch.lua combines for refunds and batches.
 
 local now = decision_clock(ARGV[1])
 local mode = ARGV[2]
 
 -- The common case, one charge decided (not refunded): straight to the algorithm's
--- `decide`, without defining the steps or building general.lua's tables.
+-- `decide`, without defining the steps or building evalsha_batch.lua's tables.
 if #ARGV == 12 and (mode == 'a' or mode == 'd') then
   local decide = D[ARGV[3]]
   if decide then

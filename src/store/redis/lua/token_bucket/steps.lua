@@ -1,4 +1,4 @@
--- Token bucket: the steps that general.lua combines, for refunds and
+-- Token bucket: the steps that evalsha_batch.lua combines, for refunds and
 -- batches; the common case only runs `decide` (token_bucket.lua).
 
 local function tb_refill_time(p, units)
