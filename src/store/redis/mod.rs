@@ -1,27 +1,28 @@
 //! [`RedisStore`]: limiter state in Redis or Redis Cluster, shared by every process.
 
+mod call;
 mod connection;
 mod function;
 mod keys;
 mod script;
 mod server_time;
+mod slots;
 
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
 use deadpool_redis::Runtime;
-use tokio::time::{Instant, timeout_at};
+use tokio::time::Instant;
 
-use self::connection::{Connections, Source, breaks_connection, store_error};
+use self::connection::{Connections, Source};
 use self::function::Functions;
-use self::script::{At, Call, Mode};
+use self::script::Mode;
 use self::server_time::ServerTime;
 use super::block_cache::BlockCache;
 use super::{Charge, Store, StoreFuture, decision};
 use crate::algorithm::Verdict;
 use crate::clock::now_micros;
-use crate::observe;
 use crate::{
     Algorithm, Clock, ConfigError, Decision, Key, Limit, Receipt, StoreError, StoreErrorKind,
     SystemClock,
@@ -444,83 +445,6 @@ impl RedisStore {
         )
     }
 
-    /// Runs one script call before `deadline`.
-    async fn run(
-        &self,
-        deadline: Instant,
-        now: Option<u64>,
-        mode: Mode,
-        charges: &[&Charge<'_>],
-    ) -> Result<Vec<Verdict>, StoreError> {
-        self.run_call(deadline, now, mode, charges, &[]).await
-    }
-
-    /// Runs one script call before `deadline`: `charges` in `mode`, or, with
-    /// [`Mode::RefundCharges`], the refunds of the charges `receipts` name (one each).
-    async fn run_call(
-        &self,
-        deadline: Instant,
-        now: Option<u64>,
-        mode: Mode,
-        charges: &[&Charge<'_>],
-        receipts: &[Receipt],
-    ) -> Result<Vec<Verdict>, StoreError> {
-        let lease = timeout_at(deadline, self.connections.get())
-            .await
-            .map_err(|_| self.timeout_error())??;
-        let mut conn = lease.conn.clone();
-        let at = match now {
-            Some(now) => At::Client(now),
-            None => At::Server {
-                floor: self.server_time.floor(),
-            },
-        };
-        let request = if mode == Mode::RefundCharges {
-            Call::refunds(&self.prefix, at, charges, receipts)
-        } else {
-            Call::new(&self.prefix, at, mode, charges)
-        };
-        let single = charges.len() == 1 && mode.decides();
-        let call = async {
-            if single
-                && self.functions.enabled()
-                && let Some(reply) = self.functions.call(&mut conn, &request).await
-            {
-                return reply;
-            }
-            conn.invoke(&request.invocation()).await
-        };
-        match timeout_at(deadline, call).await {
-            Ok(Ok(reply)) => {
-                lease.answered();
-                let count = if mode.decides() { charges.len() } else { 0 };
-                let (mut verdicts, decided_at) = script::verdicts(&reply, count)?;
-                if let At::Server { floor } = at {
-                    self.server_time.observe(decided_at, floor);
-                }
-                if mode == Mode::Acquire {
-                    give_receipts(&mut verdicts, charges, decided_at);
-                }
-                Ok(verdicts)
-            }
-            Ok(Err(err)) => {
-                if breaks_connection(&err) {
-                    self.connections.discard(&lease);
-                } else {
-                    // An error reply is a reply: the connection is alive.
-                    lease.answered();
-                }
-                Err(store_error(err))
-            }
-            Err(_) => {
-                // Dropped only if silent: a partition never closes the socket, but a
-                // call that is merely slow must not cost everyone a reconnect.
-                self.connections.timed_out(&lease);
-                Err(self.timeout_error())
-            }
-        }
-    }
-
     async fn acquire_remote(&self, charges: &[Charge<'_>]) -> Result<Vec<Verdict>, StoreError> {
         let deadline = Instant::now() + self.deadline;
         let now = self.clock_now();
@@ -538,110 +462,6 @@ impl RedisStore {
             }
         }
         Ok(verdicts)
-    }
-
-    /// A cluster batch whose keys live on several slots: each slot's charges are one
-    /// all-or-nothing script, run in order; a denial refunds the slots charged before
-    /// it, and the slots after it are decided without charging.
-    async fn acquire_across_slots(
-        &self,
-        deadline: Instant,
-        now: Option<u64>,
-        charges: &[Charge<'_>],
-    ) -> Result<Vec<Verdict>, StoreError> {
-        let mut groups: Vec<(Key, Vec<&Charge<'_>>, Vec<usize>)> = Vec::new();
-        for (i, charge) in charges.iter().enumerate() {
-            match groups.iter_mut().find(|(key, _, _)| key == charge.key) {
-                Some((_, members, indices)) => {
-                    members.push(charge);
-                    indices.push(i);
-                }
-                None => groups.push((*charge.key, vec![charge], vec![i])),
-            }
-        }
-        let mut verdicts: Vec<Option<Verdict>> = vec![None; charges.len()];
-        let mut charged_groups = 0;
-        let mut denied = false;
-        for (_, members, indices) in &groups {
-            let mode = if denied { Mode::DryRun } else { Mode::Acquire };
-            let result = self.run(deadline, now, mode, members).await;
-            let group_verdicts = match result {
-                Ok(v) => v,
-                Err(err) => {
-                    if !denied {
-                        self.refund_groups(now, &groups[..charged_groups], &verdicts)
-                            .await;
-                    }
-                    return Err(err);
-                }
-            };
-            if !denied {
-                if group_verdicts.iter().all(|v| v.allowed) {
-                    charged_groups += 1;
-                } else {
-                    denied = true;
-                    self.refund_groups(now, &groups[..charged_groups], &verdicts)
-                        .await;
-                }
-            }
-            for (&i, v) in indices.iter().zip(group_verdicts) {
-                verdicts[i] = Some(v);
-            }
-        }
-        verdicts
-            .into_iter()
-            .map(|v| {
-                v.ok_or_else(|| {
-                    StoreError::new(StoreErrorKind::Protocol, "a charge got no verdict")
-                })
-            })
-            .collect()
-    }
-
-    /// Takes back the charges of `groups` after a later slot denied or failed, each by
-    /// the receipt of its verdict (the groups' verdicts are in `verdicts`, at their
-    /// charges' indices), so that a refund arriving after a window edge takes back
-    /// nothing of the new window. Each refund has a deadline of its own: the batch's
-    /// may be spent (a slot that timed out spent all of it), and a refund under it
-    /// would give up before sending. A refund that fails leaves those keys charged for
-    /// a request that was denied, which errs on the limiter's side; it is reported
-    /// (`tracing` / `metrics`).
-    async fn refund_groups(
-        &self,
-        now: Option<u64>,
-        groups: &[(Key, Vec<&Charge<'_>>, Vec<usize>)],
-        verdicts: &[Option<Verdict>],
-    ) {
-        for (_, members, indices) in groups {
-            let (charged, receipts): (Vec<&Charge<'_>>, Vec<Receipt>) = members
-                .iter()
-                .zip(indices)
-                .filter_map(|(&charge, &i)| Some((charge, verdicts.get(i).copied()??.receipt?)))
-                .unzip();
-            if charged.is_empty() {
-                continue;
-            }
-            let deadline = Instant::now() + self.deadline;
-            if let Err(error) = self
-                .run_call(deadline, now, Mode::RefundCharges, &charged, &receipts)
-                .await
-            {
-                observe::refund_failed(&error);
-            }
-        }
-    }
-}
-
-/// Gives each charge of an admitted batch its receipt: the script charges a batch
-/// whole or not at all, and right after a charge its decision's reset instant, the
-/// instant decided at plus the reported reset, names it (see [`Receipt`]).
-fn give_receipts(verdicts: &mut [Verdict], charges: &[&Charge<'_>], decided_at: u64) {
-    if !verdicts.iter().all(|v| v.allowed) {
-        return;
-    }
-    for (verdict, charge) in verdicts.iter_mut().zip(charges) {
-        let until = decided_at.saturating_add(verdict.reset_after_us);
-        verdict.receipt = Receipt::new(decided_at, until, charge.cost);
     }
 }
 

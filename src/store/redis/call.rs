@@ -1,0 +1,104 @@
+//! One call to Redis: a connection from the shared one (reconnecting, one connect at
+//! a time), the function library or the script, a deadline over all of it, the
+//! verdicts read back, and what a failure says about the connection.
+
+use tokio::time::{Instant, timeout_at};
+
+use super::RedisStore;
+use super::connection::{breaks_connection, store_error};
+use super::script::{self, At, Call, Mode};
+use crate::algorithm::Verdict;
+use crate::store::Charge;
+use crate::{Receipt, StoreError};
+
+impl RedisStore {
+    /// Runs one script call before `deadline`.
+    pub(super) async fn run(
+        &self,
+        deadline: Instant,
+        now: Option<u64>,
+        mode: Mode,
+        charges: &[&Charge<'_>],
+    ) -> Result<Vec<Verdict>, StoreError> {
+        self.run_call(deadline, now, mode, charges, &[]).await
+    }
+
+    /// Runs one script call before `deadline`: `charges` in `mode`, or, with
+    /// [`Mode::RefundCharges`], the refunds of the charges `receipts` name (one each).
+    pub(super) async fn run_call(
+        &self,
+        deadline: Instant,
+        now: Option<u64>,
+        mode: Mode,
+        charges: &[&Charge<'_>],
+        receipts: &[Receipt],
+    ) -> Result<Vec<Verdict>, StoreError> {
+        let lease = timeout_at(deadline, self.connections.get())
+            .await
+            .map_err(|_| self.timeout_error())??;
+        let mut conn = lease.conn.clone();
+        let at = match now {
+            Some(now) => At::Client(now),
+            None => At::Server {
+                floor: self.server_time.floor(),
+            },
+        };
+        let request = if mode == Mode::RefundCharges {
+            Call::refunds(&self.prefix, at, charges, receipts)
+        } else {
+            Call::new(&self.prefix, at, mode, charges)
+        };
+        let single = charges.len() == 1 && mode.decides();
+        let call = async {
+            if single
+                && self.functions.enabled()
+                && let Some(reply) = self.functions.call(&mut conn, &request).await
+            {
+                return reply;
+            }
+            conn.invoke(&request.invocation()).await
+        };
+        match timeout_at(deadline, call).await {
+            Ok(Ok(reply)) => {
+                lease.answered();
+                let count = if mode.decides() { charges.len() } else { 0 };
+                let (mut verdicts, decided_at) = script::verdicts(&reply, count)?;
+                if let At::Server { floor } = at {
+                    self.server_time.observe(decided_at, floor);
+                }
+                if mode == Mode::Acquire {
+                    give_receipts(&mut verdicts, charges, decided_at);
+                }
+                Ok(verdicts)
+            }
+            Ok(Err(err)) => {
+                if breaks_connection(&err) {
+                    self.connections.discard(&lease);
+                } else {
+                    // An error reply is a reply: the connection is alive.
+                    lease.answered();
+                }
+                Err(store_error(err))
+            }
+            Err(_) => {
+                // Dropped only if silent: a partition never closes the socket, but a
+                // call that is merely slow must not cost everyone a reconnect.
+                self.connections.timed_out(&lease);
+                Err(self.timeout_error())
+            }
+        }
+    }
+}
+
+/// Gives each charge of an admitted batch its receipt: the script charges a batch
+/// whole or not at all, and right after a charge its decision's reset instant, the
+/// instant decided at plus the reported reset, names it (see [`Receipt`]).
+fn give_receipts(verdicts: &mut [Verdict], charges: &[&Charge<'_>], decided_at: u64) {
+    if !verdicts.iter().all(|v| v.allowed) {
+        return;
+    }
+    for (verdict, charge) in verdicts.iter_mut().zip(charges) {
+        let until = decided_at.saturating_add(verdict.reset_after_us);
+        verdict.receipt = Receipt::new(decided_at, until, charge.cost);
+    }
+}
