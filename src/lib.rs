@@ -63,6 +63,10 @@
 //!
 //! Which algorithm to pick, measured by the `lab` feature: `docs/choosing-an-algorithm.md`.
 
+// docs.rs builds with `--cfg docsrs` on nightly (see `[package.metadata.docs.rs]`): there
+// every item behind a feature carries a badge naming it. Stable builds never see this.
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
 mod algorithm;
 mod body;
 mod clock;
@@ -73,6 +77,7 @@ mod future;
 pub mod headers;
 pub mod key;
 #[cfg(feature = "lab")]
+#[cfg_attr(docsrs, doc(cfg(feature = "lab")))]
 pub mod lab;
 mod layer;
 mod limiter;
@@ -100,6 +105,7 @@ pub use quota::{MAX_COUNT, Quota};
 pub use response::{RejectReason, Rejection, RejectionInfo};
 pub use service::{Decisions, RateLimit};
 #[cfg(feature = "redis")]
+#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub use store::RedisStore;
 pub use store::memory::{DEFAULT_MAX_BYTES, DEFAULT_MAX_KEYS};
 pub use store::{Charge, Fallback, MemoryStore, Store, StoreFuture};
