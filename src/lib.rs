@@ -63,12 +63,17 @@
 //!
 //! Which algorithm to pick, measured by the `lab` feature: `docs/choosing-an-algorithm.md`.
 
+// docs.rs builds with `--cfg docsrs` on nightly (see `[package.metadata.docs.rs]`): there
+// every item behind a feature carries a badge naming it. Stable builds never see this.
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
 mod algorithm;
 mod clock;
 mod decision;
 mod error;
 pub mod key;
 #[cfg(feature = "lab")]
+#[cfg_attr(docsrs, doc(cfg(feature = "lab")))]
 pub mod lab;
 #[cfg(feature = "layer")]
 pub mod layer;
@@ -88,6 +93,7 @@ pub use limit::Limit;
 pub use limiter::{Limiter, LimiterBuilder};
 pub use quota::{MAX_COUNT, Quota};
 #[cfg(feature = "redis")]
+#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub use store::RedisStore;
 pub use store::memory::{DEFAULT_MAX_BYTES, DEFAULT_MAX_KEYS};
 pub use store::{Charge, Fallback, MemoryStore, Store, StoreFuture};

@@ -23,6 +23,8 @@
 //! # Ok::<(), tollgate::lab::LabError>(())
 //! ```
 
+#[cfg(test)]
+mod figures;
 mod measures;
 mod patterns;
 pub mod plot;

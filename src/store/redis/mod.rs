@@ -95,6 +95,7 @@ const LUA_EXACT: u128 = 1 << 53;
 /// # }
 /// ```
 #[derive(Clone)]
+#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub struct RedisStore {
     connections: Arc<Connections>,
     clock: Option<Arc<dyn Clock>>,
