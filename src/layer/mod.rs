@@ -17,6 +17,8 @@
 
 mod body;
 mod costs;
+mod decisions;
+mod fail_mode;
 mod future;
 mod grpc;
 pub mod headers;
@@ -26,12 +28,15 @@ mod policy;
 mod rejection;
 mod routes;
 mod service;
+mod shared;
 
 pub use body::RateLimitBody;
 pub use costs::Costs;
+pub use decisions::Decisions;
+pub use fail_mode::FailMode;
 pub use future::ResponseFuture;
 pub use headers::{HeaderStyle, ResetFormat};
-pub use layer::{FailMode, RateLimitLayer};
+pub use layer::RateLimitLayer;
 pub use policy::{MissingKey, Policy};
 pub use rejection::{RejectReason, Rejection, RejectionInfo};
-pub use service::{Decisions, RateLimit};
+pub use service::RateLimit;

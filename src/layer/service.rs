@@ -1,7 +1,6 @@
 //! [`RateLimit`]: the service the layer wraps around yours.
 
 use std::fmt;
-use std::ops::Deref;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -13,51 +12,13 @@ use tower_layer::Layer;
 use tower_service::Service;
 
 use crate::Limiter;
+use crate::MissingKey;
 use crate::layer::RateLimitBody;
 use crate::layer::future::{Checks, ResponseFuture, rejection, take_ready};
 use crate::layer::grpc::grpc_flavour;
-use crate::layer::layer::Shared;
 use crate::layer::rejection::{RejectReason, RejectionInfo};
+use crate::layer::shared::Shared;
 use crate::limiter::Pending;
-use crate::{Decision, MissingKey};
-
-/// The decisions of every policy checked for a request, in limiter order; put in the
-/// request extensions for handlers (unless the layer was built with
-/// [`decisions_extension(false)`](crate::RateLimitLayer::decisions_extension)).
-///
-/// ```
-/// use tollgate::layer::Decisions;
-/// async fn handler(decisions: Option<axum_like::Extension<Decisions>>) {
-///     if let Some(axum_like::Extension(decisions)) = decisions {
-///         for d in decisions.iter() {
-///             println!("{}: {} left", d.policy, d.remaining);
-///         }
-///     }
-/// }
-/// # mod axum_like { #[derive(Clone)] pub struct Extension<T>(pub T); }
-/// ```
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Decisions(pub(crate) Vec<Decision>);
-
-impl Decisions {
-    /// The decision of the policy named `policy`, if it was checked.
-    ///
-    /// ```
-    /// let decisions = tollgate::layer::Decisions::default();
-    /// assert!(decisions.get("api").is_none());
-    /// ```
-    pub fn get(&self, policy: &str) -> Option<&Decision> {
-        self.0.iter().find(|d| d.policy == policy)
-    }
-}
-
-impl Deref for Decisions {
-    type Target = [Decision];
-
-    fn deref(&self) -> &[Decision] {
-        &self.0
-    }
-}
 
 /// Rate limiting around an inner service; built by [`RateLimitLayer`](crate::RateLimitLayer).
 ///

@@ -273,7 +273,7 @@ impl Limiter {
 
     /// Takes back up to `amount` of what `decision` charged to `key`, for a request
     /// that should not count after all (e.g. only failed logins count): the
-    /// [`Receipt`] in the decision names the charge, so only what of *that* charge
+    /// [`Receipt`](crate::Receipt) in the decision names the charge, so only what of *that* charge
     /// the key still counts comes back, from the store that took it.
     ///
     /// - Nothing comes back for a decision that charged nothing (denied, a peek, or
