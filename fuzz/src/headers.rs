@@ -25,9 +25,10 @@ use std::time::Duration;
 use http::{HeaderMap, Request, Response, StatusCode};
 use sfv::{BareItem, Item, List, ListEntry, Parser};
 use tokio::runtime::Runtime;
+use tollgate::layer::Decisions;
 use tollgate::{
-    Algorithm, Decisions, HeaderStyle, Limiter, ManualClock, MemoryStore, Policy, Quota,
-    RateLimitLayer, ResetFormat,
+    Algorithm, HeaderStyle, Limiter, ManualClock, MemoryStore, Policy, Quota, RateLimitLayer,
+    ResetFormat,
 };
 use tower::{Layer, ServiceExt};
 
