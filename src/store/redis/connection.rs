@@ -430,20 +430,24 @@ fn cluster_pool_error(err: deadpool_redis::cluster::PoolError) -> StoreError {
     }
 }
 
+/// The error redis-rs makes of one error reply, read from its wire bytes (for the
+/// tests of every file that maps errors).
+#[cfg(test)]
+pub(super) fn error_reply(line: &str) -> RedisError {
+    use deadpool_redis::redis::{Value, parse_redis_value};
+    let bytes = format!("-{line}\r\n");
+    match parse_redis_value(bytes.as_bytes()).and_then(Value::extract_error) {
+        Err(err) => err,
+        Ok(value) => panic!("{line:?} read as {value:?}, not as an error"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
-    use deadpool_redis::redis::{Value, from_redis_value, parse_redis_value};
+    use deadpool_redis::redis::{Value, from_redis_value};
 
+    use super::error_reply as reply;
     use super::*;
-
-    /// The error redis-rs makes of one error reply, read from its wire bytes.
-    fn reply(line: &str) -> RedisError {
-        let bytes = format!("-{line}\r\n");
-        match parse_redis_value(bytes.as_bytes()).and_then(Value::extract_error) {
-            Err(err) => err,
-            Ok(value) => panic!("{line:?} read as {value:?}, not as an error"),
-        }
-    }
 
     #[test]
     fn a_server_that_is_up_but_not_serving_is_unavailable() {

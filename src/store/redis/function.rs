@@ -153,18 +153,8 @@ impl Functions {
 
 #[cfg(test)]
 mod tests {
-    use redis::{Value, parse_redis_value};
-
+    use super::super::connection::error_reply as reply;
     use super::*;
-
-    /// The error redis-rs makes of one error reply, read from its wire bytes.
-    fn reply(line: &str) -> RedisError {
-        let bytes = format!("-{line}\r\n");
-        match parse_redis_value(bytes.as_bytes()).and_then(Value::extract_error) {
-            Err(err) => err,
-            Ok(value) => panic!("{line:?} read as {value:?}, not as an error"),
-        }
-    }
 
     #[test]
     fn a_server_without_the_library_is_told_apart_from_one_without_functions() {
