@@ -123,7 +123,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!(
         "soak_server on {addr}, redis {url}, cluster {}, limit {LIMIT}/s burst {LIMIT}, deadline_ms {}",
         store.is_cluster(),
-        store.deadline_duration().as_millis()
+        store.get_deadline().as_millis()
     );
     let policy = Policy::new("soak", Quota::per_second(LIMIT))?;
     // The policy's default extractor is `key::global`: every request charges this key.

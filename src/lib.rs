@@ -61,6 +61,14 @@
 //! - [`Key`]s are fixed-size fingerprints: raw API keys and IPs are never stored or
 //!   printed.
 //!
+//! ## Names
+//!
+//! Options are builder-style setters named after the option (`Limit::algorithm`,
+//! `RedisStore::deadline`, `MemoryStore::max_keys`); where a configured value can be
+//! read back, its getter is `get_` and the option's name (`get_algorithm`,
+//! `get_deadline`, `get_max_keys`), as `std::process::Command` does. Values that are not
+//! options read back under their own name (`name`, `quota`, `capacity`, `len`).
+//!
 //! Which algorithm to pick, measured by the `lab` feature: `docs/choosing-an-algorithm.md`.
 
 // docs.rs builds with `--cfg docsrs` on nightly (see `[package.metadata.docs.rs]`): there

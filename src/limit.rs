@@ -93,7 +93,7 @@ impl Limit {
     /// ```
     /// use tollgate::{Algorithm, Limit, Quota};
     /// let limit = Limit::new("search", Quota::per_minute(60))?.algorithm(Algorithm::SlidingWindowLog);
-    /// assert_eq!(limit.algorithm_kind(), Algorithm::SlidingWindowLog);
+    /// assert_eq!(limit.get_algorithm(), Algorithm::SlidingWindowLog);
     /// # Ok::<(), tollgate::ConfigError>(())
     /// ```
     #[must_use]
@@ -131,7 +131,7 @@ impl Limit {
     /// let queue = Limit::new("queue", Quota::per_second(1).with_burst(100)?)?
     ///     .algorithm(Algorithm::LeakyBucket)
     ///     .max_delay(Duration::from_secs(2));
-    /// assert_eq!(queue.longest_delay(), Duration::from_secs(2));
+    /// assert_eq!(queue.get_max_delay(), Duration::from_secs(2));
     /// // A clock that stands still, so the delays are exact.
     /// let clock = ManualClock::new(Duration::from_secs(1_700_000_000));
     /// let limiter = Limiter::builder().limit(queue).store(MemoryStore::with_clock(clock)).build()?;
@@ -161,10 +161,10 @@ impl Limit {
     /// ```
     /// use std::time::Duration;
     /// let policy = tollgate::Limit::new("api", tollgate::Quota::per_minute(10))?;
-    /// assert_eq!(policy.longest_delay(), Duration::from_secs(60));
+    /// assert_eq!(policy.get_max_delay(), Duration::from_secs(60));
     /// # Ok::<(), tollgate::ConfigError>(())
     /// ```
-    pub fn longest_delay(&self) -> Duration {
+    pub fn get_max_delay(&self) -> Duration {
         self.max_delay
             .unwrap_or_else(|| default_max_delay(&self.quota))
     }
@@ -173,7 +173,7 @@ impl Limit {
     /// delay bound.
     fn derive(&mut self) {
         (self.params, self.problem) =
-            Params::new(&self.quota, self.algorithm, self.longest_delay());
+            Params::new(&self.quota, self.algorithm, self.get_max_delay());
         self.table = table_id(self.name, &self.params);
     }
 
@@ -202,10 +202,10 @@ impl Limit {
     ///
     /// ```
     /// use tollgate::{Algorithm, Limit, Quota};
-    /// assert_eq!(Limit::new("api", Quota::per_second(3))?.algorithm_kind(), Algorithm::Gcra);
+    /// assert_eq!(Limit::new("api", Quota::per_second(3))?.get_algorithm(), Algorithm::Gcra);
     /// # Ok::<(), tollgate::ConfigError>(())
     /// ```
-    pub fn algorithm_kind(&self) -> Algorithm {
+    pub fn get_algorithm(&self) -> Algorithm {
         self.algorithm
     }
 

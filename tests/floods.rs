@@ -101,7 +101,7 @@ fn flood(total: u64, max_keys: Option<usize>) {
         Some(max) => store.max_keys(max).expect("max keys"),
         None => store,
     };
-    let max_keys = store.max_key_count();
+    let max_keys = store.get_max_keys();
     let limiter = Limiter::builder()
         .policy(Policy::new("api", Quota::per_minute(10)).expect("policy"))
         .store(store.clone())

@@ -86,7 +86,7 @@ pub fn check(data: &[u8]) {
         .map(|p: &Policy| Shown {
             name: p.name().to_owned(),
             limit: p.quota().limit(),
-            capacity: match p.algorithm_kind() {
+            capacity: match p.get_algorithm() {
                 Algorithm::TokenBucket | Algorithm::Gcra | Algorithm::LeakyBucket => {
                     p.quota().burst()
                 }

@@ -42,7 +42,7 @@ pub(crate) use params::Params;
 /// use tollgate::{Algorithm, Limit, Quota};
 /// let policy = Limit::new("uploads", Quota::per_hour(60))?
 ///     .algorithm(Algorithm::SlidingWindowCounters { buckets: 60 });
-/// assert_eq!(policy.algorithm_kind(), Algorithm::SlidingWindowCounters { buckets: 60 });
+/// assert_eq!(policy.get_algorithm(), Algorithm::SlidingWindowCounters { buckets: 60 });
 /// assert_eq!(Algorithm::default(), Algorithm::Gcra);
 /// # Ok::<(), tollgate::ConfigError>(())
 /// ```

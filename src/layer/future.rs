@@ -346,7 +346,7 @@ impl RequestContext {
         self.checks
             .iter()
             .zip(decisions)
-            .map(|((index, _, _), d)| d.delay.min(policies[*index].longest_delay()))
+            .map(|((index, _, _), d)| d.delay.min(policies[*index].get_max_delay()))
             .max()
             .unwrap_or_default()
     }

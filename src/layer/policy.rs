@@ -221,7 +221,7 @@ impl Policy {
     /// ```
     /// use tollgate::{Algorithm, Policy, Quota};
     /// let policy = Policy::new("search", Quota::per_minute(60))?.algorithm(Algorithm::SlidingWindowLog);
-    /// assert_eq!(policy.algorithm_kind(), Algorithm::SlidingWindowLog);
+    /// assert_eq!(policy.get_algorithm(), Algorithm::SlidingWindowLog);
     /// # Ok::<(), tollgate::ConfigError>(())
     /// ```
     #[must_use]
@@ -238,7 +238,7 @@ impl Policy {
     /// let policy = tollgate::Policy::new("queue", tollgate::Quota::per_second(1))?
     ///     .algorithm(tollgate::Algorithm::LeakyBucket)
     ///     .max_delay(Duration::from_secs(2));
-    /// assert_eq!(policy.longest_delay(), Duration::from_secs(2));
+    /// assert_eq!(policy.get_max_delay(), Duration::from_secs(2));
     /// # Ok::<(), tollgate::ConfigError>(())
     /// ```
     #[must_use]
@@ -253,11 +253,11 @@ impl Policy {
     /// ```
     /// use std::time::Duration;
     /// let policy = tollgate::Policy::new("api", tollgate::Quota::per_minute(10))?;
-    /// assert_eq!(policy.longest_delay(), Duration::from_secs(60));
+    /// assert_eq!(policy.get_max_delay(), Duration::from_secs(60));
     /// # Ok::<(), tollgate::ConfigError>(())
     /// ```
-    pub fn longest_delay(&self) -> Duration {
-        self.limit.longest_delay()
+    pub fn get_max_delay(&self) -> Duration {
+        self.limit.get_max_delay()
     }
 
     /// The policy's name.
@@ -285,11 +285,11 @@ impl Policy {
     ///
     /// ```
     /// use tollgate::{Algorithm, Policy, Quota};
-    /// assert_eq!(Policy::new("api", Quota::per_second(3))?.algorithm_kind(), Algorithm::Gcra);
+    /// assert_eq!(Policy::new("api", Quota::per_second(3))?.get_algorithm(), Algorithm::Gcra);
     /// # Ok::<(), tollgate::ConfigError>(())
     /// ```
-    pub fn algorithm_kind(&self) -> Algorithm {
-        self.limit.algorithm_kind()
+    pub fn get_algorithm(&self) -> Algorithm {
+        self.limit.get_algorithm()
     }
 
     /// The most cost one request can ever be admitted with: the burst for the token

@@ -318,7 +318,7 @@ async fn server_time_stepping_back_periods_and_forward_over_admits_at_most_one_p
                 let d = check(&limiter, policy.name(), &keys[i][k], cost as u32).await;
                 let answered = start.elapsed();
                 requests += 1;
-                let algorithm = policy.algorithm_kind();
+                let algorithm = policy.get_algorithm();
                 assert!(d.remaining <= policy.capacity(), "{algorithm}: {d:?}");
                 assert!(d.reset_after <= longest, "{algorithm}: {d:?}");
                 if d.allowed {
@@ -344,7 +344,7 @@ async fn server_time_stepping_back_periods_and_forward_over_admits_at_most_one_p
         start.elapsed().as_secs_f64()
     );
     for (policy, admitted) in policies.iter().zip(&admitted) {
-        let algorithm = policy.algorithm_kind();
+        let algorithm = policy.get_algorithm();
         let bound = case(algorithm).bound;
         // The dense key is decided at every tick, so its own latest instant holds it
         // through every step; the others may sit idle through one, held by the floor.
@@ -389,7 +389,7 @@ async fn an_idle_key_through_a_step_back_gains_nothing() {
     let server = FakedServer::start();
     let limiter = limiter(server.store());
     let policy = &policies()[0];
-    assert_eq!(policy.algorithm_kind(), Algorithm::FixedWindow);
+    assert_eq!(policy.get_algorithm(), Algorithm::FixedWindow);
     // (fraction of the wall-clock second to start at, offset): the first three bursts
     // fall in one true window, the last in the next; a burst that strays across a
     // window edge (a stalled machine) retries.
@@ -480,7 +480,7 @@ async fn server_time_ten_years_ahead_and_back_admits_one_capacity_more_then_stan
             spend(&limiter, policy, &touched[i]).await,
             policy.capacity(),
             "{}",
-            policy.algorithm_kind()
+            policy.get_algorithm()
         );
         // Redis expires the untouched keys' state (EXISTS expires what it finds
         // expired; the server's own expiry cycle would, a little later).
@@ -497,7 +497,7 @@ async fn server_time_ten_years_ahead_and_back_admits_one_capacity_more_then_stan
             .cli(&["PTTL", &store.state_key(policy, &touched[i])])
             .parse()
             .expect("PTTL");
-        assert!(pttl > 0, "{}: PTTL {pttl}", policy.algorithm_kind());
+        assert!(pttl > 0, "{}: PTTL {pttl}", policy.get_algorithm());
         ttl_past_jump = ttl_past_jump.min(pttl as f64 / 1e3 - jump.as_secs_f64());
     }
     // Back in the present: the touched keys stand still at the far instant.
@@ -507,7 +507,7 @@ async fn server_time_ten_years_ahead_and_back_admits_one_capacity_more_then_stan
         let since = last_far[policies.len() - 1] + PERIOD / 5 * step;
         tokio::time::sleep_until((start + since).into()).await;
         for (i, policy) in policies.iter().enumerate() {
-            let algorithm = policy.algorithm_kind();
+            let algorithm = policy.get_algorithm();
             let d = check(&limiter, policy.name(), &touched[i], 1).await;
             assert!(!d.allowed, "{algorithm} admitted after the jump back");
             denied += 1;
@@ -529,7 +529,7 @@ async fn server_time_ten_years_ahead_and_back_admits_one_capacity_more_then_stan
             spend(&limiter, policy, &untouched[i]).await,
             policy.capacity(),
             "{}",
-            policy.algorithm_kind()
+            policy.get_algorithm()
         );
         assert!(
             !check(&limiter, policy.name(), &untouched[i], 1)
@@ -540,13 +540,13 @@ async fn server_time_ten_years_ahead_and_back_admits_one_capacity_more_then_stan
     tokio::time::sleep(PERIOD + PERIOD / 10).await;
     for (i, policy) in policies.iter().enumerate() {
         let d = check(&limiter, policy.name(), &untouched[i], 1).await;
-        assert!(d.allowed, "{}: {d:?}", policy.algorithm_kind());
+        assert!(d.allowed, "{}: {d:?}", policy.get_algorithm());
     }
     // Once the server clock is past the far instant, the touched keys refill as usual.
     server.set_offset((jump + 3 * PERIOD).as_secs_f64());
     for (i, policy) in policies.iter().enumerate() {
         let d = check(&limiter, policy.name(), &touched[i], 1).await;
-        assert!(d.allowed, "{}: {d:?}", policy.algorithm_kind());
+        assert!(d.allowed, "{}: {d:?}", policy.get_algorithm());
     }
     eprintln!(
         "ten years ahead and back: one capacity more at the far instant for every \
@@ -585,7 +585,7 @@ async fn server_time_centuries_ahead_never_panics_nor_errs() {
         server.set_offset(ahead.as_secs_f64());
         let far = *far.insert(far.unwrap_or(ahead).max(ahead));
         for policy in &policies {
-            let algorithm = policy.algorithm_kind();
+            let algorithm = policy.get_algorithm();
             let mut passed = 0;
             for _ in 0..2 * policy.capacity() {
                 let d = check(&limiter, policy.name(), &key, 1).await;

@@ -52,7 +52,7 @@ async fn spend(limiter: &Limiter, key: &Key) -> TestResult {
 async fn single_decisions_call_the_library_loaded_once() -> TestResult {
     let server = RedisServer::start();
     let store = RedisStore::from_url(&server.url())?;
-    assert!(store.uses_functions());
+    assert!(store.get_functions());
     let limiter = limiter(store.clone())?;
     spend(&limiter, &Key::from("alice")).await?;
     spend(&limiter, &Key::from("bob")).await?;
@@ -63,7 +63,7 @@ async fn single_decisions_call_the_library_loaded_once() -> TestResult {
     assert_eq!(calls(&server, "evalsha"), 0);
     let listed = server.cli(&["FUNCTION", "LIST"]);
     assert!(listed.contains("tollgate_"), "{listed}");
-    assert!(store.uses_functions());
+    assert!(store.get_functions());
     Ok(())
 }
 
@@ -147,7 +147,7 @@ async fn a_user_without_functions_gets_scripts_with_the_same_answers() -> TestRe
     let store = RedisStore::from_url(&url)?;
     let limiter = limiter(store.clone())?;
     spend(&limiter, &Key::from("erin")).await?;
-    assert!(!store.uses_functions());
+    assert!(!store.get_functions());
     assert_eq!(calls(&server, "function|load"), 0);
     assert_eq!(calls(&server, "evalsha"), 4 + 1);
     assert!(!server.cli(&["FUNCTION", "LIST"]).contains("tollgate_"));
@@ -190,10 +190,10 @@ async fn a_library_refused_for_lack_of_memory_is_loaded_once_there_is_room() -> 
         .expect_err("no room for the library nor the state");
     assert_eq!(full.kind(), StoreErrorKind::Unavailable, "{full}");
     // Not a refusal for good: the store still means to use functions.
-    assert!(store.uses_functions());
+    assert!(store.get_functions());
     assert_eq!(server.cli(&["CONFIG", "SET", "maxmemory", "0"]), "OK");
     spend(&limiter, &key).await?;
-    assert!(store.uses_functions());
+    assert!(store.get_functions());
     assert!(server.cli(&["FUNCTION", "LIST"]).contains("tollgate_"));
     assert_eq!(calls(&server, "evalsha"), 0);
     Ok(())

@@ -148,7 +148,7 @@ impl MemoryStore {
     /// ```
     /// use std::time::Duration;
     /// let store = tollgate::MemoryStore::with_clock(tollgate::ManualClock::new(Duration::from_secs(1)));
-    /// assert_eq!(store.max_key_count(), tollgate::DEFAULT_MAX_KEYS);
+    /// assert_eq!(store.get_max_keys(), tollgate::DEFAULT_MAX_KEYS);
     /// ```
     pub fn with_clock(clock: impl Clock) -> Self {
         Self::build(TimeSource::of(clock), DEFAULT_MAX_KEYS, DEFAULT_MAX_BYTES)
@@ -159,7 +159,7 @@ impl MemoryStore {
     ///
     /// ```
     /// let store = tollgate::MemoryStore::new().max_keys(10_000)?;
-    /// assert_eq!(store.max_key_count(), 10_000);
+    /// assert_eq!(store.get_max_keys(), 10_000);
     /// assert!(tollgate::MemoryStore::new().max_keys(0).is_err());
     /// # Ok::<(), tollgate::ConfigError>(())
     /// ```
@@ -193,7 +193,7 @@ impl MemoryStore {
     ///
     /// ```
     /// let store = tollgate::MemoryStore::new().max_bytes(64 << 20)?;
-    /// assert_eq!(store.max_byte_count(), 64 << 20);
+    /// assert_eq!(store.get_max_bytes(), 64 << 20);
     /// assert!(tollgate::MemoryStore::new().max_bytes(0).is_err());
     /// # Ok::<(), tollgate::ConfigError>(())
     /// ```
@@ -238,9 +238,9 @@ impl MemoryStore {
     /// The bound on the bytes of stored state.
     ///
     /// ```
-    /// assert_eq!(tollgate::MemoryStore::new().max_byte_count(), tollgate::DEFAULT_MAX_BYTES);
+    /// assert_eq!(tollgate::MemoryStore::new().get_max_bytes(), tollgate::DEFAULT_MAX_BYTES);
     /// ```
-    pub fn max_byte_count(&self) -> usize {
+    pub fn get_max_bytes(&self) -> usize {
         self.inner.max_bytes
     }
 
@@ -262,9 +262,9 @@ impl MemoryStore {
     /// The bound on stored keys.
     ///
     /// ```
-    /// assert_eq!(tollgate::MemoryStore::new().max_key_count(), 1_000_000);
+    /// assert_eq!(tollgate::MemoryStore::new().get_max_keys(), 1_000_000);
     /// ```
-    pub fn max_key_count(&self) -> usize {
+    pub fn get_max_keys(&self) -> usize {
         self.inner.max_keys
     }
 

@@ -260,7 +260,7 @@ impl RedisStore {
     /// ```
     /// use std::time::Duration;
     /// let store = tollgate::RedisStore::from_url("redis://127.0.0.1:6379")?.deadline(Duration::from_millis(20))?;
-    /// assert_eq!(store.deadline_duration(), Duration::from_millis(20));
+    /// assert_eq!(store.get_deadline(), Duration::from_millis(20));
     /// # Ok::<(), tollgate::ConfigError>(())
     /// ```
     pub fn deadline(mut self, deadline: Duration) -> Result<Self, ConfigError> {
@@ -277,10 +277,10 @@ impl RedisStore {
     ///
     /// ```
     /// let store = tollgate::RedisStore::from_url("redis://127.0.0.1:6379")?;
-    /// assert_eq!(store.deadline_duration(), tollgate::RedisStore::DEFAULT_DEADLINE);
+    /// assert_eq!(store.get_deadline(), tollgate::RedisStore::DEFAULT_DEADLINE);
     /// # Ok::<(), tollgate::ConfigError>(())
     /// ```
-    pub fn deadline_duration(&self) -> Duration {
+    pub fn get_deadline(&self) -> Duration {
         self.deadline
     }
 
@@ -289,7 +289,7 @@ impl RedisStore {
     ///
     /// ```
     /// let store = tollgate::RedisStore::from_url("redis://127.0.0.1:6379")?.block_cache(0);
-    /// assert_eq!(store.block_cache_capacity(), 0);
+    /// assert_eq!(store.get_block_cache(), 0);
     /// # Ok::<(), tollgate::ConfigError>(())
     /// ```
     #[must_use]
@@ -314,7 +314,7 @@ impl RedisStore {
     /// use std::time::Duration;
     /// let store = tollgate::RedisStore::from_url("redis://127.0.0.1:6379")?
     ///     .block_cache_max_age(Duration::from_millis(250))?;
-    /// assert_eq!(store.block_cache_max_age_duration(), Duration::from_millis(250));
+    /// assert_eq!(store.get_block_cache_max_age(), Duration::from_millis(250));
     /// let err = tollgate::RedisStore::from_url("redis://127.0.0.1:6379")?
     ///     .block_cache_max_age(Duration::ZERO)
     ///     .expect_err("zero");
@@ -341,12 +341,12 @@ impl RedisStore {
     /// ```
     /// let store = tollgate::RedisStore::from_url("redis://127.0.0.1:6379")?;
     /// assert_eq!(
-    ///     store.block_cache_max_age_duration(),
+    ///     store.get_block_cache_max_age(),
     ///     tollgate::RedisStore::DEFAULT_BLOCK_CACHE_MAX_AGE
     /// );
     /// # Ok::<(), tollgate::ConfigError>(())
     /// ```
-    pub fn block_cache_max_age_duration(&self) -> Duration {
+    pub fn get_block_cache_max_age(&self) -> Duration {
         self.cache_max_age
     }
 
@@ -354,10 +354,10 @@ impl RedisStore {
     ///
     /// ```
     /// let store = tollgate::RedisStore::from_url("redis://127.0.0.1:6379")?;
-    /// assert_eq!(store.block_cache_capacity(), tollgate::RedisStore::DEFAULT_BLOCK_CACHE_KEYS);
+    /// assert_eq!(store.get_block_cache(), tollgate::RedisStore::DEFAULT_BLOCK_CACHE_KEYS);
     /// # Ok::<(), tollgate::ConfigError>(())
     /// ```
-    pub fn block_cache_capacity(&self) -> usize {
+    pub fn get_block_cache(&self) -> usize {
         self.cache.as_ref().map_or(0, |c| c.max_keys())
     }
 
@@ -383,7 +383,7 @@ impl RedisStore {
     ///
     /// ```
     /// let store = tollgate::RedisStore::from_url("redis://127.0.0.1:6379")?.functions(false);
-    /// assert!(!store.uses_functions());
+    /// assert!(!store.get_functions());
     /// # Ok::<(), tollgate::ConfigError>(())
     /// ```
     #[must_use]
@@ -396,10 +396,10 @@ impl RedisStore {
     /// or after the server refused to load it.
     ///
     /// ```
-    /// assert!(tollgate::RedisStore::from_url("redis://127.0.0.1:6379")?.uses_functions());
+    /// assert!(tollgate::RedisStore::from_url("redis://127.0.0.1:6379")?.get_functions());
     /// # Ok::<(), tollgate::ConfigError>(())
     /// ```
-    pub fn uses_functions(&self) -> bool {
+    pub fn get_functions(&self) -> bool {
         self.functions.enabled()
     }
 
@@ -473,9 +473,9 @@ impl fmt::Debug for RedisStore {
             .field("prefix", &self.prefix)
             .field("deadline", &self.deadline)
             .field("clock", &self.clock)
-            .field("block_cache", &self.block_cache_capacity())
+            .field("block_cache", &self.get_block_cache())
             .field("block_cache_max_age", &self.cache_max_age)
-            .field("functions", &self.uses_functions())
+            .field("functions", &self.get_functions())
             .finish_non_exhaustive()
     }
 }
