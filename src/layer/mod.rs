@@ -11,20 +11,26 @@
 //! `count_when` can refund what should not count.
 //!
 //! The files follow the request: `policy.rs`, `costs.rs` and `routes.rs` (what a
-//! request is charged), `layer.rs` (options), `service.rs` (the call), `future.rs` (awaiting the
-//! store, holding, refunds), `rejection.rs` and `grpc.rs` (the layer's own answers, HTTP and gRPC),
-//! `headers.rs` (what every response says), `body.rs`.
+//! request is charged), `layer.rs`, `shared.rs` and `fail_mode.rs` (options),
+//! `service.rs` (the call), `future.rs` (awaiting the store, the hold, the inner
+//! service), `context.rs` (what becomes of the request once decided, and of its
+//! response), `refunds.rs`, `few.rs` (a request's checks, inline for one policy),
+//! `rejection.rs` and `grpc.rs` (the layer's own answers, HTTP and gRPC), `headers.rs`
+//! (what every response says), `decisions.rs` and `body.rs`.
 
 mod body;
+mod context;
 mod costs;
 mod decisions;
 mod fail_mode;
+mod few;
 mod future;
 mod grpc;
 pub mod headers;
 #[allow(clippy::module_inception)]
 mod layer;
 mod policy;
+mod refunds;
 mod rejection;
 mod routes;
 mod service;

@@ -1,0 +1,258 @@
+//! What becomes of a request once the store has answered (call, hold or answer it),
+//! and what its response gets once the inner service has answered (headers, refunds).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{HeaderMap, Request, Response, StatusCode};
+
+use crate::layer::Decisions;
+use crate::layer::body::OnGrpcStatus;
+use crate::layer::few::{Checks, Few};
+use crate::layer::grpc::{GrpcContentType, grpc_http_status, grpc_response};
+use crate::layer::headers::GRPC_STATUS;
+use crate::layer::refunds::{refund_charges, refund_uncounted};
+use crate::layer::rejection::{RejectReason, RejectionInfo};
+use crate::layer::shared::{HeldSlot, Shared};
+use crate::observe::{self, Outcome};
+use crate::{Decision, FailMode, Rejection, StoreError};
+
+/// What the future needs besides its state.
+pub(crate) struct RequestContext {
+    shared: Arc<Shared>,
+    checks: Checks,
+    /// Decisions paired with their policy index, for the response headers.
+    decisions: Few<(usize, Decision)>,
+    grpc: Option<GrpcContentType>,
+    /// Whether the store charged this request, so that a `count_when` refund has
+    /// something to take back. Not when the store failed (the request passed
+    /// uncounted), nor when a policy denied it (all-or-nothing: nothing was charged,
+    /// though shadow mode passes it on), nor once the layer refunded it itself.
+    charged: bool,
+}
+
+/// What to do with a request once the store has answered.
+pub(super) enum Next<ReqBody> {
+    /// Call the inner service now.
+    Call(Request<ReqBody>),
+    /// Hold the request (leaky bucket) in a place of the layer's, then call the inner
+    /// service.
+    Delay(Duration, HeldSlot, Request<ReqBody>),
+    /// Answer without calling the inner service; the request, body unread, is dropped.
+    Answer(Response<Bytes>),
+}
+
+impl RequestContext {
+    pub(super) fn new(shared: Arc<Shared>, checks: Checks, grpc: Option<GrpcContentType>) -> Self {
+        Self {
+            shared,
+            checks,
+            decisions: Few::new(),
+            grpc,
+            charged: false,
+        }
+    }
+
+    /// What becomes of `request` once the store has answered.
+    pub(super) fn settle<ReqBody>(
+        &mut self,
+        mut request: Request<ReqBody>,
+        result: Result<Vec<Decision>, StoreError>,
+    ) -> Next<ReqBody> {
+        let decisions = match result {
+            Ok(decisions) => decisions,
+            Err(error) => return self.store_failed(request, &error),
+        };
+        let allowed = decisions.iter().all(|d| d.allowed);
+        // All-or-nothing: the store charged the request exactly when every policy
+        // admitted it.
+        self.charged = allowed;
+        if !allowed && !self.shared.shadow {
+            observe::decided(&decisions, Outcome::Rejected);
+            return Next::Answer(self.rate_limited(decisions));
+        }
+        let delay = if allowed {
+            self.hold_for(&decisions)
+        } else {
+            Duration::ZERO
+        };
+        let mut outcome = if allowed {
+            Outcome::Allowed
+        } else {
+            Outcome::ShadowRejected
+        };
+        let mut slot = None;
+        if !delay.is_zero() {
+            slot = HeldSlot::take(&self.shared);
+            if slot.is_none() {
+                if !self.shared.shadow {
+                    observe::decided(&decisions, Outcome::QueueFull);
+                    return Next::Answer(self.queue_full(decisions, delay));
+                }
+                // Shadow mode never rejects: give the place back, as the rejection
+                // would, and pass the request on now rather than hold more than the cap.
+                self.refund_all(&decisions);
+                outcome = Outcome::ShadowQueueFull;
+            }
+        }
+        observe::decided(&decisions, outcome);
+        let indices = self.checks.iter().map(|(index, _, _)| *index);
+        if self.shared.decisions_extension {
+            self.decisions = indices.zip(decisions.iter().cloned()).collect();
+            request.extensions_mut().insert(Decisions(decisions));
+        } else {
+            self.decisions = indices.zip(decisions).collect();
+        }
+        match slot {
+            Some(slot) => Next::Delay(delay, slot, request),
+            None => Next::Call(request),
+        }
+    }
+
+    /// The store failed: pass the request on uncounted (fail open) or answer 503.
+    fn store_failed<ReqBody>(
+        &self,
+        request: Request<ReqBody>,
+        error: &StoreError,
+    ) -> Next<ReqBody> {
+        let failing_open = self.shared.fail_mode == FailMode::Open;
+        observe::store_failed(error, failing_open);
+        if failing_open {
+            return Next::Call(request);
+        }
+        let info = RejectionInfo {
+            reason: RejectReason::StoreUnavailable,
+            decisions: Vec::new(),
+            retry_after: Some(Duration::from_secs(1)),
+        };
+        Next::Answer(rejection(&self.shared, self.grpc, &info, &[]))
+    }
+
+    /// The rejection of a request some policy denied; its body is never read.
+    fn rate_limited(&mut self, decisions: Vec<Decision>) -> Response<Bytes> {
+        let indices = self.checks.iter().map(|(index, _, _)| *index);
+        self.decisions = indices.zip(decisions.iter().cloned()).collect();
+        // A denial whose cost can never fit has no retry time: say so rather than
+        // invite a retry that cannot succeed.
+        let retry_after = decisions
+            .iter()
+            .filter(|d| !d.allowed)
+            .map(|d| d.retry_after)
+            .try_fold(Duration::ZERO, |wait, retry| retry.map(|r| wait.max(r)));
+        let info = RejectionInfo {
+            reason: RejectReason::RateLimited,
+            decisions,
+            retry_after,
+        };
+        rejection(&self.shared, self.grpc, &info, &self.decisions)
+    }
+
+    /// How long to hold an admitted request: its longest delay, each bounded by its
+    /// policy's `max_delay`. The store already denies a place beyond the bound, as
+    /// measured from the latest instant it has seen; a caller's clock behind that
+    /// instant hears a longer delay, which the layer does not wait out.
+    fn hold_for(&self, decisions: &[Decision]) -> Duration {
+        let policies = self.shared.limiter.policies();
+        self.checks
+            .iter()
+            .zip(decisions)
+            .map(|((index, _, _), d)| d.delay.min(policies[*index].get_max_delay()))
+            .max()
+            .unwrap_or_default()
+    }
+
+    /// The rejection of a request admitted with `delay` when the layer holds as many
+    /// requests as it may; its charge is refunded. Its headers describe the state with
+    /// the charge (never more quota than there may be, should the refund fail).
+    fn queue_full(&mut self, decisions: Vec<Decision>, delay: Duration) -> Response<Bytes> {
+        self.refund_all(&decisions);
+        let indices = self.checks.iter().map(|(index, _, _)| *index);
+        self.decisions = indices.zip(decisions.iter().cloned()).collect();
+        let info = RejectionInfo {
+            reason: RejectReason::QueueFull,
+            decisions,
+            retry_after: Some(delay),
+        };
+        rejection(&self.shared, self.grpc, &info, &self.decisions)
+    }
+
+    /// Gives back every charge of a request the store charged and the layer will not
+    /// hold after all.
+    fn refund_all(&mut self, decisions: &[Decision]) {
+        if std::mem::take(&mut self.charged) {
+            refund_charges(&self.shared, &self.checks, decisions);
+        }
+    }
+
+    /// Headers and refunds once the inner service has answered. For a gRPC response
+    /// whose status comes in the trailers, returns the hook that settles refunds then.
+    pub(super) fn finish(
+        &self,
+        headers: &mut HeaderMap,
+        status: StatusCode,
+    ) -> Option<OnGrpcStatus> {
+        self.shared.headers.write(&self.decisions, headers);
+        let policies = self.shared.limiter.policies();
+        // Only what the store charged can be refunded.
+        if !self.charged
+            || !self
+                .checks
+                .iter()
+                .any(|(index, _, _)| policies[*index].refunds_some_responses())
+        {
+            return None;
+        }
+        if self.grpc.is_none() {
+            refund_uncounted(&self.shared, &self.checks, &self.decisions, status);
+            return None;
+        }
+        // gRPC answers HTTP 200; its own status is in the headers of a trailers-only
+        // response, else in the trailers at the end of the body.
+        if let Some(code) = headers.get(GRPC_STATUS) {
+            refund_uncounted(
+                &self.shared,
+                &self.checks,
+                &self.decisions,
+                grpc_http_status(code.as_bytes()),
+            );
+            return None;
+        }
+        let (shared, checks) = (self.shared.clone(), self.checks.clone());
+        let decisions = self.decisions.clone();
+        Some(Box::new(move |status| {
+            refund_uncounted(&shared, &checks, &decisions, status);
+        }))
+    }
+}
+
+/// The layer's own response: gRPC status or the configured HTTP rejection, plus the
+/// rate-limit headers.
+pub(crate) fn rejection(
+    shared: &Shared,
+    grpc: Option<GrpcContentType>,
+    info: &RejectionInfo,
+    decisions: &[(usize, Decision)],
+) -> Response<Bytes> {
+    let mut response = match grpc {
+        Some(content_type) => grpc_response(info, content_type),
+        None if !matches!(shared.rejection, Rejection::Custom(_)) => {
+            shared.rejection.http_response(info)
+        }
+        None => {
+            // A custom response keeps any rate-limit header it set itself.
+            let mut response = shared.rejection.http_response(info);
+            let mut headers = HeaderMap::new();
+            shared.headers.write(decisions, &mut headers);
+            for (name, value) in headers {
+                if let Some(name) = name {
+                    response.headers_mut().entry(name).or_insert(value);
+                }
+            }
+            return response;
+        }
+    };
+    // The built-in rejections set no rate-limit header: write them straight in.
+    shared.headers.write(decisions, response.headers_mut());
+    response
+}

@@ -1,0 +1,58 @@
+//! `count_when` and held-cap refunds: each by the receipt of what its decision charged,
+//! run in the background on a remote store.
+
+use http::StatusCode;
+
+use crate::Decision;
+use crate::layer::few::Checks;
+use crate::layer::shared::Shared;
+use crate::observe;
+use crate::store::StoreFuture;
+
+/// Takes back, for each checked policy whose `count_when` does not count `status`,
+/// what the request's decision charged, by its receipt: a refund that arrives after
+/// the charge's window rolled over (a slow response) takes nothing from the new
+/// window, and a request that charged nothing (its store failed open, or shadow mode
+/// let a denial through) gets nothing back.
+pub(super) fn refund_uncounted(
+    shared: &Shared,
+    checks: &Checks,
+    decisions: &[(usize, Decision)],
+    status: StatusCode,
+) {
+    let policies = shared.limiter.policies();
+    // `decisions` pairs with `checks` in order; it is empty when the store failed.
+    for ((index, key, _), (_, decision)) in checks.iter().zip(decisions) {
+        let policy = &policies[*index];
+        if policy.refunds_some_responses()
+            && !policy.counts(status)
+            && let Some(receipt) = decision.receipt
+            && let Some(refund) = shared.limiter.refund_charge_later(*index, *key, receipt)
+        {
+            spawn_refund(refund);
+        }
+    }
+}
+
+/// Refunds, by their receipts, what every checked policy charged: the request was
+/// charged, then not held.
+pub(super) fn refund_charges(shared: &Shared, checks: &Checks, decisions: &[Decision]) {
+    for ((index, key, _), decision) in checks.iter().zip(decisions) {
+        if let Some(receipt) = decision.receipt
+            && let Some(refund) = shared.limiter.refund_charge_later(*index, *key, receipt)
+        {
+            spawn_refund(refund);
+        }
+    }
+}
+
+/// Runs a remote refund in the background: the response does not wait for it.
+fn spawn_refund(refund: StoreFuture<'static, ()>) {
+    if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+        runtime.spawn(async move {
+            if let Err(error) = refund.await {
+                observe::refund_failed(&error);
+            }
+        });
+    }
+}
