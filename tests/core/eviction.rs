@@ -77,26 +77,39 @@ fn victims_with_quota_back(limiter: &Limiter, name: &str) -> u64 {
         .count() as u64
 }
 
+/// The experiment: every victim spends its 5/day quota under "per-user", a
+/// minute passes, then `FLOOD` new keys go through `flood_through` (a policy of
+/// `policies`), each charged `flood_cost`. Returns how many victims got their quota
+/// back; the store never holds more than its bound.
+fn spent_keys_reset_by_a_flood(policies: Vec<Policy>, flood_through: &str, flood_cost: u32) -> u64 {
+    let clock = ManualClock::new(BASE);
+    let store = MemoryStore::with_clock(clock.clone())
+        .max_keys(MAX_KEYS)
+        .unwrap();
+    let limiter = policies
+        .into_iter()
+        .fold(Limiter::builder(), tollgate::LimiterBuilder::policy)
+        .store(store.clone())
+        .build()
+        .unwrap();
+    exhaust_victims(&limiter, &clock, "per-user", 5);
+    clock.advance(Duration::from_secs(60));
+    flood(&limiter, &clock, flood_through, flood_cost);
+    assert!(store.len() <= MAX_KEYS);
+    victims_with_quota_back(&limiter, "per-user")
+}
+
 #[test]
 fn a_flood_of_new_keys_gives_no_spent_quota_back() {
     for algorithm in ALGORITHMS {
         // Flood keys charged once, and charged their whole quota (spent as much as
         // the victims, only later).
         for flood_cost in [1, 5] {
-            let clock = ManualClock::new(BASE);
-            let store = MemoryStore::with_clock(clock.clone())
-                .max_keys(MAX_KEYS)
-                .unwrap();
-            let limiter = Limiter::builder()
-                .policy(policy("per-user", 5, algorithm))
-                .store(store.clone())
-                .build()
-                .unwrap();
-            exhaust_victims(&limiter, &clock, "per-user", 5);
-            clock.advance(Duration::from_secs(60));
-            flood(&limiter, &clock, "per-user", flood_cost);
-            assert!(store.len() <= MAX_KEYS);
-            let reset = victims_with_quota_back(&limiter, "per-user");
+            let reset = spent_keys_reset_by_a_flood(
+                vec![policy("per-user", 5, algorithm)],
+                "per-user",
+                flood_cost,
+            );
             assert_eq!(
                 reset, 0,
                 "{algorithm}, flood keys charged {flood_cost}: {reset} of {VICTIMS} spent keys got their quota back"
@@ -108,21 +121,14 @@ fn a_flood_of_new_keys_gives_no_spent_quota_back() {
 #[test]
 fn a_flood_through_one_policy_never_evicts_another_policys_state() {
     for algorithm in ALGORITHMS {
-        let clock = ManualClock::new(BASE);
-        let store = MemoryStore::with_clock(clock.clone())
-            .max_keys(MAX_KEYS)
-            .unwrap();
-        let limiter = Limiter::builder()
-            .policy(policy("per-user", 5, algorithm))
-            .policy(policy("per-ip", 1, algorithm))
-            .store(store.clone())
-            .build()
-            .unwrap();
-        exhaust_victims(&limiter, &clock, "per-user", 5);
-        clock.advance(Duration::from_secs(60));
-        flood(&limiter, &clock, "per-ip", 1);
-        assert!(store.len() <= MAX_KEYS);
-        let reset = victims_with_quota_back(&limiter, "per-user");
+        let reset = spent_keys_reset_by_a_flood(
+            vec![
+                policy("per-user", 5, algorithm),
+                policy("per-ip", 1, algorithm),
+            ],
+            "per-ip",
+            1,
+        );
         assert_eq!(
             reset, 0,
             "{algorithm}: a per-ip flood reset {reset} of {VICTIMS} spent per-user keys"
