@@ -8,12 +8,37 @@ use std::time::Duration;
 
 use support::redis_server::{RedisServer, shared_server, unique_prefix};
 use tollgate::{
-    Algorithm, Charge, Key, Limiter, ManualClock, MemoryStore, Policy, Quota, RedisStore, Store,
+    Algorithm, Charge, ConfigError, Key, Limiter, ManualClock, MemoryStore, Policy, Quota,
+    RedisStore, Store,
 };
 
 const BASE: Duration = Duration::from_secs(1_699_920_000);
 
 type TestResult = Result<(), Box<dyn std::error::Error>>;
+
+/// `policy` on the memory store, on Redis through the function library (single
+/// decisions' default) and on Redis through scripts (`EVALSHA`), all on `clock`: the
+/// three must answer alike.
+fn memory_functions_scripts(
+    policy: Policy,
+    server: &RedisServer,
+    clock: &ManualClock,
+) -> Result<[Limiter; 3], ConfigError> {
+    Ok([
+        Limiter::builder()
+            .policy(policy.clone())
+            .store(MemoryStore::with_clock(clock.clone()))
+            .build()?,
+        Limiter::builder()
+            .policy(policy.clone())
+            .store(store_on(server, clock))
+            .build()?,
+        Limiter::builder()
+            .policy(policy)
+            .store(store_on(server, clock).functions(false))
+            .build()?,
+    ])
+}
 
 fn store_on(server: &RedisServer, clock: &ManualClock) -> RedisStore {
     RedisStore::from_url(&server.url())
@@ -82,20 +107,7 @@ async fn answers_like_the_memory_store_on_random_sequences() -> TestResult {
         }
         let policy = || Policy::new("diff", q).map(|p| p.algorithm(algorithm));
         let clock = ManualClock::new(BASE);
-        let memory = Limiter::builder()
-            .policy(policy()?)
-            .store(MemoryStore::with_clock(clock.clone()))
-            .build()?;
-        let redis = Limiter::builder()
-            .policy(policy()?)
-            .store(store_on(server, &clock))
-            .build()?;
-        // Single decisions go to the function library by default; the same store on
-        // scripts (`EVALSHA`) must answer the same.
-        let scripts = Limiter::builder()
-            .policy(policy()?)
-            .store(store_on(server, &clock).functions(false))
-            .build()?;
+        let [memory, redis, scripts] = memory_functions_scripts(policy()?, server, &clock)?;
         let capacity = burst.unwrap_or(q.limit());
         let period_us = q.period().as_micros() as u64;
         let key = Key::from("subject");
@@ -367,18 +379,7 @@ async fn log_denials_at_every_cost_answer_like_the_memory_store() -> TestResult 
         )
         .map(|p| p.algorithm(Algorithm::SlidingWindowLog))
     };
-    let memory = Limiter::builder()
-        .policy(policy()?)
-        .store(MemoryStore::with_clock(clock.clone()))
-        .build()?;
-    let functions = Limiter::builder()
-        .policy(policy()?)
-        .store(store_on(server, &clock))
-        .build()?;
-    let scripts = Limiter::builder()
-        .policy(policy()?)
-        .store(store_on(server, &clock).functions(false))
-        .build()?;
+    let [memory, functions, scripts] = memory_functions_scripts(policy()?, server, &clock)?;
     let mut rng = Rng(0x5eed);
     // One clock for every round, never going back: the memory store's floor is per
     // shard, Redis's per key, so a clock stepping back could differ for a fresh key.
