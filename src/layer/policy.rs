@@ -62,7 +62,11 @@ pub struct Policy {
     costs: Costs,
     missing_key: MissingKey,
     count_when: Option<Arc<CountWhen>>,
+    quota_from: Option<Arc<QuotaFrom>>,
 }
+
+/// A policy's `quota_from` rule.
+type QuotaFrom = dyn Fn(&http::request::Parts) -> Option<Quota> + Send + Sync;
 
 impl Policy {
     /// A policy named `name` allowing `quota`, counted with GCRA until
@@ -160,6 +164,66 @@ impl Policy {
     {
         self.count_when = Some(Arc::new(predicate));
         self
+    }
+
+    /// Counts each request with the quota `quota_from` finds for it (its caller's
+    /// plan), `None` meaning the limit's own. The idiomatic pairing is an
+    /// authentication layer in front that puts the caller's plan in the request
+    /// extensions. A caller's usage carries over when its quota changes (see
+    /// [`Limiter::check_with`](crate::Limiter::check_with)), and its response headers
+    /// state its own quota (`RateLimit-Policy: "api";q=10000;w=60`).
+    ///
+    /// ```
+    /// use tollgate::{Policy, Quota};
+    /// #[derive(Clone, Copy)]
+    /// enum Plan { Free, Pro }
+    /// let api = Policy::new("api", Quota::per_minute(100))?.quota_from(|parts: &http::request::Parts| {
+    ///     match parts.extensions.get::<Plan>()? {
+    ///         Plan::Free => None, // the limit's own quota
+    ///         Plan::Pro => Some(Quota::per_minute(10_000)),
+    ///     }
+    /// });
+    /// let (mut parts, _) = http::Request::get("/").body(())?.into_parts();
+    /// assert_eq!(api.quota_of(&parts), None);
+    /// parts.extensions.insert(Plan::Pro);
+    /// assert_eq!(api.quota_of(&parts), Some(Quota::per_minute(10_000)));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    #[must_use]
+    pub fn quota_from<F>(mut self, quota: F) -> Self
+    where
+        F: Fn(&http::request::Parts) -> Option<Quota> + Send + Sync + 'static,
+    {
+        self.quota_from = Some(Arc::new(quota));
+        self
+    }
+
+    /// The caller's own quota for a request, if [`quota_from`](Policy::quota_from)
+    /// finds one; `None` means the limit's own quota.
+    ///
+    /// ```
+    /// let policy = tollgate::Policy::new("api", tollgate::Quota::per_second(1))?;
+    /// let (parts, _) = http::Request::get("/").body(())?.into_parts();
+    /// assert_eq!(policy.quota_of(&parts), None);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    #[inline]
+    pub fn quota_of(&self, parts: &http::request::Parts) -> Option<Quota> {
+        self.quota_from.as_ref().and_then(|quota| quota(parts))
+    }
+
+    /// Whether callers may have quotas of their own (their headers may be longer).
+    pub(crate) fn has_quota_from(&self) -> bool {
+        self.quota_from.is_some()
+    }
+
+    /// This policy's request rules over another limit (a reload that changes only
+    /// the limits keeps each policy's rules).
+    pub(crate) fn with_limit(&self, limit: Limit) -> Self {
+        Self {
+            limit,
+            ..self.clone()
+        }
     }
 
     /// The key of a request under this policy, if it has one.
@@ -319,6 +383,7 @@ impl fmt::Debug for Policy {
             .field("costs", &self.costs)
             .field("missing_key", &self.missing_key)
             .field("count_when", &self.count_when.is_some())
+            .field("quota_from", &self.quota_from.is_some())
             .finish_non_exhaustive()
     }
 }
@@ -333,6 +398,7 @@ impl From<Limit> for Policy {
             costs: Costs::new(),
             missing_key: MissingKey::Skip,
             count_when: None,
+            quota_from: None,
         }
     }
 }
