@@ -216,7 +216,7 @@ impl Limiter {
     /// use tollgate::{Limiter, Policy, Quota, key};
     /// let limiter = Limiter::builder().policy(Policy::new("api", Quota::per_minute(100))?).build()?;
     /// limiter.reload_policies([
-    ///     Policy::new("api", Quota::per_minute(1000))?.key(key::header("x-api-key")),
+    ///     Policy::new("api", Quota::per_minute(1000))?.key(key::header("x-api-key")?),
     /// ])?;
     /// assert_eq!(limiter.policy("api").map(|p| p.quota()), Some(Quota::per_minute(1000)));
     /// # Ok::<(), tollgate::ConfigError>(())
