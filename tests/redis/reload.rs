@@ -106,7 +106,10 @@ async fn reloads_under_load_decide_whole_sets_and_carry_usage_over() -> Result<(
     reloader.await.map_err(|e| e.to_string())?;
     // The last reload (generation 40) is the 100/h set: the count carried through
     // every reload, so whatever was admitted under 200/h already counts.
-    assert!(during <= 200, "{during} admitted: more than the most generous quota");
+    assert!(
+        during <= 200,
+        "{during} admitted: more than the most generous quota"
+    );
     for limiter in &limiters {
         limiter.reload(set(1)).map_err(|e| e.to_string())?;
     }
@@ -119,7 +122,10 @@ async fn reloads_under_load_decide_whole_sets_and_carry_usage_over() -> Result<(
     // A bad set is refused whole, and the good one stays.
     assert!(limiters[0].reload(Vec::<Limit>::new()).is_err());
     let key = Key::from("shared");
-    let peek = limiters[0].check("api", &key, 0).await.map_err(|e| e.to_string())?;
+    let peek = limiters[0]
+        .check("api", &key, 0)
+        .await
+        .map_err(|e| e.to_string())?;
     assert_eq!((peek.quota, peek.remaining), (Quota::per_hour(200), 0));
     Ok(())
 }
