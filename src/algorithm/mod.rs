@@ -51,7 +51,9 @@ pub(crate) use params::{Params, gcd};
 pub enum Algorithm {
     /// A counter per epoch-aligned window of length `P`, reset at each window edge.
     ///
-    /// Memory: 16 bytes per key. Bound: at most `L` within one window, but up to `2L`
+    /// Memory: 24 bytes of state per key (16 for the count and its window, 8 for the
+    /// instant of its last charge, which eviction reads). Bound: at most `L` within one
+    /// window, but up to `2L`
     /// in an interval of length `P` that straddles an edge (the "boundary attack").
     /// Pick it when simplicity and cheap state matter more than smoothness.
     /// Measured by the accuracy lab: 2.00 × `L` in one interval of length `P` under the
@@ -60,7 +62,8 @@ pub enum Algorithm {
     /// Sliding tail: the previous window's count, weighted by how much of it still
     /// overlaps the sliding window, plus the current window's count.
     ///
-    /// Memory: 24 bytes per key. An approximation of a true sliding window that assumes
+    /// Memory: 32 bytes of state per key (with the instant of its last charge). An
+    /// approximation of a true sliding window that assumes
     /// the previous window's requests were spread evenly; over `P` it can admit more
     /// than `L` only when the previous window's traffic was bunched at its end (at most
     /// `2L` in the worst case, far less for steady traffic). A good default for
@@ -70,7 +73,7 @@ pub enum Algorithm {
     /// A sliding window at sub-window resolution: the sum of the last `buckets`
     /// sub-windows of length `P / buckets` (`buckets` must divide `P` in microseconds).
     ///
-    /// Memory: `8 × buckets + 32` bytes per key. Bound: at most `L` in any `buckets`
+    /// Memory: `8 × buckets + 40` bytes of state per key. Bound: at most `L` in any `buckets`
     /// consecutive sub-windows; an interval of length `P` that starts inside a
     /// sub-window also sees that sub-window's admissions, so the worst case is `2L`
     /// (a full quota at the end of the oldest sub-window, another just after it leaves).
@@ -89,14 +92,17 @@ pub enum Algorithm {
     SlidingWindowLog,
     /// Tokens refill continuously at `L/P` up to `B`; a request takes `cost` tokens.
     ///
-    /// Memory: 16 bytes per key. Bound: at most `B + L·t/P` in any interval of length
+    /// Memory: 24 bytes of state per key (the deficit, its last refill and the limit it
+    /// is counted under, so that usage carries over a quota change). Bound: at most
+    /// `B + L·t/P` in any interval of length
     /// `t`. Exact rational arithmetic: no rounding of the refill rate. Measured by the
     /// accuracy lab with `B = L`: up to 1.99 × `L` in one interval of length `P` (traffic
     /// at twice the rate from idle), never above `B + L·t/P`.
     TokenBucket,
     /// The generic cell rate algorithm: one "theoretical arrival time" per key.
     ///
-    /// Memory: 8 bytes per key (the smallest). Bound: at most `B + L·t/P` in any
+    /// Memory: 16 bytes of state per key (the TAT and the `T` it is counted in, so that
+    /// usage carries over a quota change). Bound: at most `B + L·t/P` in any
     /// interval of length `t`, with `T` rounded up to the next nanosecond. The default:
     /// smooth, exact, cheapest state. Measured by the accuracy lab with `B = L`: up to
     /// 1.99 × `L` in one interval of length `P` (traffic at twice the rate from idle),
@@ -107,7 +113,8 @@ pub enum Algorithm {
     /// delayed (see [`Decision::delay`](crate::Decision::delay)) so the inner service
     /// sees a steady stream.
     ///
-    /// Memory: 8 bytes per key. Bound: at most `B + L·t/P` admitted in any interval of
+    /// Memory: 16 bytes of state per key, as GCRA. Bound: at most `B + L·t/P` admitted
+    /// in any interval of
     /// length `t`; served at most one per `T` after their delays. Measured by the
     /// accuracy lab with `B = L`: admits exactly as [`Gcra`](Algorithm::Gcra), up to
     /// 1.99 × `L` in one interval of length `P`.

@@ -16,7 +16,7 @@ use crate::{Algorithm, Key};
 pub(super) type Map<C> = HashTable<(Key, C)>;
 
 /// One policy's states in this shard, typed by algorithm so each entry is as small as
-/// its algorithm allows (GCRA: 16-byte key + 8-byte state).
+/// its algorithm allows (GCRA: 16-byte key + 16-byte state).
 pub(super) enum States {
     FixedWindow(Map<Stamped<<FixedWindow as Rule>::State>>),
     SlidingWindow(Map<Stamped<<SlidingWindow as Rule>::State>>),
