@@ -56,3 +56,6 @@ impl<T> FromIterator<T> for Few<T> {
 
 /// (policy index, key, cost) of each policy checked for a request.
 pub(crate) type Checks = Few<(usize, Key, u64)>;
+
+/// (policy index, key, bound) of each in-flight slot a request needs.
+pub(crate) type Claims = Few<(usize, Key, u32)>;

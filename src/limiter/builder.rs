@@ -114,6 +114,20 @@ impl LimiterBuilder {
         let backend = self
             .store
             .unwrap_or_else(|| Backend::Memory(MemoryStore::new()));
+        #[cfg(feature = "layer")]
+        if let Some(policy) = self.policies.iter().find(|p| p.get_in_flight().is_some()) {
+            let keeps_slots = match &backend {
+                Backend::Memory(_) => true,
+                Backend::Other(store) => store.supports_in_flight(),
+            };
+            if !keeps_slots {
+                return Err(ConfigError::new(format!(
+                    "policy \"{}\" has an in-flight limit, and the limiter's store keeps no \
+                     in-flight slots (Store::supports_in_flight is false)",
+                    policy.name()
+                )));
+            }
+        }
         for limit in &self.limits {
             match &backend {
                 Backend::Memory(store) => store.validate(limit)?,

@@ -2,7 +2,7 @@
 //! future on the memory store, and refunds it runs in the background.
 
 use super::{Backend, Limiter, missing_decision};
-use crate::store::{Charge, StoreFuture};
+use crate::store::{Charge, InFlightSlot, StoreFuture};
 use crate::{Decision, Key, Receipt, StoreError};
 
 /// A decision the layer can take without awaiting (memory store), or a future for it.
@@ -11,8 +11,51 @@ pub(crate) enum Pending {
     Waiting(StoreFuture<'static, Vec<Decision>>),
 }
 
+/// A request's in-flight slots, one per policy with an in-flight limit; or, when one
+/// of them had none free, that policy's index (the slots taken before it are given
+/// back).
+pub(crate) type Entry = Result<Vec<InFlightSlot>, usize>;
+
+/// In-flight slots taken without awaiting (memory store), or a future for them.
+pub(crate) enum Entering {
+    Ready(Result<Entry, StoreError>),
+    Waiting(StoreFuture<'static, Entry>),
+}
+
 /// What the Tower layer asks of the limiter: decisions by limit index, owned futures.
 impl Limiter {
+    /// Takes one in-flight slot for each of `claims` (policy index, key, bound), all
+    /// or none: synchronously on the memory store, else through a `'static` future.
+    pub(crate) fn enter(&self, claims: &[(usize, Key, u32)]) -> Entering {
+        let limits = &self.inner.limits;
+        match &self.inner.backend {
+            Backend::Memory(store) => {
+                let mut slots = Vec::with_capacity(claims.len());
+                for &(index, key, max) in claims {
+                    match store.enter(&limits[index], &key, max) {
+                        Some(slot) => slots.push(slot),
+                        None => return Entering::Ready(Ok(Err(index))),
+                    }
+                }
+                Entering::Ready(Ok(Ok(slots)))
+            }
+            Backend::Other(store) => {
+                let (limiter, store, claims) = (self.clone(), store.clone(), claims.to_vec());
+                Entering::Waiting(Box::pin(async move {
+                    let mut slots = Vec::with_capacity(claims.len());
+                    for (index, key, max) in claims {
+                        let limit = &limiter.inner.limits[index];
+                        match store.acquire_in_flight(limit, &key, max).await? {
+                            Some(slot) => slots.push(slot),
+                            None => return Ok(Err(index)),
+                        }
+                    }
+                    Ok(Ok(slots))
+                }))
+            }
+        }
+    }
+
     /// Decides `checks` (policy index, key, cost) all-or-nothing: synchronously on the
     /// memory store, else through a `'static` future that owns what it needs.
     pub(crate) fn decide(&self, checks: &[(usize, Key, u64)]) -> Pending {

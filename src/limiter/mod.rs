@@ -7,7 +7,7 @@ mod layer_api;
 
 pub use builder::LimiterBuilder;
 #[cfg(feature = "layer")]
-pub(crate) use layer_api::Pending;
+pub(crate) use layer_api::{Entering, Entry, Pending};
 
 use std::fmt;
 use std::future::Future;
