@@ -91,3 +91,18 @@ pub(crate) fn refund_failed(error: &StoreError) {
     #[cfg(feature = "tracing")]
     tracing::warn!(target: "tollgate", %error, "rate-limit refund failed");
 }
+
+/// Records an in-flight lease that could not be given back or renewed on a remote
+/// store: it expires by itself within its TTL.
+#[cfg_attr(
+    not(any(feature = "tracing", feature = "metrics")),
+    allow(unused_variables)
+)]
+#[cfg(feature = "redis")]
+pub(crate) fn lease_failed(error: &StoreError) {
+    #[cfg(feature = "metrics")]
+    metrics::counter!("tollgate_store_errors_total", "kind" => error.kind().to_string())
+        .increment(1);
+    #[cfg(feature = "tracing")]
+    tracing::warn!(target: "tollgate", %error, "in-flight lease release or renewal failed");
+}

@@ -14,7 +14,9 @@ use crate::layer::grpc::grpc_http_status;
 use crate::layer::headers::GRPC_STATUS;
 
 /// Called with the HTTP equivalent of a gRPC response's final status, once its
-/// trailers arrive (`count_when` refunds for gRPC).
+/// trailers arrive (`count_when` refunds for gRPC). Dropped uncalled when the body
+/// ends without one, or is dropped: it also holds the request's in-flight slots,
+/// which go back then.
 pub(crate) type OnGrpcStatus = Box<dyn FnOnce(StatusCode) + Send>;
 
 pin_project! {
@@ -85,13 +87,30 @@ where
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
         match self.project() {
-            BodyProj::Inner { body, on_status } => {
-                let frame = body.poll_frame(cx);
-                if let Poll::Ready(Some(Ok(frame))) = &frame
-                    && let Some(status) = frame.trailers_ref().and_then(|t| t.get(GRPC_STATUS))
-                    && let Some(on_status) = on_status.take()
-                {
-                    on_status(grpc_http_status(status.as_bytes()));
+            BodyProj::Inner {
+                mut body,
+                on_status,
+            } => {
+                let frame = body.as_mut().poll_frame(cx);
+                if on_status.is_none() {
+                    return frame;
+                }
+                let ended = match &frame {
+                    Poll::Ready(Some(Ok(frame))) => {
+                        if let Some(status) = frame.trailers_ref().and_then(|t| t.get(GRPC_STATUS))
+                            && let Some(on_status) = on_status.take()
+                        {
+                            on_status(grpc_http_status(status.as_bytes()));
+                        }
+                        body.is_end_stream()
+                    }
+                    Poll::Ready(None | Some(Err(_))) => true,
+                    Poll::Pending => false,
+                };
+                if ended {
+                    // The body's end gives the request's in-flight slots back at once,
+                    // rather than whenever the server gets round to dropping it.
+                    drop(on_status.take());
                 }
                 frame
             }

@@ -15,8 +15,9 @@ use crate::layer::headers::GRPC_STATUS;
 use crate::layer::refunds::{refund_charges, refund_uncounted};
 use crate::layer::rejection::{RejectReason, RejectionInfo};
 use crate::layer::shared::{HeldSlot, Shared, View};
+use crate::limiter::{Entry, Pending};
 use crate::observe::{self, Outcome};
-use crate::{Decision, FailMode, Rejection, StoreError};
+use crate::{Decision, FailMode, InFlightSlot, Rejection, StoreError};
 
 /// What the future needs besides its state.
 pub(crate) struct RequestContext {
@@ -32,6 +33,9 @@ pub(crate) struct RequestContext {
     /// uncounted), nor when a policy denied it (all-or-nothing: nothing was charged,
     /// though shadow mode passes it on), nor once the layer refunded it itself.
     charged: bool,
+    /// The request's in-flight slots: given back when the context is dropped, or
+    /// moved into the response body, which gives them back when it ends.
+    slots: Vec<InFlightSlot>,
 }
 
 /// What to do with a request once the store has answered.
@@ -59,11 +63,77 @@ impl RequestContext {
             decisions: Few::new(),
             grpc,
             charged: false,
+            slots: Vec::new(),
         }
     }
 
-    /// What becomes of `request` once the store has answered.
+    /// What becomes of a request with in-flight limits once the store has answered
+    /// for its slots: `None` to go on (to the rate decision), or the layer's answer.
+    /// A refused request is not charged by any rate policy (the rate decision has not
+    /// been asked).
+    pub(super) fn enter(&mut self, result: Result<Entry, StoreError>) -> Option<Response<Bytes>> {
+        let index = match result {
+            Ok(Ok(slots)) => {
+                self.slots = slots;
+                return None;
+            }
+            Ok(Err(index)) => index,
+            Err(error) => return self.fail(&error),
+        };
+        let policy = &self.view.policies()[index];
+        // A refusal is a decision of the policy's, for logs, metrics and a custom
+        // rejection; it is not written to the rate-limit headers (no quota to report).
+        let retry_after = Duration::from_secs(1);
+        let refused = Decision {
+            allowed: false,
+            limit: policy.get_in_flight().map_or(0, u64::from),
+            remaining: 0,
+            reset_after: Duration::ZERO,
+            retry_after: Some(retry_after),
+            delay: Duration::ZERO,
+            policy: policy.name(),
+            quota: policy.quota(),
+            receipt: None,
+        };
+        if self.shared.shadow {
+            observe::decided(std::slice::from_ref(&refused), Outcome::ShadowRejected);
+            return None;
+        }
+        observe::decided(std::slice::from_ref(&refused), Outcome::Rejected);
+        let info = RejectionInfo {
+            reason: RejectReason::InFlight,
+            decisions: vec![refused],
+            retry_after: Some(retry_after),
+        };
+        Some(rejection(&self.shared, &self.view, self.grpc, &info, &[]))
+    }
+
+    /// The rate decision for the request's checks; `None` when it has none (every
+    /// policy limits only requests in flight, or costs nothing).
+    pub(super) fn decide(&self) -> Option<Pending> {
+        (!self.checks.is_empty()).then(|| self.shared.limiter.decide(&self.view.set, &self.checks))
+    }
+
+    /// The set of policies this request is decided under.
+    pub(super) fn view(&self) -> &Arc<View> {
+        &self.view
+    }
+
+    /// What becomes of `request` once the store has answered; a request the layer
+    /// answers itself gives its in-flight slots back at once.
     pub(super) fn settle<ReqBody>(
+        &mut self,
+        request: Request<ReqBody>,
+        result: Result<Vec<Decision>, StoreError>,
+    ) -> Next<ReqBody> {
+        let next = self.settle_decisions(request, result);
+        if matches!(next, Next::Answer(_)) {
+            self.slots.clear();
+        }
+        next
+    }
+
+    fn settle_decisions<ReqBody>(
         &mut self,
         mut request: Request<ReqBody>,
         result: Result<Vec<Decision>, StoreError>,
@@ -124,17 +194,25 @@ impl RequestContext {
         request: Request<ReqBody>,
         error: &StoreError,
     ) -> Next<ReqBody> {
+        match self.fail(error) {
+            None => Next::Call(request),
+            Some(response) => Next::Answer(response),
+        }
+    }
+
+    /// The store failed: `None` to pass the request on (fail open), or the 503.
+    fn fail(&self, error: &StoreError) -> Option<Response<Bytes>> {
         let failing_open = self.shared.fail_mode == FailMode::Open;
         observe::store_failed(error, failing_open);
         if failing_open {
-            return Next::Call(request);
+            return None;
         }
         let info = RejectionInfo {
             reason: RejectReason::StoreUnavailable,
             decisions: Vec::new(),
             retry_after: Some(Duration::from_secs(1)),
         };
-        Next::Answer(rejection(&self.shared, &self.view, self.grpc, &info, &[]))
+        Some(rejection(&self.shared, &self.view, self.grpc, &info, &[]))
     }
 
     /// The rejection of a request some policy denied; its body is never read.
@@ -193,13 +271,32 @@ impl RequestContext {
         }
     }
 
-    /// Headers and refunds once the inner service has answered. For a gRPC response
-    /// whose status comes in the trailers, returns the hook that settles refunds then.
+    /// Headers and refunds once the inner service has answered. Returns what the
+    /// response body holds until it ends: the hook that settles refunds once a gRPC
+    /// status arrives in the trailers, and the request's in-flight slots.
     pub(super) fn finish(
-        &self,
+        &mut self,
         headers: &mut HeaderMap,
         status: StatusCode,
     ) -> Option<OnGrpcStatus> {
+        let on_status = self.refunds_at_end(headers, status);
+        if self.slots.is_empty() {
+            return on_status;
+        }
+        // The body drops this hook when it ends (or is dropped), and calls it when a
+        // gRPC status arrives, which is at its end too: either way the slots go back.
+        let slots = std::mem::take(&mut self.slots);
+        Some(Box::new(move |status| {
+            if let Some(on_status) = on_status {
+                on_status(status);
+            }
+            drop(slots);
+        }))
+    }
+
+    /// Headers and refunds once the inner service has answered. For a gRPC response
+    /// whose status comes in the trailers, returns the hook that settles refunds then.
+    fn refunds_at_end(&self, headers: &mut HeaderMap, status: StatusCode) -> Option<OnGrpcStatus> {
         self.view.headers.write(&self.decisions, headers);
         let policies = self.view.policies();
         // Only what the store charged can be refunded.

@@ -2,6 +2,7 @@
 
 use std::ops::Deref;
 
+use crate::Key;
 use crate::limiter::LayerCheck;
 
 /// A few items, kept inline when there is one: a request limited by one policy (the
@@ -56,3 +57,6 @@ impl<T> FromIterator<T> for Few<T> {
 
 /// (policy index, key, cost, caller's quota) of each policy checked for a request.
 pub(crate) type Checks = Few<LayerCheck>;
+
+/// (policy index, key, bound) of each in-flight slot a request needs.
+pub(crate) type Claims = Few<(usize, Key, u32)>;

@@ -16,9 +16,10 @@ use tower_service::Service;
 
 use crate::layer::RateLimitBody;
 use crate::layer::context::{Next, RequestContext};
-use crate::layer::few::Checks;
+use crate::layer::few::{Checks, Claims};
 use crate::layer::grpc::GrpcContentType;
 use crate::layer::shared::{HeldSlot, Shared, View};
+use crate::limiter::{Entering, Entry, Pending};
 use crate::store::StoreFuture;
 use crate::{Decision, StoreError};
 
@@ -40,6 +41,12 @@ pin_project! {
     // share their room in the future with the inner service's own future.
     #[project = StateProj]
     enum State<S, ReqBody, F> {
+        /// Waiting for a remote store's in-flight slots, before the rate decision.
+        Entering {
+            slots: StoreFuture<'static, Entry>,
+            service: Option<S>,
+            request: Option<Request<ReqBody>>,
+        },
         /// Waiting for a remote store's decision.
         Deciding {
             decision: StoreFuture<'static, Vec<Decision>>,
@@ -70,6 +77,22 @@ impl<S, ReqBody, F> State<S, ReqBody, F> {
             service: Some(service),
             request: Some(request),
             slot,
+        }
+    }
+
+    /// What follows a decision, once `service` is owned by the future.
+    fn next(next: Next<ReqBody>, mut service: S) -> Self
+    where
+        S: Service<Request<ReqBody>, Future = F>,
+    {
+        match next {
+            Next::Call(request) => Self::Calling {
+                future: service.call(request),
+            },
+            Next::Delay(delay, slot, request) => Self::delaying(delay, slot, service, request),
+            Next::Answer(response) => Self::Answered {
+                response: Some(response),
+            },
         }
     }
 }
@@ -110,7 +133,24 @@ where
     where
         S: Clone,
     {
-        let mut context = RequestContext::new(shared, view, checks, grpc);
+        Self::settled(
+            RequestContext::new(shared, view, checks, grpc),
+            service,
+            request,
+            result,
+        )
+    }
+
+    /// The rate decision is known (memory store): call, hold or answer.
+    fn settled(
+        mut context: RequestContext,
+        service: &mut S,
+        request: Request<ReqBody>,
+        result: Result<Vec<Decision>, StoreError>,
+    ) -> Self
+    where
+        S: Clone,
+    {
         let state = match context.settle(request, result) {
             Next::Call(request) => State::Calling {
                 future: service.call(request),
@@ -123,6 +163,57 @@ where
         Self {
             state,
             context: Some(context),
+        }
+    }
+
+    /// A request with in-flight limits: its slots first (at once on the memory store),
+    /// then, if it got them, its rate decision as [`decided`](Self::decided) or
+    /// [`deciding`](Self::deciding) would take it. Slots first, so that a request
+    /// refused for want of a slot is charged by no rate policy; a request the rate
+    /// policies deny gives its slots back at once.
+    pub(crate) fn entering(
+        shared: &Arc<Shared>,
+        view: Arc<View>,
+        service: &mut S,
+        request: Request<ReqBody>,
+        (checks, claims): (Checks, Claims),
+        grpc: Option<GrpcContentType>,
+    ) -> Self
+    where
+        S: Clone,
+    {
+        let mut context = RequestContext::new(shared.clone(), view, checks, grpc);
+        match shared.limiter.enter(&context.view().set, &claims) {
+            Entering::Ready(result) => {
+                if let Some(response) = context.enter(result) {
+                    return Self::answered(response);
+                }
+                let state = match context.decide() {
+                    None => State::Calling {
+                        future: service.call(request),
+                    },
+                    Some(Pending::Ready(result)) => {
+                        return Self::settled(context, service, request, result);
+                    }
+                    Some(Pending::Waiting(decision)) => State::Deciding {
+                        decision,
+                        service: Some(take_ready(service)),
+                        request: Some(request),
+                    },
+                };
+                Self {
+                    state,
+                    context: Some(context),
+                }
+            }
+            Entering::Waiting(slots) => Self {
+                state: State::Entering {
+                    slots,
+                    service: Some(take_ready(service)),
+                    request: Some(request),
+                },
+                context: Some(context),
+            },
         }
     }
 
@@ -169,20 +260,40 @@ where
                     request,
                 } => {
                     let result = ready!(decision.as_mut().poll(cx));
-                    let (Some(context), Some(mut service), Some(request)) =
+                    let (Some(context), Some(service), Some(request)) =
                         (this.context.as_mut(), service.take(), request.take())
                     else {
                         unreachable!("a deciding future has its context, service and request")
                     };
-                    match context.settle(request, result) {
-                        Next::Call(request) => State::Calling {
-                            future: service.call(request),
-                        },
-                        Next::Delay(delay, slot, request) => {
-                            State::delaying(delay, slot, service, request)
-                        }
-                        Next::Answer(response) => State::Answered {
+                    State::next(context.settle(request, result), service)
+                }
+                StateProj::Entering {
+                    slots,
+                    service,
+                    request,
+                } => {
+                    let result = ready!(slots.as_mut().poll(cx));
+                    let (Some(context), Some(mut service), Some(request)) =
+                        (this.context.as_mut(), service.take(), request.take())
+                    else {
+                        unreachable!("an entering future has its context, service and request")
+                    };
+                    match context.enter(result) {
+                        Some(response) => State::Answered {
                             response: Some(response),
+                        },
+                        None => match context.decide() {
+                            None => State::Calling {
+                                future: service.call(request),
+                            },
+                            Some(Pending::Ready(result)) => {
+                                State::next(context.settle(request, result), service)
+                            }
+                            Some(Pending::Waiting(decision)) => State::Deciding {
+                                decision,
+                                service: Some(service),
+                                request: Some(request),
+                            },
                         },
                     }
                 }
@@ -205,7 +316,7 @@ where
                     let status = response.status();
                     let on_status = this
                         .context
-                        .as_ref()
+                        .as_mut()
                         .and_then(|context| context.finish(response.headers_mut(), status));
                     return Poll::Ready(Ok(match on_status {
                         Some(on_status) => {

@@ -30,12 +30,19 @@ pub enum RejectReason {
     /// [`max_held`](crate::RateLimitLayer::max_held) requests; its charge was refunded
     /// (429, gRPC `RESOURCE_EXHAUSTED`).
     QueueFull,
+    /// As many requests of the key as its policy's
+    /// [`in_flight`](crate::Policy::in_flight) bound allows are running already (429
+    /// with `Retry-After: 1`, gRPC `RESOURCE_EXHAUSTED`). The policy is in
+    /// [`RejectionInfo::denied_by`]; no rate policy was charged.
+    InFlight,
 }
 
 impl RejectReason {
     fn status(self) -> StatusCode {
         match self {
-            Self::RateLimited | Self::MissingKey | Self::QueueFull => StatusCode::TOO_MANY_REQUESTS,
+            Self::RateLimited | Self::MissingKey | Self::QueueFull | Self::InFlight => {
+                StatusCode::TOO_MANY_REQUESTS
+            }
             Self::Denied => StatusCode::FORBIDDEN,
             Self::StoreUnavailable => StatusCode::SERVICE_UNAVAILABLE,
         }
@@ -45,7 +52,7 @@ impl RejectReason {
     /// `UNAVAILABLE`.
     pub(super) fn grpc_status(self) -> u64 {
         match self {
-            Self::RateLimited | Self::MissingKey | Self::QueueFull => 8,
+            Self::RateLimited | Self::MissingKey | Self::QueueFull | Self::InFlight => 8,
             Self::Denied => 7,
             Self::StoreUnavailable => 14,
         }
@@ -58,6 +65,7 @@ impl RejectReason {
             Self::Denied => "denied",
             Self::StoreUnavailable => "limiter_unavailable",
             Self::QueueFull => "queue_full",
+            Self::InFlight => "too_many_in_flight",
         }
     }
 
@@ -71,6 +79,7 @@ impl RejectReason {
             Self::Denied => "request denied\n",
             Self::StoreUnavailable => "rate limiter unavailable\n",
             Self::QueueFull => "too many requests waiting\n",
+            Self::InFlight => "too many requests in flight\n",
         }
     }
 
@@ -282,6 +291,7 @@ mod tests {
             RejectReason::Denied,
             RejectReason::StoreUnavailable,
             RejectReason::QueueFull,
+            RejectReason::InFlight,
         ] {
             for retry in [None, Some(Duration::from_secs(1))] {
                 assert_eq!(reason.line(retry), format!("{}\n", reason.message(retry)));

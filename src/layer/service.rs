@@ -15,7 +15,7 @@ use crate::Limiter;
 use crate::MissingKey;
 use crate::layer::RateLimitBody;
 use crate::layer::context::rejection;
-use crate::layer::few::Checks;
+use crate::layer::few::{Checks, Claims};
 use crate::layer::future::{ResponseFuture, take_ready};
 use crate::layer::grpc::grpc_flavour;
 use crate::layer::rejection::{RejectReason, RejectionInfo};
@@ -139,13 +139,18 @@ where
         // One set of policies decides the whole request, even across a reload.
         let view = shared.view();
         let mut checks = Checks::new();
+        let mut claims = Claims::new();
         let mut missing_key = None;
         for (index, policy) in view.policies().iter().enumerate() {
             match policy.key_of(&parts) {
                 Some(key) => {
+                    // A running request takes a slot whatever it costs.
+                    if let Some(max) = policy.get_in_flight() {
+                        claims.push((index, key, max));
+                    }
                     let cost = policy.cost_of(&parts);
                     // Free requests skip the store entirely.
-                    if cost > 0 {
+                    if cost > 0 && policy.has_rate() {
                         checks.push((index, key, u64::from(cost), policy.quota_of(&parts)));
                     }
                 }
@@ -161,9 +166,19 @@ where
                 decisions: Vec::new(),
                 retry_after: Some(period.max(Duration::from_secs(1))),
             };
-            return ResponseFuture::answered(rejection(shared, &shared.view(), grpc, &info, &[]));
+            return ResponseFuture::answered(rejection(shared, &view, grpc, &info, &[]));
         }
         let request = Request::from_parts(parts, body);
+        if !claims.is_empty() {
+            return ResponseFuture::entering(
+                shared,
+                view,
+                &mut self.inner,
+                request,
+                (checks, claims),
+                grpc,
+            );
+        }
         if checks.is_empty() {
             return ResponseFuture::unlimited(self.inner.call(request));
         }

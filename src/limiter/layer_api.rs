@@ -5,7 +5,7 @@ use std::borrow::Cow;
 use std::sync::Arc;
 
 use super::{Backend, Limiter, Set, missing_decision};
-use crate::store::{Charge, StoreFuture};
+use crate::store::{Charge, InFlightSlot, StoreFuture};
 use crate::{Decision, Key, Limit, Quota, Receipt, StoreError};
 
 /// A decision the layer can take without awaiting (memory store), or a future for it.
@@ -18,8 +18,51 @@ pub(crate) enum Pending {
 /// caller's own quota if it has one.
 pub(crate) type LayerCheck = (usize, Key, u64, Option<Quota>);
 
+/// A request's in-flight slots, one per policy with an in-flight limit; or, when one
+/// of them had none free, that policy's index (the slots taken before it are given
+/// back).
+pub(crate) type Entry = Result<Vec<InFlightSlot>, usize>;
+
+/// In-flight slots taken without awaiting (memory store), or a future for them.
+pub(crate) enum Entering {
+    Ready(Result<Entry, StoreError>),
+    Waiting(StoreFuture<'static, Entry>),
+}
+
 /// What the Tower layer asks of the limiter: decisions by limit index, owned futures.
 impl Limiter {
+    /// Takes one in-flight slot for each of `claims` (policy index in `set`, key,
+    /// bound), all or none: synchronously on the memory store, else through a
+    /// `'static` future.
+    pub(crate) fn enter(&self, set: &Arc<Set>, claims: &[(usize, Key, u32)]) -> Entering {
+        match &self.inner.backend {
+            Backend::Memory(store) => {
+                let mut slots = Vec::with_capacity(claims.len());
+                for &(index, key, max) in claims {
+                    match store.enter(&set.limits[index], &key, max) {
+                        Some(slot) => slots.push(slot),
+                        None => return Entering::Ready(Ok(Err(index))),
+                    }
+                }
+                Entering::Ready(Ok(Ok(slots)))
+            }
+            Backend::Other(store) => {
+                let (store, set, claims) = (store.clone(), set.clone(), claims.to_vec());
+                Entering::Waiting(Box::pin(async move {
+                    let mut slots = Vec::with_capacity(claims.len());
+                    for (index, key, max) in claims {
+                        let limit = &set.limits[index];
+                        match store.acquire_in_flight(limit, &key, max).await? {
+                            Some(slot) => slots.push(slot),
+                            None => return Ok(Err(index)),
+                        }
+                    }
+                    Ok(Ok(slots))
+                }))
+            }
+        }
+    }
+
     /// The limits of `checks`, each under its caller's quota when it has one.
     fn limits_of<'s>(
         &self,

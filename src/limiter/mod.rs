@@ -10,7 +10,7 @@ mod set;
 pub use builder::LimiterBuilder;
 pub use entry::CheckEntry;
 #[cfg(feature = "layer")]
-pub(crate) use layer_api::{LayerCheck, Pending};
+pub(crate) use layer_api::{Entering, Entry, LayerCheck, Pending};
 pub(crate) use set::Set;
 
 use std::borrow::Cow;

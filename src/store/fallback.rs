@@ -3,8 +3,8 @@
 use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use super::{Charge, Store, StoreFuture, refund_dropped};
-use crate::{ConfigError, Decision, Limit, Receipt, StoreError};
+use super::{Charge, InFlightSlot, Store, StoreFuture, refund_dropped};
+use crate::{ConfigError, Decision, Key, Limit, Receipt, StoreError};
 
 /// Serves from `primary`, and from `insurance` while the primary fails.
 ///
@@ -206,5 +206,33 @@ impl<P: Store, I: Store> Store for Fallback<P, I> {
     fn validate_quota(&self, policy: &Limit) -> Result<(), ConfigError> {
         self.primary.validate_quota(policy)?;
         self.insurance.validate_quota(policy)
+    }
+
+    /// Takes the slot where a charge would go: from the primary, or from the
+    /// insurance store while the primary fails. A slot goes back to the store that
+    /// gave it. While the insurance store serves, each process counts its own
+    /// requests, as it does their charges.
+    fn acquire_in_flight<'a>(
+        &'a self,
+        limit: &'a Limit,
+        key: &'a Key,
+        max: u32,
+    ) -> StoreFuture<'a, Option<InFlightSlot>> {
+        Box::pin(async move {
+            if self.try_primary() {
+                match self.primary.acquire_in_flight(limit, key, max).await {
+                    Ok(slot) => {
+                        self.primary_answered();
+                        return Ok(slot);
+                    }
+                    Err(error) => self.primary_failed(&error),
+                }
+            }
+            self.insurance.acquire_in_flight(limit, key, max).await
+        })
+    }
+
+    fn supports_in_flight(&self) -> bool {
+        self.primary.supports_in_flight() && self.insurance.supports_in_flight()
     }
 }

@@ -3,6 +3,7 @@
 #[cfg(feature = "redis")]
 mod block_cache;
 mod fallback;
+mod in_flight;
 pub(crate) mod memory;
 #[cfg(feature = "redis")]
 mod redis;
@@ -15,10 +16,11 @@ use std::time::Duration;
 #[cfg(feature = "redis")]
 pub use self::redis::RedisStore;
 pub use fallback::Fallback;
+pub use in_flight::InFlightSlot;
 pub use memory::MemoryStore;
 
 use crate::algorithm::Verdict;
-use crate::{ConfigError, Decision, Key, Limit, Receipt, StoreError};
+use crate::{ConfigError, Decision, Key, Limit, Receipt, StoreError, StoreErrorKind};
 
 /// The future a [`Store`] returns.
 pub type StoreFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, StoreError>> + Send + 'a>>;
@@ -106,6 +108,61 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
     /// register anything. The default is [`validate`](Store::validate).
     fn validate_quota(&self, policy: &Limit) -> Result<(), ConfigError> {
         self.validate(policy)
+    }
+
+    /// Takes one of the `max` slots that `key` has under `limit` for requests running
+    /// at once (the layer's [`Policy::in_flight`](crate::Policy::in_flight)), or
+    /// answers `None` when all `max` are taken. The slot is given back when the
+    /// returned [`InFlightSlot`] is dropped. Slots are counted per (limit name, key),
+    /// apart from the limit's rate state.
+    ///
+    /// The default keeps no slots: it fails every call, and
+    /// [`supports_in_flight`](Store::supports_in_flight) says so, so that a limiter
+    /// with an in-flight policy is refused at build time rather than failing open at
+    /// run time. A store that wraps another should pass the call on.
+    ///
+    /// ```
+    /// use tollgate::{Key, Limit, MemoryStore, Quota, Store};
+    /// # tokio::runtime::Builder::new_current_thread().build()?.block_on(async {
+    /// let store = MemoryStore::new();
+    /// let limit = Limit::new("reports", Quota::per_minute(10))?;
+    /// let key = Key::from("alice");
+    /// let first = store.acquire_in_flight(&limit, &key, 2).await?;
+    /// let second = store.acquire_in_flight(&limit, &key, 2).await?;
+    /// assert!(first.is_some() && second.is_some());
+    /// assert!(store.acquire_in_flight(&limit, &key, 2).await?.is_none());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// # })?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    fn acquire_in_flight<'a>(
+        &'a self,
+        limit: &'a Limit,
+        key: &'a Key,
+        max: u32,
+    ) -> StoreFuture<'a, Option<InFlightSlot>> {
+        let _ = (key, max);
+        Box::pin(async move {
+            Err(StoreError::new(
+                StoreErrorKind::Unavailable,
+                format!(
+                    "policy \"{}\": this store keeps no in-flight slots",
+                    limit.name()
+                ),
+            ))
+        })
+    }
+
+    /// Whether [`acquire_in_flight`](Store::acquire_in_flight) is implemented; the
+    /// default is `false`. [`LimiterBuilder::build`](crate::LimiterBuilder::build)
+    /// refuses an in-flight policy on a store that answers `false`.
+    ///
+    /// ```
+    /// use tollgate::{MemoryStore, Store};
+    /// assert!(MemoryStore::new().supports_in_flight());
+    /// ```
+    fn supports_in_flight(&self) -> bool {
+        false
     }
 }
 

@@ -4,9 +4,12 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use tollgate::{Charge, Decision, Store, StoreError, StoreErrorKind, StoreFuture};
+use tollgate::{
+    Charge, Decision, InFlightSlot, Key, Limit, Store, StoreError, StoreErrorKind, StoreFuture,
+};
 
-/// Fails every `acquire` with a connection error; counts the calls in its `Arc`.
+/// Fails every `acquire` and `acquire_in_flight` with a connection error; counts the
+/// calls in its `Arc`.
 #[derive(Debug)]
 pub(crate) struct BrokenStore(pub(crate) Arc<AtomicUsize>);
 
@@ -23,5 +26,24 @@ impl Store for BrokenStore {
 
     fn refund<'a>(&'a self, _: Charge<'a>) -> StoreFuture<'a, ()> {
         Box::pin(async { Ok(()) })
+    }
+
+    fn acquire_in_flight<'a>(
+        &'a self,
+        _: &'a Limit,
+        _: &'a Key,
+        _: u32,
+    ) -> StoreFuture<'a, Option<InFlightSlot>> {
+        self.0.fetch_add(1, Ordering::SeqCst);
+        Box::pin(async {
+            Err(StoreError::new(
+                StoreErrorKind::Connection,
+                "down for the test",
+            ))
+        })
+    }
+
+    fn supports_in_flight(&self) -> bool {
+        true
     }
 }

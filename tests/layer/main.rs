@@ -14,6 +14,7 @@ mod grpc;
 mod grpc_server;
 mod hardening;
 mod http;
+mod in_flight;
 mod key_extractors;
 mod outage_store;
 mod outbound;

@@ -4,8 +4,9 @@ use std::net::SocketAddr;
 
 use axum::Router;
 use bytes::Bytes;
-use http::{HeaderMap, Request, StatusCode};
+use http::{HeaderMap, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
 use hyper_util::client::legacy::{Client, connect::HttpConnector};
 use hyper_util::rt::TokioExecutor;
 use tokio::net::TcpListener;
@@ -60,18 +61,7 @@ impl Server {
 
     /// Sends `request` (its URI is a path; the server address is filled in).
     pub async fn send(&self, request: Request<Full<Bytes>>) -> Reply {
-        let (mut parts, body) = request.into_parts();
-        let path = parts
-            .uri
-            .path_and_query()
-            .map_or("/", |p| p.as_str())
-            .to_string();
-        parts.uri = format!("http://{}{path}", self.addr).parse().expect("uri");
-        let response = self
-            .client
-            .request(Request::from_parts(parts, body))
-            .await
-            .expect("request");
+        let response = self.open(request).await.expect("request");
         let (parts, body) = response.into_parts();
         let bytes = body.collect().await.expect("body").to_bytes();
         Reply {
@@ -79,6 +69,22 @@ impl Server {
             headers: parts.headers,
             body: String::from_utf8_lossy(&bytes).into_owned(),
         }
+    }
+
+    /// Sends `request` and returns the response as soon as its head arrives, its body
+    /// unread; an error when the server closed the connection instead of answering.
+    pub async fn open(
+        &self,
+        request: Request<Full<Bytes>>,
+    ) -> Result<Response<Incoming>, hyper_util::client::legacy::Error> {
+        let (mut parts, body) = request.into_parts();
+        let path = parts
+            .uri
+            .path_and_query()
+            .map_or("/", |p| p.as_str())
+            .to_string();
+        parts.uri = format!("http://{}{path}", self.addr).parse().expect("uri");
+        self.client.request(Request::from_parts(parts, body)).await
     }
 
     /// `GET path`.

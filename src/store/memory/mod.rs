@@ -3,6 +3,7 @@
 mod cells;
 mod eviction;
 mod footprint;
+mod in_flight;
 mod shard;
 mod tables;
 
@@ -14,8 +15,9 @@ use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use foldhash::fast::RandomState;
 
 use self::footprint::worst_case_bytes;
+use self::in_flight::InFlightTable;
 use self::shard::{Hashed, Shard};
-use super::{Charge, Store, StoreFuture, decision};
+use super::{Charge, InFlightSlot, Store, StoreFuture, decision};
 use crate::algorithm::{Refund, Verdict};
 use crate::clock::now_micros;
 use crate::{Algorithm, Clock, ConfigError, Decision, Key, Limit, Receipt, SystemClock};
@@ -91,6 +93,9 @@ struct Inner {
     max_keys: usize,
     max_bytes: usize,
     hasher: RandomState,
+    /// In-flight slots: apart from the rate states and their bounds, as an entry
+    /// lives only while its key has a request running.
+    in_flight: Arc<InFlightTable>,
 }
 
 /// A shard lock on a cache line (pair) of its own: two threads deciding for keys in
@@ -231,6 +236,7 @@ impl MemoryStore {
                 max_keys,
                 max_bytes,
                 hasher,
+                in_flight: Arc::new(InFlightTable::new(shard_count, hasher)),
             }),
         }
     }
@@ -275,6 +281,34 @@ impl MemoryStore {
     /// ```
     pub fn len(&self) -> usize {
         self.inner.shards.iter().map(|s| read(&s.0).len()).sum()
+    }
+
+    /// How many (policy, key) pairs have requests running under an in-flight limit
+    /// now ([`Policy::in_flight`](crate::Policy::in_flight)). A key's entry is removed
+    /// when its last slot is given back, so this never exceeds the number of requests
+    /// running, however many keys callers make up. Reads each shard in turn.
+    ///
+    /// ```
+    /// use tollgate::{Key, Limit, MemoryStore, Quota, Store};
+    /// # tokio::runtime::Builder::new_current_thread().build()?.block_on(async {
+    /// let store = MemoryStore::new();
+    /// let limit = Limit::new("uploads", Quota::per_second(10))?;
+    /// let slot = store.acquire_in_flight(&limit, &Key::from("alice"), 4).await?;
+    /// assert_eq!(store.in_flight_keys(), 1);
+    /// drop(slot);
+    /// assert_eq!(store.in_flight_keys(), 0);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// # })?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn in_flight_keys(&self) -> usize {
+        self.inner.in_flight.keys()
+    }
+
+    /// One of `key`'s `max` in-flight slots under `limit`, synchronously: the layer's
+    /// fast path.
+    pub(crate) fn enter(&self, limit: &Limit, key: &Key, max: u32) -> Option<InFlightSlot> {
+        self.inner.in_flight.enter(limit, key, max)
     }
 
     /// Whether no state is stored.
@@ -493,5 +527,19 @@ impl Store for MemoryStore {
     fn refund_charge<'a>(&'a self, charge: Charge<'a>, receipt: Receipt) -> StoreFuture<'a, ()> {
         self.refund_charge_now(&charge, receipt);
         Box::pin(async { Ok(()) })
+    }
+
+    fn acquire_in_flight<'a>(
+        &'a self,
+        limit: &'a Limit,
+        key: &'a Key,
+        max: u32,
+    ) -> StoreFuture<'a, Option<InFlightSlot>> {
+        let slot = self.enter(limit, key, max);
+        Box::pin(async move { Ok(slot) })
+    }
+
+    fn supports_in_flight(&self) -> bool {
+        true
     }
 }

@@ -2,10 +2,11 @@
 //! a time), the function library or the script, a deadline over all of it, the
 //! verdicts read back, and what a failure says about the connection.
 
+use deadpool_redis::redis::RedisError;
 use tokio::time::{Instant, timeout_at};
 
 use super::RedisStore;
-use super::connection::{breaks_connection, store_error};
+use super::connection::{Conn, breaks_connection, store_error};
 use super::script::{self, At, Call, Mode};
 use crate::algorithm::Verdict;
 use crate::store::Charge;
@@ -33,10 +34,6 @@ impl RedisStore {
         charges: &[&Charge<'_>],
         receipts: &[Receipt],
     ) -> Result<Vec<Verdict>, StoreError> {
-        let lease = timeout_at(deadline, self.connections.get())
-            .await
-            .map_err(|_| self.timeout_error())??;
-        let mut conn = lease.conn.clone();
         let at = match now {
             Some(now) => At::Client(now),
             None => At::Server {
@@ -49,27 +46,46 @@ impl RedisStore {
             Call::new(&self.prefix, at, mode, charges)
         };
         let single = charges.len() == 1 && mode.decides();
-        let call = async {
-            if single
-                && self.functions.enabled()
-                && let Some(reply) = self.functions.call(&mut conn, &request).await
-            {
-                return reply;
-            }
-            conn.invoke(&request.invocation()).await
-        };
-        match timeout_at(deadline, call).await {
+        let reply: Vec<i64> = self
+            .exchange(deadline, |mut conn| async move {
+                if single
+                    && self.functions.enabled()
+                    && let Some(reply) = self.functions.call(&mut conn, &request).await
+                {
+                    return reply;
+                }
+                conn.invoke(&request.invocation()).await
+            })
+            .await?;
+        let count = if mode.decides() { charges.len() } else { 0 };
+        let (mut verdicts, decided_at) = script::verdicts(&reply, count)?;
+        if let At::Server { floor } = at {
+            self.server_time.observe(decided_at, floor);
+        }
+        if mode == Mode::Acquire {
+            give_receipts(&mut verdicts, charges, decided_at);
+        }
+        Ok(verdicts)
+    }
+
+    /// Runs `call` on the shared connection before `deadline`, and learns from its
+    /// outcome whether the connection is alive (see `connection.rs`).
+    pub(super) async fn exchange<T, F, Fut>(
+        &self,
+        deadline: Instant,
+        call: F,
+    ) -> Result<T, StoreError>
+    where
+        F: FnOnce(Conn) -> Fut,
+        Fut: Future<Output = Result<T, RedisError>>,
+    {
+        let lease = timeout_at(deadline, self.connections.get())
+            .await
+            .map_err(|_| self.timeout_error())??;
+        match timeout_at(deadline, call(lease.conn.clone())).await {
             Ok(Ok(reply)) => {
                 lease.answered();
-                let count = if mode.decides() { charges.len() } else { 0 };
-                let (mut verdicts, decided_at) = script::verdicts(&reply, count)?;
-                if let At::Server { floor } = at {
-                    self.server_time.observe(decided_at, floor);
-                }
-                if mode == Mode::Acquire {
-                    give_receipts(&mut verdicts, charges, decided_at);
-                }
-                Ok(verdicts)
+                Ok(reply)
             }
             Ok(Err(err)) => {
                 if breaks_connection(&err) {

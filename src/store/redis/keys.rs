@@ -53,6 +53,18 @@ pub(super) fn log_key(state_key: &str) -> String {
     format!("{state_key}:log")
 }
 
+/// The sorted set of `policy`'s in-flight leases for `key`, with the same hash tag as
+/// its rate state (`<prefix>:<policy>:{<subject>}:inflight`). It names no quota or
+/// algorithm: the leases are counted against whatever bound the caller passes, so a
+/// changed bound applies to the requests already running.
+pub(super) fn in_flight_key(prefix: &str, policy: &Limit, key: &Key) -> String {
+    format!(
+        "{prefix}:{}:{{{}}}:inflight",
+        escape(policy.name()),
+        key.to_hex()
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -3,6 +3,7 @@
 mod call;
 mod connection;
 mod function;
+mod in_flight;
 mod keys;
 mod script;
 mod server_time;
@@ -17,10 +18,11 @@ use tokio::time::Instant;
 
 use self::connection::{Connections, Source};
 use self::function::Functions;
+use self::in_flight::Leases;
 use self::script::Mode;
 use self::server_time::ServerTime;
 use super::block_cache::BlockCache;
-use super::{Charge, Store, StoreFuture, decision};
+use super::{Charge, InFlightSlot, Store, StoreFuture, decision};
 use crate::algorithm::Verdict;
 use crate::clock::now_micros;
 use crate::{
@@ -109,6 +111,8 @@ pub struct RedisStore {
     /// Whether and how single charges go to the function library (see
     /// `function.rs`). Shared by clones.
     functions: Arc<Functions>,
+    /// This store's in-flight leases (see `in_flight.rs`). Shared by clones.
+    leases: Arc<Leases>,
 }
 
 impl RedisStore {
@@ -120,6 +124,8 @@ impl RedisStore {
     pub const DEFAULT_BLOCK_CACHE_MAX_AGE: Duration = Duration::from_secs(1);
     /// The default key prefix: `tollgate`.
     pub const DEFAULT_PREFIX: &'static str = "tollgate";
+    /// The default lifetime of an in-flight lease: 10 s.
+    pub const DEFAULT_IN_FLIGHT_TTL: Duration = Duration::from_secs(10);
 
     fn new(source: Source) -> Self {
         Self {
@@ -134,6 +140,7 @@ impl RedisStore {
             ))),
             cache_max_age: Self::DEFAULT_BLOCK_CACHE_MAX_AGE,
             functions: Arc::new(Functions::new(true)),
+            leases: Arc::new(Leases::new(Self::DEFAULT_IN_FLIGHT_TTL)),
         }
     }
 
@@ -403,6 +410,65 @@ impl RedisStore {
         self.functions.enabled()
     }
 
+    /// How long an in-flight slot ([`Policy::in_flight`](crate::Policy::in_flight))
+    /// lives in Redis unless renewed (default
+    /// [`DEFAULT_IN_FLIGHT_TTL`](RedisStore::DEFAULT_IN_FLIGHT_TTL), 10 s; whole
+    /// milliseconds, at least 3 ms).
+    ///
+    /// Each slot is a lease that the store renews every `ttl / 3` while its request
+    /// runs, and gives back when the request ends. A process that dies holding slots
+    /// renews them no more: they are free again within `ttl`. Shorter frees a dead
+    /// process's slots sooner and renews more often (one call per key with requests
+    /// running, every `ttl / 3`); a renewal that cannot reach Redis for longer than
+    /// `ttl` loses its lease, and its request runs on uncounted. Keep it well above the
+    /// store's [`deadline`](RedisStore::deadline). Clones made after this call share
+    /// its leases; call it before use.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let store = tollgate::RedisStore::from_url("redis://127.0.0.1:6379")?
+    ///     .in_flight_ttl(Duration::from_secs(30))?;
+    /// assert_eq!(store.get_in_flight_ttl(), Duration::from_secs(30));
+    /// assert!(store.in_flight_ttl(Duration::from_millis(2)).is_err());
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    pub fn in_flight_ttl(mut self, ttl: Duration) -> Result<Self, ConfigError> {
+        let ttl = Duration::from_millis(u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX));
+        if ttl < Duration::from_millis(3) {
+            return Err(ConfigError::new(format!(
+                "invalid in-flight ttl {ttl:?}: a lease renewed every ttl/3 needs at least 3ms"
+            )));
+        }
+        self.leases = Arc::new(Leases::new(ttl));
+        Ok(self)
+    }
+
+    /// How long an in-flight lease lives unless renewed.
+    ///
+    /// ```
+    /// let store = tollgate::RedisStore::from_url("redis://127.0.0.1:6379")?;
+    /// assert_eq!(store.get_in_flight_ttl(), tollgate::RedisStore::DEFAULT_IN_FLIGHT_TTL);
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    pub fn get_in_flight_ttl(&self) -> Duration {
+        self.leases.ttl()
+    }
+
+    /// The Redis key (a sorted set of leases) holding the in-flight slots of `key`
+    /// under `limit`: the same hash tag as its rate state (for operators and tests).
+    ///
+    /// ```
+    /// use tollgate::{Key, Limit, Quota, RedisStore};
+    /// let store = RedisStore::from_url("redis://127.0.0.1:6379")?;
+    /// let limit = Limit::new("api", Quota::per_second(5))?;
+    /// let name = store.in_flight_key(&limit, &Key::from("alice"));
+    /// assert!(name.starts_with("tollgate:api:{") && name.ends_with("}:inflight"));
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    pub fn in_flight_key(&self, limit: impl AsRef<Limit>, key: &Key) -> String {
+        keys::in_flight_key(&self.prefix, limit.as_ref(), key)
+    }
+
     /// Whether the store talks to a Redis Cluster.
     ///
     /// ```
@@ -476,6 +542,7 @@ impl fmt::Debug for RedisStore {
             .field("block_cache", &self.get_block_cache())
             .field("block_cache_max_age", &self.cache_max_age)
             .field("functions", &self.get_functions())
+            .field("in_flight_ttl", &self.leases.ttl())
             .finish_non_exhaustive()
     }
 }
@@ -551,6 +618,21 @@ impl Store for RedisStore {
             .await
             .map(drop)
         })
+    }
+
+    /// Takes a lease in one script call, within the store's deadline (see
+    /// [`in_flight_ttl`](RedisStore::in_flight_ttl)).
+    fn acquire_in_flight<'a>(
+        &'a self,
+        limit: &'a Limit,
+        key: &'a Key,
+        max: u32,
+    ) -> StoreFuture<'a, Option<InFlightSlot>> {
+        Box::pin(self.enter(limit, key, max))
+    }
+
+    fn supports_in_flight(&self) -> bool {
+        true
     }
 
     /// Rejects policies whose arithmetic would leave the integers Lua holds exactly

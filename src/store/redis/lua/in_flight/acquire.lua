@@ -1,0 +1,22 @@
+-- tollgate: take one in-flight lease of a key, if fewer than a bound are live.
+--
+-- KEYS[1]  the key's sorted set of leases: member = lease id, score = expiry (ms, the
+--          server's clock)
+-- ARGV[1]  the lease id (unique to one request of one process)
+-- ARGV[2]  the bound: at most this many live leases
+-- ARGV[3]  the lease's time to live, ms
+--
+-- Returns 1 when the lease was taken, 0 when the bound is reached. Leases whose
+-- holder stopped renewing them (a crashed process) are dropped here, once expired.
+local time = redis.call('TIME')
+local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[2]) then
+  return 0
+end
+redis.call('ZADD', KEYS[1], now + tonumber(ARGV[3]), ARGV[1])
+-- The set lives as long as its latest lease (leases of other processes may have
+-- other lifetimes): nothing is left behind once every holder is gone.
+local last = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
+redis.call('PEXPIRE', KEYS[1], math.max(1, tonumber(last[2]) - now))
+return 1
