@@ -1,4 +1,4 @@
-//! [`Policy`]: a [`Limit`] plus the rules that find a request's key and cost.
+//! [`Policy`]: a [`Limit`] plus the rules that find a request's key, cost and quota.
 
 use std::fmt;
 use std::sync::Arc;
@@ -29,6 +29,7 @@ pub enum MissingKey {
 }
 
 type CountWhen = dyn Fn(StatusCode) -> bool + Send + Sync;
+type QuotaFrom = dyn Fn(&http::request::Parts) -> Option<Quota> + Send + Sync;
 
 /// A [`Limit`] (a named [`Quota`] counted by an [`Algorithm`], default
 /// [`Algorithm::Gcra`]) and, for the Tower layer, how a request's key and cost are found.
@@ -62,6 +63,7 @@ pub struct Policy {
     costs: Costs,
     missing_key: MissingKey,
     count_when: Option<Arc<CountWhen>>,
+    quota_from: Option<Arc<QuotaFrom>>,
 }
 
 impl Policy {
@@ -160,6 +162,69 @@ impl Policy {
     {
         self.count_when = Some(Arc::new(predicate));
         self
+    }
+
+    /// Gives each request the quota `quota` returns for it (its caller's plan), or
+    /// the policy's own quota when it returns `None`.
+    ///
+    /// The usual pairing: an authentication layer in front of the rate limit puts the
+    /// caller's plan in the request extensions, and the closure reads it there. The
+    /// key says *whose* usage is counted; this says *how much* that caller may use.
+    /// When a caller's quota changes (an upgrade), the usage it already has carries
+    /// over to the new quota; a different period or algorithm starts fresh.
+    ///
+    /// ```
+    /// use tollgate::{Policy, Quota, key};
+    ///
+    /// // Inserted by the authentication layer.
+    /// #[derive(Clone)]
+    /// enum Plan {
+    ///     Free,
+    ///     Pro,
+    /// }
+    ///
+    /// let policy = Policy::new("api", Quota::per_minute(60))?
+    ///     .key(key::header("x-api-key")?)
+    ///     .quota_from(|parts| match parts.extensions.get::<Plan>()? {
+    ///         Plan::Free => None, // the policy's own 60/min
+    ///         Plan::Pro => Some(Quota::per_minute(1000)),
+    ///     });
+    ///
+    /// let (mut parts, _) = http::Request::get("/").header("x-api-key", "k1").body(())?.into_parts();
+    /// assert_eq!(policy.quota_of(&parts), None); // no plan yet: the policy's own
+    /// parts.extensions.insert(Plan::Pro);
+    /// assert_eq!(policy.quota_of(&parts), Some(Quota::per_minute(1000)));
+    /// parts.extensions.insert(Plan::Free);
+    /// assert_eq!(policy.quota_of(&parts), None);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    #[must_use]
+    pub fn quota_from<F>(mut self, quota: F) -> Self
+    where
+        F: Fn(&http::request::Parts) -> Option<Quota> + Send + Sync + 'static,
+    {
+        self.quota_from = Some(Arc::new(quota));
+        self
+    }
+
+    /// The quota a request gets under this policy when it is not the policy's own:
+    /// what the [`quota_from`](Policy::quota_from) closure returns, `None` without one.
+    ///
+    /// ```
+    /// use tollgate::{Policy, Quota};
+    /// let (parts, _) = http::Request::get("/").header("x-plan", "gold").body(())?.into_parts();
+    ///
+    /// let plain = Policy::new("api", Quota::per_second(1))?;
+    /// assert_eq!(plain.quota_of(&parts), None);
+    ///
+    /// let by_header = plain.quota_from(|parts| {
+    ///     (parts.headers.get("x-plan")? == "gold").then(|| Quota::per_second(50))
+    /// });
+    /// assert_eq!(by_header.quota_of(&parts), Some(Quota::per_second(50)));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn quota_of(&self, parts: &http::request::Parts) -> Option<Quota> {
+        self.quota_from.as_ref().and_then(|quota| quota(parts))
     }
 
     /// The key of a request under this policy, if it has one.
@@ -319,6 +384,7 @@ impl fmt::Debug for Policy {
             .field("costs", &self.costs)
             .field("missing_key", &self.missing_key)
             .field("count_when", &self.count_when.is_some())
+            .field("quota_from", &self.quota_from.is_some())
             .finish_non_exhaustive()
     }
 }
@@ -333,6 +399,7 @@ impl From<Limit> for Policy {
             costs: Costs::new(),
             missing_key: MissingKey::Skip,
             count_when: None,
+            quota_from: None,
         }
     }
 }
