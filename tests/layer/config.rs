@@ -582,3 +582,15 @@ fn defaults_are_the_builders() -> Result<(), Box<dyn std::error::Error>> {
     assert_eq!(policy.quota_of(&parts), None);
     Ok(())
 }
+
+#[test]
+fn the_example_file_reads() -> Result<(), tollgate::ConfigError> {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/tollgate.toml");
+    let names: Vec<&str> = Limits::from_path(path)?
+        .policies()
+        .iter()
+        .map(Policy::name)
+        .collect();
+    assert_eq!(names, ["api", "per-key"]);
+    Ok(())
+}
