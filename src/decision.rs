@@ -4,6 +4,8 @@
 use std::num::NonZeroU64;
 use std::time::Duration;
 
+use crate::Quota;
+
 /// Whether a request may pass under one policy, and where its key stands.
 ///
 /// Durations are rounded up to whole microseconds. For a multi-policy
@@ -57,6 +59,10 @@ pub struct Decision {
     pub delay: Duration,
     /// The name of the policy that made this decision.
     pub policy: &'static str,
+    /// The quota it was decided under: the limit's own, or the caller's when one was
+    /// given ([`Limiter::check_with`](crate::Limiter::check_with), a policy's
+    /// `quota_from`). Response headers state this one.
+    pub quota: Quota,
     /// What this decision charged, for taking it back later; `None` when it charged
     /// nothing.
     pub(crate) receipt: Option<Receipt>,
@@ -97,6 +103,7 @@ impl PartialEq for Decision {
             retry_after,
             delay,
             policy,
+            quota,
             receipt: _,
         } = self;
         *allowed == other.allowed
@@ -106,6 +113,7 @@ impl PartialEq for Decision {
             && *retry_after == other.retry_after
             && *delay == other.delay
             && *policy == other.policy
+            && *quota == other.quota
     }
 }
 

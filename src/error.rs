@@ -149,6 +149,10 @@ pub enum StoreErrorKind {
     Protocol,
     /// `check` named a policy the limiter does not have.
     UnknownPolicy,
+    /// A caller's own quota ([`Limiter::check_with`](crate::Limiter::check_with), a
+    /// policy's `quota_from`) that the limit's algorithm or the store cannot count
+    /// exactly; the message names the quota and the reason.
+    InvalidQuota,
 }
 
 impl fmt::Display for StoreErrorKind {
@@ -159,6 +163,7 @@ impl fmt::Display for StoreErrorKind {
             Self::Unavailable => "unavailable",
             Self::Protocol => "protocol",
             Self::UnknownPolicy => "unknown policy",
+            Self::InvalidQuota => "invalid quota",
         })
     }
 }

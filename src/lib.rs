@@ -101,7 +101,7 @@ pub use decision::{Decision, Receipt};
 pub use error::{ConfigError, StoreError, StoreErrorKind};
 pub use key::Key;
 pub use limit::Limit;
-pub use limiter::{Limiter, LimiterBuilder};
+pub use limiter::{CheckEntry, Limiter, LimiterBuilder};
 pub use quota::{MAX_COUNT, Quota};
 #[cfg(feature = "redis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]

@@ -15,9 +15,11 @@ const MAX_NAME_LEN: usize = 64;
 /// A named limit: a [`Quota`] counted by an [`Algorithm`] (default [`Algorithm::Gcra`]).
 ///
 /// The name identifies the limit in `check` calls, response headers, logs and Redis
-/// keys: 1 to 64 printable ASCII characters. State is kept per (limit, key), and two
-/// limiters with an identical limit (same name, quota and algorithm) on one store
-/// share that state, just as two processes on one Redis do.
+/// keys: 1 to 64 printable ASCII characters. State is kept per (name, algorithm,
+/// period, key): two limiters with a limit of the same name, algorithm and period on
+/// one store share that state, just as two processes on one Redis do, even when their
+/// counts or bursts differ, since a quota whose count or burst changes keeps each key's
+/// usage (see [`Limiter::check_with`](crate::Limiter::check_with)).
 ///
 /// ```
 /// use tollgate::{Algorithm, Key, Limit, Limiter, Quota};
@@ -47,8 +49,8 @@ pub struct Limit {
     /// Why the quota does not suit the algorithm, reported when the limiter is built
     /// so that the `algorithm` setter can stay infallible.
     problem: Option<String>,
-    /// Identifies (name, params) process-wide: the memory store finds a limit's
-    /// table by this number instead of comparing names and parameters.
+    /// Identifies (name, algorithm, period) process-wide: the memory store finds a
+    /// limit's table by this number instead of comparing names and parameters.
     table: u32,
 }
 
@@ -80,7 +82,7 @@ impl Limit {
             quota,
             algorithm,
             max_delay: None,
-            table: table_id(name, &params),
+            table: table_id(name, algorithm, quota.period_micros()),
             params,
             problem,
         })
@@ -174,7 +176,31 @@ impl Limit {
     fn derive(&mut self) {
         (self.params, self.problem) =
             Params::new(&self.quota, self.algorithm, self.get_max_delay());
-        self.table = table_id(self.name, &self.params);
+        self.table = table_id(self.name, self.algorithm, self.quota.period_micros());
+    }
+
+    /// This limit under another quota: the same name, algorithm and delay bound, and
+    /// the same state for each key as long as the period is the same (usage carries
+    /// over, see [`Limiter::check_with`](crate::Limiter::check_with)); a quota over
+    /// another period counts in state of its own.
+    ///
+    /// ```
+    /// use tollgate::{Limit, Quota};
+    /// let free = Limit::new("api", Quota::per_minute(100))?;
+    /// let pro = free.with_quota(Quota::per_minute(10_000));
+    /// assert_eq!((pro.name(), pro.quota()), ("api", Quota::per_minute(10_000)));
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    #[must_use]
+    pub fn with_quota(&self, quota: Quota) -> Limit {
+        let mut limit = self.clone();
+        limit.quota = quota;
+        let period = self.quota.period_micros();
+        (limit.params, limit.problem) = Params::new(&quota, limit.algorithm, limit.get_max_delay());
+        if quota.period_micros() != period {
+            limit.table = table_id(limit.name, limit.algorithm, quota.period_micros());
+        }
+        limit
     }
 
     /// The limit's name.
@@ -266,16 +292,19 @@ fn default_max_delay(quota: &Quota) -> Duration {
     quota.period().max(Duration::from_nanos(last_place_ns))
 }
 
-/// Numbers each distinct (name, parameters) once per process; equal policies built
-/// by different limiters get the same number, so they share state in one store.
-fn table_id(name: &'static str, params: &Params) -> u32 {
-    static TABLES: OnceLock<Mutex<HashMap<(&'static str, Params), u32>>> = OnceLock::new();
+/// Numbers each distinct (name, algorithm, period) once per process; limits equal in
+/// those share state in one store, as they share Redis keys: the count and the burst
+/// are left out so that a key keeps its usage when its quota changes (a plan, a
+/// reload).
+fn table_id(name: &'static str, algorithm: Algorithm, period_us: u64) -> u32 {
+    type Identity = (&'static str, Algorithm, u64);
+    static TABLES: OnceLock<Mutex<HashMap<Identity, u32>>> = OnceLock::new();
     let mut tables = TABLES
         .get_or_init(Mutex::default)
         .lock()
         .unwrap_or_else(PoisonError::into_inner);
     let next = u32::try_from(tables.len()).unwrap_or(u32::MAX);
-    *tables.entry((name, *params)).or_insert(next)
+    *tables.entry((name, algorithm, period_us)).or_insert(next)
 }
 
 /// Policy names live for the whole program: decisions carry them as `&'static str`,

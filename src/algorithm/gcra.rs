@@ -2,14 +2,41 @@
 //!
 //! Internally in nanoseconds so `T = P/L` stays exact up to 10^9 per second; results
 //! are rounded up to whole microseconds.
+//!
+//! The state records the `T` its TAT was counted in, so that a caller whose quota
+//! changes (a plan, a reload) keeps its usage: see [`carry_over`].
 
 use super::{Params, Rule, div_ceil, still_owed};
 use crate::Receipt;
 
-/// The theoretical arrival time in nanoseconds since the epoch (0: idle).
+/// The theoretical arrival time in nanoseconds since the epoch (0: idle), and the
+/// emission interval `T` it was counted in (0: not yet counted).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) struct State {
     pub(crate) tat_ns: u64,
+    pub(crate) emission_ns: u64,
+}
+
+/// The most debt a quota change can leave, in µs: a century, as for the tolerance
+/// (`Params`), so `now + debt` stays exact in Lua's doubles.
+pub(crate) const MAX_DEBT_US: u64 = 100 * 365 * 86_400 * 1_000_000;
+
+/// Re-counts the debt of a TAT counted in `T_old` in the current `T` (a quota whose
+/// count changed; the period, hence the key, is the same): the usage, `(TAT − now) /
+/// T_old` requests rounded up to a whole request (in the limiter's favour), is owed
+/// again under the new `T`, capped at [`MAX_DEBT_US`]. The Lua twin is
+/// `gcra_carry_over` in `gcra/decide.lua`.
+pub(crate) fn carry_over(p: &Params, s: &mut State, now: u64) {
+    if s.emission_ns == p.emission_ns {
+        return;
+    }
+    let now_ns = now * NS_PER_US;
+    if s.emission_ns != 0 && s.tat_ns > now_ns {
+        let used = div_ceil(s.tat_ns - now_ns, s.emission_ns);
+        let most = MAX_DEBT_US / (p.emission_ns / NS_PER_US + 1);
+        s.tat_ns = now_ns + used.min(most) * p.emission_ns;
+    }
+    s.emission_ns = p.emission_ns;
 }
 
 /// See [`Algorithm::Gcra`](crate::Algorithm::Gcra).
@@ -26,7 +53,8 @@ pub(crate) fn start_ns(s: State, now: u64) -> u64 {
 impl Rule for Gcra {
     type State = State;
 
-    fn normalize(_p: &Params, _s: &mut State, now: u64) -> u64 {
+    fn normalize(p: &Params, s: &mut State, now: u64) -> u64 {
+        carry_over(p, s, now);
         // `max(TAT, now)` already treats a clock that went back as standing still.
         now
     }

@@ -24,7 +24,7 @@ use std::fmt;
 
 use crate::Receipt;
 pub(crate) use divisor::Divisor;
-pub(crate) use params::Params;
+pub(crate) use params::{Params, gcd};
 
 /// How a policy counts. Every variant works on every store with identical answers.
 ///

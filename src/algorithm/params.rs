@@ -151,7 +151,7 @@ impl Params {
     }
 }
 
-const fn gcd(mut a: u64, mut b: u64) -> u64 {
+pub(crate) const fn gcd(mut a: u64, mut b: u64) -> u64 {
     while b != 0 {
         let r = a % b;
         a = b;

@@ -14,13 +14,15 @@ use crate::layer::grpc::{GrpcContentType, grpc_http_status, grpc_response};
 use crate::layer::headers::GRPC_STATUS;
 use crate::layer::refunds::{refund_charges, refund_uncounted};
 use crate::layer::rejection::{RejectReason, RejectionInfo};
-use crate::layer::shared::{HeldSlot, Shared};
+use crate::layer::shared::{HeldSlot, Shared, View};
 use crate::observe::{self, Outcome};
 use crate::{Decision, FailMode, Rejection, StoreError};
 
 /// What the future needs besides its state.
 pub(crate) struct RequestContext {
     shared: Arc<Shared>,
+    /// The policies (one set, even across a reload) and headers of this request.
+    view: Arc<View>,
     checks: Checks,
     /// Decisions paired with their policy index, for the response headers.
     decisions: Few<(usize, Decision)>,
@@ -44,9 +46,15 @@ pub(super) enum Next<ReqBody> {
 }
 
 impl RequestContext {
-    pub(super) fn new(shared: Arc<Shared>, checks: Checks, grpc: Option<GrpcContentType>) -> Self {
+    pub(super) fn new(
+        shared: Arc<Shared>,
+        view: Arc<View>,
+        checks: Checks,
+        grpc: Option<GrpcContentType>,
+    ) -> Self {
         Self {
             shared,
+            view,
             checks,
             decisions: Few::new(),
             grpc,
@@ -97,7 +105,7 @@ impl RequestContext {
             }
         }
         observe::decided(&decisions, outcome);
-        let indices = self.checks.iter().map(|(index, _, _)| *index);
+        let indices = self.checks.iter().map(|(index, _, _, _)| *index);
         if self.shared.decisions_extension {
             self.decisions = indices.zip(decisions.iter().cloned()).collect();
             request.extensions_mut().insert(Decisions(decisions));
@@ -126,12 +134,12 @@ impl RequestContext {
             decisions: Vec::new(),
             retry_after: Some(Duration::from_secs(1)),
         };
-        Next::Answer(rejection(&self.shared, self.grpc, &info, &[]))
+        Next::Answer(rejection(&self.shared, &self.view, self.grpc, &info, &[]))
     }
 
     /// The rejection of a request some policy denied; its body is never read.
     fn rate_limited(&mut self, decisions: Vec<Decision>) -> Response<Bytes> {
-        let indices = self.checks.iter().map(|(index, _, _)| *index);
+        let indices = self.checks.iter().map(|(index, _, _, _)| *index);
         self.decisions = indices.zip(decisions.iter().cloned()).collect();
         // A denial whose cost can never fit has no retry time: say so rather than
         // invite a retry that cannot succeed.
@@ -145,7 +153,7 @@ impl RequestContext {
             decisions,
             retry_after,
         };
-        rejection(&self.shared, self.grpc, &info, &self.decisions)
+        rejection(&self.shared, &self.view, self.grpc, &info, &self.decisions)
     }
 
     /// How long to hold an admitted request: its longest delay, each bounded by its
@@ -153,11 +161,11 @@ impl RequestContext {
     /// measured from the latest instant it has seen; a caller's clock behind that
     /// instant hears a longer delay, which the layer does not wait out.
     fn hold_for(&self, decisions: &[Decision]) -> Duration {
-        let policies = self.shared.limiter.policies();
+        let policies = self.view.policies();
         self.checks
             .iter()
             .zip(decisions)
-            .map(|((index, _, _), d)| d.delay.min(policies[*index].get_max_delay()))
+            .map(|((index, _, _, _), d)| d.delay.min(policies[*index].get_max_delay()))
             .max()
             .unwrap_or_default()
     }
@@ -167,21 +175,21 @@ impl RequestContext {
     /// the charge (never more quota than there may be, should the refund fail).
     fn queue_full(&mut self, decisions: Vec<Decision>, delay: Duration) -> Response<Bytes> {
         self.refund_all(&decisions);
-        let indices = self.checks.iter().map(|(index, _, _)| *index);
+        let indices = self.checks.iter().map(|(index, _, _, _)| *index);
         self.decisions = indices.zip(decisions.iter().cloned()).collect();
         let info = RejectionInfo {
             reason: RejectReason::QueueFull,
             decisions,
             retry_after: Some(delay),
         };
-        rejection(&self.shared, self.grpc, &info, &self.decisions)
+        rejection(&self.shared, &self.view, self.grpc, &info, &self.decisions)
     }
 
     /// Gives back every charge of a request the store charged and the layer will not
     /// hold after all.
     fn refund_all(&mut self, decisions: &[Decision]) {
         if std::mem::take(&mut self.charged) {
-            refund_charges(&self.shared, &self.checks, decisions);
+            refund_charges(&self.shared, &self.view, &self.checks, decisions);
         }
     }
 
@@ -192,19 +200,25 @@ impl RequestContext {
         headers: &mut HeaderMap,
         status: StatusCode,
     ) -> Option<OnGrpcStatus> {
-        self.shared.headers.write(&self.decisions, headers);
-        let policies = self.shared.limiter.policies();
+        self.view.headers.write(&self.decisions, headers);
+        let policies = self.view.policies();
         // Only what the store charged can be refunded.
         if !self.charged
             || !self
                 .checks
                 .iter()
-                .any(|(index, _, _)| policies[*index].refunds_some_responses())
+                .any(|(index, _, _, _)| policies[*index].refunds_some_responses())
         {
             return None;
         }
         if self.grpc.is_none() {
-            refund_uncounted(&self.shared, &self.checks, &self.decisions, status);
+            refund_uncounted(
+                &self.shared,
+                &self.view,
+                &self.checks,
+                &self.decisions,
+                status,
+            );
             return None;
         }
         // gRPC answers HTTP 200; its own status is in the headers of a trailers-only
@@ -212,16 +226,17 @@ impl RequestContext {
         if let Some(code) = headers.get(GRPC_STATUS) {
             refund_uncounted(
                 &self.shared,
+                &self.view,
                 &self.checks,
                 &self.decisions,
                 grpc_http_status(code.as_bytes()),
             );
             return None;
         }
-        let (shared, checks) = (self.shared.clone(), self.checks.clone());
+        let (shared, view, checks) = (self.shared.clone(), self.view.clone(), self.checks.clone());
         let decisions = self.decisions.clone();
         Some(Box::new(move |status| {
-            refund_uncounted(&shared, &checks, &decisions, status);
+            refund_uncounted(&shared, &view, &checks, &decisions, status);
         }))
     }
 }
@@ -230,6 +245,7 @@ impl RequestContext {
 /// rate-limit headers.
 pub(crate) fn rejection(
     shared: &Shared,
+    view: &View,
     grpc: Option<GrpcContentType>,
     info: &RejectionInfo,
     decisions: &[(usize, Decision)],
@@ -243,7 +259,7 @@ pub(crate) fn rejection(
             // A custom response keeps any rate-limit header it set itself.
             let mut response = shared.rejection.http_response(info);
             let mut headers = HeaderMap::new();
-            shared.headers.write(decisions, &mut headers);
+            view.headers.write(decisions, &mut headers);
             for (name, value) in headers {
                 if let Some(name) = name {
                     response.headers_mut().entry(name).or_insert(value);
@@ -253,6 +269,6 @@ pub(crate) fn rejection(
         }
     };
     // The built-in rejections set no rate-limit header: write them straight in.
-    shared.headers.write(decisions, response.headers_mut());
+    view.headers.write(decisions, response.headers_mut());
     response
 }

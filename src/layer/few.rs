@@ -2,7 +2,7 @@
 
 use std::ops::Deref;
 
-use crate::Key;
+use crate::limiter::LayerCheck;
 
 /// A few items, kept inline when there is one: a request limited by one policy (the
 /// common case) allocates nothing for its checks or its decisions.
@@ -54,5 +54,5 @@ impl<T> FromIterator<T> for Few<T> {
     }
 }
 
-/// (policy index, key, cost) of each policy checked for a request.
-pub(crate) type Checks = Few<(usize, Key, u64)>;
+/// (policy index, key, cost, caller's quota) of each policy checked for a request.
+pub(crate) type Checks = Few<LayerCheck>;

@@ -18,7 +18,7 @@ use crate::layer::RateLimitBody;
 use crate::layer::context::{Next, RequestContext};
 use crate::layer::few::Checks;
 use crate::layer::grpc::GrpcContentType;
-use crate::layer::shared::{HeldSlot, Shared};
+use crate::layer::shared::{HeldSlot, Shared, View};
 use crate::store::StoreFuture;
 use crate::{Decision, StoreError};
 
@@ -100,6 +100,7 @@ where
     /// `service` at once, so the service is only cloned when the request must wait.
     pub(crate) fn decided(
         shared: Arc<Shared>,
+        view: Arc<View>,
         service: &mut S,
         request: Request<ReqBody>,
         checks: Checks,
@@ -109,7 +110,7 @@ where
     where
         S: Clone,
     {
-        let mut context = RequestContext::new(shared, checks, grpc);
+        let mut context = RequestContext::new(shared, view, checks, grpc);
         let state = match context.settle(request, result) {
             Next::Call(request) => State::Calling {
                 future: service.call(request),
@@ -128,6 +129,7 @@ where
     /// The decision is on its way (remote store).
     pub(crate) fn deciding(
         shared: Arc<Shared>,
+        view: Arc<View>,
         service: S,
         request: Request<ReqBody>,
         checks: Checks,
@@ -140,7 +142,7 @@ where
                 service: Some(service),
                 request: Some(request),
             },
-            context: Some(RequestContext::new(shared, checks, grpc)),
+            context: Some(RequestContext::new(shared, view, checks, grpc)),
         }
     }
 }

@@ -6,7 +6,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use bytes::Bytes;
 use http::header::{HeaderMap, HeaderName, HeaderValue, RETRY_AFTER};
 
-use crate::{ConfigError, Decision, Policy};
+use crate::{ConfigError, Decision, Policy, Quota};
 
 /// `RateLimit-Policy` (draft-11 and draft-06).
 pub const RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
@@ -132,14 +132,16 @@ pub(crate) struct HeaderPlan {
     names: Vec<String>,
     /// Per policy: its `RateLimit-Policy` list member.
     policy_members: Vec<String>,
+    /// Per policy: the quota of that member; a caller with a quota of its own
+    /// (`quota_from`) gets a member written for its quota instead.
+    quotas: Vec<Quota>,
     /// `RateLimit-Policy` when every policy was checked (the common case), built once.
     all_policies: Option<HeaderValue>,
 }
 
 /// A policy's `RateLimit-Policy` list member in `style`; `name` is its
 /// Structured-Field name.
-fn policy_member(style: HeaderStyle, name: &str, policy: &Policy) -> String {
-    let quota = policy.quota();
+fn policy_member(style: HeaderStyle, name: &str, quota: Quota) -> String {
     let window = ceil_secs(quota.period()).max(1);
     match style {
         HeaderStyle::Draft06 => format!("{};w={window}", quota.limit()),
@@ -157,7 +159,11 @@ fn longest_headers(policies: &[Policy]) -> usize {
     let (mut policy_len, mut state_len) = (separators, separators);
     for policy in policies {
         let name = sf_string(policy.name());
-        policy_len += policy_member(HeaderStyle::Draft11, &name, policy).len();
+        policy_len += policy_member(HeaderStyle::Draft11, &name, policy.quota()).len();
+        if policy.has_quota_from() {
+            // A caller's own quota may state `q` and `w` with up to a u64's digits.
+            policy_len += 2 * U64_DIGITS;
+        }
         state_len += name.len() + ";r=;t=".len() + 2 * U64_DIGITS;
     }
     RATELIMIT_POLICY.as_str().len()
@@ -193,19 +199,31 @@ impl HeaderPlan {
         let policy_members: Vec<String> = policies
             .iter()
             .zip(&names)
-            .map(|(p, name)| policy_member(style, name, p))
+            .map(|(p, name)| policy_member(style, name, p.quota()))
             .collect();
         let all_policies = HeaderValue::try_from(policy_members.join(", ")).ok();
         Self {
             style,
             names,
             policy_members,
+            quotas: policies.iter().map(Policy::quota).collect(),
             all_policies,
         }
     }
 
     /// The `RateLimit-Policy` value for `decisions`.
     fn policy_header(&self, decisions: &[(usize, Decision)]) -> Option<HeaderValue> {
+        if decisions
+            .iter()
+            .any(|(index, d)| d.quota != self.quotas[*index])
+        {
+            // A caller's own quota: its members are written for it.
+            let members: Vec<String> = decisions
+                .iter()
+                .map(|(index, d)| policy_member(self.style, &self.names[*index], d.quota))
+                .collect();
+            return HeaderValue::try_from(members.join(", ")).ok();
+        }
         let everyone = decisions.len() == self.policy_members.len()
             && decisions
                 .iter()

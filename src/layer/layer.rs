@@ -8,8 +8,10 @@ use tower_layer::Layer;
 
 use crate::layer::RateLimit;
 use crate::layer::fail_mode::FailMode;
-use crate::layer::headers::HeaderPlan;
+use arc_swap::ArcSwap;
+
 use crate::layer::shared::Shared;
+use crate::layer::shared::View;
 use crate::{HeaderStyle, Limiter, Rejection};
 
 /// Rate limiting for any Tower service over `http` requests: axum routers, tonic
@@ -71,11 +73,13 @@ impl RateLimitLayer {
     /// # Ok::<(), tollgate::ConfigError>(())
     /// ```
     pub fn new(limiter: Limiter) -> Self {
-        let headers = HeaderPlan::new(HeaderStyle::default(), limiter.policies());
+        let style = HeaderStyle::default();
+        let view = View::new(style, limiter.snapshot());
         Self {
             shared: Arc::new(Shared {
                 limiter,
-                headers,
+                style,
+                view: Arc::new(ArcSwap::from_pointee(view)),
                 rejection: Rejection::default(),
                 fail_mode: FailMode::default(),
                 shadow: false,
@@ -103,7 +107,11 @@ impl RateLimitLayer {
     #[must_use]
     pub fn headers(mut self, style: HeaderStyle) -> Self {
         let shared = self.shared();
-        shared.headers = HeaderPlan::new(style, shared.limiter.policies());
+        shared.style = style;
+        shared.view = Arc::new(ArcSwap::from_pointee(View::new(
+            style,
+            shared.limiter.snapshot(),
+        )));
         self
     }
 

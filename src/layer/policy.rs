@@ -1,4 +1,4 @@
-//! [`Policy`]: a [`Limit`] plus the rules that find a request's key, cost and quota.
+//! [`Policy`]: a [`Limit`] plus the rules that find a request's key and cost.
 
 use std::fmt;
 use std::sync::Arc;
@@ -29,7 +29,6 @@ pub enum MissingKey {
 }
 
 type CountWhen = dyn Fn(StatusCode) -> bool + Send + Sync;
-type QuotaFrom = dyn Fn(&http::request::Parts) -> Option<Quota> + Send + Sync;
 
 /// A [`Limit`] (a named [`Quota`] counted by an [`Algorithm`], default
 /// [`Algorithm::Gcra`]) and, for the Tower layer, how a request's key and cost are found.
@@ -65,6 +64,9 @@ pub struct Policy {
     count_when: Option<Arc<CountWhen>>,
     quota_from: Option<Arc<QuotaFrom>>,
 }
+
+/// A policy's `quota_from` rule.
+type QuotaFrom = dyn Fn(&http::request::Parts) -> Option<Quota> + Send + Sync;
 
 impl Policy {
     /// A policy named `name` allowing `quota`, counted with GCRA until
@@ -164,38 +166,27 @@ impl Policy {
         self
     }
 
-    /// Gives each request the quota `quota` returns for it (its caller's plan), or
-    /// the policy's own quota when it returns `None`.
-    ///
-    /// The usual pairing: an authentication layer in front of the rate limit puts the
-    /// caller's plan in the request extensions, and the closure reads it there. The
-    /// key says *whose* usage is counted; this says *how much* that caller may use.
-    /// When a caller's quota changes (an upgrade), the usage it already has carries
-    /// over to the new quota; a different period or algorithm starts fresh.
+    /// Counts each request with the quota `quota_from` finds for it (its caller's
+    /// plan), `None` meaning the limit's own. The idiomatic pairing is an
+    /// authentication layer in front that puts the caller's plan in the request
+    /// extensions. A caller's usage carries over when its quota changes (see
+    /// [`Limiter::check_with`](crate::Limiter::check_with)), and its response headers
+    /// state its own quota (`RateLimit-Policy: "api";q=10000;w=60`).
     ///
     /// ```
-    /// use tollgate::{Policy, Quota, key};
-    ///
-    /// // Inserted by the authentication layer.
-    /// #[derive(Clone)]
-    /// enum Plan {
-    ///     Free,
-    ///     Pro,
-    /// }
-    ///
-    /// let policy = Policy::new("api", Quota::per_minute(60))?
-    ///     .key(key::header("x-api-key")?)
-    ///     .quota_from(|parts| match parts.extensions.get::<Plan>()? {
-    ///         Plan::Free => None, // the policy's own 60/min
-    ///         Plan::Pro => Some(Quota::per_minute(1000)),
-    ///     });
-    ///
-    /// let (mut parts, _) = http::Request::get("/").header("x-api-key", "k1").body(())?.into_parts();
-    /// assert_eq!(policy.quota_of(&parts), None); // no plan yet: the policy's own
+    /// use tollgate::{Policy, Quota};
+    /// #[derive(Clone, Copy)]
+    /// enum Plan { Free, Pro }
+    /// let api = Policy::new("api", Quota::per_minute(100))?.quota_from(|parts: &http::request::Parts| {
+    ///     match parts.extensions.get::<Plan>()? {
+    ///         Plan::Free => None, // the limit's own quota
+    ///         Plan::Pro => Some(Quota::per_minute(10_000)),
+    ///     }
+    /// });
+    /// let (mut parts, _) = http::Request::get("/").body(())?.into_parts();
+    /// assert_eq!(api.quota_of(&parts), None);
     /// parts.extensions.insert(Plan::Pro);
-    /// assert_eq!(policy.quota_of(&parts), Some(Quota::per_minute(1000)));
-    /// parts.extensions.insert(Plan::Free);
-    /// assert_eq!(policy.quota_of(&parts), None);
+    /// assert_eq!(api.quota_of(&parts), Some(Quota::per_minute(10_000)));
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     #[must_use]
@@ -207,24 +198,32 @@ impl Policy {
         self
     }
 
-    /// The quota a request gets under this policy when it is not the policy's own:
-    /// what the [`quota_from`](Policy::quota_from) closure returns, `None` without one.
+    /// The caller's own quota for a request, if [`quota_from`](Policy::quota_from)
+    /// finds one; `None` means the limit's own quota.
     ///
     /// ```
-    /// use tollgate::{Policy, Quota};
-    /// let (parts, _) = http::Request::get("/").header("x-plan", "gold").body(())?.into_parts();
-    ///
-    /// let plain = Policy::new("api", Quota::per_second(1))?;
-    /// assert_eq!(plain.quota_of(&parts), None);
-    ///
-    /// let by_header = plain.quota_from(|parts| {
-    ///     (parts.headers.get("x-plan")? == "gold").then(|| Quota::per_second(50))
-    /// });
-    /// assert_eq!(by_header.quota_of(&parts), Some(Quota::per_second(50)));
+    /// let policy = tollgate::Policy::new("api", tollgate::Quota::per_second(1))?;
+    /// let (parts, _) = http::Request::get("/").body(())?.into_parts();
+    /// assert_eq!(policy.quota_of(&parts), None);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
+    #[inline]
     pub fn quota_of(&self, parts: &http::request::Parts) -> Option<Quota> {
         self.quota_from.as_ref().and_then(|quota| quota(parts))
+    }
+
+    /// Whether callers may have quotas of their own (their headers may be longer).
+    pub(crate) fn has_quota_from(&self) -> bool {
+        self.quota_from.is_some()
+    }
+
+    /// This policy's request rules over another limit (a reload that changes only
+    /// the limits keeps each policy's rules).
+    pub(crate) fn with_limit(&self, limit: Limit) -> Self {
+        Self {
+            limit,
+            ..self.clone()
+        }
     }
 
     /// The key of a request under this policy, if it has one.

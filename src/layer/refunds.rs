@@ -5,7 +5,7 @@ use http::StatusCode;
 
 use crate::Decision;
 use crate::layer::few::Checks;
-use crate::layer::shared::Shared;
+use crate::layer::shared::{Shared, View};
 use crate::observe;
 use crate::store::StoreFuture;
 
@@ -16,18 +16,22 @@ use crate::store::StoreFuture;
 /// let a denial through) gets nothing back.
 pub(super) fn refund_uncounted(
     shared: &Shared,
+    view: &View,
     checks: &Checks,
     decisions: &[(usize, Decision)],
     status: StatusCode,
 ) {
-    let policies = shared.limiter.policies();
+    let policies = view.policies();
     // `decisions` pairs with `checks` in order; it is empty when the store failed.
-    for ((index, key, _), (_, decision)) in checks.iter().zip(decisions) {
+    for ((index, key, _, _), (_, decision)) in checks.iter().zip(decisions) {
         let policy = &policies[*index];
         if policy.refunds_some_responses()
             && !policy.counts(status)
             && let Some(receipt) = decision.receipt
-            && let Some(refund) = shared.limiter.refund_charge_later(*index, *key, receipt)
+            && let Some(refund) =
+                shared
+                    .limiter
+                    .refund_charge_later(&view.set, *index, *key, receipt, decision.quota)
         {
             spawn_refund(refund);
         }
@@ -36,10 +40,18 @@ pub(super) fn refund_uncounted(
 
 /// Refunds, by their receipts, what every checked policy charged: the request was
 /// charged, then not held.
-pub(super) fn refund_charges(shared: &Shared, checks: &Checks, decisions: &[Decision]) {
-    for ((index, key, _), decision) in checks.iter().zip(decisions) {
+pub(super) fn refund_charges(
+    shared: &Shared,
+    view: &View,
+    checks: &Checks,
+    decisions: &[Decision],
+) {
+    for ((index, key, _, _), decision) in checks.iter().zip(decisions) {
         if let Some(receipt) = decision.receipt
-            && let Some(refund) = shared.limiter.refund_charge_later(*index, *key, receipt)
+            && let Some(refund) =
+                shared
+                    .limiter
+                    .refund_charge_later(&view.set, *index, *key, receipt, decision.quota)
         {
             spawn_refund(refund);
         }

@@ -130,21 +130,23 @@ where
                 decisions: Vec::new(),
                 retry_after: None,
             };
-            return ResponseFuture::answered(rejection(shared, grpc, &info, &[]));
+            return ResponseFuture::answered(rejection(shared, &shared.view(), grpc, &info, &[]));
         }
         if shared.allow.iter().any(|allow| allow(&parts)) {
             return ResponseFuture::unlimited(self.inner.call(Request::from_parts(parts, body)));
         }
 
+        // One set of policies decides the whole request, even across a reload.
+        let view = shared.view();
         let mut checks = Checks::new();
         let mut missing_key = None;
-        for (index, policy) in shared.limiter.policies().iter().enumerate() {
+        for (index, policy) in view.policies().iter().enumerate() {
             match policy.key_of(&parts) {
                 Some(key) => {
                     let cost = policy.cost_of(&parts);
                     // Free requests skip the store entirely.
                     if cost > 0 {
-                        checks.push((index, key, u64::from(cost)));
+                        checks.push((index, key, u64::from(cost), policy.quota_of(&parts)));
                     }
                 }
                 None if policy.missing_key() == MissingKey::Reject => {
@@ -159,7 +161,7 @@ where
                 decisions: Vec::new(),
                 retry_after: Some(period.max(Duration::from_secs(1))),
             };
-            return ResponseFuture::answered(rejection(shared, grpc, &info, &[]));
+            return ResponseFuture::answered(rejection(shared, &shared.view(), grpc, &info, &[]));
         }
         let request = Request::from_parts(parts, body);
         if checks.is_empty() {
@@ -168,9 +170,10 @@ where
         // The memory store decides here and now: an admitted request goes straight to
         // the inner service. Only a request that waits (a remote store, a leaky-bucket
         // delay) takes the ready service along and leaves a clone in its place.
-        match shared.limiter.decide(&checks) {
+        match shared.limiter.decide(&view.set, &checks) {
             Pending::Ready(result) => ResponseFuture::decided(
                 shared.clone(),
+                view,
                 &mut self.inner,
                 request,
                 checks,
@@ -179,6 +182,7 @@ where
             ),
             Pending::Waiting(decision) => ResponseFuture::deciding(
                 shared.clone(),
+                view,
                 take_ready(&mut self.inner),
                 request,
                 checks,

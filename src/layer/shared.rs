@@ -4,12 +4,14 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+use arc_swap::ArcSwap;
 use http::request::Parts;
 
-use crate::Limiter;
 use crate::layer::fail_mode::FailMode;
-use crate::layer::headers::HeaderPlan;
+use crate::layer::headers::{HeaderPlan, HeaderStyle};
 use crate::layer::rejection::Rejection;
+use crate::limiter::Set;
+use crate::{Limiter, Policy};
 
 /// A request predicate of `allow` / `deny`.
 pub(crate) type Predicate = dyn Fn(&Parts) -> bool + Send + Sync;
@@ -18,7 +20,9 @@ pub(crate) type Predicate = dyn Fn(&Parts) -> bool + Send + Sync;
 #[derive(Clone)]
 pub(crate) struct Shared {
     pub(crate) limiter: Limiter,
-    pub(crate) headers: HeaderPlan,
+    pub(crate) style: HeaderStyle,
+    /// The view of the limiter's current set, rebuilt when a reload replaces the set.
+    pub(crate) view: Arc<ArcSwap<View>>,
     pub(crate) rejection: Rejection,
     pub(crate) fail_mode: FailMode,
     pub(crate) shadow: bool,
@@ -30,6 +34,41 @@ pub(crate) struct Shared {
     pub(crate) max_held: usize,
     /// How many are held now, shared by every clone.
     pub(crate) held: Arc<AtomicUsize>,
+}
+
+/// What the layer decides one request with: one set of the limiter's policies (a
+/// reload while the request runs does not change it) and the headers planned for it.
+pub(crate) struct View {
+    pub(crate) set: Arc<Set>,
+    pub(crate) headers: HeaderPlan,
+}
+
+impl View {
+    pub(crate) fn new(style: HeaderStyle, set: Arc<Set>) -> Self {
+        let headers = HeaderPlan::new(style, &set.policies);
+        Self { set, headers }
+    }
+
+    pub(crate) fn policies(&self) -> &[Policy] {
+        &self.set.policies
+    }
+}
+
+impl Shared {
+    /// The view of the limiter's current set: the cached one while the set is the
+    /// same (one atomic load and one reference count), else a new one, planned once
+    /// per reload and cached for the requests after it.
+    #[inline]
+    pub(crate) fn view(&self) -> Arc<View> {
+        let current = self.limiter.current();
+        let cached = self.view.load_full();
+        if Arc::ptr_eq(&cached.set, &current) {
+            return cached;
+        }
+        let view = Arc::new(View::new(self.style, Arc::clone(&current)));
+        self.view.store(Arc::clone(&view));
+        view
+    }
 }
 
 /// One of the layer's places for a held request, given back when dropped: when the

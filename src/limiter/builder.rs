@@ -4,6 +4,9 @@
 use std::any::Any;
 use std::sync::Arc;
 
+use arc_swap::ArcSwap;
+
+use super::set::Set;
 use super::{Backend, Inner, Limiter};
 #[cfg(feature = "layer")]
 use crate::Policy;
@@ -89,42 +92,18 @@ impl LimiterBuilder {
     /// # Ok::<(), tollgate::ConfigError>(())
     /// ```
     pub fn build(self) -> Result<Limiter, ConfigError> {
-        if self.limits.is_empty() {
-            return Err(ConfigError::new(
-                "a limiter needs at least one policy: add one with LimiterBuilder::limit or LimiterBuilder::policy",
-            ));
-        }
-        for (i, limit) in self.limits.iter().enumerate() {
-            limit.validate()?;
-            if self.limits[..i].iter().any(|l| l.name() == limit.name()) {
-                return Err(ConfigError::new(format!(
-                    "duplicate policy name \"{}\": names must be unique within a limiter",
-                    limit.name()
-                )));
-            }
-        }
-        #[cfg(feature = "layer")]
-        {
-            for policy in &self.policies {
-                policy.validate()?;
-            }
-            // Every policy is one member of each header the layer writes.
-            crate::layer::headers::check_size(&self.policies)?;
-        }
         let backend = self
             .store
             .unwrap_or_else(|| Backend::Memory(MemoryStore::new()));
-        for limit in &self.limits {
-            match &backend {
-                Backend::Memory(store) => store.validate(limit)?,
-                Backend::Other(store) => store.validate(limit)?,
-            }
-        }
+        let set = Set::new(
+            self.limits,
+            #[cfg(feature = "layer")]
+            self.policies,
+            &backend,
+        )?;
         Ok(Limiter {
             inner: Arc::new(Inner {
-                limits: self.limits,
-                #[cfg(feature = "layer")]
-                policies: self.policies,
+                set: ArcSwap::from_pointee(set),
                 backend,
             }),
         })

@@ -7,7 +7,7 @@ use std::task::{Context, Poll};
 
 use super::{Backend, Limiter, missing_decision};
 use crate::store::{Charge, StoreFuture};
-use crate::{Decision, Key, StoreError};
+use crate::{Decision, Key, Quota, StoreError};
 
 /// The future of [`Limiter::check`].
 pub(super) struct Check<'a> {
@@ -15,6 +15,8 @@ pub(super) struct Check<'a> {
     pub(super) policy: &'a str,
     pub(super) key: &'a Key,
     pub(super) cost: u32,
+    /// The caller's own quota ([`Limiter::check_with`]); `None`: the limit's.
+    pub(super) quota: Option<Quota>,
     pub(super) state: CheckState<'a>,
 }
 
@@ -44,18 +46,31 @@ impl Future for Check<'_> {
         );
         this.state = CheckState::Done;
         let limiter = this.limiter;
-        let (key, cost) = (this.key, u64::from(this.cost));
-        let limit = match limiter.find(this.policy) {
-            Ok(limit) => limit,
-            Err(error) => return Poll::Ready(Err(error)),
-        };
+        let (policy, key, cost, quota) = (this.policy, this.key, u64::from(this.cost), this.quota);
         match &limiter.inner.backend {
             Backend::Memory(store) => {
-                Poll::Ready(Ok(store.acquire_one(&Charge { limit, key, cost })))
+                // The set is loaded once, without a lock, and used for this one
+                // synchronous decision.
+                let set = limiter.inner.set.load();
+                Poll::Ready(limiter.resolve(&set, policy, quota).map(|limit| {
+                    store.acquire_one(&Charge {
+                        limit: &limit,
+                        key,
+                        cost,
+                    })
+                }))
             }
             Backend::Other(store) => {
+                // The future holds its set: a reload while it awaits the store does
+                // not change the limit it decides under.
+                let set = limiter.snapshot();
                 let mut future: StoreFuture<'_, Decision> = Box::pin(async move {
-                    let charge = Charge { limit, key, cost };
+                    let limit = limiter.resolve(&set, policy, quota)?;
+                    let charge = Charge {
+                        limit: &limit,
+                        key,
+                        cost,
+                    };
                     let mut decisions = store.acquire(std::slice::from_ref(&charge)).await?;
                     decisions.pop().ok_or_else(|| missing_decision(1, 0))
                 });

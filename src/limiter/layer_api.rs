@@ -1,9 +1,12 @@
-//! What the Tower layer asks of the limiter: decisions by limit index, without a
-//! future on the memory store, and refunds it runs in the background.
+//! What the Tower layer asks of the limiter: decisions by limit index in one set of
+//! limits, without a future on the memory store, and refunds it runs in the background.
 
-use super::{Backend, Limiter, missing_decision};
+use std::borrow::Cow;
+use std::sync::Arc;
+
+use super::{Backend, Limiter, Set, missing_decision};
 use crate::store::{Charge, StoreFuture};
-use crate::{Decision, Key, Receipt, StoreError};
+use crate::{Decision, Key, Limit, Quota, Receipt, StoreError};
 
 /// A decision the layer can take without awaiting (memory store), or a future for it.
 pub(crate) enum Pending {
@@ -11,39 +14,63 @@ pub(crate) enum Pending {
     Waiting(StoreFuture<'static, Vec<Decision>>),
 }
 
+/// One policy's part of a request: its index in the set, the key, the cost, and the
+/// caller's own quota if it has one.
+pub(crate) type LayerCheck = (usize, Key, u64, Option<Quota>);
+
 /// What the Tower layer asks of the limiter: decisions by limit index, owned futures.
 impl Limiter {
-    /// Decides `checks` (policy index, key, cost) all-or-nothing: synchronously on the
-    /// memory store, else through a `'static` future that owns what it needs.
-    pub(crate) fn decide(&self, checks: &[(usize, Key, u64)]) -> Pending {
-        let limits = &self.inner.limits;
+    /// The limits of `checks`, each under its caller's quota when it has one.
+    fn limits_of<'s>(
+        &self,
+        set: &'s Set,
+        checks: &[LayerCheck],
+    ) -> Result<Vec<Cow<'s, Limit>>, StoreError> {
+        checks
+            .iter()
+            .map(|(index, _, _, quota)| self.with_quota(&set.limits[*index], *quota))
+            .collect()
+    }
+
+    /// Decides `checks` all-or-nothing under `set`: synchronously on the memory store,
+    /// else through a `'static` future that owns what it needs.
+    pub(crate) fn decide(&self, set: &Arc<Set>, checks: &[LayerCheck]) -> Pending {
         match &self.inner.backend {
             Backend::Memory(store) => {
-                if let [(index, key, cost)] = checks {
-                    let charge = Charge {
-                        limit: &limits[*index],
-                        key,
-                        cost: *cost,
-                    };
-                    return Pending::Ready(Ok(vec![store.acquire_one(&charge)]));
+                if let [(index, key, cost, quota)] = checks {
+                    let result = self.with_quota(&set.limits[*index], *quota).map(|limit| {
+                        vec![store.acquire_one(&Charge {
+                            limit: &limit,
+                            key,
+                            cost: *cost,
+                        })]
+                    });
+                    return Pending::Ready(result);
                 }
-                let charges: Vec<Charge<'_>> = checks
-                    .iter()
-                    .map(|(index, key, cost)| Charge {
-                        limit: &limits[*index],
-                        key,
-                        cost: *cost,
-                    })
-                    .collect();
-                Pending::Ready(Ok(store.acquire_all(&charges)))
-            }
-            Backend::Other(store) => {
-                let (limiter, store, checks) = (self.clone(), store.clone(), checks.to_vec());
-                Pending::Waiting(Box::pin(async move {
+                let result = self.limits_of(set, checks).map(|limits| {
                     let charges: Vec<Charge<'_>> = checks
                         .iter()
-                        .map(|(index, key, cost)| Charge {
-                            limit: &limiter.inner.limits[*index],
+                        .zip(&limits)
+                        .map(|((_, key, cost, _), limit)| Charge {
+                            limit,
+                            key,
+                            cost: *cost,
+                        })
+                        .collect();
+                    store.acquire_all(&charges)
+                });
+                Pending::Ready(result)
+            }
+            Backend::Other(store) => {
+                let (limiter, store, set) = (self.clone(), store.clone(), set.clone());
+                let checks = checks.to_vec();
+                Pending::Waiting(Box::pin(async move {
+                    let limits = limiter.limits_of(&set, &checks)?;
+                    let charges: Vec<Charge<'_>> = checks
+                        .iter()
+                        .zip(&limits)
+                        .map(|((_, key, cost, _), limit)| Charge {
+                            limit,
                             key,
                             cost: *cost,
                         })
@@ -59,19 +86,23 @@ impl Limiter {
         }
     }
 
-    /// Takes back the whole charge of `receipt`, made to `key` under the policy at
-    /// `index`: at once on the memory store, else in a future the caller runs in the
-    /// background.
+    /// Takes back the whole charge of `receipt`, made to `key` under the limit at
+    /// `index` of `set` with `quota` (the decision's): at once on the memory store,
+    /// else in a future the caller runs in the background.
     pub(crate) fn refund_charge_later(
         &self,
+        set: &Arc<Set>,
         index: usize,
         key: Key,
         receipt: Receipt,
+        quota: Quota,
     ) -> Option<StoreFuture<'static, ()>> {
         match &self.inner.backend {
             Backend::Memory(store) => {
+                // A quota refused now was refused when charged: nothing to take back.
+                let limit = self.with_quota(&set.limits[index], Some(quota)).ok()?;
                 let charge = Charge {
-                    limit: &self.inner.limits[index],
+                    limit: &limit,
                     key: &key,
                     cost: receipt.cost(),
                 };
@@ -79,10 +110,11 @@ impl Limiter {
                 None
             }
             Backend::Other(store) => {
-                let (limiter, store) = (self.clone(), store.clone());
+                let (limiter, store, set) = (self.clone(), store.clone(), set.clone());
                 Some(Box::pin(async move {
+                    let limit = limiter.with_quota(&set.limits[index], Some(quota))?;
                     let charge = Charge {
-                        limit: &limiter.inner.limits[index],
+                        limit: &limit,
                         key: &key,
                         cost: receipt.cost(),
                     };
@@ -90,5 +122,11 @@ impl Limiter {
                 }))
             }
         }
+    }
+
+    /// The current set, as a guard: what the layer compares its cached view with.
+    #[inline]
+    pub(crate) fn current(&self) -> arc_swap::Guard<Arc<Set>> {
+        self.inner.set.load()
     }
 }

@@ -2,22 +2,29 @@
 
 mod builder;
 mod check;
+mod entry;
 #[cfg(feature = "layer")]
 mod layer_api;
+mod set;
 
 pub use builder::LimiterBuilder;
+pub use entry::CheckEntry;
 #[cfg(feature = "layer")]
-pub(crate) use layer_api::Pending;
+pub(crate) use layer_api::{LayerCheck, Pending};
+pub(crate) use set::Set;
 
+use std::borrow::Cow;
 use std::fmt;
 use std::future::Future;
 use std::sync::Arc;
+
+use arc_swap::ArcSwap;
 
 use self::check::{Check, CheckState};
 #[cfg(feature = "layer")]
 use crate::Policy;
 use crate::store::{Charge, Store};
-use crate::{Decision, Key, Limit, MemoryStore, StoreError, StoreErrorKind};
+use crate::{ConfigError, Decision, Key, Limit, MemoryStore, Quota, StoreError, StoreErrorKind};
 
 /// Decides whether keys may spend cost under named policies.
 ///
@@ -49,11 +56,9 @@ pub struct Limiter {
 }
 
 pub(super) struct Inner {
-    pub(super) limits: Vec<Limit>,
-    /// The layer's request rules, one per limit (a limit added on its own has the
-    /// default rules).
-    #[cfg(feature = "layer")]
-    pub(super) policies: Vec<Policy>,
+    /// The current set of limits: loaded once per check, without a lock, and replaced
+    /// whole by [`Limiter::reload`].
+    pub(super) set: ArcSwap<Set>,
     pub(super) backend: Backend,
 }
 
@@ -84,7 +89,8 @@ impl Limiter {
         LimiterBuilder::default()
     }
 
-    /// The limiter's policies, in the order they were added.
+    /// The limiter's policies, in the order they were added (after a
+    /// [`reload`](Limiter::reload), the new set's).
     ///
     /// ```
     /// use tollgate::{Limiter, Policy, Quota};
@@ -93,11 +99,12 @@ impl Limiter {
     /// # Ok::<(), tollgate::ConfigError>(())
     /// ```
     #[cfg(feature = "layer")]
-    pub fn policies(&self) -> &[Policy] {
-        &self.inner.policies
+    pub fn policies(&self) -> Vec<Policy> {
+        self.inner.set.load().policies.clone()
     }
 
-    /// The limiter's limits, in the order they were added.
+    /// The limiter's limits, in the order they were added (after a
+    /// [`reload`](Limiter::reload), the new set's).
     ///
     /// ```
     /// use tollgate::{Limit, Limiter, Quota};
@@ -105,8 +112,8 @@ impl Limiter {
     /// assert_eq!(limiter.limits()[0].name(), "api");
     /// # Ok::<(), tollgate::ConfigError>(())
     /// ```
-    pub fn limits(&self) -> &[Limit] {
-        &self.inner.limits
+    pub fn limits(&self) -> Vec<Limit> {
+        self.inner.set.load().limits.clone()
     }
 
     /// The limit named `name`.
@@ -114,15 +121,12 @@ impl Limiter {
     /// ```
     /// use tollgate::{Limit, Limiter, Quota};
     /// let limiter = Limiter::builder().limit(Limit::new("api", Quota::per_second(5))?).build()?;
-    /// assert_eq!(limiter.limit("api").map(Limit::capacity), Some(5));
+    /// assert_eq!(limiter.limit("api").map(|l| l.capacity()), Some(5));
     /// assert!(limiter.limit("other").is_none());
     /// # Ok::<(), tollgate::ConfigError>(())
     /// ```
-    pub fn limit(&self, name: &str) -> Option<&Limit> {
-        self.inner
-            .limits
-            .iter()
-            .find(|l| names_match(l.name(), name))
+    pub fn limit(&self, name: &str) -> Option<Limit> {
+        self.inner.set.load().find(name).cloned()
     }
 
     /// The policy named `name`.
@@ -135,23 +139,144 @@ impl Limiter {
     /// # Ok::<(), tollgate::ConfigError>(())
     /// ```
     #[cfg(feature = "layer")]
-    pub fn policy(&self, name: &str) -> Option<&Policy> {
+    pub fn policy(&self, name: &str) -> Option<Policy> {
         self.inner
+            .set
+            .load()
             .policies
             .iter()
             .find(|p| names_match(p.name(), name))
+            .cloned()
     }
 
-    pub(super) fn find(&self, name: &str) -> Result<&Limit, StoreError> {
-        self.limit(name).ok_or_else(|| {
-            StoreError::new(
-                StoreErrorKind::UnknownPolicy,
-                format!(
-                    "no policy named \"{}\" in this limiter",
-                    name.escape_debug()
-                ),
-            )
-        })
+    /// Replaces the limiter's limits with `limits`, atomically: checks that started
+    /// under the old set finish under it, every later one sees only the new set.
+    ///
+    /// - **Usage carries over.** A limit whose count or burst changed keeps each key's
+    ///   usage (used 80 of 100/min, raised to 1000/min: 920 left; used 800 of
+    ///   1000/min, lowered to 100/min: none left until it refills). A limit whose period
+    ///   or algorithm changed starts from fresh state.
+    /// - A limit left out stops deciding: checks naming it fail as for any unknown
+    ///   policy, and its state expires (Redis TTLs; the memory store's sweeps).
+    /// - With the layer, a limit keeps the request rules (key, costs, …) of the policy
+    ///   of the same name; a new name gets the default rules. To replace the rules too,
+    ///   use [`reload_policies`](Limiter::reload_policies).
+    /// - An invalid set is refused whole, with the same errors as
+    ///   [`LimiterBuilder::build`], and the old set stays.
+    ///
+    /// No lock is taken on the request path: a check loads the current set from an
+    /// atomic pointer.
+    ///
+    /// ```
+    /// use tollgate::{Key, Limit, Limiter, Quota};
+    /// # tokio::runtime::Builder::new_current_thread().build()?.block_on(async {
+    /// let limiter = Limiter::builder().limit(Limit::new("api", Quota::per_minute(100))?).build()?;
+    /// let key = Key::from("alice");
+    /// limiter.check("api", &key, 80).await?;
+    /// limiter.reload([Limit::new("api", Quota::per_minute(1000))?])?;
+    /// assert_eq!(limiter.check("api", &key, 0).await?.remaining, 920);
+    /// // A bad set is refused whole; the old one stays.
+    /// assert!(limiter.reload(Vec::<Limit>::new()).is_err());
+    /// assert_eq!(limiter.limit("api").map(|l| l.quota()), Some(Quota::per_minute(1000)));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// # })?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn reload(&self, limits: impl IntoIterator<Item = Limit>) -> Result<(), ConfigError> {
+        let limits: Vec<Limit> = limits.into_iter().collect();
+        #[cfg(feature = "layer")]
+        let policies = {
+            let current = self.inner.set.load();
+            limits
+                .iter()
+                .map(
+                    |limit| match current.policies.iter().find(|p| p.name() == limit.name()) {
+                        Some(policy) => policy.with_limit(limit.clone()),
+                        None => Policy::from(limit.clone()),
+                    },
+                )
+                .collect()
+        };
+        let set = Set::new(
+            limits,
+            #[cfg(feature = "layer")]
+            policies,
+            &self.inner.backend,
+        )?;
+        self.inner.set.store(Arc::new(set));
+        Ok(())
+    }
+
+    /// Replaces the limiter's policies (limits and request rules) with `policies`,
+    /// atomically, as [`reload`](Limiter::reload) does for limits: the layer decides
+    /// each request under one set, old or new; usage carries over; an invalid set is
+    /// refused whole and the old one stays.
+    ///
+    /// ```
+    /// use tollgate::{Limiter, Policy, Quota, key};
+    /// let limiter = Limiter::builder().policy(Policy::new("api", Quota::per_minute(100))?).build()?;
+    /// limiter.reload_policies([
+    ///     Policy::new("api", Quota::per_minute(1000))?.key(key::header("x-api-key")?),
+    /// ])?;
+    /// assert_eq!(limiter.policy("api").map(|p| p.quota()), Some(Quota::per_minute(1000)));
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    #[cfg(feature = "layer")]
+    pub fn reload_policies(
+        &self,
+        policies: impl IntoIterator<Item = Policy>,
+    ) -> Result<(), ConfigError> {
+        let policies: Vec<Policy> = policies.into_iter().collect();
+        let limits = policies.iter().map(|p| p.limit().clone()).collect();
+        let set = Set::new(limits, policies, &self.inner.backend)?;
+        self.inner.set.store(Arc::new(set));
+        Ok(())
+    }
+
+    /// The current set, shared: what a check that awaits a store holds on to.
+    #[inline]
+    pub(crate) fn snapshot(&self) -> Arc<Set> {
+        self.inner.set.load_full()
+    }
+
+    /// The limit `name` of `set` under `quota` when one is given: the limit itself when
+    /// the quota is its own, else the limit under the caller's quota, checked as the
+    /// builder checks limits (a quota the algorithm or the store cannot count exactly
+    /// is refused, naming it).
+    pub(crate) fn resolve<'s>(
+        &self,
+        set: &'s Set,
+        name: &str,
+        quota: Option<Quota>,
+    ) -> Result<Cow<'s, Limit>, StoreError> {
+        let limit = set.find(name).ok_or_else(|| unknown_policy(name))?;
+        self.with_quota(limit, quota)
+    }
+
+    /// `limit` under `quota` (see [`resolve`](Limiter::resolve)).
+    #[inline]
+    pub(crate) fn with_quota<'s>(
+        &self,
+        limit: &'s Limit,
+        quota: Option<Quota>,
+    ) -> Result<Cow<'s, Limit>, StoreError> {
+        match quota {
+            Some(quota) if quota != limit.quota() => {
+                let own = limit.with_quota(quota);
+                let checked = own.validate().and_then(|()| match &self.inner.backend {
+                    Backend::Memory(store) => store.check_bytes(&own),
+                    Backend::Other(store) => store.validate_quota(&own),
+                });
+                match checked {
+                    Ok(()) => Ok(Cow::Owned(own)),
+                    Err(error) => Err(StoreError::new(
+                        StoreErrorKind::InvalidQuota,
+                        format!("caller's quota \"{quota}\" refused: {error}"),
+                    )),
+                }
+            }
+            _ => Ok(Cow::Borrowed(limit)),
+        }
     }
 
     /// Charges `cost` to `key` under `policy` if it fits. Cost 0 peeks: it reports the
@@ -184,6 +309,55 @@ impl Limiter {
             policy,
             key,
             cost,
+            quota: None,
+            state: CheckState::Start,
+        }
+    }
+
+    /// Charges `cost` to `key` under `policy`, counted with this caller's `quota`
+    /// instead of the limit's own: plans, where free callers get 100/min and paying
+    /// ones 10,000/min. Everything else about the limit (name, algorithm, delay bound)
+    /// stays; decisions and response headers state `quota`.
+    ///
+    /// **Usage carries over** between quotas of the same period: a key's state records
+    /// what it has spent, and a new count or burst applies to that usage (used 80 of
+    /// 100/min, upgraded to 1000/min: 920 left; used 800 of 1000/min, downgraded to
+    /// 100/min: none left until it refills). For the token bucket, GCRA and the leaky
+    /// bucket, usage is counted in whole requests when the quota changes, rounded up (in
+    /// the limiter's favour). A quota over another period counts in state of its own.
+    ///
+    /// A quota the limit's algorithm or the store cannot count exactly (a burst on a
+    /// window algorithm; a log too large for the memory store's bounds) is an error of
+    /// kind [`InvalidQuota`](crate::StoreErrorKind::InvalidQuota), naming it; the
+    /// layer treats it as a store failure (its fail mode).
+    ///
+    /// ```
+    /// use tollgate::{Key, Limiter, Limit, Quota};
+    /// # tokio::runtime::Builder::new_current_thread().build()?.block_on(async {
+    /// let limiter = Limiter::builder().limit(Limit::new("api", Quota::per_minute(100))?).build()?;
+    /// let (free, pro) = (Quota::per_minute(100), Quota::per_minute(1000));
+    /// let key = Key::from("alice");
+    /// assert_eq!(limiter.check_with("api", &key, 80, free).await?.remaining, 20);
+    /// // Upgraded: the 80 already used count against the new quota.
+    /// let d = limiter.check_with("api", &key, 1, pro).await?;
+    /// assert_eq!((d.remaining, d.quota), (919, pro));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// # })?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn check_with<'a>(
+        &'a self,
+        policy: &'a str,
+        key: &'a Key,
+        cost: u32,
+        quota: Quota,
+    ) -> impl Future<Output = Result<Decision, StoreError>> + Send + 'a {
+        Check {
+            limiter: self,
+            policy,
+            key,
+            cost,
+            quota: Some(quota),
             state: CheckState::Start,
         }
     }
@@ -209,20 +383,30 @@ impl Limiter {
     /// # })?;
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub async fn check_all(
+    pub async fn check_all<E: CheckEntry>(
         &self,
-        checks: &[(&str, &Key, u32)],
+        checks: &[E],
     ) -> Result<Vec<Decision>, StoreError> {
-        let charges = checks
+        let set = self.snapshot();
+        let limits = checks
             .iter()
-            .map(|&(name, key, cost)| {
-                Ok(Charge {
-                    limit: self.find(name)?,
-                    key,
-                    cost: u64::from(cost),
-                })
+            .map(|entry| {
+                let (name, _, _, quota) = entry.parts();
+                self.resolve(&set, name, quota)
             })
             .collect::<Result<Vec<_>, StoreError>>()?;
+        let charges: Vec<Charge<'_>> = checks
+            .iter()
+            .zip(&limits)
+            .map(|(entry, limit)| {
+                let (_, key, cost, _) = entry.parts();
+                Charge {
+                    limit,
+                    key,
+                    cost: u64::from(cost),
+                }
+            })
+            .collect();
         match &self.inner.backend {
             Backend::Memory(store) => Ok(store.acquire_all(&charges)),
             Backend::Other(store) => {
@@ -257,8 +441,9 @@ impl Limiter {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub async fn refund(&self, policy: &str, key: &Key, cost: u32) -> Result<(), StoreError> {
+        let set = self.snapshot();
         let charge = Charge {
-            limit: self.find(policy)?,
+            limit: set.find(policy).ok_or_else(|| unknown_policy(policy))?,
             key,
             cost: u64::from(cost),
         };
@@ -323,8 +508,11 @@ impl Limiter {
         let Some(receipt) = decision.receipt else {
             return Ok(());
         };
+        // Under the quota the charge was made with: a caller's own, if it had one.
+        let set = self.snapshot();
+        let limit = self.resolve(&set, decision.policy, Some(decision.quota))?;
         let charge = Charge {
-            limit: self.find(decision.policy)?,
+            limit: &limit,
             key,
             cost: u64::from(amount).min(receipt.cost()),
         };
@@ -341,6 +529,16 @@ impl Limiter {
     }
 }
 
+pub(super) fn unknown_policy(name: &str) -> StoreError {
+    StoreError::new(
+        StoreErrorKind::UnknownPolicy,
+        format!(
+            "no policy named \"{}\" in this limiter",
+            name.escape_debug()
+        ),
+    )
+}
+
 pub(super) fn missing_decision(expected: usize, got: usize) -> StoreError {
     StoreError::new(
         StoreErrorKind::Protocol,
@@ -351,7 +549,7 @@ pub(super) fn missing_decision(expected: usize, got: usize) -> StoreError {
 impl fmt::Debug for Limiter {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Limiter")
-            .field("limits", &self.inner.limits)
+            .field("limits", &self.inner.set.load().limits)
             .field("store", &self.inner.backend)
             .finish()
     }

@@ -286,6 +286,7 @@ mod tests {
             retry_after: Some(retry),
             delay: Duration::ZERO,
             policy: "api",
+            quota: crate::Quota::per_second(1),
             receipt: None,
         }
     }

@@ -202,4 +202,9 @@ impl<P: Store, I: Store> Store for Fallback<P, I> {
         self.primary.validate(policy)?;
         self.insurance.validate(policy)
     }
+
+    fn validate_quota(&self, policy: &Limit) -> Result<(), ConfigError> {
+        self.primary.validate_quota(policy)?;
+        self.insurance.validate_quota(policy)
+    }
 }

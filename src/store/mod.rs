@@ -99,6 +99,14 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
         let _ = policy;
         Ok(())
     }
+
+    /// Says whether this store can serve `policy` under a caller's own quota
+    /// ([`Limiter::check_with`](crate::Limiter::check_with)); called at request time,
+    /// for a quota other than the limit's own, so it must be cheap and must not
+    /// register anything. The default is [`validate`](Store::validate).
+    fn validate_quota(&self, policy: &Limit) -> Result<(), ConfigError> {
+        self.validate(policy)
+    }
 }
 
 /// Builds the public decision from an algorithm's verdict.
@@ -111,6 +119,7 @@ pub(crate) fn decision(policy: &Limit, verdict: Verdict) -> Decision {
         retry_after: verdict.retry_after_us.map(Duration::from_micros),
         delay: Duration::from_micros(verdict.delay_us),
         policy: policy.name(),
+        quota: policy.quota(),
         receipt: verdict.receipt,
     }
 }

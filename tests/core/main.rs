@@ -13,4 +13,5 @@ mod key;
 mod limiter;
 mod memory_store;
 mod quota;
+mod quota_changes;
 mod scenarios;

@@ -18,4 +18,5 @@ mod hardening;
 mod http;
 mod key_extractors;
 mod outage_store;
+mod outbound;
 mod tower_stack;

@@ -21,5 +21,6 @@ mod faults;
 mod functions;
 mod max_delay;
 mod refunds;
+mod reload;
 mod scenarios;
 mod store;

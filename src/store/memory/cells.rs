@@ -89,31 +89,43 @@ impl<S> Cell for Stamped<S> {
     }
 }
 
-/// The one-word state of GCRA and the leaky bucket (the TAT), which a decision for a
-/// stored key updates by compare-and-swap under the shard's *read* lock: threads
-/// deciding for keys of one shard, even for one hot key, do not wait for each other.
-/// Same size as the plain word.
-pub(super) struct AtomicTat(pub(super) AtomicU64);
+/// The state of GCRA and the leaky bucket: the TAT, which a decision for a stored key
+/// updates by compare-and-swap under the shard's *read* lock (threads deciding for
+/// keys of one shard, even for one hot key, do not wait for each other), and the `T`
+/// it is counted in, which only changes under the write lock (a caller whose quota
+/// changed: see `gcra::carry_over`).
+pub(super) struct AtomicTat {
+    pub(super) tat: AtomicU64,
+    pub(super) emission_ns: u64,
+}
 
 impl Cell for AtomicTat {
     type State = gcra::State;
 
     fn new(state: gcra::State) -> Self {
-        Self(AtomicU64::new(state.tat_ns))
+        Self {
+            tat: AtomicU64::new(state.tat_ns),
+            emission_ns: state.emission_ns,
+        }
     }
 
     #[inline]
     fn with_mut<T>(&mut self, f: impl FnOnce(&mut gcra::State) -> T) -> T {
-        let tat = self.0.get_mut();
-        let mut state = gcra::State { tat_ns: *tat };
+        let tat = self.tat.get_mut();
+        let mut state = gcra::State {
+            tat_ns: *tat,
+            emission_ns: self.emission_ns,
+        };
         let result = f(&mut state);
         *tat = state.tat_ns;
+        self.emission_ns = state.emission_ns;
         result
     }
 
     fn with<T>(&self, f: impl FnOnce(&gcra::State) -> T) -> T {
         f(&gcra::State {
-            tat_ns: self.0.load(Relaxed),
+            tat_ns: self.tat.load(Relaxed),
+            emission_ns: self.emission_ns,
         })
     }
 }

@@ -403,6 +403,28 @@ impl MemoryStore {
     }
 }
 
+impl MemoryStore {
+    /// Refuses a limit one of whose keys could outgrow a shard's part of
+    /// [`max_bytes`](MemoryStore::max_bytes): at build time for a limit's own quota,
+    /// at request time for a caller's ([`Limiter::check_with`](crate::Limiter::check_with)).
+    pub(crate) fn check_bytes(&self, policy: &Limit) -> Result<(), ConfigError> {
+        let worst = worst_case_bytes(policy.params());
+        let part = self.bytes_per_shard();
+        if worst > part {
+            return Err(ConfigError::new(format!(
+                "policy \"{}\": one key's {} state can take {worst} bytes, more than the \
+                 memory store's part of max_bytes per shard ({part} bytes: {} bytes over {} \
+                 shards); raise MemoryStore::max_bytes, lower the limit or pick another algorithm",
+                policy.name(),
+                policy.params().algorithm,
+                self.inner.max_bytes,
+                self.inner.shards.len(),
+            )));
+        }
+        Ok(())
+    }
+}
+
 /// Whether `policy`'s states can be updated under a shard's read lock.
 #[inline]
 fn has_atomic_states(policy: &Limit) -> bool {
@@ -447,23 +469,15 @@ impl Store for MemoryStore {
     /// shard, so that each policy's share of the bounds is known from the start (see
     /// [`max_keys`](MemoryStore::max_keys)).
     fn validate(&self, policy: &Limit) -> Result<(), ConfigError> {
-        let worst = worst_case_bytes(policy.params());
-        let part = self.bytes_per_shard();
-        if worst > part {
-            return Err(ConfigError::new(format!(
-                "policy \"{}\": one key's {} state can take {worst} bytes, more than the \
-                 memory store's part of max_bytes per shard ({part} bytes: {} bytes over {} \
-                 shards); raise MemoryStore::max_bytes, lower the limit or pick another algorithm",
-                policy.name(),
-                policy.params().algorithm,
-                self.inner.max_bytes,
-                self.inner.shards.len(),
-            )));
-        }
+        self.check_bytes(policy)?;
         for shard in &self.inner.shards {
             write(&shard.0).table_index(policy);
         }
         Ok(())
+    }
+
+    fn validate_quota(&self, policy: &Limit) -> Result<(), ConfigError> {
+        self.check_bytes(policy)
     }
 
     fn acquire<'a>(&'a self, charges: &'a [Charge<'a>]) -> StoreFuture<'a, Vec<Decision>> {

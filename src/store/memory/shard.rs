@@ -124,10 +124,17 @@ fn run_atomic<R: Rule<State = gcra::State>>(
     (now, floor): (u64, u64),
     cost: u64,
 ) -> Option<Verdict> {
-    let (_, AtomicTat(tat)) = map.find(key.hash, |(k, _)| k == key.key)?;
+    let (_, AtomicTat { tat, emission_ns }) = map.find(key.hash, |(k, _)| k == key.key)?;
+    if *emission_ns != p.emission_ns {
+        // Counted under another quota: re-counting it needs the write lock.
+        return None;
+    }
     let mut seen = tat.load(Relaxed);
     loop {
-        let mut state = gcra::State { tat_ns: seen };
+        let mut state = gcra::State {
+            tat_ns: seen,
+            emission_ns: p.emission_ns,
+        };
         let step = algorithm::apply::<R>(p, &mut state, now, floor, cost, true);
         // A denial (or a zero cost) changes nothing: its verdict holds for the TAT
         // read. A charge holds once its TAT is installed over the one it started from.
@@ -198,9 +205,9 @@ impl Shard {
         let id = policy.table();
         let table = self.tables.iter().find(|t| t.id == id)?;
         match &table.states {
-            States::Gcra(map) => run_atomic::<Gcra>(map, &table.params, key, (now, floor), cost),
+            States::Gcra(map) => run_atomic::<Gcra>(map, policy.params(), key, (now, floor), cost),
             States::LeakyBucket(map) => {
-                run_atomic::<LeakyBucket>(map, &table.params, key, (now, floor), cost)
+                run_atomic::<LeakyBucket>(map, policy.params(), key, (now, floor), cost)
             }
             _ => None,
         }
@@ -226,13 +233,11 @@ impl Shard {
         let index = self.table_index(policy);
         let at = (now, floor);
         let table = &mut self.tables[index];
+        // The charge's own parameters, not the table's: a caller's quota may differ from
+        // the limit's (a plan), and its state carries its usage over between them.
+        let params = policy.params();
         let stored = with_rule!(&mut table.states, |map, R| run_stored::<R, _>(
-            map,
-            &table.params,
-            key,
-            at,
-            cost,
-            charge
+            map, params, key, at, cost, charge
         ));
         if let Some((verdict, grown)) = stored {
             if grown != 0 {
@@ -244,9 +249,8 @@ impl Shard {
             }
             return verdict;
         }
-        let params = self.tables[index].params;
         let verdict = with_rule!(&self.tables[index].states, |_map, R| {
-            run_fresh::<R>(&params, at, cost, false).0
+            run_fresh::<R>(params, at, cost, false).0
         });
         if !(charge && cost > 0 && verdict.allowed) {
             return verdict;
@@ -255,7 +259,7 @@ impl Shard {
         let hasher = self.hasher;
         let table = &mut self.tables[index];
         let (verdict, bytes) = with_rule!(&mut table.states, |map, R| {
-            let (verdict, state) = run_fresh::<R>(&table.params, at, cost, true);
+            let (verdict, state) = run_fresh::<R>(params, at, cost, true);
             let (_, cell) = map
                 .insert_unique(key.hash, (*key.key, Cell::new(state)), |(k, _)| {
                     hasher.hash_one(k)
@@ -303,7 +307,7 @@ impl Shard {
         let table = &mut self.tables[index];
         with_rule!(&mut table.states, |map, R| refund_in::<R, _>(
             map,
-            &table.params,
+            policy.params(),
             key,
             (now, floor),
             what

@@ -1,11 +1,14 @@
-//! Redis key names: `<prefix>:<policy>:{<subject>}:<algorithm>:<parameters>`.
+//! Redis key names: `<prefix>:<policy>:{<subject>}:<algorithm>:<period>`.
 //!
 //! The subject is the caller key's fingerprint in hex: fixed length, and the only text
 //! between braces, so it alone picks the Redis Cluster slot. Braces (and `%`) in the
 //! prefix or the policy name are percent-escaped, so neither can open a hash tag of
-//! its own. The algorithm and its parameters end the name: a policy whose quota or
-//! algorithm changes starts from fresh state instead of misreading the old one, as in
-//! the memory store.
+//! its own. The algorithm and the period (and the sliding window counters' buckets)
+//! end the name: a policy whose period or algorithm changes starts from fresh state
+//! instead of misreading the old one, as in the memory store. The count and the burst
+//! are not in the name: a key whose quota changes (a plan, a reload) keeps its usage,
+//! which each state records in units the scripts convert (see the GCRA and token
+//! bucket scripts).
 
 use std::fmt::Write as _;
 
@@ -33,13 +36,11 @@ pub(super) fn state_key(prefix: &str, policy: &Limit, key: &Key) -> String {
     let mut out = String::with_capacity(prefix.len() + policy.name().len() + 96);
     let _ = write!(
         out,
-        "{prefix}:{}:{{{}}}:{}:{}:{}:{}",
+        "{prefix}:{}:{{{}}}:{}:{}",
         escape(policy.name()),
         key.to_hex(),
         p.algorithm.name(),
-        p.limit,
         p.period_us,
-        p.capacity
     );
     if let Algorithm::SlidingWindowCounters { buckets } = p.algorithm {
         let _ = write!(out, ":{buckets}");

@@ -2,8 +2,8 @@
 -- Nanoseconds since the epoch (~1.7e18) are not exact in a double, so every instant
 -- and duration is a pair (µs, ns) with 0 <= ns < 1000: the TAT, T = (p.t_us, p.t_ns)
 -- and B*T = (p.b_us, p.b_ns), all split in Rust.
--- State (string, see prelude.lua): "<s> <a> <b>", s = latest instant seen,
--- (a, b) = TAT as (µs, ns), (0, 0) when idle.
+-- State (string, see prelude.lua): "<s> <a> <b> <e>", s = latest instant seen,
+-- (a, b) = TAT as (µs, ns), (0, 0) when idle, e = the T (ns) the TAT is counted in.
 
 local function ns_norm(us, ns)
   local carry = idiv(ns, 1000)
@@ -45,6 +45,40 @@ local function gcra_fits(n, t_us, t_ns, h_us, h_ns)
   return ns_le(m_us, m_ns, h_us, h_ns)
 end
 
+-- The most debt a quota change leaves, µs (gcra::MAX_DEBT_US).
+local MAX_DEBT_US = 3153600000000000
+
+-- ceil(h / e) for a pair h = (h_us, h_ns) and e ns: a double estimate, corrected with
+-- exact pair arithmetic.
+local function gcra_ceil_units(h_us, h_ns, e)
+  local e_us = idiv(e, 1000)
+  local e_ns = e - e_us * 1000
+  local q = math.floor((h_us * 1000 + h_ns) / e)
+  while q > 0 and not gcra_fits(q, e_us, e_ns, h_us, h_ns) do
+    q = q - 1
+  end
+  while gcra_fits(q + 1, e_us, e_ns, h_us, h_ns) do
+    q = q + 1
+  end
+  local m_us, m_ns = ns_mul(q, e_us, e_ns)
+  if m_us == h_us and m_ns == h_ns then
+    return q
+  end
+  return q + 1
+end
+
+-- gcra::carry_over: a TAT (a, b) counted in T = e ns, re-counted at `t` in the
+-- current T (t_us, t_ns): its usage in whole requests, rounded up, owed again.
+local function gcra_carry_over(a, b, e, t, t_us, t_ns)
+  if e == 0 or ns_le(a, b, t, 0) then
+    return a, b
+  end
+  local d_us, d_ns = ns_sub(a, b, t, 0)
+  local used = math.min(gcra_ceil_units(d_us, d_ns, e), idiv(MAX_DEBT_US, t_us + 1))
+  local n_us, n_ns = ns_mul(used, t_us, t_ns)
+  return ns_add(t, 0, n_us, n_ns)
+end
+
 -- One whole decision (evalsha_batch.lua's `evaluate`, specialised): GCRA's state is three
 -- numbers, so they stay in locals and the call builds no state table and makes no
 -- per-step calls through the algorithm table; this is most of a call's cost in Lua.
@@ -57,14 +91,20 @@ local function gcra_decide(keys, now, args, i, charge, queue)
   local b_us, b_ns = tonumber(args[i + 7]), tonumber(args[i + 8])
   local max_delay = queue and tonumber(args[i + 9])
   local v = redis.call('GET', keys[1])
-  local a, b, floor, tail = 0, 0, 0, nil
+  local a, b, floor, tail, e = 0, 0, 0, nil, 0
   if v then
-    local s, rest, ta, tb = string.match(v, '^(%S+)( (%S+) (%S+))$')
-    a, b, floor, tail = tonumber(ta), tonumber(tb), tonumber(s), rest
+    local s, rest, ta, tb, te = string.match(v, '^(%S+)( (%S+) (%S+) (%S+))$')
+    a, b, floor, tail, e = tonumber(ta), tonumber(tb), tonumber(s), rest, tonumber(te)
   end
   -- max(TAT, now) already treats a clock that went back as standing still; `t` is
   -- also the latest instant seen.
   local t = math.max(now, floor)
+  -- A TAT counted under another quota (a plan, a reload) keeps its usage.
+  local tn = t_us * 1000 + t_ns
+  local carried = v and e ~= tn
+  if carried then
+    a, b = gcra_carry_over(a, b, e, t, t_us, t_ns)
+  end
   -- Where the next charge starts, max(TAT, t), and ends, + c*T.
   local st_us, st_ns = a, b
   if ns_le(a, b, t, 0) then
@@ -89,7 +129,7 @@ local function gcra_decide(keys, now, args, i, charge, queue)
     a, b = e_us, e_ns
     st_us, st_ns = e_us, e_ns
     local until_us = math.max(ns_ceil_us(a, b), t)
-    redis.call('SET', keys[1], string.format('%.0f %.0f %.0f', t, a, b), 'PX',
+    redis.call('SET', keys[1], string.format('%.0f %.0f %.0f %.0f', t, a, b, tn), 'PX',
       ttl_ms(until_us, now))
   else
     if not allowed and cost <= cap then
@@ -104,7 +144,12 @@ local function gcra_decide(keys, now, args, i, charge, queue)
       end
       retry = math.max(at - now, 0)
     end
-    if v and t > floor then
+    if carried then
+      -- No charge, but the state is now counted under this quota, as the memory
+      -- store keeps it.
+      redis.call('SET', keys[1], string.format('%.0f %.0f %.0f %.0f', t, a, b, tn), 'PX',
+        ttl_ms(math.max(ns_ceil_us(a, b), t), now))
+    elseif v and t > floor then
       -- No charge, but a later instant: record it (see evalsha_batch.lua's `evaluate`).
       redis.call('SET', keys[1], num(t) .. tail, 'KEEPTTL')
     end

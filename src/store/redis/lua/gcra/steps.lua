@@ -16,18 +16,25 @@ end
 A.gcra = {
   nkeys = 1,
   load = function(keys)
-    local s, tail, a, b = load_two(keys[1])
-    if not s then
+    local v = redis.call('GET', keys[1])
+    if not v then
       return nil
     end
-    return { a = a, b = b, s = s, tail = tail }
+    local s, tail, a, b, e = string.match(v, '^(%S+)( (%S+) (%S+) (%S+))$')
+    return { a = tonumber(a), b = tonumber(b), e = tonumber(e), s = tonumber(s), tail = tail }
   end,
-  fresh = function()
-    return { a = 0, b = 0, s = 0 }
+  fresh = function(_)
+    return { a = 0, b = 0, e = 0, s = 0 }
   end,
   decide = D.gcra,
-  -- For refunds.
-  normalize = function(_, _, now)
+  -- For refunds: a TAT counted under another quota is re-counted first (the state is
+  -- saved after a refund).
+  normalize = function(p, s, now)
+    local tn = p.t_us * 1000 + p.t_ns
+    if s.e ~= tn then
+      s.a, s.b = gcra_carry_over(s.a, s.b, s.e, now, p.t_us, p.t_ns)
+      s.e = tn
+    end
     return now
   end,
   refund = function(p, s, now, amount)
@@ -61,8 +68,9 @@ A.gcra = {
   idle_at = function(_, s)
     return ns_ceil_us(s.a, s.b)
   end,
-  save = function(keys, _, s, ttl)
-    redis.call('SET', keys[1], string.format('%.0f %.0f %.0f', s.s, s.a, s.b), 'PX', ttl)
+  save = function(keys, p, s, ttl)
+    redis.call('SET', keys[1], string.format('%.0f %.0f %.0f %.0f', s.s, s.a, s.b,
+      p.t_us * 1000 + p.t_ns), 'PX', ttl)
   end,
   touch = touch_string,
 }

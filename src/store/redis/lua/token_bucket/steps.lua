@@ -8,18 +8,29 @@ end
 A.token_bucket = {
   nkeys = 1,
   load = function(keys)
-    local s, tail, d, l = load_two(keys[1])
-    if not s then
+    local v = redis.call('GET', keys[1])
+    if not v then
       return nil
     end
-    return { d = d, l = l, s = s, tail = tail }
+    local s, tail, d, l, u, r = string.match(v, '^(%S+)( (%S+) (%S+) (%S+) (%S+))$')
+    return {
+      d = tonumber(d), l = tonumber(l), u = tonumber(u), r = tonumber(r), s = tonumber(s),
+      tail = tail,
+    }
   end,
-  fresh = function()
-    return { d = 0, l = 0, s = 0 }
+  fresh = function(_)
+    return { d = 0, l = 0, u = 0, r = 0, s = 0 }
   end,
   decide = D.token_bucket,
-  -- The steps below serve refunds.
+  -- The steps below serve refunds: a deficit counted under another quota is
+  -- re-counted first (the state is saved after a refund).
   normalize = function(p, s, now)
+    if s.u ~= p.upt or s.r ~= p.ups then
+      if s.u ~= 0 then
+        s.d, s.l = tb_carry_over(s.d, s.l, s.u, s.r, now, p.upt)
+      end
+      s.u, s.r = p.upt, p.ups
+    end
     if now > s.l then
       -- elapsed * ups >= d  <=>  elapsed >= ceil(d / ups), without the product that
       -- may leave the exact range.
@@ -64,8 +75,9 @@ A.token_bucket = {
   idle_at = function(p, s)
     return s.l + tb_refill_time(p, s.d)
   end,
-  save = function(keys, _, s, ttl)
-    redis.call('SET', keys[1], string.format('%.0f %.0f %.0f', s.s, s.d, s.l), 'PX', ttl)
+  save = function(keys, p, s, ttl)
+    redis.call('SET', keys[1], string.format('%.0f %.0f %.0f %.0f %.0f', s.s, s.d, s.l,
+      p.upt, p.ups), 'PX', ttl)
   end,
   touch = touch_string,
 }
