@@ -4,25 +4,103 @@
 
 use std::error::Error as StdError;
 use std::fmt;
+use std::path::{Path, PathBuf};
 
 /// A configuration mistake, reported when a quota, policy or limiter is built.
 ///
-/// The message quotes the offending input and says what was expected.
+/// The message quotes the offending input and says what was expected. A mistake read
+/// from a configuration file also says where it is ([`file`](ConfigError::file),
+/// [`line`](ConfigError::line), [`column`](ConfigError::column)), and its `Display`
+/// starts with that place.
 ///
 /// ```
 /// let err = "100 per fortnight".parse::<tollgate::Quota>().unwrap_err();
 /// assert!(err.to_string().contains("\"100 per fortnight\""));
+/// assert_eq!(err.line(), None); // not from a file
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConfigError {
     message: String,
+    /// Boxed: most errors have no place, and results stay small.
+    location: Option<Box<Location>>,
+}
+
+/// Where in a configuration file a mistake is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Location {
+    file: Option<PathBuf>,
+    /// 1-based line and column (in characters); `None` for a file that could not be read.
+    line_column: Option<(usize, usize)>,
 }
 
 impl ConfigError {
     pub(crate) fn new(message: impl Into<String>) -> Self {
         Self {
             message: message.into(),
+            location: None,
         }
+    }
+
+    /// The same mistake, found at 1-based `line` and `column` of a configuration text.
+    #[cfg(feature = "config")]
+    pub(crate) fn at(mut self, line: usize, column: usize) -> Self {
+        self.location
+            .get_or_insert_with(|| {
+                Box::new(Location {
+                    file: None,
+                    line_column: None,
+                })
+            })
+            .line_column = Some((line, column));
+        self
+    }
+
+    /// The same mistake, found in the file at `path`.
+    #[cfg(feature = "config")]
+    pub(crate) fn in_file(mut self, path: &Path) -> Self {
+        self.location
+            .get_or_insert_with(|| {
+                Box::new(Location {
+                    file: None,
+                    line_column: None,
+                })
+            })
+            .file = Some(path.to_path_buf());
+        self
+    }
+
+    /// The configuration file the mistake is in, when it was read from one.
+    ///
+    /// ```
+    /// let err = tollgate::Quota::new(0, std::time::Duration::from_secs(1)).unwrap_err();
+    /// assert_eq!(err.file(), None);
+    /// ```
+    pub fn file(&self) -> Option<&Path> {
+        self.location.as_ref()?.file.as_deref()
+    }
+
+    /// The 1-based line of the mistake, when it was read from a configuration text.
+    ///
+    /// ```
+    /// let err = tollgate::Quota::new(0, std::time::Duration::from_secs(1)).unwrap_err();
+    /// assert_eq!(err.line(), None);
+    /// ```
+    pub fn line(&self) -> Option<usize> {
+        self.location.as_ref()?.line_column.map(|(line, _)| line)
+    }
+
+    /// The 1-based column (in characters) of the mistake, when it was read from a
+    /// configuration text.
+    ///
+    /// ```
+    /// let err = tollgate::Quota::new(0, std::time::Duration::from_secs(1)).unwrap_err();
+    /// assert_eq!(err.column(), None);
+    /// ```
+    pub fn column(&self) -> Option<usize> {
+        self.location
+            .as_ref()?
+            .line_column
+            .map(|(_, column)| column)
     }
 
     /// The human-readable description of the mistake.
@@ -37,7 +115,19 @@ impl ConfigError {
 }
 
 impl fmt::Display for ConfigError {
+    /// `file:line:column: message`, as compilers write it, for a mistake with a place;
+    /// the message alone otherwise.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Some(location) = &self.location {
+            match (&location.file, location.line_column) {
+                (Some(file), Some((line, column))) => {
+                    write!(f, "{}:{line}:{column}: ", file.display())?;
+                }
+                (Some(file), None) => write!(f, "{}: ", file.display())?,
+                (None, Some((line, column))) => write!(f, "line {line}, column {column}: ")?,
+                (None, None) => {}
+            }
+        }
         f.write_str(&self.message)
     }
 }

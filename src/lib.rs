@@ -77,6 +77,9 @@
 
 mod algorithm;
 mod clock;
+#[cfg(feature = "config")]
+#[cfg_attr(docsrs, doc(cfg(feature = "config")))]
+pub mod config;
 mod decision;
 mod error;
 pub mod key;

@@ -320,7 +320,7 @@ fn number(text: &str, what: &str) -> Result<u64, String> {
         .map_err(|_| format!("the {what} \"{text}\" is too large"))
 }
 
-fn unit_micros(unit: &str) -> Option<u64> {
+pub(crate) fn unit_micros(unit: &str) -> Option<u64> {
     Some(match unit {
         "us" | "µs" | "micro" | "micros" | "microsecond" | "microseconds" => 1,
         "ms" | "milli" | "millis" | "millisecond" | "milliseconds" => 1_000,

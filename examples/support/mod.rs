@@ -34,6 +34,19 @@ impl Demo {
         })
     }
 
+    /// Sends `request`, whose URI is a path, to the app.
+    async fn send(
+        &self,
+        request: Request<Full<Bytes>>,
+    ) -> Result<http::Response<hyper::body::Incoming>, Box<dyn std::error::Error>> {
+        let (mut parts, body) = request.into_parts();
+        parts.uri = format!("http://{}{}", self.addr, parts.uri).parse()?;
+        Ok(self
+            .client
+            .request(Request::from_parts(parts, body))
+            .await?)
+    }
+
     /// Sends `request` (a path-only URI) and prints one line: what was sent, the status
     /// and the given headers.
     pub async fn show(
@@ -41,13 +54,8 @@ impl Demo {
         request: Request<Full<Bytes>>,
         headers: &[&str],
     ) -> Result<u16, Box<dyn std::error::Error>> {
-        let (mut parts, body) = request.into_parts();
-        let label = format!("{} {}", parts.method, parts.uri);
-        parts.uri = format!("http://{}{}", self.addr, parts.uri).parse()?;
-        let response = self
-            .client
-            .request(Request::from_parts(parts, body))
-            .await?;
+        let label = format!("{} {}", request.method(), request.uri());
+        let response = self.send(request).await?;
         let status = response.status().as_u16();
         let shown: Vec<String> = headers
             .iter()
@@ -63,6 +71,24 @@ impl Demo {
         let _ = response.into_body().collect().await?;
         println!("{label:<28} {status}  {}", shown.join("  "));
         Ok(status)
+    }
+
+    /// Sends `request` (a path-only URI) and returns the response's header `name`
+    /// (empty when absent).
+    pub async fn header(
+        &self,
+        request: Request<Full<Bytes>>,
+        name: &str,
+    ) -> Result<String, Box<dyn std::error::Error>> {
+        let response = self.send(request).await?;
+        let value = response
+            .headers()
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_owned();
+        let _ = response.into_body().collect().await?;
+        Ok(value)
     }
 }
 

@@ -9,6 +9,8 @@
 //! ([`broken_store`], [`grpc_server`], [`outage_store`]); shared ones in `tests/support/`.
 
 mod broken_store;
+#[cfg(feature = "config")]
+mod config;
 mod costs;
 mod grpc;
 mod grpc_server;

@@ -1,0 +1,80 @@
+//! The file's shape as serde reads it: every value kept with its place in the text
+//! (`Spanned`), so that mistakes found after parsing can still point at their value.
+//! What the values mean is `build.rs`'s job.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use serde::Deserialize;
+use serde::de::{self, MapAccess, Visitor, value::MapAccessDeserializer};
+use toml::Spanned;
+
+/// The whole file: `[[limit]]` tables.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct File {
+    #[serde(default)]
+    pub(super) limit: Vec<LimitSpec>,
+}
+
+/// One `[[limit]]` table.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct LimitSpec {
+    pub(super) name: Spanned<String>,
+    pub(super) quota: Spanned<String>,
+    pub(super) burst: Option<Spanned<u64>>,
+    pub(super) algorithm: Option<Spanned<String>>,
+    pub(super) buckets: Option<Spanned<u32>>,
+    pub(super) max_delay: Option<Spanned<String>>,
+    pub(super) key: Option<Spanned<String>>,
+    pub(super) trusted_proxies: Option<Spanned<Vec<Spanned<String>>>>,
+    pub(super) on_missing_key: Option<Spanned<String>>,
+    /// `"METHOD /template" = cost`, plus `default = cost`.
+    pub(super) costs: Option<BTreeMap<Spanned<String>, Spanned<u32>>>,
+    pub(super) plan_from: Option<Spanned<String>>,
+    pub(super) plans: Option<Spanned<BTreeMap<Spanned<String>, Spanned<PlanSpec>>>>,
+}
+
+/// A plan's quota: `pro = "1000/min"`, or `pro = { quota = "1000/min", burst = 50 }`
+/// when the plan needs its own burst.
+pub(super) enum PlanSpec {
+    /// The notation alone; its place is the place of the whole value.
+    Quota(String),
+    Table(PlanTable),
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct PlanTable {
+    pub(super) quota: Spanned<String>,
+    pub(super) burst: Option<Spanned<u64>>,
+}
+
+// By hand rather than `#[serde(untagged)]`: untagged enums buffer the value first,
+// and a buffered value has lost its place in the text (no `Spanned` inside).
+impl<'de> Deserialize<'de> for PlanSpec {
+    fn deserialize<D: de::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct PlanVisitor;
+
+        impl<'de> Visitor<'de> for PlanVisitor {
+            type Value = PlanSpec;
+
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(
+                    "a quota such as \"1000/min\", or a table { quota = \"1000/min\", burst = 50 }",
+                )
+            }
+
+            fn visit_str<E: de::Error>(self, quota: &str) -> Result<PlanSpec, E> {
+                Ok(PlanSpec::Quota(quota.to_owned()))
+            }
+
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<PlanSpec, A::Error> {
+                PlanTable::deserialize(MapAccessDeserializer::new(map)).map(PlanSpec::Table)
+            }
+        }
+
+        deserializer.deserialize_any(PlanVisitor)
+    }
+}

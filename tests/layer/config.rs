@@ -1,0 +1,596 @@
+//! `tollgate::config`: malformed files, each placed at its line and column with the
+//! value quoted; a file that reads into the same limits as the builder; plans from a
+//! header and from the request extensions.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use http::Method;
+use http::request::Parts;
+use tollgate::config::{Limits, PlanName};
+use tollgate::{Algorithm, Costs, MissingKey, Policy, Quota, TrustedProxies, key};
+
+/// `(what, file, line, column, text the message must quote)`.
+type Case = (&'static str, &'static str, usize, usize, &'static str);
+
+const HEAD: &str = "[[limit]]\nname = \"api\"\nquota = \"100/min\"\n";
+
+const MALFORMED: &[Case] = &[
+    // Syntax.
+    (
+        "unquoted quota",
+        "[[limit]]\nname = \"api\"\nquota = 100/min\n",
+        3,
+        9,
+        "\"100/min\"",
+    ),
+    (
+        "string never closed",
+        "[[limit]]\nname = \"api\nquota = \"1/s\"\n",
+        2,
+        12,
+        "\"name = \\\"api\"",
+    ),
+    (
+        "key given twice",
+        "[[limit]]\nname = \"api\"\nname = \"web\"\nquota = \"1/s\"\n",
+        3,
+        1,
+        "\"name\"",
+    ),
+    // Shape: unknown keys, wrong types, missing keys.
+    (
+        "misspelt key",
+        "[[limit]]\nname = \"api\"\nqouta = \"1/s\"\n",
+        3,
+        1,
+        "`qouta`",
+    ),
+    (
+        "misspelt table",
+        "[[limits]]\nname = \"api\"\nquota = \"1/s\"\n",
+        1,
+        3,
+        "`limits`",
+    ),
+    (
+        "burst as a string",
+        "[[limit]]\nname = \"api\"\nquota = \"1/s\"\nburst = \"20\"\n",
+        4,
+        9,
+        "\"20\"",
+    ),
+    ("no quota", "[[limit]]\nname = \"api\"\n", 1, 1, "`quota`"),
+    (
+        "negative cost",
+        "[[limit]]\nname = \"api\"\nquota = \"1/s\"\n[limit.costs]\n\"POST /a\" = -1\n",
+        5,
+        13,
+        "`-1`",
+    ),
+    (
+        "misspelt plan key",
+        "[[limit]]\nname = \"api\"\nquota = \"1/s\"\nplan_from = \"extension\"\nplans = { pro = { quota = \"2/s\", brust = 3 } }\n",
+        5,
+        34,
+        "`brust`",
+    ),
+    ("no limit at all", "# nothing yet\n", 1, 1, "[[limit]]"),
+    // Semantics, placed at the value after parsing.
+    (
+        "bad quota",
+        "[[limit]]\nname = \"api\"\nquota = \"100/fortnight\"\n",
+        3,
+        9,
+        "\"100/fortnight\"",
+    ),
+    (
+        "zero quota",
+        "[[limit]]\nname = \"api\"\nquota = \"0/min\"\n",
+        3,
+        9,
+        "\"0/min\"",
+    ),
+    (
+        "zero burst",
+        "[[limit]]\nname = \"api\"\nquota = \"1/s\"\nburst = 0\n",
+        4,
+        9,
+        "burst 0",
+    ),
+    (
+        "bad name",
+        "[[limit]]\nname = \"a\\tb\"\nquota = \"1/s\"\n",
+        2,
+        8,
+        "\"a\\tb\"",
+    ),
+    (
+        "duplicate name",
+        "[[limit]]\nname = \"api\"\nquota = \"1/s\"\n[[limit]]\nname = \"api\"\nquota = \"2/s\"\n",
+        5,
+        8,
+        "\"api\"",
+    ),
+    (
+        "unknown algorithm",
+        "[[limit]]\nname = \"api\"\nquota = \"1/s\"\nalgorithm = \"token-bucket\"\n",
+        4,
+        13,
+        "\"token-bucket\"",
+    ),
+    (
+        "burst on a window algorithm",
+        "[[limit]]\nname = \"api\"\nquota = \"10/s\"\nalgorithm = \"fixed_window\"\nburst = 20\n",
+        5,
+        9,
+        "burst 20",
+    ),
+    (
+        "buckets not dividing the period",
+        "[[limit]]\nname = \"api\"\nquota = \"10/min\"\nalgorithm = \"sliding_window_counters\"\nbuckets = 7\n",
+        5,
+        11,
+        "7 buckets",
+    ),
+    (
+        "counters without buckets",
+        "[[limit]]\nname = \"api\"\nquota = \"10/min\"\nalgorithm = \"sliding_window_counters\"\n",
+        4,
+        13,
+        "\"sliding_window_counters\"",
+    ),
+    (
+        "buckets on gcra",
+        "[[limit]]\nname = \"api\"\nquota = \"10/min\"\nbuckets = 6\n",
+        4,
+        11,
+        "buckets = 6",
+    ),
+    (
+        "max_delay on gcra",
+        "[[limit]]\nname = \"api\"\nquota = \"10/min\"\nmax_delay = \"2s\"\n",
+        4,
+        13,
+        "\"2s\"",
+    ),
+    (
+        "bad max_delay",
+        "[[limit]]\nname = \"api\"\nquota = \"10/min\"\nalgorithm = \"leaky_bucket\"\nmax_delay = \"2 fortnights\"\n",
+        5,
+        13,
+        "\"2 fortnights\"",
+    ),
+    (
+        "unknown key kind",
+        "[[limit]]\nname = \"api\"\nquota = \"1/s\"\nkey = \"cookie:session\"\n",
+        4,
+        7,
+        "\"cookie:session\"",
+    ),
+    (
+        "bad header name",
+        "[[limit]]\nname = \"api\"\nquota = \"1/s\"\nkey = \"header:x api\"\n",
+        4,
+        7,
+        "\"x api\"",
+    ),
+    (
+        "bad CIDR",
+        "[[limit]]\nname = \"api\"\nquota = \"1/s\"\nkey = \"client_ip\"\ntrusted_proxies = [\"10.0.0.0/8\", \"10.0.0.0/33\"]\n",
+        5,
+        34,
+        "\"10.0.0.0/33\"",
+    ),
+    (
+        "proxies without client_ip",
+        "[[limit]]\nname = \"api\"\nquota = \"1/s\"\nkey = \"peer_ip\"\ntrusted_proxies = [\"10.0.0.0/8\"]\n",
+        5,
+        19,
+        "\"peer_ip\"",
+    ),
+    (
+        "unknown on_missing_key",
+        "[[limit]]\nname = \"api\"\nquota = \"1/s\"\non_missing_key = \"drop\"\n",
+        4,
+        18,
+        "\"drop\"",
+    ),
+    (
+        "cost above capacity",
+        "[[limit]]\nname = \"api\"\nquota = \"10/min\"\n[limit.costs]\n\"POST /upload\" = 11\n",
+        5,
+        18,
+        "cost 11",
+    ),
+    (
+        "default cost above capacity",
+        "[[limit]]\nname = \"api\"\nquota = \"10/min\"\n[limit.costs]\ndefault = 12\n",
+        5,
+        11,
+        "default cost 12",
+    ),
+    (
+        "axum 0.7 route syntax",
+        "[[limit]]\nname = \"api\"\nquota = \"10/min\"\n[limit.costs]\n\"GET /users/:id\" = 2\n",
+        5,
+        1,
+        "\"/users/:id\"",
+    ),
+    (
+        "lowercase method",
+        "[[limit]]\nname = \"api\"\nquota = \"10/min\"\n[limit.costs]\n\"post /users\" = 2\n",
+        5,
+        1,
+        "\"post /users\"",
+    ),
+    (
+        "route without a method",
+        "[[limit]]\nname = \"api\"\nquota = \"10/min\"\n[limit.costs]\n\"/users\" = 2\n",
+        5,
+        1,
+        "\"/users\"",
+    ),
+    (
+        "routes that tie",
+        "[[limit]]\nname = \"api\"\nquota = \"10/min\"\n[limit.costs]\n\"GET /a/{x}\" = 1\n\"GET /a/{y}\" = 2\n",
+        6,
+        1,
+        "\"GET /a/{y}\"",
+    ),
+    (
+        "unknown plan_from",
+        "[[limit]]\nname = \"api\"\nquota = \"1/s\"\nplan_from = \"cookie:plan\"\nplans = { pro = \"2/s\" }\n",
+        4,
+        13,
+        "\"cookie:plan\"",
+    ),
+    (
+        "plans without plan_from",
+        "[[limit]]\nname = \"api\"\nquota = \"1/s\"\nplans = { pro = \"2/s\" }\n",
+        4,
+        9,
+        "plan_from",
+    ),
+    (
+        "plan_from without plans",
+        "[[limit]]\nname = \"api\"\nquota = \"1/s\"\nplan_from = \"extension\"\n",
+        4,
+        13,
+        "\"extension\"",
+    ),
+    (
+        "bad plan quota",
+        "[[limit]]\nname = \"api\"\nquota = \"1/s\"\nplan_from = \"extension\"\n[limit.plans]\npro = \"lots\"\n",
+        6,
+        7,
+        "\"lots\"",
+    ),
+    (
+        "bad plan quota in a table",
+        "[[limit]]\nname = \"api\"\nquota = \"1/s\"\nplan_from = \"extension\"\n[limit.plans]\npro = { quota = \"1/s\", burst = 0 }\n",
+        6,
+        32,
+        "burst 0",
+    ),
+    (
+        "plan burst on a window algorithm",
+        "[[limit]]\nname = \"api\"\nquota = \"1/s\"\nalgorithm = \"sliding_window\"\nplan_from = \"header:x-plan\"\n[limit.plans]\npro = { quota = \"10/s\", burst = 20 }\n",
+        7,
+        7,
+        "plan \"pro\": invalid policy \"api\": sliding_window",
+    ),
+];
+
+#[test]
+fn every_mistake_is_placed_and_quoted() {
+    assert!(MALFORMED.len() >= 15);
+    let mut wrong = Vec::new();
+    for &(what, text, line, column, quoted) in MALFORMED {
+        match Limits::from_toml(text) {
+            Ok(_) => wrong.push(format!("{what}: accepted")),
+            Err(err) => {
+                let shown = err.to_string();
+                if (err.line(), err.column()) != (Some(line), Some(column))
+                    || !shown.starts_with(&format!("line {line}, column {column}: "))
+                    || !shown.contains(quoted)
+                {
+                    wrong.push(format!(
+                        "{what}: expected {line}:{column} quoting {quoted}, got {:?}:{:?} {shown}",
+                        err.line(),
+                        err.column()
+                    ));
+                }
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
+#[test]
+fn errors_from_a_file_name_it() -> Result<(), Box<dyn std::error::Error>> {
+    let dir = tempfile::tempdir()?;
+    let path = dir.path().join("limits.toml");
+    std::fs::write(&path, format!("{HEAD}algorithm = \"gcra2\"\n"))?;
+    let err = Limits::from_path(&path).expect_err("unknown algorithm");
+    assert_eq!(err.file(), Some(path.as_path()));
+    assert_eq!((err.line(), err.column()), (Some(4), Some(13)));
+    assert!(
+        err.to_string().starts_with(&format!(
+            "{}:4:13: unknown algorithm \"gcra2\"",
+            path.display()
+        )),
+        "{err}"
+    );
+
+    let missing = dir.path().join("missing.toml");
+    let err = Limits::from_path(&missing).expect_err("no such file");
+    assert_eq!(err.file(), Some(missing.as_path()));
+    assert_eq!(err.line(), None);
+    assert!(
+        err.to_string()
+            .starts_with(&format!("{}: cannot read", missing.display()))
+    );
+    Ok(())
+}
+
+const FILE: &str = r#"
+[[limit]]
+name = "api"
+quota = "100/min"
+burst = 20
+key = "client_ip"
+trusted_proxies = ["10.0.0.0/8"]
+
+[limit.costs]
+"POST /users" = 2
+"GET /files/{*path}" = 5
+"* /admin/{*rest}" = 10
+default = 1
+
+[[limit]]
+name = "per-key"
+quota = "60/min"
+algorithm = "token_bucket"
+key = "header:x-api-key"
+on_missing_key = "reject"
+plan_from = "extension"
+plans = { pro = "1000/min", enterprise = { quota = "10000/min", burst = 2000 } }
+
+[[limit]]
+name = "by-header-plan"
+quota = "10/s"
+algorithm = "sliding_window"
+key = "peer_ip"
+plan_from = "header:x-plan"
+plans = { gold = "50/s" }
+
+[[limit]]
+name = "uploads"
+quota = "10/h"
+algorithm = "sliding_window_counters"
+buckets = 6
+
+[[limit]]
+name = "reports"
+quota = "5/s"
+algorithm = "leaky_bucket"
+max_delay = "2s"
+key = "matched_path"
+
+[[limit]]
+name = "log"
+quota = "3 per 10 seconds"
+algorithm = "sliding_window_log"
+
+[[limit]]
+name = "windows"
+quota = "1000/d"
+algorithm = "fixed_window"
+"#;
+
+fn built() -> Result<Vec<Policy>, tollgate::ConfigError> {
+    let plans = |parts: &Parts| match parts.extensions.get::<PlanName>()?.0.as_str() {
+        "pro" => Some(Quota::per_minute(1000)),
+        "enterprise" => Quota::per_minute(10000).with_burst(2000).ok(),
+        _ => None,
+    };
+    Ok(vec![
+        Policy::new("api", Quota::per_minute(100).with_burst(20)?)?
+            .key(key::client_ip(TrustedProxies::new(["10.0.0.0/8"])?))
+            .costs(
+                Costs::new()
+                    .route(Method::POST, "/users", 2)?
+                    .route(Method::GET, "/files/{*path}", 5)?
+                    .route_any("/admin/{*rest}", 10)?
+                    .default(1),
+            ),
+        Policy::new("per-key", Quota::per_minute(60))?
+            .algorithm(Algorithm::TokenBucket)
+            .key(key::header("x-api-key")?)
+            .on_missing_key(MissingKey::Reject)
+            .quota_from(plans),
+        Policy::new("by-header-plan", Quota::per_second(10))?
+            .algorithm(Algorithm::SlidingWindow)
+            .key(key::peer_ip())
+            .quota_from(|parts| {
+                (parts.headers.get("x-plan")? == "gold").then(|| Quota::per_second(50))
+            }),
+        Policy::new("uploads", Quota::per_hour(10))?
+            .algorithm(Algorithm::SlidingWindowCounters { buckets: 6 }),
+        Policy::new("reports", Quota::per_second(5))?
+            .algorithm(Algorithm::LeakyBucket)
+            .max_delay(Duration::from_secs(2))
+            .key(key::matched_path()),
+        Policy::new("log", Quota::new(3, Duration::from_secs(10))?)?
+            .algorithm(Algorithm::SlidingWindowLog),
+        Policy::new("windows", Quota::per_day(1000))?.algorithm(Algorithm::FixedWindow),
+    ])
+}
+
+/// Requests that tell the rules apart: methods, routes, peers behind and outside the
+/// proxy, API keys, plans from the extensions and from a header.
+fn samples() -> Vec<Parts> {
+    let mut samples = Vec::new();
+    let routes = [
+        (Method::POST, "/users"),
+        (Method::GET, "/users"),
+        (Method::GET, "/files/a/b.txt"),
+        (Method::DELETE, "/admin/x"),
+        (Method::HEAD, "/files/x"),
+    ];
+    let peers = ["10.0.0.2:4000", "203.0.113.5:4000", "[2001:db8::1]:80"];
+    let plans = [
+        None,
+        Some("pro"),
+        Some("enterprise"),
+        Some("gold"),
+        Some("unknown"),
+    ];
+    for (i, (method, uri)) in routes.iter().enumerate() {
+        for (j, peer) in peers.iter().enumerate() {
+            for (k, plan) in plans.iter().enumerate() {
+                let mut request = http::Request::builder()
+                    .method(method.clone())
+                    .uri(*uri)
+                    .header("x-forwarded-for", format!("198.51.100.{}", i + j));
+                if (i + j + k) % 2 == 0 {
+                    request = request.header("x-api-key", format!("key-{k}"));
+                }
+                if let Some(plan) = plan {
+                    request = request.header("x-plan", *plan);
+                }
+                let mut request = request.body(()).expect("request");
+                request
+                    .extensions_mut()
+                    .insert(peer.parse::<SocketAddr>().expect("peer"));
+                if let Some(plan) = plan {
+                    request.extensions_mut().insert(PlanName::from(*plan));
+                }
+                samples.push(request.into_parts().0);
+            }
+        }
+    }
+    samples
+}
+
+#[test]
+fn a_file_reads_into_the_limits_the_builder_makes() -> Result<(), Box<dyn std::error::Error>> {
+    let from_file = Limits::from_toml(FILE)?.into_policies();
+    let built = built()?;
+    assert_eq!(from_file.len(), built.len());
+    let samples = samples();
+    for (file, code) in from_file.iter().zip(&built) {
+        let name = code.name();
+        assert_eq!(file.name(), name);
+        assert_eq!(file.quota(), code.quota(), "{name}");
+        assert_eq!(file.quota().burst(), code.quota().burst(), "{name}");
+        assert_eq!(file.get_algorithm(), code.get_algorithm(), "{name}");
+        assert_eq!(file.get_max_delay(), code.get_max_delay(), "{name}");
+        assert_eq!(file.missing_key(), code.missing_key(), "{name}");
+        for parts in &samples {
+            let request = format!("{name}: {} {} {:?}", parts.method, parts.uri, parts.headers);
+            assert_eq!(file.key_of(parts), code.key_of(parts), "{request}");
+            assert_eq!(file.cost_of(parts), code.cost_of(parts), "{request}");
+            assert_eq!(file.quota_of(parts), code.quota_of(parts), "{request}");
+        }
+    }
+    // The builder accepts what the file gave.
+    let mut limiter = tollgate::Limiter::builder();
+    for policy in from_file {
+        limiter = limiter.policy(policy);
+    }
+    limiter.build()?;
+    Ok(())
+}
+
+fn request(header_plan: Option<&str>, extension_plan: Option<&str>) -> Parts {
+    let mut request = http::Request::get("/");
+    if let Some(plan) = header_plan {
+        request = request.header("x-plan", plan);
+    }
+    let mut request = request.body(()).expect("request");
+    if let Some(plan) = extension_plan {
+        request.extensions_mut().insert(PlanName::from(plan));
+    }
+    request.into_parts().0
+}
+
+/// `(plan in the x-plan header, plan in the extensions, quota expected)`.
+type PlanCase = (Option<&'static str>, Option<&'static str>, Option<Quota>);
+
+fn assert_plans(file: &str, cases: &[PlanCase]) -> Result<(), tollgate::ConfigError> {
+    let policy = Limits::from_toml(file)?.into_policies().remove(0);
+    for &(header, extension, expected) in cases {
+        let got = policy.quota_of(&request(header, extension));
+        assert_eq!(got, expected, "header {header:?}, extension {extension:?}");
+    }
+    Ok(())
+}
+
+#[test]
+fn plans_come_from_a_header() -> Result<(), Box<dyn std::error::Error>> {
+    let file = format!(
+        "{HEAD}plan_from = \"header:X-Plan\"\n[limit.plans]\npro = \"1000/min\"\nmax = {{ quota = \"5000/min\", burst = 100 }}\n"
+    );
+    assert_plans(
+        &file,
+        &[
+            (Some("pro"), None, Some(Quota::per_minute(1000))),
+            (
+                Some("max"),
+                None,
+                Some(Quota::per_minute(5000).with_burst(100)?),
+            ),
+            // Unknown, differently cased, absent, or only in the extensions: the limit's own.
+            (Some("free"), None, None),
+            (Some("PRO"), None, None),
+            (None, None, None),
+            (None, Some("pro"), None),
+        ],
+    )?;
+    Ok(())
+}
+
+#[test]
+fn plans_come_from_the_extension() -> Result<(), Box<dyn std::error::Error>> {
+    let file = format!(
+        "{HEAD}plan_from = \"extension\"\nplans = {{ pro = \"1000/min\", team = \"20 per 1 second\" }}\n"
+    );
+    assert_plans(
+        &file,
+        &[
+            (None, Some("pro"), Some(Quota::per_minute(1000))),
+            (None, Some("team"), Some(Quota::per_second(20))),
+            (None, Some("gold"), None),
+            // The header is what a caller could send itself: not read here.
+            (Some("pro"), None, None),
+        ],
+    )?;
+    Ok(())
+}
+
+#[test]
+fn defaults_are_the_builders() -> Result<(), Box<dyn std::error::Error>> {
+    let policy = Limits::from_toml(HEAD)?.into_policies().remove(0);
+    let default = Policy::new("api", Quota::per_minute(100))?;
+    assert_eq!(policy.get_algorithm(), default.get_algorithm());
+    assert_eq!(policy.missing_key(), MissingKey::Skip);
+    let parts = request(Some("pro"), Some("pro"));
+    assert_eq!(policy.key_of(&parts), key::global().extract(&parts));
+    assert_eq!(policy.cost_of(&parts), 1);
+    assert_eq!(policy.quota_of(&parts), None);
+    Ok(())
+}
+
+#[test]
+fn the_example_file_reads() -> Result<(), tollgate::ConfigError> {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/tollgate.toml");
+    let names: Vec<&str> = Limits::from_path(path)?
+        .policies()
+        .iter()
+        .map(Policy::name)
+        .collect();
+    assert_eq!(names, ["api", "per-key"]);
+    Ok(())
+}
