@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 
 use axum::Router;
 use bytes::Bytes;
-use http::Request;
+use http::{HeaderMap, Request, StatusCode};
 use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::{Client, connect::HttpConnector};
 use hyper_util::rt::TokioExecutor;
@@ -41,28 +41,51 @@ impl Demo {
         request: Request<Full<Bytes>>,
         headers: &[&str],
     ) -> Result<u16, Box<dyn std::error::Error>> {
+        let label = format!("{} {}", request.method(), request.uri());
+        let reply = self.send(request).await?;
+        let shown: Vec<String> = headers
+            .iter()
+            .map(|name| format!("{name}: {}", reply.header(name)))
+            .collect();
+        let status = reply.status.as_u16();
+        println!("{label:<28} {status}  {}", shown.join("  "));
+        Ok(status)
+    }
+
+    /// Sends `request` (a path-only URI) and reads the whole response.
+    pub async fn send(
+        &self,
+        request: Request<Full<Bytes>>,
+    ) -> Result<Reply, Box<dyn std::error::Error>> {
         let (mut parts, body) = request.into_parts();
-        let label = format!("{} {}", parts.method, parts.uri);
         parts.uri = format!("http://{}{}", self.addr, parts.uri).parse()?;
         let response = self
             .client
             .request(Request::from_parts(parts, body))
             .await?;
-        let status = response.status().as_u16();
-        let shown: Vec<String> = headers
-            .iter()
-            .map(|name| {
-                let value = response
-                    .headers()
-                    .get(*name)
-                    .and_then(|v| v.to_str().ok())
-                    .unwrap_or("-");
-                format!("{name}: {value}")
-            })
-            .collect();
-        let _ = response.into_body().collect().await?;
-        println!("{label:<28} {status}  {}", shown.join("  "));
-        Ok(status)
+        let (parts, body) = response.into_parts();
+        // Read to the end, so that the connection goes back to the client's pool.
+        let _ = body.collect().await?;
+        Ok(Reply {
+            status: parts.status,
+            headers: parts.headers,
+        })
+    }
+}
+
+/// A response's status and headers (its body was read and dropped).
+pub struct Reply {
+    pub status: StatusCode,
+    pub headers: HeaderMap,
+}
+
+impl Reply {
+    /// A header's value as text, "-" when absent.
+    pub fn header(&self, name: &str) -> &str {
+        self.headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("-")
     }
 }
 
