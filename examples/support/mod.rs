@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 
 use axum::Router;
 use bytes::Bytes;
-use http::Request;
+use http::{HeaderMap, Request, StatusCode};
 use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::{Client, connect::HttpConnector};
 use hyper_util::rt::TokioExecutor;
@@ -34,19 +34,6 @@ impl Demo {
         })
     }
 
-    /// Sends `request`, whose URI is a path, to the app.
-    async fn send(
-        &self,
-        request: Request<Full<Bytes>>,
-    ) -> Result<http::Response<hyper::body::Incoming>, Box<dyn std::error::Error>> {
-        let (mut parts, body) = request.into_parts();
-        parts.uri = format!("http://{}{}", self.addr, parts.uri).parse()?;
-        Ok(self
-            .client
-            .request(Request::from_parts(parts, body))
-            .await?)
-    }
-
     /// Sends `request` (a path-only URI) and prints one line: what was sent, the status
     /// and the given headers.
     pub async fn show(
@@ -55,22 +42,34 @@ impl Demo {
         headers: &[&str],
     ) -> Result<u16, Box<dyn std::error::Error>> {
         let label = format!("{} {}", request.method(), request.uri());
-        let response = self.send(request).await?;
-        let status = response.status().as_u16();
+        let reply = self.send(request).await?;
         let shown: Vec<String> = headers
             .iter()
-            .map(|name| {
-                let value = response
-                    .headers()
-                    .get(*name)
-                    .and_then(|v| v.to_str().ok())
-                    .unwrap_or("-");
-                format!("{name}: {value}")
-            })
+            .map(|name| format!("{name}: {}", reply.header(name)))
             .collect();
-        let _ = response.into_body().collect().await?;
+        let status = reply.status.as_u16();
         println!("{label:<28} {status}  {}", shown.join("  "));
         Ok(status)
+    }
+
+    /// Sends `request` (a path-only URI) and reads the whole response.
+    pub async fn send(
+        &self,
+        request: Request<Full<Bytes>>,
+    ) -> Result<Reply, Box<dyn std::error::Error>> {
+        let (mut parts, body) = request.into_parts();
+        parts.uri = format!("http://{}{}", self.addr, parts.uri).parse()?;
+        let response = self
+            .client
+            .request(Request::from_parts(parts, body))
+            .await?;
+        let (parts, body) = response.into_parts();
+        // Read to the end, so that the connection goes back to the client's pool.
+        let _ = body.collect().await?;
+        Ok(Reply {
+            status: parts.status,
+            headers: parts.headers,
+        })
     }
 
     /// Sends `request` (a path-only URI) and returns the response's header `name`
@@ -80,15 +79,29 @@ impl Demo {
         request: Request<Full<Bytes>>,
         name: &str,
     ) -> Result<String, Box<dyn std::error::Error>> {
-        let response = self.send(request).await?;
-        let value = response
-            .headers()
+        let reply = self.send(request).await?;
+        Ok(reply
+            .headers
             .get(name)
             .and_then(|v| v.to_str().ok())
             .unwrap_or_default()
-            .to_owned();
-        let _ = response.into_body().collect().await?;
-        Ok(value)
+            .to_owned())
+    }
+}
+
+/// A response's status and headers (its body was read and dropped).
+pub struct Reply {
+    pub status: StatusCode,
+    pub headers: HeaderMap,
+}
+
+impl Reply {
+    /// A header's value as text, "-" when absent.
+    pub fn header(&self, name: &str) -> &str {
+        self.headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("-")
     }
 }
 

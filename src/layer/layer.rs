@@ -216,6 +216,22 @@ impl RateLimitLayer {
         self.shared.held.load(std::sync::atomic::Ordering::Relaxed)
     }
 
+    /// The layer's limiter, shared with every clone of the layer and its services: for
+    /// the operations that act on it while the server runs ([`Limiter::reload`],
+    /// [`Limiter::reload_policies`], refunds, peeks).
+    ///
+    /// ```
+    /// use tollgate::{Policy, Quota, RateLimitLayer};
+    /// # let limiter = tollgate::Limiter::builder().policy(Policy::new("api", Quota::per_second(10))?).build()?;
+    /// let layer = RateLimitLayer::new(limiter);
+    /// layer.limiter().reload_policies([Policy::new("api", Quota::per_second(20))?])?;
+    /// assert_eq!(layer.limiter().policy("api").map(|p| p.quota()), Some(Quota::per_second(20)));
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    pub fn limiter(&self) -> &Limiter {
+        &self.shared.limiter
+    }
+
     /// Requests matching `predicate` skip every policy (health checks, internal
     /// callers). Checked after [`deny`](RateLimitLayer::deny).
     ///

@@ -370,13 +370,7 @@ async fn a_leaky_bucket_place_beyond_max_delay_is_a_429_that_charges_nothing() {
 #[cfg(feature = "redis")]
 #[tokio::test]
 async fn a_leaky_bucket_place_beyond_max_delay_is_a_429_that_charges_nothing_on_redis() {
-    use support::redis_server::{shared_server, unique_prefix};
-    let store = tollgate::RedisStore::from_url(&shared_server().url())
-        .expect("a valid url")
-        .prefix(&unique_prefix("max-delay"))
-        .deadline(Duration::from_secs(5))
-        .expect("a deadline")
-        .with_clock(ManualClock::new(BASE));
+    let store = crate::shared_redis::redis_store("max-delay", ManualClock::new(BASE));
     a_place_beyond_max_delay_is_refused(store).await;
 }
 
@@ -427,14 +421,8 @@ async fn the_default_max_delay_queues_a_whole_burst_of_the_limit() {
 #[cfg(feature = "redis")]
 #[tokio::test]
 async fn the_default_max_delay_queues_a_whole_burst_of_the_limit_on_redis() {
-    use support::redis_server::{shared_server, unique_prefix};
-    let store = tollgate::RedisStore::from_url(&shared_server().url())
-        .expect("a valid url")
-        .prefix(&unique_prefix("default-bound"))
-        .block_cache(0)
-        .deadline(Duration::from_secs(5))
-        .expect("a deadline")
-        .with_clock(ManualClock::new(BASE));
+    let store =
+        crate::shared_redis::redis_store("default-bound", ManualClock::new(BASE)).block_cache(0);
     the_default_bound_queues_a_whole_burst(store).await;
 }
 

@@ -1,12 +1,13 @@
 //! The Tower layer: over real TCP in a real axum server, a real tonic server and a
 //! plain `tower` + hyper stack, each with a real client; cost tables and key
-//! extractors over request heads; the edges a hostile caller or a failing store
-//! reaches (a few of them on a Redis store: one private `redis-server` for this
-//! binary, started by the first test that needs it).
+//! extractors over request heads; per-caller quotas from plans (`quota_from`); the
+//! edges a hostile caller or a failing store reaches (a few of them on a Redis store:
+//! one private `redis-server` for this binary, started by the first test that needs
+//! it).
 //!
 //! One test binary: `cargo test --test layer`, or one module of it, e.g.
 //! `cargo test --test layer grpc::`. Helpers only these tests use live here
-//! ([`broken_store`], [`grpc_server`], [`outage_store`]); shared ones in `tests/support/`.
+//! ([`broken_store`], [`grpc_server`], [`outage_store`], `shared_redis`); shared ones in `tests/support/`.
 
 mod broken_store;
 #[cfg(feature = "config")]
@@ -20,4 +21,7 @@ mod in_flight;
 mod key_extractors;
 mod outage_store;
 mod outbound;
+mod plans;
+#[cfg(feature = "redis")]
+mod shared_redis;
 mod tower_stack;

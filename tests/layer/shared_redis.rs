@@ -1,0 +1,19 @@
+//! The layer's tests on a Redis store: each on the binary's one private `redis-server`
+//! (started by the first test that asks), under a key prefix of its own.
+
+use std::time::Duration;
+
+use support::redis_server::{shared_server, unique_prefix};
+use tollgate::{ManualClock, RedisStore};
+
+/// A store on the shared server, its keys under a prefix made from `name`, deciding
+/// at `clock`'s instants. Its deadline is generous: these tests check answers, not
+/// speed, on a busy machine.
+pub(crate) fn redis_store(name: &str, clock: ManualClock) -> RedisStore {
+    RedisStore::from_url(&shared_server().url())
+        .expect("a valid url")
+        .prefix(&unique_prefix(name))
+        .deadline(Duration::from_secs(5))
+        .expect("a deadline")
+        .with_clock(clock)
+}
