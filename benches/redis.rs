@@ -20,7 +20,20 @@
 //!
 //! Each row also reports Redis's own cost of one call (`usec_per_call` of `EVALSHA`
 //! or `FCALL` in `INFO commandstats`, reset before the row), the figure that bounds
-//! throughput when Redis's single thread is the bottleneck.
+//! throughput when Redis's single thread is the bottleneck, and the CPU time of
+//! Redis's main thread over the row per call (its schedstat): `usec_per_call` is wall
+//! time and grows whenever other work on the machine takes Redis's core mid-call; the
+//! CPU time does not, and also counts reading, parsing and answering each request.
+//!
+//! A last row runs a classic GCRA script (`benches/redis_profile/classic_gcra.lua`: the
+//! textbook algorithm as widely deployed scripts write it, a float TAT in seconds, one
+//! `GET` and one `SET … EX`) from the same raw loop with the same quota on keys of the
+//! store's length: the baseline a GCRA decision is held to, doing the same three
+//! commands with none of tollgate's exactness.
+//!
+//! The private `redis-server` is pinned to one core (`taskset`, core `REDIS_CPU`,
+//! default 0) so that the scheduler does not move Redis's thread between the two cores
+//! mid-row; the 64 tasks' two worker threads are left free on both.
 //!
 //! Then the blocked-key cache: one task asks about a denied hot key in a loop, with
 //! the cache on (answered in process) and off (a round trip to be denied).
@@ -35,7 +48,8 @@
 //! `-- --log-denials` for the log-denial rows alone).
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use redis::aio::MultiplexedConnection;
@@ -62,6 +76,25 @@ struct Row {
     p99: Duration,
     /// Server-side µs per `EVALSHA` or `FCALL` (`INFO commandstats`).
     script_us: f64,
+    /// CPU µs of Redis's main thread per call (see `on_cpu_ns`).
+    cpu_us: f64,
+}
+
+/// The private server's pid, for `on_cpu_ns`.
+static REDIS_PID: OnceLock<u32> = OnceLock::new();
+/// `on_cpu_ns` when the current row's statistics were reset.
+static ROW_START_NS: AtomicU64 = AtomicU64::new(0);
+
+/// Nanoseconds the server's main thread (the one that runs commands) has spent on a
+/// CPU: the first field of its schedstat. `usec_per_call` is wall time, and on a
+/// machine shared with other work it also counts the time Redis waited for its core;
+/// this leaves that out (and includes reading, parsing and answering each request).
+fn on_cpu_ns() -> u64 {
+    let pid = REDIS_PID.get().copied().unwrap_or(0);
+    std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/schedstat"))
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0)
 }
 
 /// Resets the server's command statistics before a row.
@@ -71,21 +104,30 @@ async fn reset_stats(admin: &mut MultiplexedConnection) {
         .query_async(admin)
         .await
         .expect("CONFIG RESETSTAT");
+    ROW_START_NS.store(on_cpu_ns(), Ordering::Relaxed);
 }
 
-/// `usec_per_call` of `command` (`evalsha`, `fcall`) since the last reset.
-async fn script_usec(admin: &mut MultiplexedConnection, command: &str) -> f64 {
+/// Since the last reset: `usec_per_call` of `command` (`evalsha`, `fcall`), and the
+/// main thread's CPU µs per call of it.
+async fn server_cost(admin: &mut MultiplexedConnection, command: &str) -> (f64, f64) {
+    let cpu_ns = on_cpu_ns().saturating_sub(ROW_START_NS.load(Ordering::Relaxed));
     let info: String = redis::cmd("INFO")
         .arg("commandstats")
         .query_async(admin)
         .await
         .expect("INFO commandstats");
     let prefix = format!("cmdstat_{command}:");
-    info.lines()
-        .find(|l| l.starts_with(&prefix))
-        .and_then(|l| l.split(',').find_map(|f| f.strip_prefix("usec_per_call=")))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(f64::NAN)
+    let Some(line) = info.lines().find(|l| l.starts_with(&prefix)) else {
+        return (f64::NAN, f64::NAN);
+    };
+    let field = |name: &str| -> f64 {
+        line.split([':', ','])
+            .find_map(|f| f.strip_prefix(name))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(f64::NAN)
+    };
+    let calls = field("calls=");
+    (field("usec_per_call="), cpu_ns as f64 / 1e3 / calls)
 }
 
 /// Runs `TASKS` copies of `call` for `secs`, timing every call.
@@ -127,6 +169,7 @@ where
         p50: at(0.50),
         p99: at(0.99),
         script_us: f64::NAN,
+        cpu_us: f64::NAN,
     }
 }
 
@@ -232,11 +275,10 @@ fn first_int(reply: &redis::Value) -> Option<i64> {
 }
 
 /// Keys named as the store names its GCRA keys in `tollgate_rows` (same length, so
-/// Redis hashes and stores as much), under a prefix of their own.
-fn store_like_keys(url: &str) -> Arc<Vec<String>> {
-    let store = RedisStore::from_url(url)
-        .expect("a url")
-        .prefix("gcra-raw_");
+/// Redis hashes and stores as much), under a prefix of their own (as long as the
+/// store rows' `gcra-true`).
+fn store_like_keys(url: &str, prefix: &str) -> Arc<Vec<String>> {
+    let store = RedisStore::from_url(url).expect("a url").prefix(prefix);
     let policy = Policy::new("bench", bench_quota()).expect("a policy");
     Arc::new(
         (0..TASKS as u64)
@@ -275,7 +317,7 @@ async fn ceiling_rows(
         NINE,
     )
     .await;
-    shared.script_us = script_usec(admin, "evalsha").await;
+    (shared.script_us, shared.cpu_us) = server_cost(admin, "evalsha").await;
 
     let pool = deadpool_redis::Config::from_url(url)
         .builder()
@@ -306,7 +348,7 @@ async fn ceiling_rows(
         },
     )
     .await;
-    pooled.script_us = script_usec(admin, "evalsha").await;
+    (pooled.script_us, pooled.cpu_us) = server_cost(admin, "evalsha").await;
     vec![shared, pooled]
 }
 
@@ -331,7 +373,7 @@ async fn tollgate_rows(url: &str, secs: f64, admin: &mut MultiplexedConnection) 
                 }
             })
             .await;
-            row.script_us = script_usec(admin, &how.to_lowercase()).await;
+            (row.script_us, row.cpu_us) = server_cost(admin, &how.to_lowercase()).await;
             rows.push(row);
         }
     }
@@ -361,11 +403,11 @@ async fn raw_gcra_rows(
         secs,
         conn,
         gcra,
-        store_like_keys(&server.url()),
+        store_like_keys(&server.url(), "gcra-raw_"),
         &GCRA_ARGS,
     )
     .await;
-    script.script_us = script_usec(admin, "evalsha").await;
+    (script.script_us, script.cpu_us) = server_cost(admin, "evalsha").await;
 
     let listing = server.cli(&["FUNCTION", "LIST"]);
     let function: Arc<str> = listing
@@ -373,7 +415,7 @@ async fn raw_gcra_rows(
         .find(|w| w.starts_with("tollgate_"))
         .expect("the store loaded its library")
         .into();
-    let (keys, shared) = (store_like_keys(&server.url()), conn.clone());
+    let (keys, shared) = (store_like_keys(&server.url(), "gcra-raw_"), conn.clone());
     reset_stats(admin).await;
     let mut fcall = measure(
         "raw redis-rs FCALL of tollgate's library, gcra".into(),
@@ -396,8 +438,52 @@ async fn raw_gcra_rows(
         },
     )
     .await;
-    fcall.script_us = script_usec(admin, "fcall").await;
+    (fcall.script_us, fcall.cpu_us) = server_cost(admin, "fcall").await;
     vec![script, fcall]
+}
+
+/// The classic GCRA script's arguments for `bench_quota()`: burst, rate, period (s),
+/// cost.
+const CLASSIC_ARGS: [&str; 4] = ["1000000", "1000000", "1000", "1"];
+
+/// The classic GCRA script from the same raw loop as tollgate's own code above, on
+/// keys of the store's length: every call admitted (`[1, …]`), so every call runs
+/// `TIME`, `GET` and `SET … EX`.
+async fn classic_gcra_row(
+    url: &str,
+    secs: f64,
+    conn: &MultiplexedConnection,
+    admin: &mut MultiplexedConnection,
+) -> Row {
+    let classic = redis::Script::new(include_str!("redis_profile/classic_gcra.lua"));
+    reset_stats(admin).await;
+    let mut row = raw_script(
+        "raw redis-rs EVALSHA of a classic GCRA script (float TAT)",
+        secs,
+        conn,
+        classic,
+        store_like_keys(url, "classicgc"),
+        &CLASSIC_ARGS,
+    )
+    .await;
+    (row.script_us, row.cpu_us) = server_cost(admin, "evalsha").await;
+    row
+}
+
+/// Pins the server's threads to core `REDIS_CPU` (default 0) when `taskset` can; says
+/// which, since the figures depend on it.
+fn pin_to_one_core(server: &RedisServer) {
+    let cpu = std::env::var("REDIS_CPU").unwrap_or_else(|_| "0".into());
+    let pinned = std::process::Command::new("taskset")
+        .args(["-a", "-p", "-c", &cpu, &server.pid().to_string()])
+        .output()
+        .is_ok_and(|out| out.status.success());
+    if pinned {
+        println!("redis-server pinned to core {cpu} (taskset)");
+    } else {
+        println!("redis-server not pinned (taskset failed or is missing)");
+    }
+    println!();
 }
 
 /// A multiplexed connection set up as the store sets up its own: without redis-rs's
@@ -412,7 +498,8 @@ async fn connection(client: &redis::Client) -> MultiplexedConnection {
         .expect("a connection")
 }
 
-/// The raw ceiling, every algorithm, then tollgate's GCRA code called raw.
+/// The raw ceiling, every algorithm, tollgate's GCRA code called raw, then the
+/// classic GCRA script.
 async fn throughput(server: &RedisServer, secs: f64) -> Vec<Row> {
     let url = server.url();
     let client = redis::Client::open(url.as_str()).expect("a client");
@@ -421,24 +508,26 @@ async fn throughput(server: &RedisServer, secs: f64) -> Vec<Row> {
     let mut rows = ceiling_rows(&url, secs, &conn, &mut admin).await;
     rows.extend(tollgate_rows(&url, secs, &mut admin).await);
     rows.extend(raw_gcra_rows(server, secs, &conn, &mut admin).await);
+    rows.push(classic_gcra_row(&url, secs, &conn, &mut admin).await);
     rows
 }
 
 fn print_rows(rows: &[Row]) {
     println!(
-        "| calls (64 tasks, 1 redis-server) | decisions/s | vs raw | p50 | p99 | Redis µs/call |"
+        "| calls (64 tasks, 1 redis-server) | decisions/s | vs raw | p50 | p99 | Redis µs/call | Redis CPU µs/call |"
     );
-    println!("|---|---:|---:|---:|---:|---:|");
+    println!("|---|---:|---:|---:|---:|---:|---:|");
     let raw = rows[0].per_second;
     for row in rows {
         println!(
-            "| {} | {:.0} | {:.2}× | {:.0} µs | {:.0} µs | {:.1} |",
+            "| {} | {:.0} | {:.2}× | {:.0} µs | {:.0} µs | {:.1} | {:.2} |",
             row.name,
             row.per_second,
             row.per_second / raw,
             row.p50.as_secs_f64() * 1e6,
             row.p99.as_secs_f64() * 1e6,
-            row.script_us
+            row.script_us,
+            row.cpu_us
         );
     }
 }
@@ -526,7 +615,7 @@ async fn log_denial_row(
         }
     })
     .await;
-    row.script_us = script_usec(admin, "fcall").await;
+    (row.script_us, row.cpu_us) = server_cost(admin, "fcall").await;
     row
 }
 
@@ -565,6 +654,8 @@ fn main() {
         .expect("a runtime");
     let log_only = std::env::args().any(|a| a == "--log-denials");
     let server = RedisServer::start();
+    REDIS_PID.set(server.pid()).expect("one server");
+    pin_to_one_core(&server);
     let url = server.url();
     runtime.block_on(async {
         if !log_only {

@@ -1,17 +1,34 @@
-//! The server `scripts/bench-http` loads: `GET /` answering "ok", with or without the
-//! layer. Modes: `plain` (no layer), `allow` (layer on with its defaults, per-IP key,
-//! draft-11 headers, a quota that never rejects), `lean` (as `allow`, without the
+//! The server `scripts/bench-http` loads: `GET /` answering "ok", with or without a
+//! rate-limiting layer.
+//!
+//! tollgate's modes: `plain` (no layer), `allow` (layer on with its defaults, per-IP
+//! key, draft-11 headers, a quota that never rejects), `lean` (as `allow`, without the
 //! `Decisions` request extension), `reject` (layer on, every request rejected), and
 //! `identity` (a layer that does nothing: what any layer costs in an axum router, which
 //! boxes the layered service and its future).
 //!
+//! The peer, `tower_governor` 0.8 (governor's keyed GCRA behind a Tower layer), set up
+//! as `allow` and `reject` are: keyed by the peer's IP (`PeerIpKeyExtractor`, read from
+//! axum's `ConnectInfo<SocketAddr>`, as tollgate's `key::peer_ip()` reads it), with the
+//! same quotas. `governor` (never rejecting, none of its optional headers),
+//! `governor-headers` (never rejecting, with `use_headers()`: `x-ratelimit-limit` and
+//! `x-ratelimit-remaining` on every response, the closest it has to tollgate's default
+//! headers) and `governor-reject` (every request rejected: its 429 with `retry-after`
+//! and `x-ratelimit-after`).
+//!
 //! Run with: `cargo run --release --example bench_server -- allow 127.0.0.1:8080`
 
 use std::net::SocketAddr;
+use std::time::Duration;
 
 use axum::Router;
 use axum::routing::get;
 use tollgate::{Limiter, Policy, Quota, RateLimitLayer, key};
+use tower_governor::GovernorLayer;
+use tower_governor::governor::GovernorConfigBuilder;
+
+/// A quota that never rejects in a benchmark: 10⁹ per second, burst 10⁹.
+const NEVER_REJECTS: u32 = 1_000_000_000;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
@@ -21,25 +38,45 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .unwrap_or_else(|| "127.0.0.1:8080".to_string())
         .parse()?;
     let app = Router::new().route("/", get(|| async { "ok" }));
-    let quota = match mode.as_str() {
-        "plain" | "identity" => None,
-        "allow" | "lean" => Some(Quota::per_second(1_000_000_000)),
-        "reject" => Some(Quota::per_day(1)),
-        other => {
-            return Err(format!(
-                "unknown mode {other:?}: use plain, allow, lean, reject or identity"
-            )
-            .into());
-        }
-    };
-    let app = match quota {
-        None if mode == "identity" => app.layer(tower_layer::Identity::new()),
-        None => app,
-        Some(quota) => {
+    let app = match mode.as_str() {
+        "plain" => app,
+        "identity" => app.layer(tower_layer::Identity::new()),
+        "allow" | "lean" | "reject" => {
+            let quota = if mode == "reject" {
+                Quota::per_day(1)
+            } else {
+                Quota::per_second(u64::from(NEVER_REJECTS))
+            };
             let limiter = Limiter::builder()
                 .policy(Policy::new("api", quota)?.key(key::peer_ip()))
                 .build()?;
             app.layer(RateLimitLayer::new(limiter).decisions_extension(mode != "lean"))
+        }
+        // The same quotas as tollgate's: one cell per nanosecond with a burst of 10⁹ is
+        // 10⁹ per second, burst 10⁹ (`Quota::per_second`'s burst is its limit); one per
+        // day, burst 1, admits the warm-up's first request and rejects the rest.
+        "governor" | "governor-headers" | "governor-reject" => {
+            let mut builder = GovernorConfigBuilder::default();
+            if mode == "governor-reject" {
+                builder.period(Duration::from_secs(86_400)).burst_size(1);
+            } else {
+                builder.per_nanosecond(1).burst_size(NEVER_REJECTS);
+            }
+            // `use_headers` changes the config's type, hence two arms.
+            if mode == "governor-headers" {
+                let config = builder.use_headers().finish().ok_or("a governor config")?;
+                app.layer(GovernorLayer::new(config))
+            } else {
+                let config = builder.finish().ok_or("a governor config")?;
+                app.layer(GovernorLayer::new(config))
+            }
+        }
+        other => {
+            return Err(format!(
+                "unknown mode {other:?}: use plain, allow, lean, reject, identity, \
+                 governor, governor-headers or governor-reject"
+            )
+            .into());
         }
     };
     // One worker thread: the load generator gets the other core.
