@@ -4,8 +4,6 @@
 use std::any::Any;
 use std::sync::Arc;
 
-use arc_swap::ArcSwap;
-
 use super::set::Set;
 use super::{Backend, Inner, Limiter};
 #[cfg(feature = "layer")]
@@ -102,10 +100,7 @@ impl LimiterBuilder {
             &backend,
         )?;
         Ok(Limiter {
-            inner: Arc::new(Inner {
-                set: ArcSwap::from_pointee(set),
-                backend,
-            }),
+            inner: Arc::new(Inner::new(set, backend)),
         })
     }
 }

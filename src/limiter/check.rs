@@ -5,7 +5,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
-use super::{Backend, Limiter, missing_decision};
+use super::{Backend, Limiter, missing_decision, unknown_policy};
 use crate::store::{Charge, StoreFuture};
 use crate::{Decision, Key, Quota, StoreError};
 
@@ -48,18 +48,12 @@ impl Future for Check<'_> {
         let limiter = this.limiter;
         let (policy, key, cost, quota) = (this.policy, this.key, u64::from(this.cost), this.quota);
         match &limiter.inner.backend {
-            Backend::Memory(store) => {
-                // The set is loaded once, without a lock, and used for this one
-                // synchronous decision.
-                let set = limiter.inner.set.load();
-                Poll::Ready(limiter.resolve(&set, policy, quota).map(|limit| {
-                    store.acquire_one(&Charge {
-                        limit: &limit,
-                        key,
-                        cost,
-                    })
-                }))
-            }
+            Backend::Memory(store) => Poll::Ready(limiter.with_set(|set| {
+                let limit = set.find(policy).ok_or_else(|| unknown_policy(policy))?;
+                limiter.under_quota(limit, quota, |limit| {
+                    store.acquire_one(&Charge { limit, key, cost })
+                })
+            })),
             Backend::Other(store) => {
                 // The future holds its set: a reload while it awaits the store does
                 // not change the limit it decides under.

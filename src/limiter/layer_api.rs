@@ -81,9 +81,9 @@ impl Limiter {
         match &self.inner.backend {
             Backend::Memory(store) => {
                 if let [(index, key, cost, quota)] = checks {
-                    let result = self.with_quota(&set.limits[*index], *quota).map(|limit| {
+                    let result = self.under_quota(&set.limits[*index], *quota, |limit| {
                         vec![store.acquire_one(&Charge {
-                            limit: &limit,
+                            limit,
                             key,
                             cost: *cost,
                         })]

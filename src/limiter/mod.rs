@@ -14,9 +14,11 @@ pub(crate) use layer_api::{Entering, Entry, LayerCheck, Pending};
 pub(crate) use set::Set;
 
 use std::borrow::Cow;
+use std::cell::RefCell;
 use std::fmt;
 use std::future::Future;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use arc_swap::ArcSwap;
 
@@ -56,10 +58,33 @@ pub struct Limiter {
 }
 
 pub(super) struct Inner {
-    /// The current set of limits: loaded once per check, without a lock, and replaced
-    /// whole by [`Limiter::reload`].
+    /// The current set of limits, replaced whole by [`Limiter::reload`].
     pub(super) set: ArcSwap<Set>,
+    /// Bumped after each reload, so that a thread's cached set (see
+    /// [`Limiter::with_set`]) is known to be current with one plain load.
+    pub(super) generation: AtomicU64,
+    /// Tells this limiter's sets from another's in a thread's cache.
+    pub(super) id: u64,
     pub(super) backend: Backend,
+}
+
+impl Inner {
+    pub(super) fn new(set: Set, backend: Backend) -> Self {
+        static NEXT_ID: AtomicU64 = AtomicU64::new(0);
+        Self {
+            set: ArcSwap::from_pointee(set),
+            generation: AtomicU64::new(0),
+            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+            backend,
+        }
+    }
+}
+
+thread_local! {
+    /// The set this thread last decided with: (limiter id, generation, set). Loading
+    /// the set from its `ArcSwap` on every check cost a tenth of a memory-store
+    /// decision; while no reload has happened, this thread reuses what it loaded.
+    static CURRENT: RefCell<Option<(u64, u64, Arc<Set>)>> = const { RefCell::new(None) };
 }
 
 /// The memory store is called directly (no boxed future); any other store through
@@ -203,7 +228,7 @@ impl Limiter {
             policies,
             &self.inner.backend,
         )?;
-        self.inner.set.store(Arc::new(set));
+        self.install(set);
         Ok(())
     }
 
@@ -229,8 +254,40 @@ impl Limiter {
         let policies: Vec<Policy> = policies.into_iter().collect();
         let limits = policies.iter().map(|p| p.limit().clone()).collect();
         let set = Set::new(limits, policies, &self.inner.backend)?;
-        self.inner.set.store(Arc::new(set));
+        self.install(set);
         Ok(())
+    }
+
+    /// Makes `set` the current one: stored first, then the generation bumped, so a
+    /// thread that sees the new generation loads the new set (or a newer one).
+    fn install(&self, set: Set) {
+        self.inner.set.store(Arc::new(set));
+        self.inner.generation.fetch_add(1, Ordering::Release);
+    }
+
+    /// Runs `f` with the current set: this thread's cached one while no reload has
+    /// happened since it was loaded (a plain load and a compare), else freshly loaded.
+    /// No lock either way.
+    #[inline]
+    pub(crate) fn with_set<R>(&self, f: impl FnOnce(&Set) -> R) -> R {
+        let generation = self.inner.generation.load(Ordering::Acquire);
+        CURRENT.with(|current| {
+            // Decided inside the borrow: no reference count to bump (a contended
+            // atomic when many threads decide at once). A shared borrow, so that `f`
+            // may itself check with a limiter.
+            if let Ok(cached) = current.try_borrow()
+                && let Some((id, seen, set)) = &*cached
+                && *id == self.inner.id
+                && *seen == generation
+            {
+                return f(set);
+            }
+            let set = self.inner.set.load_full();
+            if let Ok(mut slot) = current.try_borrow_mut() {
+                *slot = Some((self.inner.id, generation, Arc::clone(&set)));
+            }
+            f(&set)
+        })
     }
 
     /// The current set, shared: what a check that awaits a store holds on to.
@@ -262,20 +319,45 @@ impl Limiter {
     ) -> Result<Cow<'s, Limit>, StoreError> {
         match quota {
             Some(quota) if quota != limit.quota() => {
-                let own = limit.with_quota(quota);
-                let checked = own.validate().and_then(|()| match &self.inner.backend {
-                    Backend::Memory(store) => store.check_bytes(&own),
-                    Backend::Other(store) => store.validate_quota(&own),
-                });
-                match checked {
-                    Ok(()) => Ok(Cow::Owned(own)),
-                    Err(error) => Err(StoreError::new(
-                        StoreErrorKind::InvalidQuota,
-                        format!("caller's quota \"{quota}\" refused: {error}"),
-                    )),
-                }
+                self.caller_limit(limit, quota).map(Cow::Owned)
             }
             _ => Ok(Cow::Borrowed(limit)),
+        }
+    }
+
+    /// Runs `f` on `limit` under `quota`, as [`with_quota`](Limiter::with_quota) but
+    /// without moving a `Limit` (a few hundred bytes) on the common path, where the
+    /// quota is the limit's own.
+    #[inline]
+    pub(crate) fn under_quota<R>(
+        &self,
+        limit: &Limit,
+        quota: Option<Quota>,
+        f: impl FnOnce(&Limit) -> R,
+    ) -> Result<R, StoreError> {
+        match quota {
+            Some(quota) if quota != limit.quota() => {
+                let own = self.caller_limit(limit, quota)?;
+                Ok(f(&own))
+            }
+            _ => Ok(f(limit)),
+        }
+    }
+
+    /// `limit` under a caller's own `quota`, checked as the builder checks limits.
+    #[cold]
+    fn caller_limit(&self, limit: &Limit, quota: Quota) -> Result<Limit, StoreError> {
+        let own = limit.with_quota(quota);
+        let checked = own.validate().and_then(|()| match &self.inner.backend {
+            Backend::Memory(store) => store.check_bytes(&own),
+            Backend::Other(store) => store.validate_quota(&own),
+        });
+        match checked {
+            Ok(()) => Ok(own),
+            Err(error) => Err(StoreError::new(
+                StoreErrorKind::InvalidQuota,
+                format!("caller's quota \"{quota}\" refused: {error}"),
+            )),
         }
     }
 
