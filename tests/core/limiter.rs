@@ -402,3 +402,51 @@ async fn check_through_a_store_that_suspends_decides_as_the_memory_store_does() 
         .expect_err("unknown policy");
     assert_eq!(unknown.kind(), StoreErrorKind::UnknownPolicy);
 }
+
+/// A reload reaches every thread at its next check, and usage carries over: each
+/// thread keeps the set it last decided with only until the limiter's generation moves.
+#[test]
+fn a_reload_reaches_threads_that_decided_before_it() {
+    use std::sync::mpsc;
+    use tollgate::Limit;
+
+    let limiter = Limiter::builder()
+        .limit(Limit::new("api", Quota::per_minute(10)).expect("limit"))
+        .store(MemoryStore::with_clock(ManualClock::new(
+            Duration::from_secs(1_700_000_000),
+        )))
+        .build()
+        .expect("limiter");
+    let (ask, asked) = mpsc::channel::<()>();
+    let (tell, told) = mpsc::channel::<(u64, u64)>();
+    let worker = {
+        let limiter = limiter.clone();
+        std::thread::spawn(move || {
+            let key = Key::from("alice");
+            while asked.recv().is_ok() {
+                let decision = immediate(limiter.check("api", &key, 1)).expect("a decision");
+                tell.send((decision.quota.limit(), decision.remaining))
+                    .expect("told");
+            }
+        })
+    };
+    let mut check = || {
+        ask.send(()).expect("asked");
+        told.recv().expect("an answer")
+    };
+    assert_eq!(check(), (10, 9));
+    assert_eq!(check(), (10, 8));
+    limiter
+        .reload([Limit::new("api", Quota::per_minute(100)).expect("limit")])
+        .expect("a valid set");
+    // The worker's cached set is stale now: its next check uses the new one, and the
+    // 2 it used count against 100.
+    assert_eq!(check(), (100, 97));
+    limiter
+        .reload([Limit::new("other", Quota::per_minute(5)).expect("limit")])
+        .expect("a valid set");
+    drop(ask);
+    worker.join().expect("no panic");
+    let gone = immediate(limiter.check("api", &Key::from("alice"), 1)).expect_err("removed");
+    assert_eq!(gone.kind(), StoreErrorKind::UnknownPolicy);
+}
