@@ -60,12 +60,11 @@ impl Shared {
     /// per reload and cached for the requests after it.
     #[inline]
     pub(crate) fn view(&self) -> Arc<View> {
-        let current = self.limiter.current();
         let cached = self.view.load_full();
-        if Arc::ptr_eq(&cached.set, &current) {
+        if std::ptr::eq(Arc::as_ptr(&cached.set), &*self.limiter.current()) {
             return cached;
         }
-        let view = Arc::new(View::new(self.style, Arc::clone(&current)));
+        let view = Arc::new(View::new(self.style, self.limiter.snapshot()));
         self.view.store(Arc::clone(&view));
         view
     }

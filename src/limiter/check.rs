@@ -48,12 +48,27 @@ impl Future for Check<'_> {
         let limiter = this.limiter;
         let (policy, key, cost, quota) = (this.policy, this.key, u64::from(this.cost), this.quota);
         match &limiter.inner.backend {
-            Backend::Memory(store) => Poll::Ready(limiter.with_set(|set| {
-                let limit = set.find(policy).ok_or_else(|| unknown_policy(policy))?;
-                limiter.under_quota(limit, quota, |limit| {
-                    store.acquire_one(&Charge { limit, key, cost })
+            Backend::Memory(store) => {
+                // One synchronous decision under the current set, loaded without a
+                // lock; no closure or `Cow` between the store and the caller, whose
+                // decision would be copied through each.
+                let set = limiter.current();
+                let Some(limit) = set.find(policy) else {
+                    return Poll::Ready(Err(unknown_policy(policy)));
+                };
+                Poll::Ready(match quota {
+                    Some(quota) if quota != limit.quota() => {
+                        limiter.caller_limit(limit, quota).map(|own| {
+                            store.acquire_one(&Charge {
+                                limit: &own,
+                                key,
+                                cost,
+                            })
+                        })
+                    }
+                    _ => Ok(store.acquire_one(&Charge { limit, key, cost })),
                 })
-            })),
+            }
             Backend::Other(store) => {
                 // The future holds its set: a reload while it awaits the store does
                 // not change the limit it decides under.

@@ -166,10 +166,4 @@ impl Limiter {
             }
         }
     }
-
-    /// The current set, as a guard: what the layer compares its cached view with.
-    #[inline]
-    pub(crate) fn current(&self) -> arc_swap::Guard<Arc<Set>> {
-        self.inner.set.load()
-    }
 }

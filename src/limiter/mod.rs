@@ -14,11 +14,10 @@ pub(crate) use layer_api::{Entering, Entry, LayerCheck, Pending};
 pub(crate) use set::Set;
 
 use std::borrow::Cow;
-use std::cell::RefCell;
 use std::fmt;
 use std::future::Future;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use arc_swap::ArcSwap;
 
@@ -58,33 +57,44 @@ pub struct Limiter {
 }
 
 pub(super) struct Inner {
-    /// The current set of limits, replaced whole by [`Limiter::reload`].
+    /// The set the limiter was built with, used as it is until the first reload: a
+    /// check then costs one load more than with no reload support at all.
+    pub(super) initial: Arc<Set>,
+    /// The current set once a reload happened, replaced whole by each one.
     pub(super) set: ArcSwap<Set>,
-    /// Bumped after each reload, so that a thread's cached set (see
-    /// [`Limiter::with_set`]) is known to be current with one plain load.
-    pub(super) generation: AtomicU64,
-    /// Tells this limiter's sets from another's in a thread's cache.
-    pub(super) id: u64,
+    /// Whether a reload happened (then `set` is the one to read).
+    pub(super) reloaded: AtomicBool,
     pub(super) backend: Backend,
 }
 
 impl Inner {
     pub(super) fn new(set: Set, backend: Backend) -> Self {
-        static NEXT_ID: AtomicU64 = AtomicU64::new(0);
+        let initial = Arc::new(set);
         Self {
-            set: ArcSwap::from_pointee(set),
-            generation: AtomicU64::new(0),
-            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+            set: ArcSwap::new(Arc::clone(&initial)),
+            initial,
+            reloaded: AtomicBool::new(false),
             backend,
         }
     }
 }
 
-thread_local! {
-    /// The set this thread last decided with: (limiter id, generation, set). Loading
-    /// the set from its `ArcSwap` on every check cost a tenth of a memory-store
-    /// decision; while no reload has happened, this thread reuses what it loaded.
-    static CURRENT: RefCell<Option<(u64, u64, Arc<Set>)>> = const { RefCell::new(None) };
+/// The current set, borrowed for one synchronous decision.
+pub(crate) enum Current<'a> {
+    Initial(&'a Set),
+    Reloaded(arc_swap::Guard<Arc<Set>>),
+}
+
+impl std::ops::Deref for Current<'_> {
+    type Target = Set;
+
+    #[inline]
+    fn deref(&self) -> &Set {
+        match self {
+            Self::Initial(set) => set,
+            Self::Reloaded(guard) => guard,
+        }
+    }
 }
 
 /// The memory store is called directly (no boxed future); any other store through
@@ -125,7 +135,7 @@ impl Limiter {
     /// ```
     #[cfg(feature = "layer")]
     pub fn policies(&self) -> Vec<Policy> {
-        self.inner.set.load().policies.clone()
+        self.current().policies.clone()
     }
 
     /// The limiter's limits, in the order they were added (after a
@@ -138,7 +148,7 @@ impl Limiter {
     /// # Ok::<(), tollgate::ConfigError>(())
     /// ```
     pub fn limits(&self) -> Vec<Limit> {
-        self.inner.set.load().limits.clone()
+        self.current().limits.clone()
     }
 
     /// The limit named `name`.
@@ -151,7 +161,7 @@ impl Limiter {
     /// # Ok::<(), tollgate::ConfigError>(())
     /// ```
     pub fn limit(&self, name: &str) -> Option<Limit> {
-        self.inner.set.load().find(name).cloned()
+        self.current().find(name).cloned()
     }
 
     /// The policy named `name`.
@@ -165,9 +175,7 @@ impl Limiter {
     /// ```
     #[cfg(feature = "layer")]
     pub fn policy(&self, name: &str) -> Option<Policy> {
-        self.inner
-            .set
-            .load()
+        self.current()
             .policies
             .iter()
             .find(|p| names_match(p.name(), name))
@@ -211,7 +219,7 @@ impl Limiter {
         let limits: Vec<Limit> = limits.into_iter().collect();
         #[cfg(feature = "layer")]
         let policies = {
-            let current = self.inner.set.load();
+            let current = self.current();
             limits
                 .iter()
                 .map(
@@ -258,42 +266,32 @@ impl Limiter {
         Ok(())
     }
 
-    /// Makes `set` the current one: stored first, then the generation bumped, so a
-    /// thread that sees the new generation loads the new set (or a newer one).
+    /// Makes `set` the current one: stored first, then the flag raised, so a thread
+    /// that sees the flag loads the new set (or a newer one).
     fn install(&self, set: Set) {
         self.inner.set.store(Arc::new(set));
-        self.inner.generation.fetch_add(1, Ordering::Release);
+        self.inner.reloaded.store(true, Ordering::Release);
     }
 
-    /// Runs `f` with the current set: this thread's cached one while no reload has
-    /// happened since it was loaded (a plain load and a compare), else freshly loaded.
-    /// No lock either way.
+    /// The current set for one synchronous decision: the initial set until the first
+    /// reload (one load of a flag), then a lock-free load of the current one.
     #[inline]
-    pub(crate) fn with_set<R>(&self, f: impl FnOnce(&Set) -> R) -> R {
-        let generation = self.inner.generation.load(Ordering::Acquire);
-        CURRENT.with(|current| {
-            // Decided inside the borrow: no reference count to bump (a contended
-            // atomic when many threads decide at once). A shared borrow, so that `f`
-            // may itself check with a limiter.
-            if let Ok(cached) = current.try_borrow()
-                && let Some((id, seen, set)) = &*cached
-                && *id == self.inner.id
-                && *seen == generation
-            {
-                return f(set);
-            }
-            let set = self.inner.set.load_full();
-            if let Ok(mut slot) = current.try_borrow_mut() {
-                *slot = Some((self.inner.id, generation, Arc::clone(&set)));
-            }
-            f(&set)
-        })
+    pub(crate) fn current(&self) -> Current<'_> {
+        if self.inner.reloaded.load(Ordering::Acquire) {
+            Current::Reloaded(self.inner.set.load())
+        } else {
+            Current::Initial(&self.inner.initial)
+        }
     }
 
     /// The current set, shared: what a check that awaits a store holds on to.
     #[inline]
     pub(crate) fn snapshot(&self) -> Arc<Set> {
-        self.inner.set.load_full()
+        if self.inner.reloaded.load(Ordering::Acquire) {
+            self.inner.set.load_full()
+        } else {
+            Arc::clone(&self.inner.initial)
+        }
     }
 
     /// The limit `name` of `set` under `quota` when one is given: the limit itself when
@@ -346,7 +344,7 @@ impl Limiter {
 
     /// `limit` under a caller's own `quota`, checked as the builder checks limits.
     #[cold]
-    fn caller_limit(&self, limit: &Limit, quota: Quota) -> Result<Limit, StoreError> {
+    pub(super) fn caller_limit(&self, limit: &Limit, quota: Quota) -> Result<Limit, StoreError> {
         let own = limit.with_quota(quota);
         let checked = own.validate().and_then(|()| match &self.inner.backend {
             Backend::Memory(store) => store.check_bytes(&own),
@@ -631,7 +629,7 @@ pub(super) fn missing_decision(expected: usize, got: usize) -> StoreError {
 impl fmt::Debug for Limiter {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Limiter")
-            .field("limits", &self.inner.set.load().limits)
+            .field("limits", &self.current().limits)
             .field("store", &self.inner.backend)
             .finish()
     }

@@ -430,7 +430,7 @@ fn a_reload_reaches_threads_that_decided_before_it() {
             }
         })
     };
-    let mut check = || {
+    let check = || {
         ask.send(()).expect("asked");
         told.recv().expect("an answer")
     };
