@@ -87,8 +87,8 @@ pub mod lab;
 pub mod layer;
 mod limit;
 mod limiter;
-#[cfg(any(feature = "layer", feature = "redis"))]
 mod observe;
+mod penalty;
 mod quota;
 mod store;
 
@@ -99,6 +99,7 @@ pub use error::{ConfigError, StoreError, StoreErrorKind};
 pub use key::Key;
 pub use limit::Limit;
 pub use limiter::{CheckEntry, Limiter, LimiterBuilder};
+pub use penalty::Penalty;
 pub use quota::{MAX_COUNT, Quota};
 #[cfg(feature = "redis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]

@@ -1,4 +1,4 @@
-//! Logs and metrics of the layer's decisions, in one place. Compiled to nothing
+//! Logs and metrics of the layer's decisions and of penalties, in one place. Compiled to nothing
 //! without the `tracing` and `metrics` features. Never records keys: they are API
 //! tokens and client addresses.
 
@@ -80,6 +80,7 @@ pub(crate) fn store_failed(error: &StoreError, failing_open: bool) {
 }
 
 /// Records a refund that could not be applied.
+#[cfg(any(feature = "layer", feature = "redis"))]
 #[cfg_attr(
     not(any(feature = "tracing", feature = "metrics")),
     allow(unused_variables)
@@ -90,4 +91,17 @@ pub(crate) fn refund_failed(error: &StoreError) {
         .increment(1);
     #[cfg(feature = "tracing")]
     tracing::warn!(target: "tollgate", %error, "rate-limit refund failed");
+}
+
+/// Records a penalty box that a rejection of `policy` tripped: the key is blocked for
+/// `block_for`. The key itself is not recorded.
+#[cfg_attr(
+    not(any(feature = "tracing", feature = "metrics")),
+    allow(unused_variables)
+)]
+pub(crate) fn penalty_tripped(policy: &'static str, block_for: std::time::Duration) {
+    #[cfg(feature = "metrics")]
+    metrics::counter!("tollgate_penalties_total", "policy" => policy).increment(1);
+    #[cfg(feature = "tracing")]
+    tracing::info!(target: "tollgate", policy, block_for_ms = u64::try_from(block_for.as_millis()).unwrap_or(u64::MAX), "penalty box tripped: key blocked");
 }

@@ -12,5 +12,6 @@ mod eviction;
 mod key;
 mod limiter;
 mod memory_store;
+mod operations;
 mod quota;
 mod scenarios;

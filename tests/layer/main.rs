@@ -15,5 +15,6 @@ mod grpc_server;
 mod hardening;
 mod http;
 mod key_extractors;
+mod operations;
 mod outage_store;
 mod tower_stack;

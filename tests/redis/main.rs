@@ -20,6 +20,7 @@ mod exactness;
 mod faults;
 mod functions;
 mod max_delay;
+mod operations;
 mod refunds;
 mod scenarios;
 mod store;

@@ -48,7 +48,7 @@ impl RedisStore {
         } else {
             Call::new(&self.prefix, at, mode, charges)
         };
-        let single = charges.len() == 1 && mode.decides();
+        let single = charges.len() == 1 && mode.in_library();
         let call = async {
             if single
                 && self.functions.enabled()

@@ -23,6 +23,7 @@ use super::block_cache::BlockCache;
 use super::{Charge, Store, StoreFuture, decision};
 use crate::algorithm::Verdict;
 use crate::clock::now_micros;
+use crate::penalty::micros_up;
 use crate::{
     Algorithm, Clock, ConfigError, Decision, Key, Limit, Receipt, StoreError, StoreErrorKind,
     SystemClock,
@@ -77,7 +78,12 @@ const LUA_EXACT: u128 = 1 << 53;
 ///   each reports `allowed: true` (it did not deny the request; nothing was charged
 ///   to it), `remaining: 0` and `reset_after: 0` (nothing is known of its key, so it
 ///   promises no capacity), no `retry_after`. On by default, bounded
-///   ([`block_cache`](RedisStore::block_cache)).
+///   ([`block_cache`](RedisStore::block_cache)). A blocked key ([`Limiter::block`](crate::Limiter::block),
+///   a tripped [`Penalty`](crate::Penalty)) is cached for every cost, so a caller
+///   hammering a blocked key costs Redis one call per key per max age; the denials of
+///   a limit with a penalty box are not cached until it trips (each rejection must
+///   reach Redis to be counted). A [`reset`](crate::Limiter::reset) through this
+///   process forgets the key at once, and a block through it is cached at once.
 ///
 /// Clones share the connection, the cache and the time floor.
 ///
@@ -480,6 +486,14 @@ impl fmt::Debug for RedisStore {
     }
 }
 
+/// A reply without the verdict its call asked for.
+fn missing_verdict() -> StoreError {
+    StoreError::new(
+        StoreErrorKind::Protocol,
+        "the rate-limit script returned no verdict",
+    )
+}
+
 /// `d` in whole microseconds, rounded up (a positive age never becomes 0).
 fn duration_us(d: Duration) -> u64 {
     let us = d.as_micros() + u128::from(!d.subsec_nanos().is_multiple_of(1_000));
@@ -508,7 +522,10 @@ impl Store for RedisStore {
                 .collect();
             if let Some(cache) = &self.cache {
                 for (charge, decision) in charges.iter().zip(&decisions) {
-                    if !decision.allowed {
+                    // A limit with a penalty box must see its rejections to count them:
+                    // only its blocks are answered locally.
+                    let counted = charge.limit.get_penalty().is_some();
+                    if !decision.allowed && (decision.blocked_for.is_some() || !counted) {
                         cache.record(charge, sent, decision);
                     }
                 }
@@ -550,6 +567,76 @@ impl Store for RedisStore {
             )
             .await
             .map(drop)
+        })
+    }
+
+    /// One script call (`Mode::Reset`): deletes the key's state, its log and its block
+    /// record. This process's blocked-key cache forgets the key at once; other
+    /// processes' caches, within their max age.
+    fn reset<'a>(&'a self, limit: &'a Limit, key: &'a Key) -> StoreFuture<'a, ()> {
+        Box::pin(async move {
+            let charge = Charge {
+                limit,
+                key,
+                cost: 0,
+            };
+            if let Some(cache) = &self.cache {
+                cache.forget_key(&charge);
+            }
+            let deadline = Instant::now() + self.deadline;
+            self.run(deadline, self.clock_now(), Mode::Reset, &[&charge])
+                .await?;
+            // A denial recorded while the reset was on its way is stale too.
+            if let Some(cache) = &self.cache {
+                cache.forget_key(&charge);
+            }
+            Ok(())
+        })
+    }
+
+    /// One script call (`Mode::Block`): writes the block record beside the key's
+    /// state, replacing its block and count. This process caches the block at once.
+    fn block<'a>(
+        &'a self,
+        limit: &'a Limit,
+        key: &'a Key,
+        duration: Duration,
+    ) -> StoreFuture<'a, Decision> {
+        Box::pin(async move {
+            let charge = Charge {
+                limit,
+                key,
+                cost: micros_up(duration),
+            };
+            let sent = self.local_now();
+            let deadline = Instant::now() + self.deadline;
+            let verdict = self
+                .run(deadline, self.clock_now(), Mode::Block, &[&charge])
+                .await?
+                .pop()
+                .ok_or_else(missing_verdict)?;
+            let decision = decision(limit, verdict);
+            if let Some(cache) = &self.cache {
+                cache.forget_key(&charge);
+                if decision.blocked_for.is_some() {
+                    cache.record(&Charge { cost: 1, ..charge }, sent, &decision);
+                }
+            }
+            Ok(decision)
+        })
+    }
+
+    /// One script call (`Mode::Penalize`): the algorithm's own decision, charging even
+    /// what does not fit.
+    fn penalize<'a>(&'a self, charge: Charge<'a>) -> StoreFuture<'a, Decision> {
+        Box::pin(async move {
+            let deadline = Instant::now() + self.deadline;
+            let verdict = self
+                .run(deadline, self.clock_now(), Mode::Penalize, &[&charge])
+                .await?
+                .pop()
+                .ok_or_else(missing_verdict)?;
+            Ok(decision(charge.limit, verdict))
         })
     }
 
