@@ -57,6 +57,11 @@ const MIN_KEYS_PER_SHARD: usize = 256;
 ///   that is admitted and stores a new key evicts: denials and peeks never do. A
 ///   flood costs each request the same constant work: nothing scans a whole shard
 ///   per request.
+/// - **Blocks and penalty counts** ([`Limiter::block`](crate::Limiter::block), a
+///   [`Penalty`](crate::Penalty)) are records beside the rate states, at most as many
+///   per shard as its share of `max_keys` ([`block_records`](MemoryStore::block_records)):
+///   a full shard drops records that say nothing any more, then counts before blocks,
+///   so a flood of distinct offending keys recycles its own records.
 /// - **Self-cleaning:** each shard drops idle state (state that equals a fresh key's)
 ///   at most once a second as it is used. No background thread, nothing to spawn.
 /// - **Shared:** clones share all state; one entry per (policy, key).

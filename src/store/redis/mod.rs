@@ -55,7 +55,9 @@ const LUA_EXACT: u128 = 1 << 53;
 /// - **Keys:** `<prefix>:<policy>:{<subject>}:<algorithm>:<limit>:<period µs>:<capacity>`,
 ///   where the subject is the caller key's fixed-length fingerprint in hex, so it
 ///   alone picks the cluster slot and caller bytes can neither choose it nor make keys
-///   long. Every key carries a TTL matching its state's retention.
+///   long. A key's block and penalty count live beside its state, in `<state key>:b`
+///   (same hash tag), read and written by the same call as the decision. Every key
+///   carries a TTL matching its state's retention.
 /// - **Failure is normal:** every call has a deadline ([`DEFAULT_DEADLINE`](RedisStore::DEFAULT_DEADLINE), see
 ///   [`deadline`](RedisStore::deadline)); timeouts, lost connections, `LOADING`,
 ///   `CLUSTERDOWN` and `READONLY` come back as [`StoreError`]s of the matching
@@ -420,7 +422,8 @@ impl RedisStore {
     }
 
     /// The Redis key holding `policy`'s state for `key` (for operators and tests; the
-    /// sliding window log adds a sorted set under this name plus `:log`).
+    /// sliding window log adds a sorted set under this name plus `:log`, and a block or
+    /// a penalty count lives under this name plus `:b`).
     ///
     /// ```
     /// use tollgate::{Key, Limit, Quota, RedisStore};
