@@ -65,7 +65,8 @@ pub struct Decision {
     pub quota: Quota,
     /// For a blocked key (by [`Limiter::block`](crate::Limiter::block) or a tripped
     /// [`Penalty`](crate::Penalty)): the time until the block ends, which is also
-    /// `retry_after` and `reset_after`; `None` when the key is not blocked.
+    /// `retry_after` and `reset_after`; `None` when the key is not blocked. A blocked
+    /// key denies every request, even a cost-0 check (a peek says `allowed: false`).
     pub blocked_for: Option<Duration>,
     /// What this decision charged, for taking it back later; `None` when it charged
     /// nothing.

@@ -116,3 +116,44 @@ fn a_penalty_with_a_zero_is_refused_when_the_limiter_is_built() {
         );
     }
 }
+
+#[tokio::test]
+async fn a_fallback_blocks_and_resets_on_both_stores_and_penalizes_the_serving_one() -> TestResult {
+    let clock = ManualClock::new(BASE);
+    let (primary, insurance) = (
+        MemoryStore::with_clock(clock.clone()),
+        MemoryStore::with_clock(clock.clone()),
+    );
+    let limit = Limit::new("api", Quota::per_minute(5))?;
+    let on = |store: MemoryStore| {
+        Limiter::builder()
+            .limit(limit.clone())
+            .store(store)
+            .build()
+            .expect("a limiter")
+    };
+    let (through_primary, through_insurance) = (on(primary.clone()), on(insurance.clone()));
+    let both = on_fallback(&limit, primary, insurance)?;
+    let key = Key::from("mallory");
+
+    both.block("api", &key, Duration::from_secs(60)).await?;
+    for store in [&through_primary, &through_insurance] {
+        assert!(store.peek("api", &key).await?.blocked_for.is_some());
+    }
+    both.reset("api", &key).await?;
+    both.penalize("api", &key, 3).await?;
+    assert_eq!(through_primary.peek("api", &key).await?.remaining, 2);
+    assert_eq!(through_insurance.peek("api", &key).await?.remaining, 5);
+    Ok(())
+}
+
+fn on_fallback(
+    limit: &Limit,
+    primary: MemoryStore,
+    insurance: MemoryStore,
+) -> Result<Limiter, tollgate::ConfigError> {
+    Limiter::builder()
+        .limit(limit.clone())
+        .store(tollgate::Fallback::new(primary, insurance))
+        .build()
+}
