@@ -63,6 +63,11 @@ pub struct Decision {
     /// given ([`Limiter::check_with`](crate::Limiter::check_with), a policy's
     /// `quota_from`). Response headers state this one.
     pub quota: Quota,
+    /// For a blocked key (by [`Limiter::block`](crate::Limiter::block) or a tripped
+    /// [`Penalty`](crate::Penalty)): the time until the block ends, which is also
+    /// `retry_after` and `reset_after`; `None` when the key is not blocked. A blocked
+    /// key denies every request, even a cost-0 check (a peek says `allowed: false`).
+    pub blocked_for: Option<Duration>,
     /// What this decision charged, for taking it back later; `None` when it charged
     /// nothing.
     pub(crate) receipt: Option<Receipt>,
@@ -104,6 +109,7 @@ impl PartialEq for Decision {
             delay,
             policy,
             quota,
+            blocked_for,
             receipt: _,
         } = self;
         *allowed == other.allowed
@@ -114,6 +120,7 @@ impl PartialEq for Decision {
             && *delay == other.delay
             && *policy == other.policy
             && *quota == other.quota
+            && *blocked_for == other.blocked_for
     }
 }
 

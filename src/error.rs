@@ -153,6 +153,9 @@ pub enum StoreErrorKind {
     /// policy's `quota_from`) that the limit's algorithm or the store cannot count
     /// exactly; the message names the quota and the reason.
     InvalidQuota,
+    /// The store does not implement this operation (a custom [`Store`](crate::Store)
+    /// that keeps the defaults of `reset`, `block` or `penalize`).
+    Unsupported,
 }
 
 impl fmt::Display for StoreErrorKind {
@@ -164,6 +167,7 @@ impl fmt::Display for StoreErrorKind {
             Self::Protocol => "protocol",
             Self::UnknownPolicy => "unknown policy",
             Self::InvalidQuota => "invalid quota",
+            Self::Unsupported => "unsupported",
         })
     }
 }

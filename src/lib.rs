@@ -50,6 +50,41 @@
 //! # Ok::<(), tollgate::ConfigError>(())
 //! ```
 //!
+//! ## Operating limits
+//!
+//! [`Limiter::peek`] reads a key's state, [`Limiter::reset`] makes it idle (and
+//! unblocked), [`Limiter::block`] denies it for a while, [`Limiter::penalize`] charges
+//! it whether or not the charge fits; a [`Penalty`] on a limit blocks a key whose
+//! rejections pile up. On Redis each is one round trip and every process sees it (a
+//! process that cached a key as blocked, within its
+//! [`block_cache_max_age`](crate::RedisStore::block_cache_max_age)).
+//!
+//! Exposing these over HTTP (`examples/admin.rs`) gives whoever can call them the
+//! power to unblock themselves and block anyone: **admin routes need your
+//! application's own authentication and authorization**, and belong where the callers
+//! they limit cannot reach them.
+//!
+//! ```
+//! use std::time::Duration;
+//! use tollgate::{Key, Limit, Limiter, Penalty, Quota};
+//! # tokio::runtime::Builder::new_current_thread().build()?.block_on(async {
+//! let limiter = Limiter::builder()
+//!     .limit(Limit::new("login", Quota::per_minute(3))?.penalty(
+//!         Penalty::after(2).within(Duration::from_secs(60)).block_for(Duration::from_secs(900)),
+//!     ))
+//!     .build()?;
+//! let caller = Key::from("mallory");
+//! for _ in 0..5 {
+//!     limiter.check("login", &caller, 1).await?; // 3 admitted, then 2 rejections
+//! }
+//! assert!(limiter.peek("login", &caller).await?.blocked_for.is_some());
+//! limiter.reset("login", &caller).await?; // an operator forgives
+//! assert!(limiter.check("login", &caller, 1).await?.allowed);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! # })?;
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
 //! ## Guarantees
 //!
 //! - Every algorithm is exact: integer microsecond arithmetic (nanoseconds inside GCRA
@@ -90,8 +125,8 @@ pub mod lab;
 pub mod layer;
 mod limit;
 mod limiter;
-#[cfg(any(feature = "layer", feature = "redis"))]
 mod observe;
+mod penalty;
 mod quota;
 mod store;
 
@@ -102,6 +137,7 @@ pub use error::{ConfigError, StoreError, StoreErrorKind};
 pub use key::Key;
 pub use limit::Limit;
 pub use limiter::{CheckEntry, Limiter, LimiterBuilder};
+pub use penalty::Penalty;
 pub use quota::{MAX_COUNT, Quota};
 #[cfg(feature = "redis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]

@@ -7,7 +7,7 @@ use std::sync::{Mutex, OnceLock, PoisonError};
 use std::time::Duration;
 
 use crate::algorithm::Params;
-use crate::{Algorithm, ConfigError, Quota};
+use crate::{Algorithm, ConfigError, Penalty, Quota};
 
 /// The longest limit name accepted (it appears in headers and Redis keys).
 const MAX_NAME_LEN: usize = 64;
@@ -44,6 +44,8 @@ pub struct Limit {
     algorithm: Algorithm,
     /// Set by [`max_delay`](Limit::max_delay); `None`: the default.
     max_delay: Option<Duration>,
+    /// Set by [`penalty`](Limit::penalty); `None`: no penalty box.
+    penalty: Option<Penalty>,
     /// Derived from quota, algorithm and delay bound; always usable.
     params: Params,
     /// Why the quota does not suit the algorithm, reported when the limiter is built
@@ -82,6 +84,7 @@ impl Limit {
             quota,
             algorithm,
             max_delay: None,
+            penalty: None,
             table: table_id(name, algorithm, quota.period_micros()),
             params,
             problem,
@@ -169,6 +172,36 @@ impl Limit {
     pub fn get_max_delay(&self) -> Duration {
         self.max_delay
             .unwrap_or_else(|| default_max_delay(&self.quota))
+    }
+
+    /// Puts the limit's keys in a penalty box: the `n`-th rejection of a key within a
+    /// window blocks it for a while (see [`Penalty`]). A [`Penalty`] with a zero in
+    /// it is reported by [`LimiterBuilder::build`](crate::LimiterBuilder::build).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{Limit, Limiter, Penalty, Quota};
+    /// let penalty = Penalty::after(3).within(Duration::from_secs(60)).block_for(Duration::from_secs(600));
+    /// let limit = Limit::new("login", Quota::per_minute(5))?.penalty(penalty);
+    /// assert_eq!(limit.get_penalty(), Some(penalty));
+    /// let zero = Limit::new("login", Quota::per_minute(5))?.penalty(Penalty::after(0));
+    /// assert!(Limiter::builder().limit(zero).build().is_err());
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    #[must_use]
+    pub fn penalty(mut self, penalty: Penalty) -> Self {
+        self.penalty = Some(penalty);
+        self
+    }
+
+    /// The limit's penalty box, if it has one.
+    ///
+    /// ```
+    /// assert_eq!(tollgate::Limit::new("api", tollgate::Quota::per_second(1))?.get_penalty(), None);
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    pub fn get_penalty(&self) -> Option<Penalty> {
+        self.penalty
     }
 
     /// Derives the parameters (and the table they key) from quota, algorithm and
@@ -265,6 +298,9 @@ impl Limit {
 
     /// Whether the quota suits the algorithm; the message names the limit.
     pub(crate) fn validate(&self) -> Result<(), ConfigError> {
+        if let Some(penalty) = &self.penalty {
+            penalty.validate(self.name)?;
+        }
         match &self.problem {
             Some(why) => Err(ConfigError::new(format!(
                 "invalid policy \"{}\": {why}",

@@ -1,9 +1,10 @@
-//! Logs and metrics of the layer's decisions, in one place. Compiled to nothing
+//! Logs and metrics of the layer's decisions and of penalties, in one place. Compiled to nothing
 //! without the `tracing` and `metrics` features. Never records keys: they are API
 //! tokens and client addresses.
 
 #[cfg(feature = "layer")]
 use crate::Decision;
+#[cfg(any(feature = "layer", feature = "redis"))]
 use crate::StoreError;
 
 /// What became of a request the policies were checked for.
@@ -80,6 +81,7 @@ pub(crate) fn store_failed(error: &StoreError, failing_open: bool) {
 }
 
 /// Records a refund that could not be applied.
+#[cfg(any(feature = "layer", feature = "redis"))]
 #[cfg_attr(
     not(any(feature = "tracing", feature = "metrics")),
     allow(unused_variables)
@@ -92,12 +94,12 @@ pub(crate) fn refund_failed(error: &StoreError) {
     tracing::warn!(target: "tollgate", %error, "rate-limit refund failed");
 }
 
-/// Records an in-flight lease that could not be given back or renewed on a remote
-/// store: it expires by itself within its TTL.
 #[cfg_attr(
     not(any(feature = "tracing", feature = "metrics")),
     allow(unused_variables)
 )]
+/// Records an in-flight lease that could not be given back or renewed on a remote
+/// store: it expires by itself within its TTL.
 #[cfg(feature = "redis")]
 pub(crate) fn lease_failed(error: &StoreError) {
     #[cfg(feature = "metrics")]
@@ -105,4 +107,91 @@ pub(crate) fn lease_failed(error: &StoreError) {
         .increment(1);
     #[cfg(feature = "tracing")]
     tracing::warn!(target: "tollgate", %error, "in-flight lease release or renewal failed");
+}
+
+/// Records a penalty box that a rejection of `policy` tripped: the key is blocked for
+/// `block_for`. The key itself is not recorded.
+#[cfg_attr(
+    not(any(feature = "tracing", feature = "metrics")),
+    allow(unused_variables)
+)]
+pub(crate) fn penalty_tripped(policy: &'static str, block_for: std::time::Duration) {
+    #[cfg(feature = "metrics")]
+    metrics::counter!("tollgate_penalties_total", "policy" => policy).increment(1);
+    #[cfg(feature = "tracing")]
+    tracing::info!(target: "tollgate", policy, block_for_ms = u64::try_from(block_for.as_millis()).unwrap_or(u64::MAX), "penalty box tripped: key blocked");
+}
+
+#[cfg(all(test, feature = "metrics"))]
+mod tests {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+    use std::time::Duration;
+
+    use metrics::{
+        Counter, Gauge, Histogram, Key, KeyName, Metadata, Recorder, SharedString, Unit,
+    };
+
+    use crate::{Limit, Limiter, ManualClock, MemoryStore, Penalty, Quota};
+
+    /// Counts `tollgate_penalties_total{policy="login"}`; every other metric is dropped.
+    struct Penalties(Arc<AtomicU64>);
+
+    impl Recorder for Penalties {
+        fn describe_counter(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+        fn describe_gauge(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+        fn describe_histogram(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+
+        fn register_counter(&self, key: &Key, _: &Metadata<'_>) -> Counter {
+            let login = key
+                .labels()
+                .any(|l| l.key() == "policy" && l.value() == "login");
+            if key.name() == "tollgate_penalties_total" && login {
+                Counter::from_arc(Arc::clone(&self.0))
+            } else {
+                Counter::noop()
+            }
+        }
+
+        fn register_gauge(&self, _: &Key, _: &Metadata<'_>) -> Gauge {
+            Gauge::noop()
+        }
+
+        fn register_histogram(&self, _: &Key, _: &Metadata<'_>) -> Histogram {
+            Histogram::noop()
+        }
+    }
+
+    #[test]
+    fn a_tripped_penalty_box_is_counted_once() {
+        let count = Arc::new(AtomicU64::new(0));
+        let recorder = Penalties(Arc::clone(&count));
+        let penalty = Penalty::after(1)
+            .within(Duration::from_secs(60))
+            .block_for(Duration::from_secs(60));
+        let limiter = Limiter::builder()
+            .limit(
+                Limit::new("login", Quota::per_minute(1))
+                    .expect("a limit")
+                    .penalty(penalty),
+            )
+            .store(MemoryStore::with_clock(ManualClock::new(
+                Duration::from_secs(1_700_000_000),
+            )))
+            .build()
+            .expect("a limiter");
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .expect("a runtime");
+        let key = crate::Key::from("mallory");
+        metrics::with_local_recorder(&recorder, || {
+            runtime.block_on(async {
+                // Admitted, tripped, then blocked: only the trip counts.
+                for _ in 0..3 {
+                    limiter.check("login", &key, 1).await.expect("a decision");
+                }
+            });
+        });
+        assert_eq!(count.load(Relaxed), 1);
+    }
 }

@@ -167,6 +167,28 @@ pub(crate) struct Verdict {
     pub(crate) delay_us: u64,
     /// For a step that charged: what it charged, for a refund of that charge.
     pub(crate) receipt: Option<Receipt>,
+    /// For a blocked key (an operator's block or a tripped penalty box): µs until the
+    /// block ends.
+    pub(crate) blocked_us: Option<u64>,
+    /// Whether this very decision tripped the key's penalty box.
+    pub(crate) tripped: bool,
+}
+
+impl Verdict {
+    /// The answer for a key blocked for `left_us` more µs, whatever its rate state:
+    /// denied, nothing left, and both waits are the block's end.
+    pub(crate) fn blocked(left_us: u64, tripped: bool) -> Self {
+        Self {
+            allowed: false,
+            remaining: 0,
+            reset_after_us: left_us,
+            retry_after_us: Some(left_us),
+            delay_us: 0,
+            receipt: None,
+            blocked_us: Some(left_us),
+            tripped,
+        }
+    }
 }
 
 /// What a refund takes back.
@@ -314,7 +336,32 @@ pub(crate) fn report<R: Rule>(
         } else {
             None
         },
+        blocked_us: None,
+        tripped: false,
     }
+}
+
+/// Charges `cost` to rule `R`'s state whether or not it fits (an operator's penalty):
+/// usage may exceed the capacity, a debt that time repays as it repays any usage.
+/// Reports the state afterwards as a peek (cost 0) would.
+pub(crate) fn penalize<R: Rule>(
+    p: &Params,
+    s: &mut R::State,
+    now: u64,
+    floor: u64,
+    cost: u64,
+) -> Verdict {
+    let t = R::normalize(p, s, now.max(floor));
+    if cost > 0 {
+        R::charge(p, s, t, cost);
+    }
+    let step = Step {
+        t,
+        allowed: true,
+        charged: false,
+        delay_us: 0,
+    };
+    report::<R>(p, s, now, 0, step)
 }
 
 /// Refunds to rule `R`'s state at `max(now, floor)`.

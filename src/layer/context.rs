@@ -93,6 +93,7 @@ impl RequestContext {
             delay: Duration::ZERO,
             policy: policy.name(),
             quota: policy.quota(),
+            blocked_for: None,
             receipt: None,
         };
         if self.shared.shadow {

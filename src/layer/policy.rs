@@ -316,6 +316,23 @@ impl Policy {
         self
     }
 
+    /// Puts this policy's keys in a penalty box: see [`Limit::penalty`] and
+    /// [`Penalty`](crate::Penalty).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{Penalty, Policy, Quota};
+    /// let penalty = Penalty::after(5).within(Duration::from_secs(60)).block_for(Duration::from_secs(900));
+    /// let policy = Policy::new("login", Quota::per_minute(10))?.penalty(penalty);
+    /// assert_eq!(policy.limit().get_penalty(), Some(penalty));
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    #[must_use]
+    pub fn penalty(mut self, penalty: crate::Penalty) -> Self {
+        self.limit = self.limit.penalty(penalty);
+        self
+    }
+
     /// The longest a leaky-bucket request of this policy may be held (see
     /// [`Limit::max_delay`]).
     ///

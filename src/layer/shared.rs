@@ -62,7 +62,10 @@ impl Shared {
     pub(crate) fn view(&self) -> Arc<View> {
         let cached = self.view.load_full();
         let current = self.limiter.current();
-        if std::ptr::eq(Arc::as_ptr(&cached.set), std::ptr::from_ref::<Set>(&current)) {
+        if std::ptr::eq(
+            Arc::as_ptr(&cached.set),
+            std::ptr::from_ref::<Set>(&current),
+        ) {
             return cached;
         }
         let view = Arc::new(View::new(self.style, self.limiter.snapshot()));

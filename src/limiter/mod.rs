@@ -18,6 +18,7 @@ use std::fmt;
 use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 use arc_swap::ArcSwap;
 
@@ -605,6 +606,147 @@ impl Limiter {
                 Ok(())
             }
             Backend::Other(store) => store.refund_charge(charge, receipt).await,
+        }
+    }
+}
+
+impl Limiter {
+    /// The limit named `name` in the current set.
+    fn find(set: &Set, name: &str) -> Result<Limit, StoreError> {
+        set.find(name).cloned().ok_or_else(|| unknown_policy(name))
+    }
+
+    /// `key`'s decision under `policy` now, charging nothing: what a cost-0
+    /// [`check`](Limiter::check) returns. A blocked key says so (`allowed: false`,
+    /// [`blocked_for`](Decision::blocked_for)). On Redis it always asks Redis (one
+    /// round trip), never the blocked-key cache.
+    ///
+    /// ```
+    /// use tollgate::{Key, Limiter, Limit, Quota};
+    /// # tokio::runtime::Builder::new_current_thread().build()?.block_on(async {
+    /// let limiter = Limiter::builder().limit(Limit::new("api", Quota::per_minute(10))?).build()?;
+    /// let key = Key::from("alice");
+    /// limiter.check("api", &key, 3).await?;
+    /// let d = limiter.peek("api", &key).await?;
+    /// assert_eq!((d.allowed, d.remaining, d.blocked_for), (true, 7, None));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// # })?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub async fn peek(&self, policy: &str, key: &Key) -> Result<Decision, StoreError> {
+        let limit = Self::find(&self.snapshot(), policy)?;
+        match &self.inner.backend {
+            Backend::Memory(store) => Ok(store.peek_now(&limit, key)),
+            Backend::Other(store) => store.peek(&limit, key).await,
+        }
+    }
+
+    /// Makes `key` idle again under `policy`: its usage is forgotten, its block lifted
+    /// and its penalty count cleared. On Redis, one round trip that every process
+    /// sees at once; a process that cached the key as blocked sees it within its
+    /// [`block_cache_max_age`](crate::RedisStore::block_cache_max_age) (this one at
+    /// once).
+    ///
+    /// ```
+    /// use tollgate::{Key, Limiter, Limit, Quota};
+    /// # tokio::runtime::Builder::new_current_thread().build()?.block_on(async {
+    /// let limiter = Limiter::builder().limit(Limit::new("api", Quota::per_minute(2))?).build()?;
+    /// let key = Key::from("alice");
+    /// limiter.check("api", &key, 2).await?;
+    /// assert!(!limiter.check("api", &key, 1).await?.allowed);
+    /// limiter.reset("api", &key).await?;
+    /// assert!(limiter.check("api", &key, 1).await?.allowed);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// # })?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub async fn reset(&self, policy: &str, key: &Key) -> Result<(), StoreError> {
+        let limit = Self::find(&self.snapshot(), policy)?;
+        match &self.inner.backend {
+            Backend::Memory(store) => {
+                store.reset_now(&limit, key);
+                Ok(())
+            }
+            Backend::Other(store) => store.reset(&limit, key).await,
+        }
+    }
+
+    /// Denies every request of `key` under `policy` until `duration` from now
+    /// (`allowed: false`, `remaining: 0`, `retry_after = reset_after =` the time
+    /// left, [`blocked_for`](Decision::blocked_for) too), whatever its quota says; a
+    /// later block replaces this one, a zero `duration` lifts it, and
+    /// [`reset`](Limiter::reset) lifts it too. Returns the key's decision afterwards.
+    /// On Redis the block is state like any other: one round trip, and every process
+    /// denies the key from its next call.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{Key, Limiter, Limit, Quota};
+    /// # tokio::runtime::Builder::new_current_thread().build()?.block_on(async {
+    /// let limiter = Limiter::builder().limit(Limit::new("api", Quota::per_minute(100))?).build()?;
+    /// let key = Key::from("mallory");
+    /// limiter.block("api", &key, Duration::from_secs(3600)).await?;
+    /// let d = limiter.check("api", &key, 1).await?;
+    /// assert!(!d.allowed);
+    /// assert_eq!(d.remaining, 0);
+    /// assert!(d.blocked_for.is_some_and(|left| left <= Duration::from_secs(3600)));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// # })?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub async fn block(
+        &self,
+        policy: &str,
+        key: &Key,
+        duration: Duration,
+    ) -> Result<Decision, StoreError> {
+        let limit = Self::find(&self.snapshot(), policy)?;
+        match &self.inner.backend {
+            Backend::Memory(store) => Ok(store.block_now(&limit, key, duration)),
+            Backend::Other(store) => store.block(&limit, key, duration).await,
+        }
+    }
+
+    /// Charges `cost` to `key` under `policy` whether or not it fits: usage may
+    /// exceed the capacity (a debt), and `remaining` stays 0 until time repays it
+    /// (window algorithms: until enough windows have passed; token bucket, GCRA and
+    /// leaky bucket: until the refill covers it). Returns the key's decision
+    /// afterwards, as [`peek`](Limiter::peek) would. Not a rejection: it never counts
+    /// toward a [`Penalty`](crate::Penalty).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{Key, Limiter, Limit, ManualClock, MemoryStore, Quota};
+    /// # tokio::runtime::Builder::new_current_thread().build()?.block_on(async {
+    /// let clock = ManualClock::new(Duration::from_secs(1_700_000_000));
+    /// let limiter = Limiter::builder()
+    ///     .limit(Limit::new("api", Quota::per_second(10))?) // GCRA, T = 100 ms
+    ///     .store(MemoryStore::with_clock(clock.clone()))
+    ///     .build()?;
+    /// let key = Key::from("alice");
+    /// let d = limiter.penalize("api", &key, 15).await?; // 5 beyond the burst
+    /// assert_eq!((d.remaining, d.reset_after), (0, Duration::from_millis(1500)));
+    /// clock.advance(Duration::from_millis(600)); // 6 repaid: 1 free
+    /// assert_eq!(limiter.peek("api", &key).await?.remaining, 1);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// # })?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub async fn penalize(
+        &self,
+        policy: &str,
+        key: &Key,
+        cost: u32,
+    ) -> Result<Decision, StoreError> {
+        let limit = Self::find(&self.snapshot(), policy)?;
+        let charge = Charge {
+            limit: &limit,
+            key,
+            cost: u64::from(cost),
+        };
+        match &self.inner.backend {
+            Backend::Memory(store) => Ok(store.penalize_now(&charge)),
+            Backend::Other(store) => store.penalize(charge).await,
         }
     }
 }

@@ -2,7 +2,9 @@
 //! denies it locally until T, without a round trip, for at most a bounded age.
 //!
 //! A denied key under attack is the hottest key there is; answering it locally keeps
-//! the attacker's traffic off Redis. An entry is kept per (policy, key) and answers
+//! the attacker's traffic off Redis; so is a key in a penalty box or blocked by an
+//! operator, whose entry denies every cost until the block ends (within `max_age`).
+//! An entry is kept per (policy, key) and answers
 //! only requests costing at least the denied cost (cost is monotone for every
 //! algorithm: what did not fit at a cost does not fit at a higher one). The deadline
 //! is measured from when the request was sent, so the local answer never outlasts
@@ -44,6 +46,9 @@ struct Block {
     /// Which record made this entry: the recording order holds `(slot, seq)` and an
     /// item whose seq is not its slot's current one is stale.
     seq: u64,
+    /// Whether the key itself is blocked (an operator's block, a tripped penalty):
+    /// then every cost is denied and the answer says so.
+    blocked: bool,
 }
 
 type Slot = (&'static str, Params, Key);
@@ -179,6 +184,8 @@ impl BlockCache {
                 retry_after_us: Some(block.until - now),
                 delay_us: 0,
                 receipt: None,
+                blocked_us: block.blocked.then(|| block.until - now),
+                tripped: false,
             },
         ))
     }
@@ -207,6 +214,7 @@ impl BlockCache {
         };
         let retry_us = u64::try_from(retry_after.as_micros()).unwrap_or(u64::MAX);
         let reset_us = u64::try_from(denied.reset_after.as_micros()).unwrap_or(u64::MAX);
+        let blocked = denied.blocked_for.is_some();
         let mut blocks = self.lock();
         blocks.expire(sent, self.max_age_us);
         let slot = Self::slot(charge);
@@ -221,11 +229,13 @@ impl BlockCache {
             slot,
             Block {
                 until: sent.saturating_add(retry_us),
-                min_cost: charge.cost,
+                // A blocked key denies every request, whatever it costs.
+                min_cost: if blocked { 1 } else { charge.cost },
                 remaining: denied.remaining,
                 reset_at: sent.saturating_add(reset_us),
                 cached_at: sent,
                 seq,
+                blocked,
             },
         );
         blocks.order.push_back((slot, seq));
@@ -235,6 +245,16 @@ impl BlockCache {
     /// Forgets `charge`'s key (after a refund through this process).
     pub(crate) fn forget(&self, charge: &Charge<'_>) {
         self.lock().map.remove(&Self::slot(charge));
+    }
+
+    /// Forgets every entry of `charge`'s policy and key, under any quota (after a
+    /// reset or a block through this process). Scans the cache: operators' calls
+    /// are rare, and a reset must not leave a caller's own quota denied.
+    pub(crate) fn forget_key(&self, charge: &Charge<'_>) {
+        let name = charge.limit.name();
+        self.lock()
+            .map
+            .retain(|(policy, _, key), _| !(*policy == name && key == charge.key));
     }
 
     pub(crate) fn len(&self) -> usize {
@@ -264,6 +284,8 @@ fn not_evaluated(charge: &Charge<'_>) -> Decision {
             retry_after_us: None,
             delay_us: 0,
             receipt: None,
+            blocked_us: None,
+            tripped: false,
         },
     )
 }
@@ -288,6 +310,7 @@ mod tests {
             policy: "api",
             quota: crate::Quota::per_second(1),
             receipt: None,
+            blocked_for: None,
         }
     }
 

@@ -27,6 +27,12 @@ use crate::{ConfigError, Decision, Key, Limit, Receipt, StoreError};
 /// spent; and the other way round. A [`refund`](Store::refund) without a receipt goes
 /// to the store serving now, and is dropped too when that store fails.
 ///
+/// Operators' calls: a [`peek`](Store::peek) and a [`penalize`](Store::penalize) go to
+/// the store serving now, as a charge does; a [`reset`](Store::reset) and a
+/// [`block`](Store::block) go to both stores (the primary unless it is known to be
+/// down, and the insurance), so that they hold whichever store serves the key next;
+/// they fail only when both stores fail.
+///
 /// ```
 /// use tollgate::{Fallback, Key, Limiter, MemoryStore, Limit, Quota};
 /// # tokio::runtime::Builder::new_current_thread().enable_time().build()?.block_on(async {
@@ -137,6 +143,25 @@ impl<P: Store, I: Store> Fallback<P, I> {
 }
 
 /// Records on each receipt which of a `Fallback`'s stores took the charge.
+impl<P: Store, I: Store> Fallback<P, I> {
+    /// Runs an operation that goes to both stores on the primary, unless it is known
+    /// to be down (then it fails at once, without waiting out a deadline).
+    async fn both_primary<T>(&self, call: StoreFuture<'_, T>) -> Result<T, StoreError> {
+        if !self.try_primary() {
+            return Err(StoreError::new(
+                crate::StoreErrorKind::Unavailable,
+                "the primary store is down",
+            ));
+        }
+        let result = call.await;
+        match &result {
+            Ok(_) => self.primary_answered(),
+            Err(error) => self.primary_failed(error),
+        }
+        result
+    }
+}
+
 fn routed(mut decisions: Vec<Decision>, insurance: bool) -> Vec<Decision> {
     for decision in &mut decisions {
         decision.receipt = decision.receipt.map(|r| r.routed(insurance));
@@ -195,6 +220,51 @@ impl<P: Store, I: Store> Store for Fallback<P, I> {
                     "the receipt does not say which store of the fallback took the charge",
                 )),
             }
+        })
+    }
+
+    /// To both stores, the primary first (unless it is known to be down): a reset must
+    /// hold whichever store serves the key next. Fails only when both fail.
+    fn reset<'a>(&'a self, limit: &'a Limit, key: &'a Key) -> StoreFuture<'a, ()> {
+        Box::pin(async move {
+            let primary = self.both_primary(self.primary.reset(limit, key)).await;
+            let insurance = self.insurance.reset(limit, key).await;
+            primary.or(insurance)
+        })
+    }
+
+    /// To both stores, as [`reset`](Fallback::reset): a block must hold through a
+    /// failover. Returns the primary's decision, or the insurance's when the primary
+    /// failed; fails only when both fail.
+    fn block<'a>(
+        &'a self,
+        limit: &'a Limit,
+        key: &'a Key,
+        duration: Duration,
+    ) -> StoreFuture<'a, Decision> {
+        Box::pin(async move {
+            let primary = self
+                .both_primary(self.primary.block(limit, key, duration))
+                .await;
+            let insurance = self.insurance.block(limit, key, duration).await;
+            primary.or(insurance)
+        })
+    }
+
+    /// To the store serving now, as a charge of [`acquire`](Fallback::acquire) goes:
+    /// a penalty is charged once.
+    fn penalize<'a>(&'a self, charge: Charge<'a>) -> StoreFuture<'a, Decision> {
+        Box::pin(async move {
+            if self.try_primary() {
+                match self.primary.penalize(charge).await {
+                    Ok(decision) => {
+                        self.primary_answered();
+                        return Ok(decision);
+                    }
+                    Err(error) => self.primary_failed(&error),
+                }
+            }
+            self.insurance.penalize(charge).await
         })
     }
 

@@ -94,6 +94,104 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
         self.refund(charge)
     }
 
+    /// The key's state under `limit`, charging nothing: a cost-0
+    /// [`acquire`](Store::acquire), which is the default. A blocked key reports its
+    /// block (`allowed: false`, [`Decision::blocked_for`]).
+    ///
+    /// ```
+    /// use tollgate::{Key, Limit, MemoryStore, Quota, Store};
+    /// # tokio::runtime::Builder::new_current_thread().build()?.block_on(async {
+    /// let store = MemoryStore::new();
+    /// let limit = Limit::new("api", Quota::per_minute(5))?;
+    /// assert_eq!(store.peek(&limit, &Key::from("alice")).await?.remaining, 5);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// # })?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    fn peek<'a>(&'a self, limit: &'a Limit, key: &'a Key) -> StoreFuture<'a, Decision> {
+        Box::pin(async move {
+            let charge = Charge {
+                limit,
+                key,
+                cost: 0,
+            };
+            self.acquire(std::slice::from_ref(&charge))
+                .await?
+                .pop()
+                .ok_or_else(|| {
+                    StoreError::new(StoreErrorKind::Protocol, "store returned no decision")
+                })
+        })
+    }
+
+    /// Makes `key` idle again under `limit`: its usage, its block and its penalty
+    /// count are gone. The default fails with [`StoreErrorKind::Unsupported`].
+    ///
+    /// ```
+    /// use tollgate::{Charge, Key, Limit, MemoryStore, Quota, Store};
+    /// # tokio::runtime::Builder::new_current_thread().build()?.block_on(async {
+    /// let store = MemoryStore::new();
+    /// let limit = Limit::new("api", Quota::per_minute(5))?;
+    /// let key = Key::from("alice");
+    /// store.acquire(&[Charge { limit: &limit, key: &key, cost: 5 }]).await?;
+    /// store.reset(&limit, &key).await?;
+    /// assert_eq!(store.peek(&limit, &key).await?.remaining, 5);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// # })?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    fn reset<'a>(&'a self, limit: &'a Limit, key: &'a Key) -> StoreFuture<'a, ()> {
+        let _ = (limit, key);
+        Box::pin(async { Err(unsupported("reset")) })
+    }
+
+    /// Denies every request of `key` under `limit` for `duration` from now, replacing
+    /// any block it had (a zero `duration` lifts it); returns the key's decision
+    /// afterwards. The default fails with [`StoreErrorKind::Unsupported`].
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{Key, Limit, MemoryStore, Quota, Store};
+    /// # tokio::runtime::Builder::new_current_thread().build()?.block_on(async {
+    /// let store = MemoryStore::new();
+    /// let limit = Limit::new("api", Quota::per_minute(5))?;
+    /// let d = store.block(&limit, &Key::from("mallory"), Duration::from_secs(60)).await?;
+    /// assert_eq!((d.allowed, d.blocked_for), (false, Some(Duration::from_secs(60))));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// # })?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    fn block<'a>(
+        &'a self,
+        limit: &'a Limit,
+        key: &'a Key,
+        duration: Duration,
+    ) -> StoreFuture<'a, Decision> {
+        let _ = (limit, key, duration);
+        Box::pin(async { Err(unsupported("block")) })
+    }
+
+    /// Charges `charge.cost` whether or not it fits: usage may exceed the capacity (a
+    /// debt time repays). Returns the key's decision afterwards, as a peek reports
+    /// it. The default fails with [`StoreErrorKind::Unsupported`].
+    ///
+    /// ```
+    /// use tollgate::{Charge, Key, Limit, MemoryStore, Quota, Store};
+    /// # tokio::runtime::Builder::new_current_thread().build()?.block_on(async {
+    /// let store = MemoryStore::new();
+    /// let limit = Limit::new("api", Quota::per_minute(5))?;
+    /// let key = Key::from("alice");
+    /// let d = store.penalize(Charge { limit: &limit, key: &key, cost: 8 }).await?;
+    /// assert_eq!(d.remaining, 0);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// # })?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    fn penalize<'a>(&'a self, charge: Charge<'a>) -> StoreFuture<'a, Decision> {
+        let _ = charge;
+        Box::pin(async { Err(unsupported("penalize")) })
+    }
+
     /// Says whether this store can serve `policy` exactly; called for every policy by
     /// [`LimiterBuilder::build`](crate::LimiterBuilder::build). The default accepts
     /// every policy.
@@ -168,6 +266,12 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
 
 /// Builds the public decision from an algorithm's verdict.
 pub(crate) fn decision(policy: &Limit, verdict: Verdict) -> Decision {
+    let blocked_for = verdict.blocked_us.map(Duration::from_micros);
+    if verdict.tripped {
+        // Every store's verdicts become decisions here, once: the one place that
+        // sees each penalty trip exactly once.
+        crate::observe::penalty_tripped(policy.name(), blocked_for.unwrap_or_default());
+    }
     Decision {
         allowed: verdict.allowed,
         limit: policy.params().capacity,
@@ -178,13 +282,22 @@ pub(crate) fn decision(policy: &Limit, verdict: Verdict) -> Decision {
         policy: policy.name(),
         quota: policy.quota(),
         receipt: verdict.receipt,
+        blocked_for,
     }
+}
+
+/// The error of an operation a store does not implement.
+fn unsupported(operation: &str) -> StoreError {
+    StoreError::new(
+        StoreErrorKind::Unsupported,
+        format!("this store does not support {operation}"),
+    )
 }
 
 /// Why a refund was dropped rather than sent to a store that never took its charge.
 pub(crate) fn refund_dropped(why: &str) -> StoreError {
     StoreError::new(
-        crate::StoreErrorKind::Unavailable,
+        StoreErrorKind::Unavailable,
         format!("refund dropped: {why}"),
     )
 }

@@ -12,6 +12,7 @@ mod eviction;
 mod key;
 mod limiter;
 mod memory_store;
+mod operations;
 mod quota;
 mod quota_changes;
 mod scenarios;

@@ -19,6 +19,7 @@ mod hardening;
 mod http;
 mod in_flight;
 mod key_extractors;
+mod operations;
 mod outage_store;
 mod outbound;
 mod plans;

@@ -322,3 +322,71 @@ async fn a_batch_with_one_blocked_charge_is_denied_without_a_round_trip_on_the_c
 -> TestResult {
     one_blocked_charge_denies_locally(cluster().await).await
 }
+
+/// Asserts that the store made `expected` round trips since `calls`, and moves it on.
+fn expect_calls(target: &Target, calls: &mut u64, expected: u64, what: &str) {
+    let now = target.script_calls();
+    assert_eq!(now - *calls, expected, "round trips for {what}");
+    *calls = now;
+}
+
+/// Every operation is one call (one script or function), the penalty box adds none
+/// to a decision, and a blocked key is answered from the cache.
+async fn every_operation_is_one_round_trip(target: Target) -> TestResult {
+    let clock = ManualClock::new(BASE);
+    let store = target.store(&unique_prefix("one-trip"), &clock);
+    // The sliding window log: three keys per decision (state, log, block record).
+    let limit = tollgate::Limit::new("api", Quota::per_minute(1))?
+        .algorithm(Algorithm::SlidingWindowLog)
+        .penalty(
+            tollgate::Penalty::after(2)
+                .within(Duration::from_secs(60))
+                .block_for(Duration::from_secs(600)),
+        );
+    let limiter = Limiter::builder().limit(limit).store(store).build()?;
+    let key = Key::from("mallory");
+    // A fresh server learns the function library and the script on their first use
+    // (one more call each): not counted here.
+    limiter.peek("api", &Key::from("warm-up")).await?;
+    limiter.reset("api", &Key::from("warm-up")).await?;
+    let mut calls = target.script_calls();
+    assert!(limiter.check("api", &key, 1).await?.allowed);
+    expect_calls(&target, &mut calls, 1, "an admission");
+    assert_eq!(limiter.check("api", &key, 1).await?.blocked_for, None);
+    expect_calls(
+        &target,
+        &mut calls,
+        1,
+        "a rejection counted by the penalty box",
+    );
+    let tripped = limiter.check("api", &key, 1).await?;
+    assert_eq!(tripped.blocked_for, Some(Duration::from_secs(600)));
+    expect_calls(&target, &mut calls, 1, "the rejection that trips the box");
+    assert!(!limiter.check("api", &key, 1).await?.allowed);
+    expect_calls(&target, &mut calls, 0, "a blocked key, from the cache");
+    assert!(limiter.peek("api", &key).await?.blocked_for.is_some());
+    expect_calls(&target, &mut calls, 1, "a peek");
+    limiter.penalize("api", &key, 3).await?;
+    expect_calls(&target, &mut calls, 1, "a penalty");
+    limiter.reset("api", &key).await?;
+    expect_calls(&target, &mut calls, 1, "a reset");
+    limiter.block("api", &key, Duration::from_secs(60)).await?;
+    expect_calls(&target, &mut calls, 1, "a block");
+    assert!(!limiter.check("api", &key, 1).await?.allowed);
+    expect_calls(&target, &mut calls, 0, "a key blocked through this process");
+    limiter.reset("api", &key).await?;
+    assert!(limiter.check("api", &key, 1).await?.allowed);
+    expect_calls(&target, &mut calls, 2, "a reset, then an admission");
+    Ok(())
+}
+
+#[tokio::test]
+async fn every_operation_is_one_round_trip_and_blocks_are_answered_locally() -> TestResult {
+    every_operation_is_one_round_trip(standalone()).await
+}
+
+#[tokio::test]
+async fn every_operation_is_one_round_trip_and_blocks_are_answered_locally_on_the_cluster()
+-> TestResult {
+    every_operation_is_one_round_trip(cluster().await).await
+}

@@ -21,6 +21,7 @@ mod faults;
 mod functions;
 mod in_flight;
 mod max_delay;
+mod operations;
 mod refunds;
 mod reload;
 mod scenarios;

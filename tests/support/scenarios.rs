@@ -27,7 +27,7 @@ use std::error::Error;
 use std::fmt::Write as _;
 use std::time::Duration;
 
-use tollgate::{Algorithm, Decision, Key, Limit, Limiter, ManualClock, Quota, Store};
+use tollgate::{Algorithm, Decision, Key, Limit, Limiter, ManualClock, Penalty, Quota, Store};
 
 /// Every scenario starts here: 2023-11-14T00:00:00Z, a multiple of one day.
 pub const BASE: Duration = Duration::from_secs(1_699_920_000);
@@ -46,6 +46,9 @@ pub struct Scenario {
     /// Applied with `Limit::max_delay` (the leaky bucket's bound on delays, µs);
     /// `None` keeps the default, one period.
     pub max_delay_us: Option<u64>,
+    /// Applied with `Limit::penalty`: `Penalty::after(n).within(p).block_for(d)` as
+    /// `(n, p µs, d µs)`; `None`: no penalty box.
+    pub penalty: Option<(u32, u64, u64)>,
     /// The requests and refunds, in order.
     pub steps: &'static [Step],
 }
@@ -78,6 +81,14 @@ pub enum Op {
     /// `Limiter::refund_charge(amount)` of the decision that step `of` (an earlier
     /// check) returned: that charge only, by its receipt.
     RefundCharge { of: usize, amount: u32 },
+    /// `Limiter::peek`, and the decision it must return.
+    Peek { expect: Expect },
+    /// `Limiter::reset`: the key is idle and unblocked.
+    Reset,
+    /// `Limiter::block(us)`, and the decision it must return.
+    Block { us: u64, expect: Expect },
+    /// `Limiter::penalize(n)`, and the decision it must return.
+    Penalize { n: u32, expect: Expect },
 }
 
 /// The expected decision of a check, durations in µs. `limit` is not listed: it is
@@ -93,6 +104,7 @@ pub struct Expect {
     pub reset_after_us: u64,
     pub retry_after_us: Option<u64>,
     pub delay_us: u64,
+    pub blocked_us: Option<u64>,
 }
 
 // Step constructors, named for what the step expects, so a table reads as a story.
@@ -170,9 +182,86 @@ const fn check(
                 reset_after_us,
                 retry_after_us,
                 delay_us,
+                blocked_us: None,
             },
             quota: None,
         },
+    }
+}
+
+/// What a blocked key answers, `left_us` before its block ends: denied, nothing
+/// left, both waits the block's end.
+const fn blocked_answer(left_us: u64) -> Expect {
+    Expect {
+        allowed: false,
+        remaining: 0,
+        reset_after_us: left_us,
+        retry_after_us: Some(left_us),
+        delay_us: 0,
+        blocked_us: Some(left_us),
+    }
+}
+
+/// A check of `cost` denied because the key is blocked for `left_us` more (or
+/// because this very rejection tripped its penalty box).
+const fn blocked(at_us: u64, cost: u32, left_us: u64) -> Step {
+    Step {
+        at_us,
+        op: Op::Check {
+            cost,
+            expect: blocked_answer(left_us),
+            quota: None,
+        },
+    }
+}
+
+/// `Limiter::peek` of a key that is not blocked (the answer of a cost-0 check).
+const fn peek_op(at_us: u64, remaining: u64, reset_after_us: u64) -> Step {
+    let Op::Check { expect, .. } = peek(at_us, remaining, reset_after_us).op else {
+        unreachable!()
+    };
+    Step {
+        at_us,
+        op: Op::Peek { expect },
+    }
+}
+
+/// `Limiter::peek` of a key blocked for `left_us` more.
+const fn peek_blocked(at_us: u64, left_us: u64) -> Step {
+    Step {
+        at_us,
+        op: Op::Peek {
+            expect: blocked_answer(left_us),
+        },
+    }
+}
+
+/// `Limiter::block` for `us`: the key is blocked for exactly that.
+const fn block(at_us: u64, us: u64) -> Step {
+    Step {
+        at_us,
+        op: Op::Block {
+            us,
+            expect: blocked_answer(us),
+        },
+    }
+}
+
+/// `Limiter::penalize(n)`: charged whatever fits, answered as a peek.
+const fn penalize(at_us: u64, n: u32, remaining: u64, reset_after_us: u64) -> Step {
+    let Op::Check { expect, .. } = peek(at_us, remaining, reset_after_us).op else {
+        unreachable!()
+    };
+    Step {
+        at_us,
+        op: Op::Penalize { n, expect },
+    }
+}
+
+const fn reset(at_us: u64) -> Step {
+    Step {
+        at_us,
+        op: Op::Reset,
     }
 }
 
@@ -203,6 +292,7 @@ pub const FIXED_WINDOW_EDGES: Scenario = Scenario {
     burst: None,
     algorithm: Algorithm::FixedWindow,
     max_delay_us: None,
+    penalty: None,
     steps: &[
         // no state: remaining L, reset 0
         peek(0, 5, 0),
@@ -244,6 +334,7 @@ pub const FIXED_WINDOW_REFUND_AND_BACKWARDS: Scenario = Scenario {
     burst: None,
     algorithm: Algorithm::FixedWindow,
     max_delay_us: None,
+    penalty: None,
     steps: &[
         // w0 = [0, 60 s): k = 2; reset → 60 000 000
         ok(59_000_000, 2, 1, 1_000_000),
@@ -271,6 +362,7 @@ pub const FIXED_WINDOW_BACKWARDS_EMPTY: Scenario = Scenario {
     burst: None,
     algorithm: Algorithm::FixedWindow,
     max_delay_us: None,
+    penalty: None,
     steps: &[
         // w1: k = 3; reset → 120 000 000
         ok(60_000_000, 3, 0, 60_000_000),
@@ -298,6 +390,7 @@ pub const SLIDING_WINDOW_EDGES: Scenario = Scenario {
     burst: None,
     algorithm: Algorithm::SlidingWindow,
     max_delay_us: None,
+    penalty: None,
     steps: &[
         peek(0, 10, 0),
         // w0: p = 0, k = 4. reset: never 0 in w0 (k = 4); in w1 p = 4:
@@ -335,6 +428,7 @@ pub const SLIDING_WINDOW_REFUND_AND_BACKWARDS: Scenario = Scenario {
     burst: None,
     algorithm: Algorithm::SlidingWindow,
     max_delay_us: None,
+    penalty: None,
     steps: &[
         // w0, k = 8. reset: in w1 p = 8: 8(P−e) < P ⇔ e > 8 750 000 → 18 750 001
         ok(9_000_000, 8, 12, 9_750_001),
@@ -380,6 +474,7 @@ pub const SLIDING_WINDOW_BACKWARDS_EMPTY: Scenario = Scenario {
     burst: None,
     algorithm: Algorithm::SlidingWindow,
     max_delay_us: None,
+    penalty: None,
     steps: &[
         // w2, k = 4. reset: in w3 p = 4: 4(P−e) < P ⇔ e > 7 500 000 → 37 500 001
         ok(20_000_000, 4, 16, 17_500_001),
@@ -406,6 +501,7 @@ pub const SLIDING_WINDOW_COUNTERS_EDGES: Scenario = Scenario {
     burst: None,
     algorithm: Algorithm::SlidingWindowCounters { buckets: 4 },
     max_delay_us: None,
+    penalty: None,
     steps: &[
         peek(0, 8, 0),
         // s0 = 3. reset: s0 leaves at boundary 4 → 1 000 000
@@ -436,6 +532,7 @@ pub const SLIDING_WINDOW_COUNTERS_REFUND_AND_BACKWARDS: Scenario = Scenario {
     burst: None,
     algorithm: Algorithm::SlidingWindowCounters { buckets: 6 },
     max_delay_us: None,
+    penalty: None,
     steps: &[
         // s0 = 4. reset: s0 leaves at 6 → 60 000 000
         ok(5_000_000, 4, 8, 55_000_000),
@@ -473,6 +570,7 @@ pub const SLIDING_WINDOW_COUNTERS_BACKWARDS_EMPTY: Scenario = Scenario {
     burst: None,
     algorithm: Algorithm::SlidingWindowCounters { buckets: 6 },
     max_delay_us: None,
+    penalty: None,
     steps: &[
         // s3 = 12. reset: s3 leaves at 9 → 90 000 000
         ok(35_000_000, 12, 0, 55_000_000),
@@ -496,6 +594,7 @@ pub const SLIDING_WINDOW_LOG_EDGES: Scenario = Scenario {
     burst: None,
     algorithm: Algorithm::SlidingWindowLog,
     max_delay_us: None,
+    penalty: None,
     steps: &[
         peek(0, 5, 0),
         // [(100 000, 2)]; reset → 1 100 000
@@ -526,6 +625,7 @@ pub const SLIDING_WINDOW_LOG_REFUND_AND_BACKWARDS: Scenario = Scenario {
     burst: None,
     algorithm: Algorithm::SlidingWindowLog,
     max_delay_us: None,
+    penalty: None,
     steps: &[
         // [(1 s, 1)]; reset → 11 000 000
         ok(1_000_000, 1, 3, 10_000_000),
@@ -569,6 +669,7 @@ pub const TOKEN_BUCKET_EDGES: Scenario = Scenario {
     burst: Some(5),
     algorithm: Algorithm::TokenBucket,
     max_delay_us: None,
+    penalty: None,
     steps: &[
         // starts full: τ = 5
         peek(0, 5, 0),
@@ -603,6 +704,7 @@ pub const TOKEN_BUCKET_RATIONAL_AND_REFUND: Scenario = Scenario {
     burst: None,
     algorithm: Algorithm::TokenBucket,
     max_delay_us: None,
+    penalty: None,
     steps: &[
         // τ = 1; reset 2/3 s = 666 666.7 → 666 667
         ok(0, 2, 1, 666_667),
@@ -637,6 +739,7 @@ pub const TOKEN_BUCKET_BACKWARDS: Scenario = Scenario {
     burst: None,
     algorithm: Algorithm::TokenBucket,
     max_delay_us: None,
+    penalty: None,
     steps: &[
         // τ = 1; reset 2/3 s → 666 667
         ok(0, 2, 1, 666_667),
@@ -665,6 +768,7 @@ pub const GCRA_EDGES: Scenario = Scenario {
     burst: Some(5),
     algorithm: Algorithm::Gcra,
     max_delay_us: None,
+    penalty: None,
     steps: &[
         peek(0, 5, 0),
         // TAT = 0 + 100 = 100 ms; remaining floor((500 − 100)/100) = 4
@@ -697,6 +801,7 @@ pub const GCRA_REFUND_AND_BACKWARDS: Scenario = Scenario {
     burst: None,
     algorithm: Algorithm::Gcra,
     max_delay_us: None,
+    penalty: None,
     steps: &[
         // TAT = 333 333 334 ns; floor((1 000 000 002 − 333 333 334)/T) = 2;
         // reset 333 333.334 µs → 333 334
@@ -742,6 +847,7 @@ pub const GCRA_BACKWARDS_WITH_QUOTA_LEFT: Scenario = Scenario {
     burst: None,
     algorithm: Algorithm::Gcra,
     max_delay_us: None,
+    penalty: None,
     steps: &[
         // TAT = 3T = 1 000 000 002 ns
         ok(0, 3, 0, 1_000_001),
@@ -776,6 +882,7 @@ pub const LEAKY_BUCKET_EDGES: Scenario = Scenario {
     burst: Some(3),
     algorithm: Algorithm::LeakyBucket,
     max_delay_us: None,
+    penalty: None,
     steps: &[
         peek(0, 3, 0),
         // B requests at one instant: delays 0, T, 2T; TAT 100, 200, 300 ms
@@ -809,6 +916,7 @@ pub const LEAKY_BUCKET_REFUND_AND_BACKWARDS: Scenario = Scenario {
     burst: Some(2),
     algorithm: Algorithm::LeakyBucket,
     max_delay_us: None,
+    penalty: None,
     steps: &[
         // TAT = T; remaining floor((B·T − T)/T) = 1; reset 333 333.334 → 333 334
         queued(0, 1, 1, 333_334, 0),
@@ -853,6 +961,7 @@ pub const LEAKY_BUCKET_BACKWARDS_DELAY: Scenario = Scenario {
     burst: Some(2),
     algorithm: Algorithm::LeakyBucket,
     max_delay_us: None,
+    penalty: None,
     steps: &[
         // TAT = 100 ms; remaining floor((200 − 100)/100) = 1
         queued(0, 1, 1, 100_000, 0),
@@ -876,6 +985,7 @@ pub const LEAKY_BUCKET_MAX_DELAY: Scenario = Scenario {
     burst: Some(10),
     algorithm: Algorithm::LeakyBucket,
     max_delay_us: Some(250_000),
+    penalty: None,
     steps: &[
         peek(0, 10, 0),
         // start 0: delay 0, TAT 100 ms; remaining floor((1000 − 100)/100)
@@ -921,6 +1031,7 @@ pub const LEAKY_BUCKET_DEFAULT_MAX_DELAY: Scenario = Scenario {
     burst: Some(1_000),
     algorithm: Algorithm::LeakyBucket,
     max_delay_us: None,
+    penalty: None,
     steps: &[
         peek(0, 1_000, 0),
         // delay 0, TAT 1 h
@@ -945,6 +1056,7 @@ pub const LEAKY_BUCKET_ZERO_MAX_DELAY: Scenario = Scenario {
     burst: Some(3),
     algorithm: Algorithm::LeakyBucket,
     max_delay_us: Some(0),
+    penalty: None,
     steps: &[
         // TAT 100 ms
         queued(0, 1, 2, 100_000, 0),
@@ -968,6 +1080,7 @@ pub const LEAKY_BUCKET_MAX_DELAY_BACKWARDS: Scenario = Scenario {
     burst: Some(2),
     algorithm: Algorithm::LeakyBucket,
     max_delay_us: Some(60_000),
+    penalty: None,
     steps: &[
         // TAT 100 ms; floor((200 − 100)/100) = 1
         queued(0, 1, 1, 100_000, 0),
@@ -1001,6 +1114,7 @@ pub const FIXED_WINDOW_LATE_REFUNDS: Scenario = Scenario {
     burst: None,
     algorithm: Algorithm::FixedWindow,
     max_delay_us: None,
+    penalty: None,
     steps: &[
         // w0: k = 1; reset → 60 000 000
         ok(59_000_000, 1, 2, 1_000_000),
@@ -1044,6 +1158,7 @@ pub const SLIDING_WINDOW_LATE_REFUNDS: Scenario = Scenario {
     burst: None,
     algorithm: Algorithm::SlidingWindow,
     max_delay_us: None,
+    penalty: None,
     steps: &[
         // w0: k = 4. reset: in w1 p = 4: 4(P−e) < P ⇔ e > 7 500 000 → 17 500 001
         ok(9_000_000, 4, 6, 8_500_001),
@@ -1097,6 +1212,7 @@ pub const SLIDING_WINDOW_COUNTERS_LATE_REFUNDS: Scenario = Scenario {
     burst: None,
     algorithm: Algorithm::SlidingWindowCounters { buckets: 6 },
     max_delay_us: None,
+    penalty: None,
     steps: &[
         // s0 = 4. reset: s0 leaves at 6 → 60 000 000
         ok(5_000_000, 4, 8, 55_000_000),
@@ -1139,6 +1255,7 @@ pub const SLIDING_WINDOW_LOG_LATE_REFUNDS: Scenario = Scenario {
     burst: None,
     algorithm: Algorithm::SlidingWindowLog,
     max_delay_us: None,
+    penalty: None,
     steps: &[
         // [(1 s, 1)]; reset → 11 000 000
         ok(1_000_000, 1, 3, 10_000_000),
@@ -1184,6 +1301,7 @@ pub const TOKEN_BUCKET_LATE_REFUNDS: Scenario = Scenario {
     burst: Some(5),
     algorithm: Algorithm::TokenBucket,
     max_delay_us: None,
+    penalty: None,
     steps: &[
         // deficit 200 000 (units); owed until 200 000
         ok(0, 2, 3, 200_000),
@@ -1212,6 +1330,7 @@ pub const TOKEN_BUCKET_LATE_REFUNDS_RATIONAL: Scenario = Scenario {
     burst: None,
     algorithm: Algorithm::TokenBucket,
     max_delay_us: None,
+    penalty: None,
     steps: &[
         // deficit 10⁶; reset ceil(10⁶/3) = 333 334
         ok(0, 1, 2, 333_334),
@@ -1236,6 +1355,7 @@ pub const GCRA_LATE_REFUNDS: Scenario = Scenario {
     burst: Some(5),
     algorithm: Algorithm::Gcra,
     max_delay_us: None,
+    penalty: None,
     steps: &[
         // TAT = 200 ms: step 0's debt is [0, 200 ms]
         ok(0, 2, 3, 200_000),
@@ -1267,6 +1387,7 @@ pub const GCRA_LATE_REFUNDS_INEXACT: Scenario = Scenario {
     burst: None,
     algorithm: Algorithm::Gcra,
     max_delay_us: None,
+    penalty: None,
     steps: &[
         // TAT = T = 333 333 334 ns; reset 333 334
         ok(0, 1, 2, 333_334),
@@ -1300,6 +1421,7 @@ pub const LEAKY_BUCKET_LATE_REFUNDS: Scenario = Scenario {
     burst: Some(3),
     algorithm: Algorithm::LeakyBucket,
     max_delay_us: None,
+    penalty: None,
     steps: &[
         // places [0, 100], [100, 200], [200, 300] ms
         queued(0, 1, 2, 100_000, 0),
@@ -1334,6 +1456,7 @@ pub const FIXED_WINDOW_QUOTA_CHANGES: Scenario = Scenario {
     burst: None,
     algorithm: Algorithm::FixedWindow,
     max_delay_us: None,
+    penalty: None,
     steps: &[
         // k = 8 of 10
         ok(0, 8, 2, 1_000_000),
@@ -1359,6 +1482,7 @@ pub const SLIDING_WINDOW_QUOTA_CHANGES: Scenario = Scenario {
     burst: None,
     algorithm: Algorithm::SlidingWindow,
     max_delay_us: None,
+    penalty: None,
     steps: &[
         // k = 8; reset: next window, x > (8 − 0 − 1)·10^6/8 = 875 000 → 1 875 001
         ok(0, 8, 2, 1_875_001),
@@ -1381,6 +1505,7 @@ pub const SLIDING_WINDOW_COUNTERS_QUOTA_CHANGES: Scenario = Scenario {
     burst: None,
     algorithm: Algorithm::SlidingWindowCounters { buckets: 10 },
     max_delay_us: None,
+    penalty: None,
     steps: &[
         // s0 = 8; it leaves when s10 starts, 1 000 000
         ok(0, 8, 2, 1_000_000),
@@ -1401,6 +1526,7 @@ pub const SLIDING_WINDOW_LOG_QUOTA_CHANGES: Scenario = Scenario {
     burst: None,
     algorithm: Algorithm::SlidingWindowLog,
     max_delay_us: None,
+    penalty: None,
     steps: &[
         // (0, 8); leaves at 1 000 000
         ok(0, 8, 2, 1_000_000),
@@ -1422,6 +1548,7 @@ pub const TOKEN_BUCKET_QUOTA_CHANGES: Scenario = Scenario {
     burst: None,
     algorithm: Algorithm::TokenBucket,
     max_delay_us: None,
+    penalty: None,
     steps: &[
         // d = 8·10^5; reset 8·10^5 µs
         ok(0, 8, 2, 800_000),
@@ -1447,6 +1574,7 @@ pub const GCRA_QUOTA_CHANGES: Scenario = Scenario {
     burst: None,
     algorithm: Algorithm::Gcra,
     max_delay_us: None,
+    penalty: None,
     steps: &[
         // TAT = 800 ms; floor((1000 − 800)/100)
         ok(0, 8, 2, 800_000),
@@ -1472,6 +1600,7 @@ pub const LEAKY_BUCKET_QUOTA_CHANGES: Scenario = Scenario {
     burst: None,
     algorithm: Algorithm::LeakyBucket,
     max_delay_us: None,
+    penalty: None,
     steps: &[
         ok(0, 8, 2, 800_000),
         under("100/s", None, peek(0, 92, 80_000)),
@@ -1487,6 +1616,424 @@ pub const LEAKY_BUCKET_QUOTA_CHANGES: Scenario = Scenario {
 };
 
 // ---------------------------------------------------------------------------------------
+// Operating the key space: peek, penalize (a debt beyond the capacity), block (denied
+// until its end whatever the rate state: remaining 0, retry = reset = blocked = the
+// time left; a later block replaces it), reset (idle and unblocked). Each table: L = 5,
+// P = 1 s (token bucket, GCRA, leaky bucket: B = 5, T = 200 000 µs); 2 charged at 0,
+// 6 more by penalize at 100 000, a denial at 200 000, the debt partly repaid; blocked
+// 500 000 at 1 000 000 (resp. 1 100 000), re-blocked for 100 000 at + 200 000, free
+// again at its end; blocked for 2 s, then reset.
+// ---------------------------------------------------------------------------------------
+
+/// The count simply exceeds L and the next window starts empty.
+pub const FIXED_WINDOW_OPERATIONS: Scenario = Scenario {
+    name: "fixed_window/ops",
+    quota: "5/s",
+    burst: None,
+    algorithm: Algorithm::FixedWindow,
+    max_delay_us: None,
+    penalty: None,
+    steps: &[
+        peek_op(0, 5, 0),
+        // k = 2; reset → 1 000 000
+        ok(0, 2, 3, 1_000_000),
+        // k = 8 > L: max(5 − 8, 0); reset 1 000 000 − 100 000
+        penalize(100_000, 6, 0, 900_000),
+        // 8 + 1 > 5: the next window
+        deny(200_000, 1, 0, 800_000, 800_000),
+        // w1 starts empty: the debt went with w0
+        peek_op(1_000_000, 5, 0),
+        // until 1 500 000
+        block(1_000_000, 500_000),
+        // 1 500 000 − 1 200 000, for a check and a peek alike
+        blocked(1_200_000, 1, 300_000),
+        peek_blocked(1_200_000, 300_000),
+        // replaced: until 1 300 000
+        block(1_200_000, 100_000),
+        // the block ended at 1 300 000: k = 1 of w1; reset → 2 000 000
+        ok(1_300_000, 1, 4, 700_000),
+        block(1_300_000, 2_000_000),
+        // idle and unblocked
+        reset(1_400_000),
+        peek_op(1_400_000, 5, 0),
+        ok(1_400_000, 5, 0, 600_000),
+    ],
+};
+
+/// The count exceeds L; its weight carries into the next window.
+pub const SLIDING_WINDOW_OPERATIONS: Scenario = Scenario {
+    name: "sliding_window/ops",
+    quota: "5/s",
+    burst: None,
+    algorithm: Algorithm::SlidingWindow,
+    max_delay_us: None,
+    penalty: None,
+    steps: &[
+        peek_op(0, 5, 0),
+        // k = 2; reset (c = L) in w1 with p = 2: floor(2·(P − e)/P) = 0 from
+        // e > 500 000 → 1 500 001
+        ok(0, 2, 3, 1_500_001),
+        // k = 8: reset in w1 with p = 8: e > 7/8 P = 875 000 → 1 875 001 − 100 000
+        penalize(100_000, 6, 0, 1_775_001),
+        // room L − c = 4: in w1, floor(8·(P − e)/P) ≤ 4 from e > 375 000 →
+        // 1 375 001 − 200 000; reset 1 875 001 − 200 000
+        deny(200_000, 1, 0, 1_675_001, 1_175_001),
+        // w1, e = 500 000: floor(8 · 0.5) = 4 → 5 − 4; reset 1 875 001 − 1 500 000
+        peek_op(1_500_000, 1, 375_001),
+        block(1_500_000, 500_000),
+        blocked(1_700_000, 1, 300_000),
+        peek_blocked(1_700_000, 300_000),
+        block(1_700_000, 100_000),
+        // free at 1 800 000: floor(8 · 0.2) = 1, 1 + 0 + 1 ≤ 5, k = 1 → 5 − 1 − 1;
+        // reset (c = L) in w2 with p = 1: e > 0 → 2 000 001 − 1 800 000
+        ok(1_800_000, 1, 3, 200_001),
+        block(1_800_000, 2_000_000),
+        reset(1_900_000),
+        peek_op(1_900_000, 5, 0),
+        // k = 5 of w1 (p = 0, the state is gone); reset in w2 with p = 5:
+        // e > 4/5 P = 800 000 → 2 800 001 − 1 900 000
+        ok(1_900_000, 5, 0, 900_001),
+    ],
+};
+
+/// N = 5 sub-windows of 200 000 µs; the debt sits in its sub-window until it leaves.
+pub const SLIDING_WINDOW_COUNTERS_OPERATIONS: Scenario = Scenario {
+    name: "sliding_window_counters/ops",
+    quota: "5/s",
+    burst: None,
+    algorithm: Algorithm::SlidingWindowCounters { buckets: 5 },
+    max_delay_us: None,
+    penalty: None,
+    steps: &[
+        peek_op(0, 5, 0),
+        // s0 = 2; it leaves when s5 starts, 1 000 000
+        ok(0, 2, 3, 1_000_000),
+        // s0 = 8 > L
+        penalize(100_000, 6, 0, 900_000),
+        // 8 + 1 > 5 until s0 leaves
+        deny(200_000, 1, 0, 800_000, 800_000),
+        // s1..s5 hold nothing
+        peek_op(1_000_000, 5, 0),
+        block(1_000_000, 500_000),
+        blocked(1_200_000, 1, 300_000),
+        peek_blocked(1_200_000, 300_000),
+        block(1_200_000, 100_000),
+        // s6 = 1; it leaves when s11 starts, 2 200 000
+        ok(1_300_000, 1, 4, 900_000),
+        block(1_300_000, 2_000_000),
+        reset(1_400_000),
+        peek_op(1_400_000, 5, 0),
+        // s7 = 5; leaves at s12, 2 400 000
+        ok(1_400_000, 5, 0, 1_000_000),
+    ],
+};
+
+/// The debt is a log entry like any other; it leaves one period after it was made.
+pub const SLIDING_WINDOW_LOG_OPERATIONS: Scenario = Scenario {
+    name: "sliding_window_log/ops",
+    quota: "5/s",
+    burst: None,
+    algorithm: Algorithm::SlidingWindowLog,
+    max_delay_us: None,
+    penalty: None,
+    steps: &[
+        peek_op(0, 5, 0),
+        // (0, 2); leaves at 1 000 000
+        ok(0, 2, 3, 1_000_000),
+        // (100 000, 6): Σ = 8; the newest leaves at 1 100 000
+        penalize(100_000, 6, 0, 1_000_000),
+        // Σ ≤ 4 only when the entry at 100 000 leaves, 1 100 000
+        deny(200_000, 1, 0, 900_000, 900_000),
+        // both entries left
+        peek_op(1_100_000, 5, 0),
+        block(1_100_000, 500_000),
+        blocked(1_300_000, 1, 300_000),
+        peek_blocked(1_300_000, 300_000),
+        block(1_300_000, 100_000),
+        // (1 400 000, 1); leaves at 2 400 000
+        ok(1_400_000, 1, 4, 1_000_000),
+        block(1_400_000, 2_000_000),
+        reset(1_500_000),
+        peek_op(1_500_000, 5, 0),
+        ok(1_500_000, 5, 0, 1_000_000),
+    ],
+};
+
+/// τ may go below 0: a deficit beyond the burst that the refill repays.
+pub const TOKEN_BUCKET_OPERATIONS: Scenario = Scenario {
+    name: "token_bucket/ops",
+    quota: "5/s",
+    burst: None,
+    algorithm: Algorithm::TokenBucket,
+    max_delay_us: None,
+    penalty: None,
+    steps: &[
+        peek_op(0, 5, 0),
+        // τ = 3; reset 2 × 200 000
+        ok(0, 2, 3, 400_000),
+        // τ = 3 + 0.5 − 6 = −2.5; reset (5 + 2.5) × 200 000
+        penalize(100_000, 6, 0, 1_500_000),
+        // τ = −2; retry (1 + 2) × 200 000; reset 7 × 200 000
+        deny(200_000, 1, 0, 1_400_000, 600_000),
+        // τ = −2 + 4 = 2; reset 3 × 200 000
+        peek_op(1_000_000, 2, 600_000),
+        block(1_000_000, 500_000),
+        blocked(1_200_000, 1, 300_000),
+        peek_blocked(1_200_000, 300_000),
+        block(1_200_000, 100_000),
+        // τ = 2 + 1.5 − 1 = 2.5; reset 2.5 × 200 000
+        ok(1_300_000, 1, 2, 500_000),
+        block(1_300_000, 2_000_000),
+        reset(1_400_000),
+        peek_op(1_400_000, 5, 0),
+        ok(1_400_000, 5, 0, 1_000_000),
+    ],
+};
+
+/// The TAT moves beyond now + B·T.
+pub const GCRA_OPERATIONS: Scenario = Scenario {
+    name: "gcra/ops",
+    quota: "5/s",
+    burst: None,
+    algorithm: Algorithm::Gcra,
+    max_delay_us: None,
+    penalty: None,
+    steps: &[
+        peek_op(0, 5, 0),
+        // TAT = 400 000; floor((1 000 000 − 400 000)/T)
+        ok(0, 2, 3, 400_000),
+        // TAT = 400 000 + 6·T = 1 600 000 > 100 000 + B·T: remaining 0;
+        // reset 1 600 000 − 100 000
+        penalize(100_000, 6, 0, 1_500_000),
+        // TAT + T − B·T = 800 000 > 200 000: retry 800 000 − 200 000
+        deny(200_000, 1, 0, 1_400_000, 600_000),
+        // floor((1 000 000 + 1 000 000 − 1 600 000)/T)
+        peek_op(1_000_000, 2, 600_000),
+        block(1_000_000, 500_000),
+        blocked(1_200_000, 1, 300_000),
+        peek_blocked(1_200_000, 300_000),
+        block(1_200_000, 100_000),
+        // TAT = 1 800 000; floor((1 300 000 + 1 000 000 − 1 800 000)/T)
+        ok(1_300_000, 1, 2, 500_000),
+        block(1_300_000, 2_000_000),
+        reset(1_400_000),
+        peek_op(1_400_000, 5, 0),
+        ok(1_400_000, 5, 0, 1_000_000),
+    ],
+};
+
+/// As GCRA; the request admitted behind the debt waits for it to drain.
+pub const LEAKY_BUCKET_OPERATIONS: Scenario = Scenario {
+    name: "leaky_bucket/ops",
+    quota: "5/s",
+    burst: None,
+    algorithm: Algorithm::LeakyBucket,
+    max_delay_us: None,
+    penalty: None,
+    steps: &[
+        peek_op(0, 5, 0),
+        queued(0, 2, 3, 400_000, 0),
+        // a penalty is not served: no delay to report
+        penalize(100_000, 6, 0, 1_500_000),
+        // GCRA's retry (the queue's start 1 600 000 is within 1 s of 800 000)
+        deny(200_000, 1, 0, 1_400_000, 600_000),
+        peek_op(1_000_000, 2, 600_000),
+        block(1_000_000, 500_000),
+        blocked(1_200_000, 1, 300_000),
+        peek_blocked(1_200_000, 300_000),
+        block(1_200_000, 100_000),
+        // served when the queue ahead drains, 1 600 000 − 1 300 000
+        queued(1_300_000, 1, 2, 500_000, 300_000),
+        block(1_300_000, 2_000_000),
+        reset(1_400_000),
+        peek_op(1_400_000, 5, 0),
+        queued(1_400_000, 5, 0, 1_000_000, 0),
+    ],
+};
+
+// ---------------------------------------------------------------------------------------
+// Penalty box: after(3).within(500 000 µs).block_for(2 000 000 µs), L = 1, P = 1 s
+// (token bucket, GCRA, leaky bucket: B = 1, T = 1 s). One admission at 0; rejections at
+// 100 000 and 200 000 (the window opened at 100 000 closes at 600 000), a third at
+// 700 000 starts a new count (1), 800 000 (2), 900 000 (3) trips: blocked until
+// 2 900 000. Rejections while blocked neither count nor extend it. Free at 2 900 000,
+// where the rate state is idle again; the count started over, so one more rejection
+// does not block.
+// ---------------------------------------------------------------------------------------
+
+/// Fixed window: every rejection of w0 waits for 1 000 000.
+pub const FIXED_WINDOW_PENALTY: Scenario = Scenario {
+    name: "fixed_window/penalty",
+    quota: "1/s",
+    burst: None,
+    algorithm: Algorithm::FixedWindow,
+    max_delay_us: None,
+    penalty: Some((3, 500_000, 2_000_000)),
+    steps: &[
+        ok(0, 1, 0, 1_000_000),
+        // 1st, 2nd
+        deny(100_000, 1, 0, 900_000, 900_000),
+        deny(200_000, 1, 0, 800_000, 800_000),
+        // 700 000 ≥ 100 000 + 500 000: a new count, 1st, 2nd
+        deny(700_000, 1, 0, 300_000, 300_000),
+        deny(800_000, 1, 0, 200_000, 200_000),
+        // 3rd within 500 000 of 700 000: blocked 2 000 000
+        blocked(900_000, 1, 2_000_000),
+        // not extended: 2 900 000 − 1 500 000, − 2 000 000
+        blocked(1_500_000, 1, 1_400_000),
+        blocked(2_000_000, 1, 900_000),
+        // free; w2 empty: k = 1, reset → 3 000 000
+        ok(2_900_000, 1, 0, 100_000),
+        // a 1st rejection again
+        deny(2_950_000, 1, 0, 50_000, 50_000),
+        peek_op(2_950_000, 0, 50_000),
+    ],
+};
+
+/// Sliding window: with p = 1, c = 1 fits in w1 from e > 0, 1 000 001.
+pub const SLIDING_WINDOW_PENALTY: Scenario = Scenario {
+    name: "sliding_window/penalty",
+    quota: "1/s",
+    burst: None,
+    algorithm: Algorithm::SlidingWindow,
+    max_delay_us: None,
+    penalty: Some((3, 500_000, 2_000_000)),
+    steps: &[
+        ok(0, 1, 0, 1_000_001),
+        deny(100_000, 1, 0, 900_001, 900_001),
+        deny(200_000, 1, 0, 800_001, 800_001),
+        deny(700_000, 1, 0, 300_001, 300_001),
+        deny(800_000, 1, 0, 200_001, 200_001),
+        blocked(900_000, 1, 2_000_000),
+        blocked(1_500_000, 1, 1_400_000),
+        blocked(2_000_000, 1, 900_000),
+        // w2, p = 0 (w1 was empty): k = 1; in w3 with p = 1 from e > 0, 3 000 001
+        ok(2_900_000, 1, 0, 100_001),
+        deny(2_950_000, 1, 0, 50_001, 50_001),
+        peek_op(2_950_000, 0, 50_001),
+    ],
+};
+
+/// Sliding window counters, N = 5: s0 leaves at 1 000 000.
+pub const SLIDING_WINDOW_COUNTERS_PENALTY: Scenario = Scenario {
+    name: "sliding_window_counters/penalty",
+    quota: "1/s",
+    burst: None,
+    algorithm: Algorithm::SlidingWindowCounters { buckets: 5 },
+    max_delay_us: None,
+    penalty: Some((3, 500_000, 2_000_000)),
+    steps: &[
+        ok(0, 1, 0, 1_000_000),
+        deny(100_000, 1, 0, 900_000, 900_000),
+        deny(200_000, 1, 0, 800_000, 800_000),
+        deny(700_000, 1, 0, 300_000, 300_000),
+        deny(800_000, 1, 0, 200_000, 200_000),
+        blocked(900_000, 1, 2_000_000),
+        blocked(1_500_000, 1, 1_400_000),
+        blocked(2_000_000, 1, 900_000),
+        // s14 = 1 (2 800 000 .. 3 000 000); it leaves when s19 starts, 3 800 000
+        ok(2_900_000, 1, 0, 900_000),
+        deny(2_950_000, 1, 0, 850_000, 850_000),
+        peek_op(2_950_000, 0, 850_000),
+    ],
+};
+
+/// Sliding window log: the entry at 0 leaves at 1 000 000.
+pub const SLIDING_WINDOW_LOG_PENALTY: Scenario = Scenario {
+    name: "sliding_window_log/penalty",
+    quota: "1/s",
+    burst: None,
+    algorithm: Algorithm::SlidingWindowLog,
+    max_delay_us: None,
+    penalty: Some((3, 500_000, 2_000_000)),
+    steps: &[
+        ok(0, 1, 0, 1_000_000),
+        deny(100_000, 1, 0, 900_000, 900_000),
+        deny(200_000, 1, 0, 800_000, 800_000),
+        deny(700_000, 1, 0, 300_000, 300_000),
+        deny(800_000, 1, 0, 200_000, 200_000),
+        blocked(900_000, 1, 2_000_000),
+        blocked(1_500_000, 1, 1_400_000),
+        blocked(2_000_000, 1, 900_000),
+        // (2 900 000, 1) leaves at 3 900 000
+        ok(2_900_000, 1, 0, 1_000_000),
+        deny(2_950_000, 1, 0, 950_000, 950_000),
+        peek_op(2_950_000, 0, 950_000),
+    ],
+};
+
+/// Token bucket, B = 1: τ = t/10^6 after the admission at 0; retry (1 − τ)·10^6.
+pub const TOKEN_BUCKET_PENALTY: Scenario = Scenario {
+    name: "token_bucket/penalty",
+    quota: "1/s",
+    burst: None,
+    algorithm: Algorithm::TokenBucket,
+    max_delay_us: None,
+    penalty: Some((3, 500_000, 2_000_000)),
+    steps: &[
+        ok(0, 1, 0, 1_000_000),
+        deny(100_000, 1, 0, 900_000, 900_000),
+        deny(200_000, 1, 0, 800_000, 800_000),
+        deny(700_000, 1, 0, 300_000, 300_000),
+        deny(800_000, 1, 0, 200_000, 200_000),
+        blocked(900_000, 1, 2_000_000),
+        blocked(1_500_000, 1, 1_400_000),
+        blocked(2_000_000, 1, 900_000),
+        // full again: τ = 0, reset 10^6
+        ok(2_900_000, 1, 0, 1_000_000),
+        deny(2_950_000, 1, 0, 950_000, 950_000),
+        peek_op(2_950_000, 0, 950_000),
+    ],
+};
+
+/// GCRA, B = 1: TAT = 1 000 000 after the admission at 0; retry TAT + T − B·T − now.
+pub const GCRA_PENALTY: Scenario = Scenario {
+    name: "gcra/penalty",
+    quota: "1/s",
+    burst: None,
+    algorithm: Algorithm::Gcra,
+    max_delay_us: None,
+    penalty: Some((3, 500_000, 2_000_000)),
+    steps: &[
+        ok(0, 1, 0, 1_000_000),
+        deny(100_000, 1, 0, 900_000, 900_000),
+        deny(200_000, 1, 0, 800_000, 800_000),
+        deny(700_000, 1, 0, 300_000, 300_000),
+        deny(800_000, 1, 0, 200_000, 200_000),
+        blocked(900_000, 1, 2_000_000),
+        blocked(1_500_000, 1, 1_400_000),
+        blocked(2_000_000, 1, 900_000),
+        // TAT = 3 900 000
+        ok(2_900_000, 1, 0, 1_000_000),
+        deny(2_950_000, 1, 0, 950_000, 950_000),
+        peek_op(2_950_000, 0, 950_000),
+    ],
+};
+
+/// Leaky bucket, B = 1: as GCRA (its queue's start is within the 1 s bound).
+pub const LEAKY_BUCKET_PENALTY: Scenario = Scenario {
+    name: "leaky_bucket/penalty",
+    quota: "1/s",
+    burst: None,
+    algorithm: Algorithm::LeakyBucket,
+    max_delay_us: None,
+    penalty: Some((3, 500_000, 2_000_000)),
+    steps: &[
+        queued(0, 1, 0, 1_000_000, 0),
+        deny(100_000, 1, 0, 900_000, 900_000),
+        deny(200_000, 1, 0, 800_000, 800_000),
+        deny(700_000, 1, 0, 300_000, 300_000),
+        deny(800_000, 1, 0, 200_000, 200_000),
+        blocked(900_000, 1, 2_000_000),
+        blocked(1_500_000, 1, 1_400_000),
+        blocked(2_000_000, 1, 900_000),
+        queued(2_900_000, 1, 0, 1_000_000, 0),
+        deny(2_950_000, 1, 0, 950_000, 950_000),
+        peek_op(2_950_000, 0, 950_000),
+    ],
+};
+
+// ---------------------------------------------------------------------------------------
 // The runner.
 // ---------------------------------------------------------------------------------------
 
@@ -1497,14 +2044,8 @@ struct Seen {
     expect: Expect,
 }
 
-/// Runs `scenario` against a fresh store built by `make_store`, then fails listing
-/// every step whose decision differs from the table (later steps may differ only
-/// because an earlier one did; the first is the one to read).
-pub async fn run<S: Store>(
-    scenario: &Scenario,
-    make_store: impl FnOnce(ManualClock) -> S,
-) -> Result<(), Box<dyn Error>> {
-    let clock = ManualClock::new(BASE);
+/// The scenario's limit, and its capacity.
+fn limit_of(scenario: &Scenario) -> Result<(Limit, u64), Box<dyn Error>> {
     let mut quota: Quota = scenario.quota.parse()?;
     if let Some(burst) = scenario.burst {
         quota = quota.with_burst(burst)?;
@@ -1514,6 +2055,57 @@ pub async fn run<S: Store>(
     if let Some(max_delay_us) = scenario.max_delay_us {
         policy = policy.max_delay(Duration::from_micros(max_delay_us));
     }
+    if let Some((after, within_us, block_us)) = scenario.penalty {
+        policy = policy.penalty(
+            Penalty::after(after)
+                .within(Duration::from_micros(within_us))
+                .block_for(Duration::from_micros(block_us)),
+        );
+    }
+    Ok((policy, capacity))
+}
+
+/// A caller's own quota (notation and burst), and its capacity under `algorithm`.
+fn own_quota(
+    algorithm: Algorithm,
+    notation: &str,
+    burst: Option<u64>,
+) -> Result<(Quota, u64), Box<dyn Error>> {
+    let mut own: Quota = notation.parse()?;
+    if let Some(burst) = burst {
+        own = own.with_burst(burst)?;
+    }
+    let capacity = match algorithm {
+        Algorithm::TokenBucket | Algorithm::Gcra | Algorithm::LeakyBucket => own.burst(),
+        _ => own.limit(),
+    };
+    Ok((own, capacity))
+}
+
+/// What `decision` says, in the shape of the tables.
+fn seen(decision: &Decision) -> Result<Seen, String> {
+    Ok(Seen {
+        limit: decision.limit,
+        expect: Expect {
+            allowed: decision.allowed,
+            remaining: decision.remaining,
+            reset_after_us: micros(decision.reset_after)?,
+            retry_after_us: decision.retry_after.map(micros).transpose()?,
+            delay_us: micros(decision.delay)?,
+            blocked_us: decision.blocked_for.map(micros).transpose()?,
+        },
+    })
+}
+
+/// Runs `scenario` against a fresh store built by `make_store`, then fails listing
+/// every step whose decision differs from the table (later steps may differ only
+/// because an earlier one did; the first is the one to read).
+pub async fn run<S: Store>(
+    scenario: &Scenario,
+    make_store: impl FnOnce(ManualClock) -> S,
+) -> Result<(), Box<dyn Error>> {
+    let clock = ManualClock::new(BASE);
+    let (policy, capacity) = limit_of(scenario)?;
     let limiter = Limiter::builder()
         .limit(policy)
         .store(make_store(clock.clone()))
@@ -1525,62 +2117,75 @@ pub async fn run<S: Store>(
     for (index, step) in scenario.steps.iter().enumerate() {
         clock.set(BASE + Duration::from_micros(step.at_us));
         decisions.push(None);
-        match step.op {
-            Op::Refund { amount } => limiter.refund(scenario.name, &key, amount).await?,
+        let (decision, capacity, expect, cost) = match step.op {
+            Op::Refund { amount } => {
+                limiter.refund(scenario.name, &key, amount).await?;
+                continue;
+            }
             Op::RefundCharge { of, amount } => {
                 let decision = decisions
                     .get(of)
                     .and_then(Option::as_ref)
                     .ok_or_else(|| format!("step {index} refunds step {of}, not a check"))?;
                 limiter.refund_charge(decision, &key, amount).await?;
+                continue;
             }
+            Op::Reset => {
+                limiter.reset(scenario.name, &key).await?;
+                continue;
+            }
+            Op::Peek { expect } => (
+                limiter.peek(scenario.name, &key).await?,
+                capacity,
+                expect,
+                0,
+            ),
+            Op::Block { us, expect } => (
+                limiter
+                    .block(scenario.name, &key, Duration::from_micros(us))
+                    .await?,
+                capacity,
+                expect,
+                0,
+            ),
+            Op::Penalize { n, expect } => (
+                limiter.penalize(scenario.name, &key, n).await?,
+                capacity,
+                expect,
+                n,
+            ),
             Op::Check {
                 cost,
                 expect,
                 quota: caller,
-            } => {
-                let (decision, capacity) = match caller {
-                    None => (limiter.check(scenario.name, &key, cost).await?, capacity),
-                    Some((notation, burst)) => {
-                        let mut own: Quota = notation.parse()?;
-                        if let Some(burst) = burst {
-                            own = own.with_burst(burst)?;
-                        }
-                        let capacity = match scenario.algorithm {
-                            Algorithm::TokenBucket | Algorithm::Gcra | Algorithm::LeakyBucket => {
-                                own.burst()
-                            }
-                            _ => own.limit(),
-                        };
-                        let decision = limiter.check_with(scenario.name, &key, cost, own).await?;
-                        (decision, capacity)
-                    }
-                };
-                let seen = Seen {
-                    limit: decision.limit,
-                    expect: Expect {
-                        allowed: decision.allowed,
-                        remaining: decision.remaining,
-                        reset_after_us: micros(decision.reset_after)?,
-                        retry_after_us: decision.retry_after.map(micros).transpose()?,
-                        delay_us: micros(decision.delay)?,
-                    },
-                };
-                let want = Seen {
-                    limit: capacity,
+            } => match caller {
+                None => (
+                    limiter.check(scenario.name, &key, cost).await?,
+                    capacity,
                     expect,
-                };
-                if seen != want || decision.policy != scenario.name {
-                    writeln!(
-                        failures,
-                        "  step {index} (at {} µs, cost {cost}):\n    expected {want:?}\n    \
-                         got      {seen:?} (policy {:?})",
-                        step.at_us, decision.policy
-                    )?;
+                    cost,
+                ),
+                Some((notation, burst)) => {
+                    let (own, capacity) = own_quota(scenario.algorithm, notation, burst)?;
+                    let decision = limiter.check_with(scenario.name, &key, cost, own).await?;
+                    (decision, capacity, expect, cost)
                 }
-                decisions[index] = Some(decision);
-            }
+            },
+        };
+        let seen = seen(&decision)?;
+        let want = Seen {
+            limit: capacity,
+            expect,
+        };
+        if seen != want || decision.policy != scenario.name {
+            writeln!(
+                failures,
+                "  step {index} (at {} µs, {:?}, cost {cost}):\n    expected {want:?}\n    \
+                 got      {seen:?} (policy {:?})",
+                step.at_us, step.op, decision.policy
+            )?;
         }
+        decisions[index] = Some(decision);
     }
     assert!(
         failures.is_empty(),
@@ -1689,6 +2294,34 @@ macro_rules! scenario_tests {
                 => GCRA_QUOTA_CHANGES,
             leaky_bucket_recounts_its_queue_when_the_quota_changes
                 => LEAKY_BUCKET_QUOTA_CHANGES,
+            fixed_window_is_peeked_penalized_blocked_and_reset
+                => FIXED_WINDOW_OPERATIONS,
+            sliding_window_is_peeked_penalized_blocked_and_reset
+                => SLIDING_WINDOW_OPERATIONS,
+            sliding_window_counters_are_peeked_penalized_blocked_and_reset
+                => SLIDING_WINDOW_COUNTERS_OPERATIONS,
+            sliding_window_log_is_peeked_penalized_blocked_and_reset
+                => SLIDING_WINDOW_LOG_OPERATIONS,
+            token_bucket_is_peeked_penalized_blocked_and_reset
+                => TOKEN_BUCKET_OPERATIONS,
+            gcra_is_peeked_penalized_blocked_and_reset
+                => GCRA_OPERATIONS,
+            leaky_bucket_is_peeked_penalized_blocked_and_reset
+                => LEAKY_BUCKET_OPERATIONS,
+            fixed_window_penalty_box_trips_on_the_third_rejection_within_its_window
+                => FIXED_WINDOW_PENALTY,
+            sliding_window_penalty_box_trips_on_the_third_rejection_within_its_window
+                => SLIDING_WINDOW_PENALTY,
+            sliding_window_counters_penalty_box_trips_on_the_third_rejection_within_its_window
+                => SLIDING_WINDOW_COUNTERS_PENALTY,
+            sliding_window_log_penalty_box_trips_on_the_third_rejection_within_its_window
+                => SLIDING_WINDOW_LOG_PENALTY,
+            token_bucket_penalty_box_trips_on_the_third_rejection_within_its_window
+                => TOKEN_BUCKET_PENALTY,
+            gcra_penalty_box_trips_on_the_third_rejection_within_its_window
+                => GCRA_PENALTY,
+            leaky_bucket_penalty_box_trips_on_the_third_rejection_within_its_window
+                => LEAKY_BUCKET_PENALTY,
         );
     };
     (@each $make_store:expr; $($(#[$attr:meta])* $test:ident => $scenario:ident,)*) => {

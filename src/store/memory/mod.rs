@@ -1,5 +1,6 @@
 //! [`MemoryStore`]: limiter state in this process, sharded and bounded.
 
+mod blocks;
 mod cells;
 mod eviction;
 mod footprint;
@@ -11,6 +12,7 @@ use std::any::Any;
 use std::fmt;
 use std::hash::BuildHasher;
 use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::time::Duration;
 
 use foldhash::fast::RandomState;
 
@@ -20,6 +22,7 @@ use self::shard::{Hashed, Shard};
 use super::{Charge, InFlightSlot, Store, StoreFuture, decision};
 use crate::algorithm::{Refund, Verdict};
 use crate::clock::now_micros;
+use crate::penalty::micros_up;
 use crate::{Algorithm, Clock, ConfigError, Decision, Key, Limit, Receipt, SystemClock};
 
 /// The default bound on stored keys.
@@ -56,6 +59,11 @@ const MIN_KEYS_PER_SHARD: usize = 256;
 ///   that is admitted and stores a new key evicts: denials and peeks never do. A
 ///   flood costs each request the same constant work: nothing scans a whole shard
 ///   per request.
+/// - **Blocks and penalty counts** ([`Limiter::block`](crate::Limiter::block), a
+///   [`Penalty`](crate::Penalty)) are records beside the rate states, at most as many
+///   per shard as its share of `max_keys` ([`block_records`](MemoryStore::block_records)):
+///   a full shard drops records that say nothing any more, then counts before blocks,
+///   so a flood of distinct offending keys recycles its own records.
 /// - **Self-cleaning:** each shard drops idle state (state that equals a fresh key's)
 ///   at most once a second as it is used. No background thread, nothing to spawn.
 /// - **Shared:** clones share all state; one entry per (policy, key).
@@ -353,13 +361,17 @@ impl MemoryStore {
         let now = self.now();
         let policy = charge.limit;
         let shard = self.shard(key);
-        if has_atomic_states(policy)
-            && let Some(verdict) = read(shard).run_shared(policy, key, now, charge.cost)
-        {
-            return decision(policy, verdict);
+        // The read guard must be gone before `offended` may take the write lock.
+        let read_locked = if has_atomic_states(policy) {
+            read(shard).run_shared(policy, key, now, charge.cost)
+        } else {
+            None
+        };
+        if let Some(verdict) = read_locked {
+            return decision(policy, offended(shard, charge, key, now, verdict));
         }
         let verdict = write(shard).run(policy, key, now, charge.cost, true);
-        decision(policy, verdict)
+        decision(policy, offended(shard, charge, key, now, verdict))
     }
 
     /// Several charges, all-or-nothing, at one instant.
@@ -409,13 +421,91 @@ impl MemoryStore {
             }
             admitted
         } else {
+            // Each policy that denied counts the rejection in its penalty box.
             tentative
+                .into_iter()
+                .enumerate()
+                .map(|(i, verdict)| {
+                    let c = &charges[i];
+                    match c.limit.get_penalty() {
+                        Some(penalty) if is_offence(c, &verdict) => {
+                            let slot = order.binary_search(&shard_of[i]).unwrap_or_default();
+                            guards[slot].offend(c.limit, keys[i], now, &penalty, verdict)
+                        }
+                        _ => verdict,
+                    }
+                })
+                .collect()
         };
         charges
             .iter()
             .zip(verdicts)
             .map(|(c, v)| decision(c.limit, v))
             .collect()
+    }
+
+    /// The key's state under `limit`, charging nothing (a cost-0 check).
+    pub(crate) fn peek_now(&self, limit: &Limit, key: &Key) -> Decision {
+        self.acquire_one(&Charge {
+            limit,
+            key,
+            cost: 0,
+        })
+    }
+
+    /// Makes `key` idle under `limit`: state, block and penalty count gone.
+    pub(crate) fn reset_now(&self, limit: &Limit, key: &Key) {
+        let key = self.hashed(key);
+        write(self.shard(key)).reset(limit, key);
+    }
+
+    /// Blocks `key` under `limit` for `duration` from now (0 lifts the block).
+    pub(crate) fn block_now(&self, limit: &Limit, key: &Key, duration: Duration) -> Decision {
+        let hashed = self.hashed(key);
+        let now = self.now();
+        let duration_us = micros_up(duration);
+        write(self.shard(hashed)).block(limit, hashed, now, duration_us);
+        if duration_us == 0 {
+            return self.peek_now(limit, key);
+        }
+        // Answered at the instant of the block, as the Redis store answers.
+        decision(limit, Verdict::blocked(duration_us, false))
+    }
+
+    /// Charges `charge.cost` whether or not it fits; the key's state afterwards.
+    pub(crate) fn penalize_now(&self, charge: &Charge<'_>) -> Decision {
+        let key = self.hashed(charge.key);
+        let now = self.now();
+        let verdict = write(self.shard(key)).penalize(charge.limit, key, now, charge.cost);
+        decision(charge.limit, verdict)
+    }
+
+    /// How many block and penalty records the store holds: at most
+    /// [`max_keys`](MemoryStore::max_keys) (each shard keeps at most as many as its
+    /// share of keys), besides the rate states [`len`](MemoryStore::len) counts.
+    /// Reads each shard in turn.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{Key, Limiter, Limit, MemoryStore, Quota};
+    /// # tokio::runtime::Builder::new_current_thread().build()?.block_on(async {
+    /// let store = MemoryStore::new();
+    /// let limiter = Limiter::builder()
+    ///     .limit(Limit::new("api", Quota::per_second(1))?)
+    ///     .store(store.clone())
+    ///     .build()?;
+    /// limiter.block("api", &Key::from("mallory"), Duration::from_secs(60)).await?;
+    /// assert_eq!(store.block_records(), 1);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// # })?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn block_records(&self) -> usize {
+        self.inner
+            .shards
+            .iter()
+            .map(|s| read(&s.0).blocks_len())
+            .sum()
     }
 
     /// Refunds synchronously.
@@ -456,6 +546,31 @@ impl MemoryStore {
             )));
         }
         Ok(())
+    }
+}
+
+/// Whether `verdict` is a rejection that a penalty box counts: denied at a cost, and
+/// not because the key is blocked already.
+#[inline]
+fn is_offence(charge: &Charge<'_>, verdict: &Verdict) -> bool {
+    !verdict.allowed && charge.cost > 0 && verdict.blocked_us.is_none()
+}
+
+/// `verdict`, after counting it in the penalty box of `charge`'s limit if it is an
+/// offence (taking the shard's write lock only then).
+#[inline]
+fn offended(
+    shard: &RwLock<Shard>,
+    charge: &Charge<'_>,
+    key: Hashed<'_>,
+    now: u64,
+    verdict: Verdict,
+) -> Verdict {
+    match charge.limit.get_penalty() {
+        Some(penalty) if is_offence(charge, &verdict) => {
+            write(shard).offend(charge.limit, key, now, &penalty, verdict)
+        }
+        _ => verdict,
     }
 }
 
@@ -541,5 +656,30 @@ impl Store for MemoryStore {
 
     fn supports_in_flight(&self) -> bool {
         true
+    }
+
+    fn peek<'a>(&'a self, limit: &'a Limit, key: &'a Key) -> StoreFuture<'a, Decision> {
+        let decision = self.peek_now(limit, key);
+        Box::pin(async move { Ok(decision) })
+    }
+
+    fn reset<'a>(&'a self, limit: &'a Limit, key: &'a Key) -> StoreFuture<'a, ()> {
+        self.reset_now(limit, key);
+        Box::pin(async { Ok(()) })
+    }
+
+    fn block<'a>(
+        &'a self,
+        limit: &'a Limit,
+        key: &'a Key,
+        duration: Duration,
+    ) -> StoreFuture<'a, Decision> {
+        let decision = self.block_now(limit, key, duration);
+        Box::pin(async move { Ok(decision) })
+    }
+
+    fn penalize<'a>(&'a self, charge: Charge<'a>) -> StoreFuture<'a, Decision> {
+        let decision = self.penalize_now(&charge);
+        Box::pin(async move { Ok(decision) })
     }
 }

@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use foldhash::fast::RandomState;
 
+use super::blocks::{Blocks, Record};
 use super::cells::{AtomicTat, Cell, entry_bytes};
 use super::eviction::pick_victim;
 use super::footprint::Footprint;
@@ -16,6 +17,7 @@ use crate::algorithm::{
     sliding_window_counters::SlidingWindowCounters, sliding_window_log::SlidingWindowLog,
     token_bucket::TokenBucket,
 };
+use crate::penalty::Penalty;
 use crate::{Key, Limit};
 
 /// How often (µs of store time) a shard drops idle state as it is touched.
@@ -49,6 +51,8 @@ pub(crate) struct Shard {
     /// in it: a clock that steps back is treated as standing still here.
     latest: AtomicU64,
     hasher: RandomState,
+    /// Blocks and penalty counts of this shard's keys, at most `capacity` of them.
+    blocks: Blocks,
     /// Picks eviction samples. Seeded from the OS-seeded generator of the thread that
     /// built the store: callers cannot predict which entries a sample will hold.
     rng: fastrand::Rng,
@@ -159,8 +163,175 @@ impl Shard {
             next_sweep: AtomicU64::new(0),
             latest: AtomicU64::new(0),
             hasher,
+            blocks: Blocks::default(),
             rng: fastrand::Rng::new(),
         }
+    }
+
+    /// How many block and penalty records the shard holds.
+    pub(crate) fn blocks_len(&self) -> usize {
+        self.blocks.len()
+    }
+
+    /// The answer for `key` under `policy` at `now` if the key is blocked. Costs one
+    /// emptiness check while no key of the shard has a record.
+    #[inline]
+    fn blocked(&self, policy: &Limit, key: Hashed<'_>, now: u64) -> Option<Verdict> {
+        if self.blocks.is_empty() {
+            return None;
+        }
+        let left = self
+            .blocks
+            .get(policy.table(), key)?
+            .offences
+            .blocked_for(now)?;
+        Some(Verdict::blocked(left, false))
+    }
+
+    /// The block record of `key` under `policy`, made if there is none (within the
+    /// shard's bound, see `blocks.rs`).
+    fn record(&mut self, policy: &Limit, key: Hashed<'_>, now: u64) -> &mut Record {
+        self.blocks.entry(
+            policy.table(),
+            key,
+            (self.capacity, now),
+            self.hasher,
+            &mut self.rng,
+        )
+    }
+
+    /// Counts a rejection of `key` under `policy`'s `penalty` at `now`; the blocked
+    /// answer when it trips the box. `verdict` is the rejection, returned otherwise.
+    pub(crate) fn offend(
+        &mut self,
+        policy: &Limit,
+        key: Hashed<'_>,
+        now: u64,
+        penalty: &Penalty,
+        verdict: Verdict,
+    ) -> Verdict {
+        let record = self.record(policy, key, now);
+        if record.offences.blocked_for(now).is_some() {
+            // Blocked since the rejection was decided (another thread): not counted.
+            return verdict;
+        }
+        let tripped = record.offences.offend(penalty, now);
+        record.expires_at = record.offences.idle_at(penalty.within_us());
+        if tripped {
+            Verdict::blocked(penalty.block_us(), true)
+        } else {
+            verdict
+        }
+    }
+
+    /// Blocks `key` under `policy` for `duration_us` from `now`, replacing its block
+    /// and its count; 0 lifts the block.
+    pub(crate) fn block(&mut self, policy: &Limit, key: Hashed<'_>, now: u64, duration_us: u64) {
+        if duration_us == 0 {
+            self.blocks.remove(policy.table(), key);
+            return;
+        }
+        let record = self.record(policy, key, now);
+        let until = now.saturating_add(duration_us);
+        record.offences = crate::penalty::Offences {
+            blocked_until: until,
+            count: 0,
+            first_at: 0,
+        };
+        record.expires_at = until;
+    }
+
+    /// Makes `key` idle under `policy`: its state, block and count are gone.
+    pub(crate) fn reset(&mut self, policy: &Limit, key: Hashed<'_>) {
+        self.blocks.remove(policy.table(), key);
+        let index = self.table_index(policy);
+        let table = &mut self.tables[index];
+        let freed = with_rule!(&mut table.states, |map, R| {
+            map.find_entry(key.hash, |(k, _)| k == key.key)
+                .ok()
+                .map(|entry| entry_bytes(&entry.remove().0.1))
+        });
+        if let Some(bytes) = freed {
+            table.bytes -= bytes;
+            self.bytes -= bytes;
+            self.entries -= 1;
+        }
+    }
+
+    /// Charges `cost` to `key` under `policy` at `now` whether or not it fits, and
+    /// reports the key as a peek would (blocked, if it is).
+    pub(crate) fn penalize(
+        &mut self,
+        policy: &Limit,
+        key: Hashed<'_>,
+        now: u64,
+        cost: u64,
+    ) -> Verdict {
+        let floor = self.advance(now);
+        if floor >= *self.next_sweep.get_mut() {
+            self.sweep(floor);
+        }
+        let index = self.table_index(policy);
+        let params = policy.params();
+        let found = with_rule!(&mut self.tables[index].states, |map, R| {
+            map.find(key.hash, |(k, _)| k == key.key).is_some()
+        });
+        if !found && cost > 0 {
+            self.make_room_for_one(index, floor);
+            let hasher = self.hasher;
+            let table = &mut self.tables[index];
+            let bytes = with_rule!(&mut table.states, |map, R| {
+                let (_, cell) = map
+                    .insert_unique(
+                        key.hash,
+                        (*key.key, Cell::new(<R as Rule>::State::default())),
+                        |(k, _)| hasher.hash_one(k),
+                    )
+                    .into_mut();
+                entry_bytes(cell)
+            });
+            table.bytes += bytes;
+            self.entries += 1;
+            self.bytes += bytes;
+        }
+        let table = &mut self.tables[index];
+        let outcome = with_rule!(&mut table.states, |map, R| {
+            map.find_mut(key.hash, |(k, _)| k == key.key)
+                .map(|(_, cell)| {
+                    let before = entry_bytes(cell);
+                    let verdict = cell.with_mut(|state| {
+                        let verdict = algorithm::penalize::<R>(params, state, now, floor, cost);
+                        state.compact();
+                        verdict
+                    });
+                    if cost > 0 {
+                        cell.stamp(floor);
+                    }
+                    (
+                        verdict,
+                        entry_bytes(cell).cast_signed() - before.cast_signed(),
+                    )
+                })
+        });
+        let verdict = match outcome {
+            Some((verdict, grown)) => {
+                if grown != 0 {
+                    self.tables[index].bytes =
+                        self.tables[index].bytes.saturating_add_signed(grown);
+                    self.bytes = self.bytes.saturating_add_signed(grown);
+                    if grown > 0 {
+                        self.fit_bytes(index, key.key, floor);
+                    }
+                }
+                verdict
+            }
+            // Nothing charged to a key with no state: a peek of a fresh one.
+            None => with_rule!(&self.tables[index].states, |_map, R| {
+                let mut fresh = <R as Rule>::State::default();
+                algorithm::penalize::<R>(params, &mut fresh, now, floor, 0)
+            }),
+        };
+        self.blocked(policy, key, now).unwrap_or(verdict)
     }
 
     pub(crate) fn len(&self) -> usize {
@@ -202,6 +373,9 @@ impl Shard {
         if floor >= self.next_sweep.load(Relaxed) {
             return None;
         }
+        if let Some(blocked) = self.blocked(policy, key, now) {
+            return Some(blocked);
+        }
         let id = policy.table();
         let table = self.tables.iter().find(|t| t.id == id)?;
         match &table.states {
@@ -229,6 +403,10 @@ impl Shard {
         let floor = self.advance(now);
         if floor >= *self.next_sweep.get_mut() {
             self.sweep(floor);
+        }
+        // A blocked key is denied whatever its rate state says, and charged nothing.
+        if let Some(blocked) = self.blocked(policy, key, now) {
+            return blocked;
         }
         let index = self.table_index(policy);
         let at = (now, floor);
@@ -404,6 +582,7 @@ impl Shard {
         }
         self.entries = self.tables.iter().map(Table::len).sum();
         self.bytes = self.tables.iter().map(|t| t.bytes).sum();
+        self.blocks.sweep(now);
     }
 }
 

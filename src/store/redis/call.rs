@@ -45,7 +45,7 @@ impl RedisStore {
         } else {
             Call::new(&self.prefix, at, mode, charges)
         };
-        let single = charges.len() == 1 && mode.decides();
+        let single = charges.len() == 1 && mode.in_library();
         let reply: Vec<i64> = self
             .exchange(deadline, |mut conn| async move {
                 if single

@@ -41,6 +41,7 @@ macro_rules! library_source {
         concat!(
             include_str!("lua/prelude.lua"),
             $(include_str!(concat!("lua/", $file, "/decide.lua")),)+
+            include_str!("lua/block.lua"),
             include_str!("lua/clock.lua"),
             include_str!("lua/fcall.lua"),
         )

@@ -48,6 +48,12 @@ pub(super) fn state_key(prefix: &str, policy: &Limit, key: &Key) -> String {
     out
 }
 
+/// The key of the block record (a block, a penalty count) beside `state_key`; same
+/// hash tag, so a script that decides also reads it without a cross-slot call.
+pub(super) fn block_key(state_key: &str) -> String {
+    format!("{state_key}:b")
+}
+
 /// The second key of the sliding window log (its sorted set); same hash tag.
 pub(super) fn log_key(state_key: &str) -> String {
     format!("{state_key}:log")

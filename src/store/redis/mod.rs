@@ -25,6 +25,7 @@ use super::block_cache::BlockCache;
 use super::{Charge, InFlightSlot, Store, StoreFuture, decision};
 use crate::algorithm::Verdict;
 use crate::clock::now_micros;
+use crate::penalty::micros_up;
 use crate::{
     Algorithm, Clock, ConfigError, Decision, Key, Limit, Receipt, StoreError, StoreErrorKind,
     SystemClock,
@@ -56,7 +57,9 @@ const LUA_EXACT: u128 = 1 << 53;
 /// - **Keys:** `<prefix>:<policy>:{<subject>}:<algorithm>:<limit>:<period µs>:<capacity>`,
 ///   where the subject is the caller key's fixed-length fingerprint in hex, so it
 ///   alone picks the cluster slot and caller bytes can neither choose it nor make keys
-///   long. Every key carries a TTL matching its state's retention.
+///   long. A key's block and penalty count live beside its state, in `<state key>:b`
+///   (same hash tag), read and written by the same call as the decision. Every key
+///   carries a TTL matching its state's retention.
 /// - **Failure is normal:** every call has a deadline ([`DEFAULT_DEADLINE`](RedisStore::DEFAULT_DEADLINE), see
 ///   [`deadline`](RedisStore::deadline)); timeouts, lost connections, `LOADING`,
 ///   `CLUSTERDOWN` and `READONLY` come back as [`StoreError`]s of the matching
@@ -79,7 +82,12 @@ const LUA_EXACT: u128 = 1 << 53;
 ///   each reports `allowed: true` (it did not deny the request; nothing was charged
 ///   to it), `remaining: 0` and `reset_after: 0` (nothing is known of its key, so it
 ///   promises no capacity), no `retry_after`. On by default, bounded
-///   ([`block_cache`](RedisStore::block_cache)).
+///   ([`block_cache`](RedisStore::block_cache)). A blocked key ([`Limiter::block`](crate::Limiter::block),
+///   a tripped [`Penalty`](crate::Penalty)) is cached for every cost, so a caller
+///   hammering a blocked key costs Redis one call per key per max age; the denials of
+///   a limit with a penalty box are not cached until it trips (each rejection must
+///   reach Redis to be counted). A [`reset`](crate::Limiter::reset) through this
+///   process forgets the key at once, and a block through it is cached at once.
 ///
 /// Clones share the connection, the cache and the time floor.
 ///
@@ -480,7 +488,8 @@ impl RedisStore {
     }
 
     /// The Redis key holding `policy`'s state for `key` (for operators and tests; the
-    /// sliding window log adds a sorted set under this name plus `:log`).
+    /// sliding window log adds a sorted set under this name plus `:log`, and a block or
+    /// a penalty count lives under this name plus `:b`).
     ///
     /// ```
     /// use tollgate::{Key, Limit, Quota, RedisStore};
@@ -547,6 +556,14 @@ impl fmt::Debug for RedisStore {
     }
 }
 
+/// A reply without the verdict its call asked for.
+fn missing_verdict() -> StoreError {
+    StoreError::new(
+        StoreErrorKind::Protocol,
+        "the rate-limit script returned no verdict",
+    )
+}
+
 /// `d` in whole microseconds, rounded up (a positive age never becomes 0).
 fn duration_us(d: Duration) -> u64 {
     let us = d.as_micros() + u128::from(!d.subsec_nanos().is_multiple_of(1_000));
@@ -575,7 +592,10 @@ impl Store for RedisStore {
                 .collect();
             if let Some(cache) = &self.cache {
                 for (charge, decision) in charges.iter().zip(&decisions) {
-                    if !decision.allowed {
+                    // A limit with a penalty box must see its rejections to count them:
+                    // only its blocks are answered locally.
+                    let counted = charge.limit.get_penalty().is_some();
+                    if !decision.allowed && (decision.blocked_for.is_some() || !counted) {
                         cache.record(charge, sent, decision);
                     }
                 }
@@ -633,6 +653,76 @@ impl Store for RedisStore {
 
     fn supports_in_flight(&self) -> bool {
         true
+    }
+
+    /// One script call (`Mode::Reset`): deletes the key's state, its log and its block
+    /// record. This process's blocked-key cache forgets the key at once; other
+    /// processes' caches, within their max age.
+    fn reset<'a>(&'a self, limit: &'a Limit, key: &'a Key) -> StoreFuture<'a, ()> {
+        Box::pin(async move {
+            let charge = Charge {
+                limit,
+                key,
+                cost: 0,
+            };
+            if let Some(cache) = &self.cache {
+                cache.forget_key(&charge);
+            }
+            let deadline = Instant::now() + self.deadline;
+            self.run(deadline, self.clock_now(), Mode::Reset, &[&charge])
+                .await?;
+            // A denial recorded while the reset was on its way is stale too.
+            if let Some(cache) = &self.cache {
+                cache.forget_key(&charge);
+            }
+            Ok(())
+        })
+    }
+
+    /// One script call (`Mode::Block`): writes the block record beside the key's
+    /// state, replacing its block and count. This process caches the block at once.
+    fn block<'a>(
+        &'a self,
+        limit: &'a Limit,
+        key: &'a Key,
+        duration: Duration,
+    ) -> StoreFuture<'a, Decision> {
+        Box::pin(async move {
+            let charge = Charge {
+                limit,
+                key,
+                cost: micros_up(duration),
+            };
+            let sent = self.local_now();
+            let deadline = Instant::now() + self.deadline;
+            let verdict = self
+                .run(deadline, self.clock_now(), Mode::Block, &[&charge])
+                .await?
+                .pop()
+                .ok_or_else(missing_verdict)?;
+            let decision = decision(limit, verdict);
+            if let Some(cache) = &self.cache {
+                cache.forget_key(&charge);
+                if decision.blocked_for.is_some() {
+                    cache.record(&Charge { cost: 1, ..charge }, sent, &decision);
+                }
+            }
+            Ok(decision)
+        })
+    }
+
+    /// One script call (`Mode::Penalize`): the algorithm's own decision, charging even
+    /// what does not fit.
+    fn penalize<'a>(&'a self, charge: Charge<'a>) -> StoreFuture<'a, Decision> {
+        Box::pin(async move {
+            let deadline = Instant::now() + self.deadline;
+            let verdict = self
+                .run(deadline, self.clock_now(), Mode::Penalize, &[&charge])
+                .await?
+                .pop()
+                .ok_or_else(missing_verdict)?;
+            Ok(decision(charge.limit, verdict))
+        })
     }
 
     /// Rejects policies whose arithmetic would leave the integers Lua holds exactly

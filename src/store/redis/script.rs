@@ -25,6 +25,7 @@ macro_rules! script_source {
         concat!(
             include_str!("lua/prelude.lua"),
             $(include_str!(concat!("lua/", $file, "/decide.lua")),)+
+            include_str!("lua/block.lua"),
             include_str!("lua/clock.lua"),
             include_str!("lua/evalsha.lua"),
             include_str!("lua/prelude_steps.lua"),
@@ -105,6 +106,12 @@ pub(super) enum Mode {
     Refund,
     /// Return each charge's cost of the one charge its receipt names.
     RefundCharges,
+    /// Make each charge's key idle: state, block and penalty count deleted.
+    Reset,
+    /// Block each charge's key for its cost in µs (0 lifts the block).
+    Block,
+    /// Charge each cost whether or not it fits.
+    Penalize,
 }
 
 impl Mode {
@@ -114,11 +121,23 @@ impl Mode {
             Self::DryRun => "d",
             Self::Refund => "r",
             Self::RefundCharges => "c",
+            Self::Reset => "x",
+            Self::Block => "k",
+            Self::Penalize => "p",
         }
     }
 
-    /// Whether the call decides (and answers with verdicts), rather than refunds.
+    /// Whether the call answers with verdicts, rather than only changing state.
     pub(super) fn decides(self) -> bool {
+        matches!(
+            self,
+            Self::Acquire | Self::DryRun | Self::Block | Self::Penalize
+        )
+    }
+
+    /// Whether the function library runs this mode (for one charge): the common
+    /// decisions; everything else is a script.
+    pub(super) fn in_library(self) -> bool {
         matches!(self, Self::Acquire | Self::DryRun)
     }
 }
@@ -142,9 +161,10 @@ pub(super) struct Call {
     keys: Vec<String>,
     at: At,
     mode: Mode,
-    /// Per charge: the algorithm's name, then cost, limit, period (µs), capacity and
-    /// the five algorithm parameters; for a refund of charges, each one's receipt.
-    charges: Vec<(&'static str, [u64; 9], Option<Receipt>)>,
+    /// Per charge: the algorithm's name, then cost, limit, period (µs), capacity, the
+    /// five algorithm parameters and the three of the penalty box; for a refund of
+    /// charges, each one's receipt.
+    charges: Vec<(&'static str, [u64; 12], Option<Receipt>)>,
 }
 
 /// Where a call's arguments go: a script invocation or a command.
@@ -195,7 +215,9 @@ impl Call {
         for (charge, receipt) in charges {
             let p = charge.limit.params();
             let state = keys::state_key(prefix, charge.limit, charge.key);
-            // The driver reads keys in order: the log's sorted set follows its state.
+            // The driver reads keys in order: the log's sorted set follows its state,
+            // and the block record comes last (every key shares the state's hash tag).
+            let block = keys::block_key(&state);
             if p.algorithm == Algorithm::SlidingWindowLog {
                 let log = keys::log_key(&state);
                 keys.push(state);
@@ -203,6 +225,10 @@ impl Call {
             } else {
                 keys.push(state);
             }
+            keys.push(block);
+            let (after, within_us, block_us) = charge.limit.get_penalty().map_or((0, 0, 0), |p| {
+                (u64::from(p.get_after()), p.within_us(), p.block_us())
+            });
             let extra: [u64; 5] = match p.algorithm {
                 Algorithm::SlidingWindowCounters { .. } => [p.buckets, p.bucket_us, 0, 0, 0],
                 Algorithm::TokenBucket => [p.units_per_token, p.units_per_us, 0, 0, 0],
@@ -230,6 +256,9 @@ impl Call {
                     e2,
                     e3,
                     e4,
+                    after,
+                    within_us,
+                    block_us,
                 ],
                 receipt,
             ));
@@ -243,7 +272,7 @@ impl Call {
         }
     }
 
-    /// ARGV: the clock, the mode, then ten per charge, twelve with a receipt (see
+    /// ARGV: the clock, the mode, then 13 per charge, 15 with a receipt (see
     /// evalsha.lua).
     fn write_args(&self, out: &mut impl Args) {
         match self.at {
@@ -291,7 +320,10 @@ impl Call {
     }
 }
 
-/// Reads 5 integers per charge, then the instant (µs) the script decided at.
+/// Integers per verdict in a reply (see evalsha.lua).
+const PER_VERDICT: usize = 7;
+
+/// Reads 7 integers per charge, then the instant (µs) the script decided at.
 pub(super) fn verdicts(reply: &[i64], count: usize) -> Result<(Vec<Verdict>, u64), StoreError> {
     let bad = || {
         StoreError::new(
@@ -305,12 +337,12 @@ pub(super) fn verdicts(reply: &[i64], count: usize) -> Result<(Vec<Verdict>, u64
     let Some((&decided_at, reply)) = reply.split_last() else {
         return Err(bad());
     };
-    if reply.len() != count * 5 {
+    if reply.len() != count * PER_VERDICT {
         return Err(bad());
     }
     let decided_at = u64::try_from(decided_at).map_err(|_| bad())?;
     let verdicts = reply
-        .chunks_exact(5)
+        .chunks_exact(PER_VERDICT)
         .map(|v| {
             let non_negative = |x: i64| u64::try_from(x).map_err(|_| bad());
             Ok(Verdict {
@@ -325,6 +357,12 @@ pub(super) fn verdicts(reply: &[i64], count: usize) -> Result<(Vec<Verdict>, u64
                 delay_us: non_negative(v[4])?,
                 // Only the caller knows whether the batch charged (see `RedisStore::run`).
                 receipt: None,
+                blocked_us: if v[5] < 0 {
+                    None
+                } else {
+                    Some(non_negative(v[5])?)
+                },
+                tripped: v[6] == 1,
             })
         })
         .collect::<Result<_, _>>()?;

@@ -5,9 +5,9 @@
 local charges = {}
 local next_key = 1
 -- A refund of charges by their receipts carries two more arguments per charge.
-local stride = 10
+local stride = 13
 if mode == 'c' then
-  stride = 12
+  stride = 15
 end
 -- One charge (a refund, here) owns every key: no per-charge copy of KEYS.
 local single = #ARGV == 2 + stride
@@ -16,7 +16,8 @@ for i = 3, #ARGV, stride do
   local keys = KEYS
   if not single then
     keys = {}
-    for j = 1, alg.nkeys do
+    -- The algorithm's keys, then the block record's (block.lua).
+    for j = 1, alg.nkeys + 1 do
       keys[j] = KEYS[next_key]
       next_key = next_key + 1
     end
@@ -42,7 +43,7 @@ for i = 3, #ARGV, stride do
   }
   if mode == 'c' then
     -- The receipt: when the charge was decided and its reset instant.
-    charges[#charges].receipt = { at = tonumber(ARGV[i + 10]), till = tonumber(ARGV[i + 11]) }
+    charges[#charges].receipt = { at = tonumber(ARGV[i + 13]), till = tonumber(ARGV[i + 14]) }
   end
 end
 
@@ -56,7 +57,8 @@ end
 local function evaluate(c, charge)
   local alg, p, cost = c.alg, c.p, c.cost
   if alg.decide then
-    return alg.decide(c.keys, now, ARGV, c.argi, charge)
+    -- Rejections are counted once the batch is decided (see below).
+    return guarded(c.keys, now, ARGV, c.argi, charge, false)
   end
   local s = alg.load(c.keys)
   local exists = s ~= nil
@@ -124,9 +126,46 @@ local function emit(verdicts)
   end
 end
 
+-- The charge's 13 arguments with another cost, at index 1 of a table of their own.
+local function with_cost(c, cost)
+  local args = {}
+  for j = 0, 12 do
+    args[j + 1] = ARGV[c.argi + j]
+  end
+  args[2] = num(cost)
+  return args
+end
+
 if mode == 'r' or mode == 'c' then
   for _, c in ipairs(charges) do
     refund(c, c.cost, c.receipt)
+  end
+elseif mode == 'x' then
+  for _, c in ipairs(charges) do
+    redis.call('DEL', unpack(c.keys))
+  end
+elseif mode == 'k' then
+  -- An operator's block: replaces the key's block and its count.
+  for _, c in ipairs(charges) do
+    if c.cost > 0 then
+      pb_write(c.keys, now + c.cost, 0, 0, now + c.cost, now)
+      emit({ pb_blocked(c.cost, false) })
+    else
+      redis.call('DEL', c.keys[#c.keys])
+      emit({ guarded(c.keys, now, with_cost(c, 0), 1, false, false) })
+    end
+  end
+elseif mode == 'p' then
+  -- Charged whether it fits or not; reported as a peek would (the forced decision's
+  -- own verdict is the state after the charge, without a delay to wait).
+  for _, c in ipairs(charges) do
+    local v = c.alg.decide(c.keys, now, with_cost(c, c.cost), 1, c.cost > 0, true)
+    v[5], v[6], v[7] = 0, -1, 0
+    local u = pb_read(c.keys)
+    if u > now then
+      v = pb_blocked(u - now, false)
+    end
+    emit({ v })
   end
 elseif #charges == 1 then
   emit({ evaluate(charges[1], mode == 'a') })
@@ -156,6 +195,16 @@ else
     end
     if admitted then
       verdicts = admitted
+    end
+  end
+  if mode == 'a' and not all then
+    -- Each policy that denied counts the rejection in its penalty box.
+    for i, c in ipairs(charges) do
+      local v = verdicts[i]
+      if v[1] == 0 and v[6] < 0 then
+        local _, count, first = pb_read(c.keys)
+        verdicts[i] = pb_offend(c.keys, now, ARGV, c.argi, v, count, first)
+      end
     end
   end
   emit(verdicts)

@@ -4,7 +4,7 @@
 
 -- One whole decision (evalsha_batch.lua's `evaluate`, specialised, as gcra/decide.lua's): the
 -- state stays in locals. `m` is the latest instant seen, `t` the instant decided at.
-local function fw_decide(keys, now, args, i, charge)
+local function fw_decide(keys, now, args, i, charge, force)
   local cost, limit = tonumber(args[i + 1]), tonumber(args[i + 2])
   local period, cap = tonumber(args[i + 3]), tonumber(args[i + 4])
   local v = redis.call('GET', keys[1])
@@ -21,7 +21,7 @@ local function fw_decide(keys, now, args, i, charge)
   end
   -- A clock behind the stored window stands at the window's start.
   local t = math.max(m, w * period)
-  local allowed = cost == 0 or (cost <= cap and k + cost <= limit)
+  local allowed = force or cost == 0 or (cost <= cap and k + cost <= limit)
   local retry = -1
   local window_end = (w + 1) * period
   if allowed and charge and cost > 0 then

@@ -85,7 +85,7 @@ end
 -- `args[i..]` is the charge's arguments (see evalsha.lua); `queue`: the leaky bucket,
 -- whose admitted request waits until the queue ahead of it has drained, at most
 -- `max_delay` µs (its fifth parameter; leaky_bucket.lua's twin of the Rust rule).
-local function gcra_decide(keys, now, args, i, charge, queue)
+local function gcra_decide(keys, now, args, i, charge, force, queue)
   local cost, cap = tonumber(args[i + 1]), tonumber(args[i + 4])
   local t_us, t_ns = tonumber(args[i + 5]), tonumber(args[i + 6])
   local b_us, b_ns = tonumber(args[i + 7]), tonumber(args[i + 8])
@@ -116,7 +116,7 @@ local function gcra_decide(keys, now, args, i, charge, queue)
   local fits = ns_le(e_us, e_ns, t + b_us, b_ns)
   -- The queue: served within max_delay, ceil(start) <= t + max_delay.
   local within = not queue or ns_le(st_us, st_ns, t + max_delay, 0)
-  local allowed = cost == 0 or (cost <= cap and fits and within)
+  local allowed = force or cost == 0 or (cost <= cap and fits and within)
   local delay, retry = 0, -1
   if allowed and charge and cost > 0 then
     if queue then
@@ -178,6 +178,6 @@ local function gcra_decide(keys, now, args, i, charge, queue)
   return verdict(allowed, remaining, reset, retry, delay)
 end
 
--- Called with five arguments, `queue` is nil: GCRA itself (leaky_bucket.lua passes
--- true).
+-- Called with at most six arguments, `queue` is nil: GCRA itself (leaky_bucket.lua
+-- passes true).
 D.gcra = gcra_decide

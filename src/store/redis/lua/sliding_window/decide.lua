@@ -31,7 +31,7 @@ end
 
 -- One whole decision (evalsha_batch.lua's `evaluate`, specialised, as gcra/decide.lua's): the
 -- state stays in locals. `m` is the latest instant seen, `t` the instant decided at.
-local function sw_decide(keys, now, args, i, charge)
+local function sw_decide(keys, now, args, i, charge, force)
   local cost, limit = tonumber(args[i + 1]), tonumber(args[i + 2])
   local period, cap = tonumber(args[i + 3]), tonumber(args[i + 4])
   local v = redis.call('GET', keys[1])
@@ -54,7 +54,7 @@ local function sw_decide(keys, now, args, i, charge)
   local start = w * period
   local t = math.max(m, start)
   local weighted = sw_weighted(prev, t - start, period)
-  local allowed = cost == 0 or (cost <= cap and weighted + k + cost <= limit)
+  local allowed = force or cost == 0 or (cost <= cap and weighted + k + cost <= limit)
   local retry = -1
   if allowed and charge and cost > 0 then
     k = k + cost

@@ -60,7 +60,7 @@ end
 -- One whole decision (evalsha_batch.lua's `evaluate`, specialised, as gcra/decide.lua's): the
 -- index, total and instants stay in locals, the ring is one table of the non-zero
 -- counts by slot. `m` is the latest instant seen, `t` the instant decided at.
-local function swc_decide(keys, now, args, i, charge)
+local function swc_decide(keys, now, args, i, charge, force)
   local cost, limit = tonumber(args[i + 1]), tonumber(args[i + 2])
   local cap = tonumber(args[i + 4])
   local n, bucket = tonumber(args[i + 5]), tonumber(args[i + 6])
@@ -75,7 +75,7 @@ local function swc_decide(keys, now, args, i, charge)
   c, total, index = swc_advance(c, index, total, n, idiv(m, bucket))
   -- A clock behind the newest sub-window stands at its start.
   local t = math.max(m, index * bucket)
-  local allowed = cost == 0 or (cost <= cap and total + cost <= limit)
+  local allowed = force or cost == 0 or (cost <= cap and total + cost <= limit)
   local retry = -1
   if allowed and charge and cost > 0 then
     local slot = math.fmod(index, n)

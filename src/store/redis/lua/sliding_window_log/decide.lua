@@ -57,7 +57,7 @@ end
 -- later instant starts an entry of its own without reading the newest; a decision
 -- that charges nothing reads it for the reset. `t` is the instant decided at, also
 -- the latest instant seen.
-local function swl_decide(keys, now, args, i, charge)
+local function swl_decide(keys, now, args, i, charge, force)
   local cost, limit = tonumber(args[i + 1]), tonumber(args[i + 2])
   local period, cap = tonumber(args[i + 3]), tonumber(args[i + 4])
   local v = redis.call('GET', keys[1])
@@ -77,7 +77,7 @@ local function swl_decide(keys, now, args, i, charge)
     end
     trim = #gone > 0
   end
-  local allowed = cost == 0 or (cost <= cap and total + cost <= limit)
+  local allowed = force or cost == 0 or (cost <= cap and total + cost <= limit)
   local retry = -1
   local charged = allowed and charge and cost > 0
   if not allowed and cost <= cap then

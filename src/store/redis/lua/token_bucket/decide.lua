@@ -29,7 +29,7 @@ local function tb_carry_over(d, l, u, r, m, upt)
   return math.min(ceil_div(d, u), idiv(TB_MAX_UNITS, upt)) * upt, l
 end
 
-local function tb_decide(keys, now, args, i, charge)
+local function tb_decide(keys, now, args, i, charge, force)
   local cost, cap = tonumber(args[i + 1]), tonumber(args[i + 4])
   local upt, ups = tonumber(args[i + 5]), tonumber(args[i + 6])
   local v = redis.call('GET', keys[1])
@@ -60,7 +60,7 @@ local function tb_decide(keys, now, args, i, charge)
   end
   -- A clock behind `l` stands still there: it refills nothing.
   local t = l
-  local allowed = cost == 0 or (cost <= cap and d <= cap * upt - cost * upt)
+  local allowed = force or cost == 0 or (cost <= cap and d <= cap * upt - cost * upt)
   local retry = -1
   if allowed and charge and cost > 0 then
     d = d + cost * upt
