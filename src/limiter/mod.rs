@@ -6,6 +6,7 @@ mod entry;
 #[cfg(feature = "layer")]
 mod layer_api;
 mod set;
+mod wait;
 
 pub use builder::LimiterBuilder;
 pub use entry::CheckEntry;

@@ -268,6 +268,24 @@ impl<P: Store, I: Store> Store for Fallback<P, I> {
         })
     }
 
+    /// Reserves on the store serving now; the receipt says which, so that a cancelled
+    /// reservation is given back there.
+    fn reserve<'a>(&'a self, charge: Charge<'a>, max_wait: Duration) -> StoreFuture<'a, Decision> {
+        Box::pin(async move {
+            if self.try_primary() {
+                match self.primary.reserve(charge, max_wait).await {
+                    Ok(decision) => {
+                        self.primary_answered();
+                        return Ok(routed(vec![decision], false).remove(0));
+                    }
+                    Err(error) => self.primary_failed(&error),
+                }
+            }
+            let decision = self.insurance.reserve(charge, max_wait).await?;
+            Ok(routed(vec![decision], true).remove(0))
+        })
+    }
+
     fn validate(&self, policy: &Limit) -> Result<(), ConfigError> {
         self.primary.validate(policy)?;
         self.insurance.validate(policy)

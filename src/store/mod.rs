@@ -192,6 +192,40 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
         Box::pin(async { Err(unsupported("penalize")) })
     }
 
+    /// Reserves `charge.cost` for its key: the request's place is the earliest
+    /// instant, behind the key's earlier reservations, at which the rule admits it. If
+    /// that is at most `max_wait` away, it is charged at once and the decision is
+    /// allowed, its [`delay`](Decision::delay) the wait; otherwise nothing is charged
+    /// and the denial's `retry_after` says when it could be. See
+    /// [`Limiter::reserve`](crate::Limiter::reserve).
+    ///
+    /// The default reserves nothing ahead: it decides the charge now, as
+    /// [`acquire`](Store::acquire) does.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{Charge, Key, Limit, ManualClock, MemoryStore, Quota, Store};
+    /// # tokio::runtime::Builder::new_current_thread().build()?.block_on(async {
+    /// let store = MemoryStore::with_clock(ManualClock::new(Duration::from_secs(1_700_000_000)));
+    /// let limit = Limit::new("api", Quota::per_second(1))?;
+    /// let key = Key::from("alice");
+    /// let charge = Charge { limit: &limit, key: &key, cost: 1 };
+    /// assert_eq!(store.reserve(charge, Duration::from_secs(5)).await?.delay, Duration::ZERO);
+    /// assert_eq!(store.reserve(charge, Duration::from_secs(5)).await?.delay, Duration::from_secs(1));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// # })?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    fn reserve<'a>(&'a self, charge: Charge<'a>, max_wait: Duration) -> StoreFuture<'a, Decision> {
+        let _ = max_wait;
+        Box::pin(async move {
+            let mut decisions = self.acquire(std::slice::from_ref(&charge)).await?;
+            decisions.pop().ok_or_else(|| {
+                StoreError::new(StoreErrorKind::Protocol, "store returned no decision")
+            })
+        })
+    }
+
     /// Says whether this store can serve `policy` exactly; called for every policy by
     /// [`LimiterBuilder::build`](crate::LimiterBuilder::build). The default accepts
     /// every policy.

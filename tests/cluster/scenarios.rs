@@ -19,3 +19,8 @@ fn store(clock: ManualClock) -> RedisStore {
 }
 
 support::scenario_tests!(store);
+
+/// Reservations (`Limiter::reserve`) on the cluster: the shared waiting tests.
+mod waiting {
+    support::waiting_tests!(super::store);
+}

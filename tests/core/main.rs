@@ -16,3 +16,4 @@ mod operations;
 mod quota;
 mod quota_changes;
 mod scenarios;
+mod waiting;

@@ -20,3 +20,8 @@ fn store(clock: ManualClock) -> RedisStore {
 }
 
 support::scenario_tests!(store);
+
+/// Reservations (`Limiter::reserve`) on the same store: the shared waiting tests.
+mod waiting {
+    support::waiting_tests!(super::store);
+}

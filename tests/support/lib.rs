@@ -36,3 +36,4 @@ pub mod redis_cluster;
 pub mod redis_server;
 pub mod rng;
 pub mod scenarios;
+pub mod waiting;

@@ -34,6 +34,10 @@ pub(super) struct Record {
     pub(super) offences: Offences,
     /// From then on the record says nothing: dropped by sweeps and evicted first.
     pub(super) expires_at: u64,
+    /// The instant the key's latest reservation proceeds at (`Limiter::reserve`): the
+    /// tail of its queue; 0 when it has none. Until then the key's state runs ahead of
+    /// the clock, and a request that does not wait is answered from behind the queue.
+    pub(super) queue_until: u64,
 }
 
 /// A shard's records.
@@ -105,6 +109,7 @@ impl Blocks {
                 key: *key.key,
                 offences: Offences::default(),
                 expires_at: 0,
+                queue_until: 0,
             })
             .into_mut()
     }
@@ -125,7 +130,7 @@ impl Blocks {
         let score = |r: &Record| {
             (
                 r.expires_at <= now,
-                r.offences.blocked_until <= now,
+                r.offences.blocked_until <= now && r.queue_until <= now,
                 u32::MAX - r.offences.count,
                 u64::MAX - r.offences.blocked_until,
             )

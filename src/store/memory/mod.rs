@@ -472,6 +472,20 @@ impl MemoryStore {
         decision(limit, Verdict::blocked(duration_us, false))
     }
 
+    /// Reserves `charge.cost` within `max_wait` (see [`Store::reserve`]).
+    pub(crate) fn reserve_now(&self, charge: &Charge<'_>, max_wait: Duration) -> Decision {
+        let key = self.hashed(charge.key);
+        let now = self.now();
+        let verdict = write(self.shard(key)).reserve(
+            charge.limit,
+            key,
+            now,
+            charge.cost,
+            micros_up(max_wait),
+        );
+        decision(charge.limit, verdict)
+    }
+
     /// Charges `charge.cost` whether or not it fits; the key's state afterwards.
     pub(crate) fn penalize_now(&self, charge: &Charge<'_>) -> Decision {
         let key = self.hashed(charge.key);
@@ -680,6 +694,11 @@ impl Store for MemoryStore {
 
     fn penalize<'a>(&'a self, charge: Charge<'a>) -> StoreFuture<'a, Decision> {
         let decision = self.penalize_now(&charge);
+        Box::pin(async move { Ok(decision) })
+    }
+
+    fn reserve<'a>(&'a self, charge: Charge<'a>, max_wait: Duration) -> StoreFuture<'a, Decision> {
+        let decision = self.reserve_now(&charge, max_wait);
         Box::pin(async move { Ok(decision) })
     }
 }

@@ -188,6 +188,78 @@ impl Shard {
         Some(Verdict::blocked(left, false))
     }
 
+    /// The tail of `key`'s queue of reservations under `policy`, if it is still ahead
+    /// of `now`. One emptiness check while no key of the shard has a record.
+    #[inline]
+    fn queued(&self, policy: &Limit, key: Hashed<'_>, now: u64) -> Option<u64> {
+        if self.blocks.is_empty() {
+            return None;
+        }
+        let tail = self.blocks.get(policy.table(), key)?.queue_until;
+        (tail > now).then_some(tail)
+    }
+
+    /// Reserves `cost` for `key` under `policy` at `now`: the request's place is the
+    /// earliest instant, behind the key's queue of reservations, at which the rule
+    /// admits it; if that is within `max_wait_us`, it is charged there and then (the
+    /// state runs ahead of the clock until then) and the verdict's delay is the wait.
+    /// Otherwise nothing is charged and the denial's `retry_after` says when it could.
+    pub(crate) fn reserve(
+        &mut self,
+        policy: &Limit,
+        key: Hashed<'_>,
+        now: u64,
+        cost: u64,
+        max_wait_us: u64,
+    ) -> Verdict {
+        let floor = self.advance(now);
+        if floor >= *self.next_sweep.get_mut() {
+            self.sweep(floor);
+        }
+        if let Some(blocked) = self.blocked(policy, key, now) {
+            return blocked;
+        }
+        let tail = self.queued(policy, key, now).unwrap_or(0);
+        let first = floor.max(tail);
+        let probe = self.decide_at(policy, key, now, first, cost, false);
+        // Measured on the caller's clock, as the Redis store measures it: a place the
+        // rule gives at once is now, even when the key's latest instant is ahead.
+        let at = if probe.allowed {
+            now.max(tail)
+        } else {
+            match probe.retry_after_us {
+                Some(retry) => now + retry,
+                None => return probe,
+            }
+        };
+        // The leaky bucket serves its place when the queue ahead has drained: the
+        // wait is until then (its reset at the place), and that is what max_wait bounds.
+        let served = if policy.params().algorithm == crate::Algorithm::LeakyBucket {
+            let there = self.decide_at(policy, key, now, floor.max(at), cost, false);
+            at.max(now + there.reset_after_us)
+        } else {
+            at
+        };
+        if served - now > max_wait_us {
+            return Verdict {
+                retry_after_us: Some(served - now),
+                receipt: None,
+                ..probe
+            };
+        }
+        let mut verdict = self.decide_at(policy, key, now, floor.max(at), cost, true);
+        if !verdict.allowed {
+            return verdict;
+        }
+        verdict.delay_us = verdict.delay_us.max(at - now);
+        if at > now {
+            let record = self.record(policy, key, now);
+            record.queue_until = record.queue_until.max(at);
+            record.expires_at = record.expires_at.max(at);
+        }
+        verdict
+    }
+
     /// The block record of `key` under `policy`, made if there is none (within the
     /// shard's bound, see `blocks.rs`).
     fn record(&mut self, policy: &Limit, key: Hashed<'_>, now: u64) -> &mut Record {
@@ -216,7 +288,10 @@ impl Shard {
             return verdict;
         }
         let tripped = record.offences.offend(penalty, now);
-        record.expires_at = record.offences.idle_at(penalty.within_us());
+        record.expires_at = record
+            .offences
+            .idle_at(penalty.within_us())
+            .max(record.queue_until);
         if tripped {
             Verdict::blocked(penalty.block_us(), true)
         } else {
@@ -238,7 +313,7 @@ impl Shard {
             count: 0,
             first_at: 0,
         };
-        record.expires_at = until;
+        record.expires_at = until.max(record.queue_until);
     }
 
     /// Makes `key` idle under `policy`: its state, block and count are gone.
@@ -376,6 +451,10 @@ impl Shard {
         if let Some(blocked) = self.blocked(policy, key, now) {
             return Some(blocked);
         }
+        if cost > 0 && self.queued(policy, key, now).is_some() {
+            // Behind a queue of reservations: decided under the write lock.
+            return None;
+        }
         let id = policy.table();
         let table = self.tables.iter().find(|t| t.id == id)?;
         match &table.states {
@@ -408,6 +487,38 @@ impl Shard {
         if let Some(blocked) = self.blocked(policy, key, now) {
             return blocked;
         }
+        if cost > 0
+            && let Some(tail) = self.queued(policy, key, now)
+        {
+            // Reservations ahead: the request's place is behind them, so it is denied
+            // now, with the wait until that place (it asked not to wait).
+            let behind = self.decide_at(policy, key, now, floor.max(tail), cost, false);
+            return Verdict {
+                allowed: false,
+                retry_after_us: if behind.allowed {
+                    Some(tail - now)
+                } else {
+                    behind.retry_after_us
+                },
+                delay_us: 0,
+                receipt: None,
+                ..behind
+            };
+        }
+        self.decide_at(policy, key, now, floor, cost, charge)
+    }
+
+    /// Decides `cost` for `key` under `policy`, on the caller's clock `now` but at the
+    /// instant `max(now, floor)` (the latest seen, or a reservation's place).
+    fn decide_at(
+        &mut self,
+        policy: &Limit,
+        key: Hashed<'_>,
+        now: u64,
+        floor: u64,
+        cost: u64,
+        charge: bool,
+    ) -> Verdict {
         let index = self.table_index(policy);
         let at = (now, floor);
         let table = &mut self.tables[index];

@@ -62,7 +62,7 @@ impl RedisStore {
         if let At::Server { floor } = at {
             self.server_time.observe(decided_at, floor);
         }
-        if mode == Mode::Acquire {
+        if matches!(mode, Mode::Acquire | Mode::Reserve(_)) {
             give_receipts(&mut verdicts, charges, decided_at);
         }
         Ok(verdicts)

@@ -112,6 +112,8 @@ pub(super) enum Mode {
     Block,
     /// Charge each cost whether or not it fits.
     Penalize,
+    /// Reserve one charge's place within this many µs (`Limiter::reserve`).
+    Reserve(u64),
 }
 
 impl Mode {
@@ -124,6 +126,7 @@ impl Mode {
             Self::Reset => "x",
             Self::Block => "k",
             Self::Penalize => "p",
+            Self::Reserve(_) => "w",
         }
     }
 
@@ -131,7 +134,7 @@ impl Mode {
     pub(super) fn decides(self) -> bool {
         matches!(
             self,
-            Self::Acquire | Self::DryRun | Self::Block | Self::Penalize
+            Self::Acquire | Self::DryRun | Self::Block | Self::Penalize | Self::Reserve(_)
         )
     }
 
@@ -165,6 +168,8 @@ pub(super) struct Call {
     /// five algorithm parameters and the three of the penalty box; for a refund of
     /// charges, each one's receipt.
     charges: Vec<(&'static str, [u64; 12], Option<Receipt>)>,
+    /// A reservation's longest wait (µs), after the charge.
+    max_wait: Option<u64>,
 }
 
 /// Where a call's arguments go: a script invocation or a command.
@@ -269,6 +274,10 @@ impl Call {
             at,
             mode,
             charges: args,
+            max_wait: match mode {
+                Mode::Reserve(max_wait) => Some(max_wait),
+                _ => None,
+            },
         }
     }
 
@@ -298,6 +307,9 @@ impl Call {
                 out.push(receipt.at_us());
                 out.push(receipt.until_us());
             }
+        }
+        if let Some(max_wait) = self.max_wait {
+            out.push(max_wait);
         }
     }
 

@@ -1,7 +1,9 @@
 -- tollgate: blocks and the penalty box, the twin of src/penalty.rs (`Offences`) and of
 -- the memory store's check before each decision (src/store/memory/shard.rs). Each
--- charge's last key, `<state key>:b`, holds "<blocked_until> <count> <first_at>" (µs)
--- with a TTL to the instant it says nothing any more. It shares the state's hash tag,
+-- charge's last key, `<state key>:b`, holds "<blocked_until> <count> <first_at>
+-- <queue_until>" (µs) with a TTL to the instant it says nothing any more;
+-- `queue_until` is the place of the key's latest reservation (`Limiter::reserve`), the
+-- tail of its queue. It shares the state's hash tag,
 -- so it is read and written in the same call as the rate decision: a block or a
 -- penalty costs no round trip of its own, and every process sees it.
 --
@@ -11,15 +13,16 @@
 local function pb_read(keys)
   local v = redis.call('GET', keys[#keys])
   if not v then
-    return 0, 0, 0
+    return 0, 0, 0, 0
   end
-  local u, c, f = string.match(v, '^(%S+) (%S+) (%S+)$')
-  return tonumber(u), tonumber(c), tonumber(f)
+  local u, c, f, q = string.match(v, '^(%S+) (%S+) (%S+) (%S+)$')
+  return tonumber(u), tonumber(c), tonumber(f), tonumber(q)
 end
 
-local function pb_write(keys, u, c, f, idle_at, now)
-  redis.call('SET', keys[#keys], string.format('%.0f %.0f %.0f', u, c, f), 'PX',
-    ttl_ms(idle_at, now))
+-- Writes the record; it lives until `idle_at` or the queue's tail `q`, the later.
+local function pb_write(keys, u, c, f, q, idle_at, now)
+  redis.call('SET', keys[#keys], string.format('%.0f %.0f %.0f %.0f', u, c, f, q), 'PX',
+    ttl_ms(math.max(idle_at, q), now))
 end
 
 -- A blocked key's verdict (Verdict::blocked): denied, nothing left, both waits the
@@ -30,7 +33,7 @@ end
 
 -- Counts the rejection `v` of the charge at args[i..], whose record read (c, f)
 -- (Offences::offend): the blocked verdict when it trips the box, else `v`.
-local function pb_offend(keys, now, args, i, v, c, f)
+local function pb_offend(keys, now, args, i, v, c, f, q)
   local n = tonumber(args[i + 10])
   if n == 0 or tonumber(args[i + 1]) == 0 then
     return v
@@ -42,11 +45,11 @@ local function pb_offend(keys, now, args, i, v, c, f)
     c = c + 1
   end
   if c < n then
-    pb_write(keys, 0, c, f, f + within, now)
+    pb_write(keys, 0, c, f, q, f + within, now)
     return v
   end
   -- Tripped: blocked from now, and the count starts again.
-  pb_write(keys, now + block, 0, 0, now + block, now)
+  pb_write(keys, now + block, 0, 0, q, now + block, now)
   return pb_blocked(block, true)
 end
 
@@ -54,14 +57,81 @@ end
 -- reading its rate state (and charged nothing); with `count`, a rejection is counted
 -- in the penalty box. Every reply carries the block fields.
 local function guarded(keys, now, args, i, charge, count)
-  local u, c, f = pb_read(keys)
+  local u, c, f, q = pb_read(keys)
   if u > now then
     return pb_blocked(u - now, false)
   end
-  local v = D[args[i]](keys, now, args, i, charge)
+  local v
+  if q > now and tonumber(args[i + 1]) > 0 then
+    -- Reservations ahead (the state runs ahead of the clock): the request's place is
+    -- behind them, so it is denied now with the wait until that place (it did not
+    -- ask to wait). Decided at the queue's tail; durations back on this clock.
+    local lead = q - now
+    local b = D[args[i]](keys, q, args, i, false)
+    local retry = -1
+    if b[1] == 1 then
+      retry = lead
+    elseif b[4] >= 0 then
+      retry = b[4] + lead
+    end
+    v = { 0, b[2], b[3] + lead, retry, 0 }
+  else
+    v = D[args[i]](keys, now, args, i, charge)
+  end
   v[6], v[7] = -1, 0
   if count and v[1] == 0 then
-    return pb_offend(keys, now, args, i, v, c, f)
+    return pb_offend(keys, now, args, i, v, c, f, q)
   end
+  return v
+end
+
+-- Reserves the charge at args[i..] within `max_wait` µs (Shard::reserve): its place
+-- is the earliest instant, behind the key's queue, at which the rule admits it; there
+-- it is charged now (the state runs ahead of the clock until then) and the verdict's
+-- delay is the wait. Beyond `max_wait`, a denial that charges nothing.
+local function reserve(keys, now, args, i, max_wait)
+  local u, c, f, q = pb_read(keys)
+  if u > now then
+    return pb_blocked(u - now, false)
+  end
+  local first = math.max(now, q)
+  local decide = D[args[i]]
+  local b = decide(keys, first, args, i, false)
+  local lead = first - now
+  local at = first
+  if b[1] == 0 then
+    if b[4] < 0 then
+      return { 0, b[2], b[3] + lead, -1, 0, -1, 0 }
+    end
+    at = first + b[4]
+  end
+  -- The leaky bucket serves its place when the queue ahead has drained: the wait is
+  -- until then (its reset at the place), and that is what max_wait bounds.
+  local served = at
+  if args[i] == 'leaky_bucket' then
+    served = math.max(at, at + decide(keys, at, args, i, false)[3])
+  end
+  if served - now > max_wait then
+    return { 0, b[2], b[3] + lead, served - now, 0, -1, 0 }
+  end
+  -- Charged at its place: keys must live until then on the server's clock too.
+  local saved = ttl_lead
+  ttl_lead = ttl_lead + (at - now)
+  local v = decide(keys, at, args, i, true)
+  ttl_lead = saved
+  local ahead = at - now
+  if v[1] == 1 then
+    v[3] = v[3] + ahead
+    v[5] = math.max(v[5] + ahead, ahead)
+    if ahead > 0 then
+      pb_write(keys, u, c, f, math.max(q, at), f + tonumber(args[i + 11]), now)
+    end
+  else
+    v[3] = v[3] + ahead
+    if v[4] >= 0 then
+      v[4] = v[4] + ahead
+    end
+  end
+  v[6], v[7] = -1, 0
   return v
 end

@@ -37,6 +37,13 @@ local mode = ARGV[2]
 
 -- The common case, one charge decided (not refunded): straight to the algorithm's
 -- `decide`, without defining the steps or building evalsha_batch.lua's tables.
+if #ARGV == 16 and mode == 'w' and D[ARGV[3]] then
+  -- A reservation (Limiter::reserve): one charge, its max wait (µs) last.
+  local v = reserve(KEYS, now, ARGV, 3, tonumber(ARGV[16]))
+  v[#v + 1] = now
+  return v
+end
+
 if #ARGV == 15 and (mode == 'a' or mode == 'd') then
   if D[ARGV[3]] then
     local v = guarded(KEYS, now, ARGV, 3, mode == 'a', mode == 'a')

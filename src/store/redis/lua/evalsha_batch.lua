@@ -148,7 +148,8 @@ elseif mode == 'k' then
   -- An operator's block: replaces the key's block and its count.
   for _, c in ipairs(charges) do
     if c.cost > 0 then
-      pb_write(c.keys, now + c.cost, 0, 0, now + c.cost, now)
+      local _, _, _, q = pb_read(c.keys)
+      pb_write(c.keys, now + c.cost, 0, 0, q, now + c.cost, now)
       emit({ pb_blocked(c.cost, false) })
     else
       redis.call('DEL', c.keys[#c.keys])
@@ -202,8 +203,8 @@ else
     for i, c in ipairs(charges) do
       local v = verdicts[i]
       if v[1] == 0 and v[6] < 0 then
-        local _, count, first = pb_read(c.keys)
-        verdicts[i] = pb_offend(c.keys, now, ARGV, c.argi, v, count, first)
+        local _, count, first, q = pb_read(c.keys)
+        verdicts[i] = pb_offend(c.keys, now, ARGV, c.argi, v, count, first, q)
       end
     end
   end

@@ -1,0 +1,79 @@
+//! Waiting instead of rejecting on the memory store: the shared tables
+//! (`tests/support/waiting.rs`), and `until_ready` on tokio's paused clock.
+
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use tollgate::{Key, Limit, Limiter, ManualClock, MemoryStore, Quota};
+
+support::waiting_tests!(tollgate::MemoryStore::with_clock);
+
+const BASE: Duration = Duration::from_secs(1_699_920_000);
+
+/// 50 tasks wait with `until_ready`; the instants they proceed at, on tokio's paused
+/// clock, are the places the limiter gave them (10 at once, then one every 100 ms), in
+/// the order they asked; a waiter cancelled before its turn gives its place back to
+/// the next one.
+#[tokio::test(start_paused = true)]
+async fn until_ready_proceeds_on_schedule_and_a_cancelled_waiter_gives_its_place_back() {
+    let limiter = Limiter::builder()
+        .limit(Limit::new("upstream", Quota::per_second(10)).expect("limit"))
+        .store(MemoryStore::with_clock(ManualClock::new(BASE)))
+        .build()
+        .expect("limiter");
+    let started = tokio::time::Instant::now();
+    let proceeded = Arc::new(Mutex::new(Vec::new()));
+    let mut tasks = Vec::new();
+    for i in 0..50_u64 {
+        let (limiter, proceeded) = (limiter.clone(), proceeded.clone());
+        tasks.push(tokio::spawn(async move {
+            let decision = limiter
+                .until_ready("upstream", &Key::from("host"), 1, Duration::from_secs(10))
+                .await
+                .expect("a decision");
+            assert!(decision.allowed);
+            proceeded
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .push((i, started.elapsed()));
+        }));
+        // Each task reserves before the next is spawned: the order they asked in.
+        tokio::task::yield_now().await;
+    }
+    for task in tasks {
+        task.await.expect("no panic");
+    }
+    let mut seen = proceeded
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .clone();
+    seen.sort_by_key(|&(i, _)| i);
+    for (i, at) in seen {
+        let turn = Duration::from_millis(100 * i.saturating_sub(9));
+        assert_eq!(at, turn, "waiter {i} proceeds at its place");
+    }
+
+    // The queue has drained on the tokio clock, but the limiter's clock stands still:
+    // its next place is 4.2 s away. A waiter cancelled there gives it back.
+    let key = Key::from("host");
+    let cancelled = {
+        let limiter = limiter.clone();
+        tokio::spawn(async move {
+            limiter
+                .until_ready("upstream", &key, 1, Duration::from_secs(10))
+                .await
+        })
+    };
+    tokio::task::yield_now().await;
+    cancelled.abort();
+    assert!(cancelled.await.is_err(), "the waiter was cancelled");
+    let next = limiter
+        .reserve("upstream", &key, 1, Duration::from_secs(10))
+        .await
+        .expect("a decision");
+    assert_eq!(
+        next.delay,
+        Duration::from_millis(4_100),
+        "the cancelled place is taken again"
+    );
+}

@@ -1,0 +1,180 @@
+//! Waiting instead of rejecting, the same on every store: reservations follow the
+//! rule's own admission schedule, a place beyond `max_wait` charges nothing, and a
+//! reservation given back returns its place.
+//!
+//! Invoke [`waiting_tests!`](crate::waiting_tests) once per store, like
+//! [`scenario_tests!`](crate::scenario_tests), with anything callable as
+//! `make_store(clock: ManualClock) -> impl Store`.
+
+use std::error::Error;
+use std::time::Duration;
+
+use tollgate::{Algorithm, Key, Limit, Limiter, ManualClock, Quota, Store};
+
+use crate::scenarios::BASE;
+
+/// Every algorithm, with the quota the tests use: 10 per second (burst 10).
+pub const ALGORITHMS: [Algorithm; 7] = [
+    Algorithm::FixedWindow,
+    Algorithm::SlidingWindow,
+    Algorithm::SlidingWindowCounters { buckets: 5 },
+    Algorithm::SlidingWindowLog,
+    Algorithm::TokenBucket,
+    Algorithm::Gcra,
+    Algorithm::LeakyBucket,
+];
+
+const WAITERS: usize = 50;
+const START: Duration = Duration::from_millis(123);
+
+fn limiter<S: Store>(algorithm: Algorithm, store: S) -> Result<Limiter, Box<dyn Error>> {
+    let limit = |name: &str| -> Result<Limit, Box<dyn Error>> {
+        Ok(Limit::new(name, Quota::per_second(10))?
+            .algorithm(algorithm)
+            // The leaky bucket may queue the whole schedule.
+            .max_delay(Duration::from_secs(10)))
+    };
+    Ok(Limiter::builder()
+        .limit(limit("retry")?)
+        .limit(limit("wait")?)
+        .store(store)
+        .build()?)
+}
+
+/// The rule's admission schedule: the instants (µs after the start) at which `n`
+/// requests of cost 1 are admitted when each one that is denied comes back exactly
+/// after its `retry_after` (for the leaky bucket: when it is served).
+async fn schedule(
+    limiter: &Limiter,
+    clock: &ManualClock,
+    n: usize,
+) -> Result<Vec<u64>, Box<dyn Error>> {
+    let key = Key::from("schedule");
+    let mut at = Duration::ZERO;
+    let mut instants = Vec::with_capacity(n);
+    while instants.len() < n {
+        clock.set(BASE + START + at);
+        let decision = limiter.check("retry", &key, 1).await?;
+        if decision.allowed {
+            instants.push(u64::try_from((at + decision.delay).as_micros())?);
+        } else {
+            at += decision
+                .retry_after
+                .ok_or("a request of cost 1 always fits later")?;
+        }
+    }
+    Ok(instants)
+}
+
+/// 50 waiters reserve at one instant; each one's wait equals the admission schedule,
+/// in order, and the 51st, whose place is beyond its `max_wait`, is refused and
+/// charges nothing.
+pub async fn waiters_follow_the_admission_schedule<S: Store>(
+    make_store: impl Fn(ManualClock) -> S,
+) -> Result<(), Box<dyn Error>> {
+    for algorithm in ALGORITHMS {
+        let clock = ManualClock::new(BASE + START);
+        let limiter = limiter(algorithm, make_store(clock.clone()))?;
+        let expected = schedule(&limiter, &clock, WAITERS + 1).await?;
+        clock.set(BASE + START);
+        let key = Key::from("waiters");
+        let max_wait = Duration::from_micros(expected[WAITERS - 1]);
+        let mut waits = Vec::with_capacity(WAITERS);
+        for _ in 0..WAITERS {
+            let decision = limiter.reserve("wait", &key, 1, max_wait).await?;
+            assert!(
+                decision.allowed,
+                "{algorithm}: a place within max_wait is reserved"
+            );
+            waits.push(u64::try_from(decision.delay.as_micros())?);
+        }
+        assert_eq!(
+            waits,
+            expected[..WAITERS],
+            "{algorithm}: the waiters' places are the rule's admission schedule"
+        );
+        // The next place is beyond max_wait: refused, told where it is, nothing charged.
+        let refused = limiter.reserve("wait", &key, 1, max_wait).await?;
+        assert!(
+            !refused.allowed,
+            "{algorithm}: a place beyond max_wait is refused"
+        );
+        assert_eq!(
+            refused.retry_after,
+            Some(Duration::from_micros(expected[WAITERS])),
+            "{algorithm}: the refusal says where the place is"
+        );
+        let again = limiter
+            .reserve("wait", &key, 1, Duration::from_micros(expected[WAITERS]))
+            .await?;
+        assert_eq!(
+            u64::try_from(again.delay.as_micros())?,
+            expected[WAITERS],
+            "{algorithm}: the refused reservation charged nothing"
+        );
+    }
+    Ok(())
+}
+
+/// A request that does not wait, while a key holds reservations, is denied with the
+/// wait until its place behind them; a reservation given back (by its receipt, as a
+/// dropped `until_ready` does) returns its place to the next one.
+pub async fn a_given_back_reservation_returns_its_place<S: Store>(
+    make_store: impl Fn(ManualClock) -> S,
+) -> Result<(), Box<dyn Error>> {
+    for algorithm in ALGORITHMS {
+        let clock = ManualClock::new(BASE + START);
+        let limiter = limiter(algorithm, make_store(clock.clone()))?;
+        let expected = schedule(&limiter, &clock, 12).await?;
+        clock.set(BASE + START);
+        let key = Key::from("queue");
+        let max_wait = Duration::from_secs(5);
+        for _ in 0..11 {
+            limiter.reserve("wait", &key, 1, max_wait).await?;
+        }
+        // The 11th place is taken: a plain check is told to come back for the 12th.
+        let plain = limiter.check("wait", &key, 1).await?;
+        assert!(
+            !plain.allowed,
+            "{algorithm}: behind the queue, not admitted now"
+        );
+        let place = Some(Duration::from_micros(expected[11]));
+        if algorithm == Algorithm::LeakyBucket {
+            // Its retry is a place in the queue, before the place is served.
+            assert!(plain.retry_after <= place, "{algorithm}: behind the queue");
+        } else {
+            assert_eq!(
+                plain.retry_after, place,
+                "{algorithm}: a plain check waits for its place behind the queue"
+            );
+        }
+        let twelfth = limiter.reserve("wait", &key, 1, max_wait).await?;
+        assert_eq!(u64::try_from(twelfth.delay.as_micros())?, expected[11]);
+        // Cancelled: the next reservation gets its place.
+        limiter.refund_charge(&twelfth, &key, 1).await?;
+        let next = limiter.reserve("wait", &key, 1, max_wait).await?;
+        assert_eq!(
+            next.delay, twelfth.delay,
+            "{algorithm}: a place given back is taken by the next reservation"
+        );
+    }
+    Ok(())
+}
+
+/// Expands to one `#[tokio::test]` per shared waiting test, each on stores built by
+/// `$make_store`.
+#[macro_export]
+macro_rules! waiting_tests {
+    ($make_store:expr) => {
+        #[tokio::test]
+        async fn waiters_follow_the_admission_schedule() -> Result<(), Box<dyn std::error::Error>> {
+            $crate::waiting::waiters_follow_the_admission_schedule($make_store).await
+        }
+
+        #[tokio::test]
+        async fn a_given_back_reservation_returns_its_place()
+        -> Result<(), Box<dyn std::error::Error>> {
+            $crate::waiting::a_given_back_reservation_returns_its_place($make_store).await
+        }
+    };
+}
