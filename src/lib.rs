@@ -104,7 +104,9 @@ pub use quota::{MAX_COUNT, Quota};
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub use store::RedisStore;
 pub use store::memory::{DEFAULT_MAX_BYTES, DEFAULT_MAX_KEYS};
-pub use store::{Charge, Fallback, MemoryStore, Store, StoreFuture};
+pub use store::{
+    Charge, Fallback, LeaseBuilder, LeasedStore, MemoryStore, SliceSizing, Store, StoreFuture,
+};
 
 #[cfg(feature = "layer")]
 pub use key::TrustedProxies;

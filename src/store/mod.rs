@@ -3,6 +3,7 @@
 #[cfg(feature = "redis")]
 mod block_cache;
 mod fallback;
+mod lease;
 pub(crate) mod memory;
 #[cfg(feature = "redis")]
 mod redis;
@@ -15,6 +16,7 @@ use std::time::Duration;
 #[cfg(feature = "redis")]
 pub use self::redis::RedisStore;
 pub use fallback::Fallback;
+pub use lease::{LeaseBuilder, LeasedStore, SliceSizing};
 pub use memory::MemoryStore;
 
 use crate::algorithm::Verdict;
