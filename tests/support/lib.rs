@@ -31,6 +31,7 @@
 
 pub mod http;
 pub mod immediate;
+pub mod leases;
 pub mod redis_cluster;
 pub mod redis_server;
 pub mod rng;

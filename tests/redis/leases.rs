@@ -1,0 +1,171 @@
+//! Leases (`LeasedStore`) on a real Redis and on the Redis Cluster: four processes × 64 tasks on one hot key, on
+//! a frozen clock, admit exactly the capacity, never one more, with far fewer Redis
+//! calls than decisions (counted by the leases and by the server's own
+//! `INFO commandstats`); a lease's unused units come back to Redis when it ends.
+//!
+//! "Exactly": a process whose tasks are done may still hold units of its last slice,
+//! which a frozen clock never expires. They come back on `release_all`, and then
+//! exactly they are admitted: admitted + returned = capacity, never more.
+#![cfg(feature = "redis")]
+
+use std::time::Duration;
+
+use super::exactness::ALGORITHMS;
+use support::leases::{assert_exact, hammer};
+use support::redis_cluster::shared_cluster;
+use support::redis_server::{RedisServer, script_calls, shared_server, unique_prefix};
+use tollgate::{Algorithm, Key, LeasedStore, Limit, Limiter, ManualClock, Quota, RedisStore};
+
+const BASE: Duration = Duration::from_secs(1_699_920_000);
+const PROCESSES: usize = 4;
+const TASKS: usize = 64;
+const ATTEMPTS: usize = 10;
+
+/// `PROCESSES` lease tables, each on its own connections to the server at `url`, or
+/// to the shared cluster for `None`.
+fn processes(url: Option<&str>, prefix: &str, clock: &ManualClock) -> Vec<LeasedStore<RedisStore>> {
+    (0..PROCESSES)
+        .map(|_| {
+            let redis = match url {
+                Some(url) => RedisStore::from_url(url),
+                None => RedisStore::from_cluster_urls(shared_cluster().urls()),
+            };
+            let redis = redis
+                .expect("a valid url")
+                .prefix(prefix)
+                // Many tasks on two cores: answers are checked here, not speed.
+                .deadline(Duration::from_secs(10))
+                .expect("a deadline")
+                .with_clock(clock.clone());
+            LeasedStore::builder(redis).clock(clock.clone()).build()
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leases_on_a_hot_key_admit_exactly_the_capacity_in_far_fewer_redis_calls() {
+    // A server of its own: `INFO commandstats` counts every client's calls.
+    let server = RedisServer::start();
+    for algorithm in ALGORITHMS {
+        if algorithm == Algorithm::SlidingWindowLog {
+            continue; // not leased: below
+        }
+        server.cli(&["CONFIG", "RESETSTAT"]);
+        let clock = ManualClock::new(BASE + Duration::from_millis(123));
+        let prefix = unique_prefix(algorithm.name());
+        let stores = processes(Some(&server.url()), &prefix, &clock);
+        let limit = Limit::new("hot", Quota::per_minute(1_000))
+            .expect("a limit")
+            .algorithm(algorithm);
+        let run = hammer(&stores, &limit, TASKS, ATTEMPTS).await;
+        let fresh = processes(Some(&server.url()), &prefix, &clock);
+        assert_exact(&stores, fresh, &limit, run.admitted, 1_000).await;
+        let on_server = script_calls(server.port());
+        // 2 560 decisions; slices of up to 1000 / (4·4) = 62 and local denials.
+        assert!(
+            on_server * 10 < run.decisions && run.store_calls * 10 < run.decisions,
+            "{algorithm}: {on_server} calls on the server, {} counted, for {} decisions",
+            run.store_calls,
+            run.decisions
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sliding_log_passes_through_and_stays_exact() {
+    let clock = ManualClock::new(BASE + Duration::from_millis(7));
+    let stores = processes(Some(&shared_server().url()), &unique_prefix("log"), &clock);
+    let limit = Limit::new("hot", Quota::per_minute(100))
+        .expect("a limit")
+        .algorithm(Algorithm::SlidingWindowLog);
+    let run = hammer(&stores, &limit, TASKS, 3).await;
+    assert_eq!(run.admitted, 100);
+    assert_eq!(run.store_calls, run.decisions);
+}
+
+#[tokio::test]
+async fn unused_units_return_to_redis_when_the_lease_ends() {
+    let clock = ManualClock::new(BASE + Duration::from_millis(1));
+    let store = processes(
+        Some(&shared_server().url()),
+        &unique_prefix("return"),
+        &clock,
+    )
+    .remove(0);
+    let limiter = Limiter::builder()
+        .limit(
+            Limit::new("api", Quota::per_minute(1_000))
+                .expect("a limit")
+                .algorithm(Algorithm::FixedWindow),
+        )
+        .store(store.clone())
+        .build()
+        .expect("a limiter");
+    let key = Key::from("alice");
+    for _ in 0..40 {
+        assert!(
+            limiter
+                .check("api", &key, 1)
+                .await
+                .expect("a decision")
+                .allowed
+        );
+    }
+    // Slices of 1, 2, 4, 8, 16, 32 charged 63, of which 40 were spent.
+    let redis = store.get_ref();
+    let peek = |limiter: Limiter| async move { limiter.check("api", &Key::from("alice"), 0).await };
+    let direct = Limiter::builder()
+        .limit(
+            Limit::new("api", Quota::per_minute(1_000))
+                .expect("a limit")
+                .algorithm(Algorithm::FixedWindow),
+        )
+        .store(redis.clone())
+        .build()
+        .expect("a limiter");
+    assert_eq!(
+        peek(direct.clone()).await.expect("a peek").remaining,
+        1_000 - 63
+    );
+    clock.advance(Duration::from_millis(250));
+    assert_eq!(store.release_expired().await.expect("returned"), 23);
+    assert_eq!(
+        peek(direct.clone()).await.expect("a peek").remaining,
+        1_000 - 40
+    );
+    // Each unit returns once.
+    assert_eq!(store.release_all().await.expect("returned"), 0);
+    assert_eq!(peek(direct).await.expect("a peek").remaining, 1_000 - 40);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leases_on_a_cluster_admit_exactly_the_capacity_in_far_fewer_calls() {
+    for algorithm in ALGORITHMS {
+        let clock = ManualClock::new(BASE + Duration::from_millis(321));
+        let prefix = unique_prefix(algorithm.name());
+        let stores = processes(None, &prefix, &clock);
+        let limit = Limit::new("hot", Quota::per_minute(1_000))
+            .expect("a limit")
+            .algorithm(algorithm);
+        let run = hammer(&stores, &limit, TASKS, ATTEMPTS).await;
+        assert_exact(
+            &stores,
+            processes(None, &prefix, &clock),
+            &limit,
+            run.admitted,
+            1_000,
+        )
+        .await;
+        if algorithm == Algorithm::SlidingWindowLog {
+            // Not leased: one call per decision, as without leases.
+            assert_eq!(run.store_calls, run.decisions);
+        } else {
+            assert!(
+                run.store_calls * 10 < run.decisions,
+                "{algorithm}: {} calls for {} decisions",
+                run.store_calls,
+                run.decisions
+            );
+        }
+    }
+}
