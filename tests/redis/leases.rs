@@ -19,7 +19,9 @@ use tollgate::{Algorithm, Key, LeasedStore, Limit, Limiter, ManualClock, Quota, 
 const BASE: Duration = Duration::from_secs(1_699_920_000);
 const PROCESSES: usize = 4;
 const TASKS: usize = 64;
-const ATTEMPTS: usize = 10;
+const ATTEMPTS: usize = 50;
+/// The hot key's quota per minute: well above a slice's cap, as hot keys are.
+const CAPACITY: u64 = 10_000;
 
 /// `PROCESSES` lease tables, each on its own connections to the server at `url`, or
 /// to the shared cluster for `None`.
@@ -54,14 +56,14 @@ async fn leases_on_a_hot_key_admit_exactly_the_capacity_in_far_fewer_redis_calls
         let clock = ManualClock::new(BASE + Duration::from_millis(123));
         let prefix = unique_prefix(algorithm.name());
         let stores = processes(Some(&server.url()), &prefix, &clock);
-        let limit = Limit::new("hot", Quota::per_minute(1_000))
+        let limit = Limit::new("hot", Quota::per_minute(CAPACITY))
             .expect("a limit")
             .algorithm(algorithm);
         let run = hammer(&stores, &limit, TASKS, ATTEMPTS).await;
-        let fresh = processes(Some(&server.url()), &prefix, &clock);
-        assert_exact(&stores, fresh, &limit, run.admitted, 1_000).await;
         let on_server = script_calls(server.port());
-        // 2 560 decisions; slices of up to 1000 / (4·4) = 62 and local denials.
+        let fresh = processes(Some(&server.url()), &prefix, &clock);
+        assert_exact(&stores, fresh, &limit, run.admitted, CAPACITY).await;
+        // 12 800 decisions; slices of up to 64 and local denials.
         assert!(
             on_server * 10 < run.decisions && run.store_calls * 10 < run.decisions,
             "{algorithm}: {on_server} calls on the server, {} counted, for {} decisions",
@@ -144,7 +146,7 @@ async fn leases_on_a_cluster_admit_exactly_the_capacity_in_far_fewer_calls() {
         let clock = ManualClock::new(BASE + Duration::from_millis(321));
         let prefix = unique_prefix(algorithm.name());
         let stores = processes(None, &prefix, &clock);
-        let limit = Limit::new("hot", Quota::per_minute(1_000))
+        let limit = Limit::new("hot", Quota::per_minute(CAPACITY))
             .expect("a limit")
             .algorithm(algorithm);
         let run = hammer(&stores, &limit, TASKS, ATTEMPTS).await;
@@ -153,7 +155,7 @@ async fn leases_on_a_cluster_admit_exactly_the_capacity_in_far_fewer_calls() {
             processes(None, &prefix, &clock),
             &limit,
             run.admitted,
-            1_000,
+            CAPACITY,
         )
         .await;
         if algorithm == Algorithm::SlidingWindowLog {

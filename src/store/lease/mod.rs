@@ -38,11 +38,19 @@
 //!
 //! A lease ends when a request finds it expired, when its key is evicted, or on
 //! [`release_expired`](LeasedStore::release_expired) /
-//! [`release_all`](LeasedStore::release_all); its unused units go back by
-//! [`refund_charge`](crate::Store::refund_charge) with the slice's receipt, so the store
-//! takes back only what of that charge it still counts. A refund of a request admitted
-//! from a lease goes back into the lease while it lasts, to the store after: each unit
-//! returns once.
+//! [`release_all`](LeasedStore::release_all). For the window algorithms its unused
+//! units go back by [`refund_charge`](crate::Store::refund_charge) with the slice's
+//! receipt, so the store takes back only what of that charge it still counts.
+//!
+//! For the token bucket, GCRA and the leaky bucket they are *not* returned: time repays
+//! them (within `unused·T`). Their state is one number (tokens, TAT), so returning
+//! units of one charge moves every later charge's debt earlier, including slices other
+//! processes lease, whose rule would then let them spend units the store no longer
+//! counts: up to the returned units beyond the bound. (A refund does the same to them,
+//! as it does without leases: a refund of `r` lets `r` more through.)
+//!
+//! A refund of a request admitted from a lease goes back into the lease while it lasts,
+//! to the store after: each unit returns once.
 
 mod slice;
 
@@ -354,6 +362,8 @@ struct Entry {
     denied: Option<Denial>,
     /// Set while one task charges the next slice; the others wait for it.
     refill: Option<Arc<Notify>>,
+    /// Units that slice will leave over, less those promised to waiting tasks.
+    spare: u64,
     stamp: u64,
 }
 
@@ -376,6 +386,8 @@ enum Step {
     Wait(Arc<Notify>),
     /// Charge a slice of this many units, as the key's one refilling task.
     Charge(u64, Arc<Notify>),
+    /// Charge the request's own cost, leaving the lease to the refilling task.
+    Direct,
 }
 
 /// A lease taken out of the table, to return.
@@ -455,8 +467,31 @@ impl<S: Store> LeasedStore<S> {
             .sum()
     }
 
+    /// Unused units in this store's leases: charged to the backing store, not yet spent
+    /// here, nor returned.
+    ///
+    /// ```
+    /// use tollgate::{LeasedStore, MemoryStore};
+    /// assert_eq!(LeasedStore::new(MemoryStore::new()).held(), 0);
+    /// ```
+    pub fn held(&self) -> u64 {
+        self.inner
+            .shards
+            .iter()
+            .map(|shard| {
+                lock(shard)
+                    .entries
+                    .values()
+                    .filter_map(|entry| entry.lease.as_ref())
+                    .map(Lease::unused)
+                    .sum::<u64>()
+            })
+            .sum()
+    }
+
     /// Ends every lease that has expired and returns its unused units to the backing
-    /// store; returns how many units were handed back. Expired leases are also ended
+    /// store (window algorithms; see the module docs); returns how many units were
+    /// handed back. Expired leases are also ended
     /// when their key is next asked about; call this periodically (e.g. every
     /// `max_lease`) to return the units of keys that went quiet sooner.
     ///
@@ -472,8 +507,8 @@ impl<S: Store> LeasedStore<S> {
         self.release(false).await
     }
 
-    /// Ends every lease and returns its unused units (at shutdown); returns how many
-    /// units were handed back.
+    /// Ends every lease and returns its unused units (at shutdown; window algorithms,
+    /// see the module docs); returns how many units were handed back.
     ///
     /// ```
     /// use tollgate::{LeasedStore, MemoryStore};
@@ -529,8 +564,12 @@ impl<S: Store> LeasedStore<S> {
         &self.inner.shards[(hash >> 32) as usize % SHARDS]
     }
 
-    /// Returns a lease's unused units to the backing store; how many it sent back.
+    /// Returns a window lease's unused units to the backing store; how many it sent
+    /// back. A fluid lease's are left for time to repay (see the module docs).
     async fn give_back(&self, release: Release, now: u64) -> Result<u64, StoreError> {
+        if matches!(release.lease.kind, Kind::Fluid { .. }) {
+            return Ok(0);
+        }
         let unused = release.lease.unused();
         let (Some(receipt), true) = (
             release.lease.receipt.with_cost(unused),
@@ -590,6 +629,12 @@ impl<S: Store> LeasedStore<S> {
                         notified.await;
                     }
                 }
+                Step::Direct => {
+                    let sent = self.now();
+                    let decision = self.acquire_one(charge, charge.cost).await?;
+                    self.note(&decision, charge.cost, sent, &slot);
+                    return Ok(decision);
+                }
                 Step::Charge(slice, notify) => {
                     let mut refill = Refill {
                         owner: self,
@@ -631,6 +676,7 @@ impl<S: Store> LeasedStore<S> {
                     left: None,
                     denied: None,
                     refill: None,
+                    spare: 0,
                     stamp,
                 },
             );
@@ -659,7 +705,7 @@ impl<S: Store> LeasedStore<S> {
                     entry.slice = (entry.slice.max(lease.slice) * 2).min(cap);
                 }
                 Err(Spent::Expired) => {
-                    if lease.unused() * 2 > lease.slice {
+                    if lease.unused() * 2 >= lease.slice {
                         entry.slice = (entry.slice / 2).max(1);
                     }
                     expired = entry.lease.take();
@@ -667,14 +713,20 @@ impl<S: Store> LeasedStore<S> {
             }
         }
         if let Some(refill) = &entry.refill {
-            // Another task is charging the next slice: wait for it, then look again.
-            return (Step::Wait(refill.clone()), expired, evicted);
+            // Another task is charging the next slice: wait for it if it will leave
+            // enough over, then look again; else charge alongside it, as without
+            // leases (waiting would queue every request behind one round trip).
+            let step = if entry.spare >= cost {
+                // As many wait as the slice will leave units for.
+                entry.spare -= cost;
+                Step::Wait(refill.clone())
+            } else {
+                // Demand while a slice is in flight: the next one can be larger.
+                entry.slice = (entry.slice.max(entry.spare + 1) * 2).min(cap);
+                Step::Direct
+            };
+            return (step, expired, evicted);
         }
-        let notify = Arc::new(Notify::new());
-        entry.refill = Some(notify.clone());
-        entry.lease = None;
-        *tick += 1;
-        entry.stamp = *tick;
         let mut slice = match self.inner.sizing {
             SliceSizing::Adaptive => entry.slice.clamp(1, cap),
             SliceSizing::Fixed(_) => cap,
@@ -684,7 +736,14 @@ impl<S: Store> LeasedStore<S> {
             // the limit slices shrink to the request's cost.
             slice = slice.min(left / 2);
         }
-        (Step::Charge(slice.max(cost), notify), expired, evicted)
+        let slice = slice.max(cost);
+        let notify = Arc::new(Notify::new());
+        entry.refill = Some(notify.clone());
+        entry.spare = slice - cost;
+        entry.lease = None;
+        *tick += 1;
+        entry.stamp = *tick;
+        (Step::Charge(slice, notify), expired, evicted)
     }
 
     /// Whether `refill` is still charging the slot's next slice.
@@ -721,6 +780,30 @@ impl<S: Store> LeasedStore<S> {
         }
     }
 
+    /// Records what a charge of the request's own cost, made alongside a refill, says
+    /// about the key: what is left, and a denial to repeat.
+    fn note(&self, decision: &Decision, cost: u64, sent: u64, slot: &Slot) {
+        let mut shard = lock(self.shard(slot));
+        if let Some(entry) = shard.entries.get_mut(slot) {
+            entry.left = Some(decision.remaining);
+            if let Some(denial) = self.denial(decision, cost, sent) {
+                entry.denied = Some(denial);
+            }
+        }
+    }
+
+    /// The denial to repeat after `decision`, if it is one that can pass later.
+    fn denial(&self, decision: &Decision, cost: u64, sent: u64) -> Option<Denial> {
+        let retry = decision.retry_after.filter(|_| !decision.allowed)?;
+        let retry = u64::try_from(retry.as_micros()).unwrap_or(u64::MAX);
+        Some(Denial {
+            until: sent.saturating_add(retry.min(self.inner.max_lease_us)),
+            cost,
+            sent,
+            decision: decision.clone(),
+        })
+    }
+
     /// Installs the lease (or the denial) a charge of `charged` units answered, and
     /// turns the store's decision into the request's; `false` if the key has left the
     /// table meanwhile.
@@ -753,14 +836,8 @@ impl<S: Store> LeasedStore<S> {
                 decision.remaining = (decision.remaining + (charged - cost)).min(decision.limit);
                 decision.receipt = receipt.with_cost(cost);
             }
-        } else if let Some(retry) = decision.retry_after {
-            let retry = u64::try_from(retry.as_micros()).unwrap_or(u64::MAX);
-            entry.denied = Some(Denial {
-                until: sent.saturating_add(retry.min(self.inner.max_lease_us)),
-                cost,
-                sent,
-                decision: decision.clone(),
-            });
+        } else if let Some(denial) = self.denial(decision, cost, sent) {
+            entry.denied = Some(denial);
         }
         true
     }
