@@ -89,9 +89,14 @@ const SHARDS: usize = 32;
 #[non_exhaustive]
 pub enum SliceSizing {
     /// Follows the key's observed rate (the default). A key starts at 1 (one round
-    /// trip per request, exactly as without leases); the slice doubles each time a
-    /// request finds the lease used up before it expired, and halves when a lease
-    /// expires with more than half of it unused. Capped by
+    /// trip per request, exactly as without leases). Window algorithms: the slice
+    /// doubles each time a request finds the lease used up before it expired, and
+    /// falls to what a lease served when it expires first. Token bucket, GCRA, leaky
+    /// bucket, whose unused units are not returned (see the module docs): the slice
+    /// grows by one when a lease is used up within a quarter of the longest lease, and
+    /// falls back to 1 when one expires with units unused. Either way it doubles when
+    /// requests find another slice being charged with no units to spare for them
+    /// (concurrent demand). Capped by
     /// [`max_slice`](LeaseBuilder::max_slice) and by the key's capacity over
     /// `4 × processes` ([`processes`](LeaseBuilder::processes)).
     #[default]
@@ -702,12 +707,27 @@ impl<S: Store> LeasedStore<S> {
                 }
                 Err(Spent::Exhausted) => {
                     // Used up before it expired: the key is hotter than its slice.
-                    entry.slice = (entry.slice.max(lease.slice) * 2).min(cap);
+                    // Unused fluid units are lost when the lease ends (not returned),
+                    // so their slices grow by one unless used up within a quarter of
+                    // the longest lease.
+                    let quick = now.saturating_sub(lease.sent) * 4 < self.inner.max_lease_us;
+                    let size = entry.slice.max(lease.slice);
+                    let grown = match lease.kind {
+                        Kind::Window { .. } => size * 2,
+                        Kind::Fluid { .. } if quick => size + 1,
+                        Kind::Fluid { .. } => size,
+                    };
+                    entry.slice = grown.min(cap);
                 }
                 Err(Spent::Expired) => {
-                    if lease.unused() * 2 >= lease.slice {
-                        entry.slice = (entry.slice / 2).max(1);
-                    }
+                    // Over before it was used up: the key's demand per lease is what
+                    // this one served. (Unused fluid units are not returned: an
+                    // oversized slice costs quota, so the size falls at once.)
+                    entry.slice = match lease.kind {
+                        Kind::Window { .. } => lease.used.clamp(1, entry.slice.max(1)),
+                        Kind::Fluid { .. } if lease.unused() > 0 => 1,
+                        Kind::Fluid { .. } => entry.slice,
+                    };
                     expired = entry.lease.take();
                 }
             }

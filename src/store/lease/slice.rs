@@ -181,13 +181,11 @@ impl Lease {
     }
 
     /// Whether the store may still count some unused unit at local `now` (else
-    /// returning them is a wasted call: the store would take back nothing).
+    /// returning them is a wasted call: the store would take back nothing). A charge
+    /// counts until its reset instant, after the end of its lease's use: a sliding
+    /// window's in the next window, weighted; a sub-window's until it leaves the window.
     pub(super) fn counts_any(&self, now: u64) -> bool {
-        let end = match self.kind {
-            Kind::Window { ends_at } => ends_at,
-            Kind::Fluid { .. } => self.receipt.until_us(),
-        };
-        self.unused() > 0 && self.store_now_earliest(now) < end
+        self.unused() > 0 && self.store_now_earliest(now) < self.receipt.until_us()
     }
 
     /// The store's reset instant, as a wait from local `now` (on the late side).
