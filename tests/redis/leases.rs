@@ -24,8 +24,12 @@ const ATTEMPTS: usize = 50;
 const CAPACITY: u64 = 10_000;
 
 /// `PROCESSES` lease tables, each on its own connections to the server at `url`, or
-/// to the shared cluster for `None`.
-fn processes(url: Option<&str>, prefix: &str, clock: &ManualClock) -> Vec<LeasedStore<RedisStore>> {
+/// to the shared cluster for `None`; on `clock`, or on the server's `TIME` for `None`.
+fn processes(
+    url: Option<&str>,
+    prefix: &str,
+    clock: Option<&ManualClock>,
+) -> Vec<LeasedStore<RedisStore>> {
     (0..PROCESSES)
         .map(|_| {
             let redis = match url {
@@ -37,9 +41,14 @@ fn processes(url: Option<&str>, prefix: &str, clock: &ManualClock) -> Vec<Leased
                 .prefix(prefix)
                 // Many tasks on two cores: answers are checked here, not speed.
                 .deadline(Duration::from_secs(10))
-                .expect("a deadline")
-                .with_clock(clock.clone());
-            LeasedStore::builder(redis).clock(clock.clone()).build()
+                .expect("a deadline");
+            match clock {
+                Some(clock) => LeasedStore::builder(redis.with_clock(clock.clone()))
+                    .clock(clock.clone())
+                    .build(),
+                // The server's `TIME`, and this process's monotonic clock.
+                None => LeasedStore::new(redis),
+            }
         })
         .collect()
 }
@@ -55,13 +64,13 @@ async fn leases_on_a_hot_key_admit_exactly_the_capacity_in_far_fewer_redis_calls
         server.cli(&["CONFIG", "RESETSTAT"]);
         let clock = ManualClock::new(BASE + Duration::from_millis(123));
         let prefix = unique_prefix(algorithm.name());
-        let stores = processes(Some(&server.url()), &prefix, &clock);
+        let stores = processes(Some(&server.url()), &prefix, Some(&clock));
         let limit = Limit::new("hot", Quota::per_minute(CAPACITY))
             .expect("a limit")
             .algorithm(algorithm);
         let run = hammer(&stores, &limit, TASKS, ATTEMPTS).await;
         let on_server = script_calls(server.port());
-        let fresh = processes(Some(&server.url()), &prefix, &clock);
+        let fresh = processes(Some(&server.url()), &prefix, Some(&clock));
         assert_exact(&stores, fresh, &limit, run.admitted, CAPACITY).await;
         // 12 800 decisions; slices of up to 64 and local denials.
         assert!(
@@ -76,7 +85,11 @@ async fn leases_on_a_hot_key_admit_exactly_the_capacity_in_far_fewer_redis_calls
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_sliding_log_passes_through_and_stays_exact() {
     let clock = ManualClock::new(BASE + Duration::from_millis(7));
-    let stores = processes(Some(&shared_server().url()), &unique_prefix("log"), &clock);
+    let stores = processes(
+        Some(&shared_server().url()),
+        &unique_prefix("log"),
+        Some(&clock),
+    );
     let limit = Limit::new("hot", Quota::per_minute(100))
         .expect("a limit")
         .algorithm(Algorithm::SlidingWindowLog);
@@ -91,7 +104,7 @@ async fn unused_units_return_to_redis_when_the_lease_ends() {
     let store = processes(
         Some(&shared_server().url()),
         &unique_prefix("return"),
-        &clock,
+        Some(&clock),
     )
     .remove(0);
     let limiter = Limiter::builder()
@@ -145,14 +158,14 @@ async fn leases_on_a_cluster_admit_exactly_the_capacity_in_far_fewer_calls() {
     for algorithm in ALGORITHMS {
         let clock = ManualClock::new(BASE + Duration::from_millis(321));
         let prefix = unique_prefix(algorithm.name());
-        let stores = processes(None, &prefix, &clock);
+        let stores = processes(None, &prefix, Some(&clock));
         let limit = Limit::new("hot", Quota::per_minute(CAPACITY))
             .expect("a limit")
             .algorithm(algorithm);
         let run = hammer(&stores, &limit, TASKS, ATTEMPTS).await;
         assert_exact(
             &stores,
-            processes(None, &prefix, &clock),
+            processes(None, &prefix, Some(&clock)),
             &limit,
             run.admitted,
             CAPACITY,
@@ -169,5 +182,49 @@ async fn leases_on_a_cluster_admit_exactly_the_capacity_in_far_fewer_calls() {
                 run.decisions
             );
         }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leases_on_server_time_never_admit_more_than_the_capacity() {
+    // Real clocks: Redis's `TIME` and each process's monotonic one. Day-long periods
+    // refill nothing measurable meanwhile (one unit per 8.6 s). Leases expire here
+    // (250 ms) and return their units, so at the end the capacity is what was
+    // admitted, what leases still hold, and what the store has left: nothing lost,
+    // nothing more (GCRA: at most, see below).
+    let url = shared_server().url();
+    for algorithm in [
+        Algorithm::FixedWindow,
+        Algorithm::SlidingWindowCounters { buckets: 24 },
+        Algorithm::Gcra,
+    ] {
+        let prefix = unique_prefix(algorithm.name());
+        let stores = processes(Some(&url), &prefix, None);
+        let limit = Limit::new("hot", Quota::per_day(CAPACITY))
+            .expect("a limit")
+            .algorithm(algorithm);
+        let run = hammer(&stores, &limit, TASKS, ATTEMPTS).await;
+        let held: u64 = stores.iter().map(LeasedStore::held).sum();
+        let plain = Limiter::builder()
+            .limit(limit.clone())
+            .store(stores[0].get_ref().clone())
+            .build()
+            .expect("a limiter");
+        let left = plain
+            .check("hot", &Key::from("shared"), 0)
+            .await
+            .expect("a peek")
+            .remaining;
+        assert!(run.admitted <= CAPACITY, "{algorithm}: {run:?}");
+        if algorithm == Algorithm::Gcra {
+            // A fluid lease's unused units are not returned: time repays them.
+            assert!(
+                run.admitted + held + left <= CAPACITY,
+                "{algorithm}: {run:?}"
+            );
+        } else {
+            assert_eq!(run.admitted + held + left, CAPACITY, "{algorithm}: {run:?}");
+        }
+        assert!(run.store_calls * 10 < run.decisions, "{algorithm}: {run:?}");
     }
 }
