@@ -268,12 +268,20 @@ impl<S: Store> LeaseBuilder<S> {
 /// across any number of processes.
 ///
 /// What it costs is *under*-admission: units charged to one process's lease are not
-/// available to others until they are spent or returned. With adaptive sizing a slice
-/// is at most `min(max_slice, capacity / (4 × processes))`, so with `processes` set to
-/// at least the real number of processes, the units held back at any instant are at
-/// most a quarter of the capacity, each for at most [`max_lease`](LeaseBuilder::max_lease).
-/// A quiet key (at most one request per lease) charges slices of 1: one round trip per
-/// request, as without leases.
+/// available to others until they are spent or returned. A slice is at most
+/// `min(max_slice, capacity / (4 × processes))` and at most half of what the store last
+/// said was left, so with `processes` set to at least the real number of processes the
+/// unused units held back at any instant are fewer than a quarter of the capacity.
+/// Window algorithms hold each for at most [`max_lease`](LeaseBuilder::max_lease) (or to
+/// the end of its window, when it stops counting anyway); the fluid algorithms, whose
+/// units are not returned, until time repays them (at most `slice × T`). A quiet key
+/// (at most one request per lease) charges slices of 1: one round trip per request, as
+/// without leases.
+///
+/// Tasks of one process share one lease per key through a table of 32 shards, each
+/// behind its own short lock (never held across an await); while one task charges a
+/// key's next slice, the tasks it will have units for wait for it, the others charge
+/// their own cost alongside it.
 ///
 /// A decision from a lease is complete: `remaining` is the store's `remaining` at the
 /// slice charge plus the units still leased here (what this process knows is left);
@@ -286,7 +294,8 @@ impl<S: Store> LeaseBuilder<S> {
 /// sliding log go to `S` as they would without leases.
 ///
 /// Blocks set by another process (or an operator's refund there) reach this one when
-/// its lease ends, within `max_lease`.
+/// its lease ends, within `max_lease`. Nothing is returned on drop (a return is a
+/// store call): call [`release_all`](LeasedStore::release_all) at shutdown.
 ///
 /// ```
 /// use std::time::Duration;
