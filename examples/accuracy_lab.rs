@@ -1,12 +1,16 @@
 //! The accuracy lab: replays seeded traffic patterns through all seven algorithms at
 //! 100 per minute, prints what each let through next to the ideal sliding window, and
-//! writes the charts (PNG and SVG) to `target/lab/`.
+//! writes the charts (PNG and SVG) to `target/lab/`. Then the lease mode: the same
+//! patterns decided by four processes with a `LeasedStore` each over one memory store
+//! (what leases cost in admissions, the calls they save, and that every bound holds),
+//! with its chart `leases.png`/`.svg`.
 //!
 //! Run with: `cargo run --release --example accuracy_lab --features lab`
 //!
 //! Options: `--quota "20/s"` (any quota notation), `--periods N` (pattern length in
 //! periods, default 10), `--seed N` (default 42), `--out DIR` (default `target/lab`),
-//! `--redis URL` (replay on a Redis store instead of memory; needs `--features lab,redis`).
+//! `--redis URL` (replay on a Redis store instead of memory; needs `--features lab,redis`),
+//! `--processes N` (processes of the lease mode, default 4).
 
 use std::path::PathBuf;
 use std::time::Instant;
@@ -20,6 +24,7 @@ struct Options {
     seed: u64,
     out: PathBuf,
     redis: Option<String>,
+    processes: usize,
 }
 
 fn options() -> Result<Options, String> {
@@ -29,6 +34,7 @@ fn options() -> Result<Options, String> {
         seed: 42,
         out: PathBuf::from("target/lab"),
         redis: None,
+        processes: 4,
     };
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
@@ -41,6 +47,9 @@ fn options() -> Result<Options, String> {
             "--seed" => options.seed = value.parse().map_err(|e| format!("--seed: {e}"))?,
             "--out" => options.out = PathBuf::from(value),
             "--redis" => options.redis = Some(value),
+            "--processes" => {
+                options.processes = value.parse().map_err(|e| format!("--processes: {e}"))?;
+            }
             other => return Err(format!("unknown option {other:?}")),
         }
     }
@@ -85,7 +94,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     };
     let simulated = started.elapsed();
     println!("{report}");
-    let written = plot::write_all(&report, &options.out).map_err(|e: LabError| e.to_string())?;
+    let mut written =
+        plot::write_all(&report, &options.out).map_err(|e: LabError| e.to_string())?;
+    let leases = lab.run_leases(options.processes)?;
+    println!("\n{leases}");
+    written.extend(plot::lease_chart(&leases, &options.out, "leases")?);
     println!(
         "\n{} decisions on the {store} store in {:.1} s; {} charts written to {}",
         report

@@ -203,6 +203,15 @@ impl Receipt {
         self.cost.get()
     }
 
+    /// The same charge, for `cost` units of it: a lease hands each request it admits
+    /// its slice's receipt for that request's cost. `None` for a cost of 0.
+    pub(crate) fn with_cost(self, cost: u64) -> Option<Self> {
+        Some(Self {
+            cost: NonZeroU64::new(cost)?,
+            ..self
+        })
+    }
+
     pub(crate) fn at_us(&self) -> u64 {
         self.at_us
     }

@@ -143,7 +143,10 @@ pub use quota::{MAX_COUNT, Quota};
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub use store::RedisStore;
 pub use store::memory::{DEFAULT_MAX_BYTES, DEFAULT_MAX_KEYS};
-pub use store::{Charge, Fallback, InFlightSlot, MemoryStore, Store, StoreFuture};
+pub use store::{
+    Charge, Fallback, InFlightSlot, LeaseBuilder, LeasedStore, MemoryStore, SliceSizing, Store,
+    StoreFuture,
+};
 
 #[cfg(feature = "layer")]
 pub use key::TrustedProxies;

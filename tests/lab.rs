@@ -175,3 +175,20 @@ fn sliding_window_error_on_steady_poisson_stays_small() {
         assert!(room <= over, "{factor}×: mostly errs on the generous side");
     }
 }
+
+#[test]
+fn leases_keep_every_bound_on_every_pattern_at_little_cost() {
+    // Four processes with a LeasedStore each over one store, at the default quota
+    // (where leases rarely help) and at a hot one (where they save most calls).
+    for quota in [Quota::per_minute(100), Quota::per_second(1_000)] {
+        let report = lab(quota).run_leases(4).expect("lease run");
+        for row in &report.rows {
+            assert!(row.within_bound, "{} on {}", row.algorithm, row.pattern);
+        }
+        for s in report.summary() {
+            let lost =
+                s.plain_admitted.saturating_sub(s.leased_admitted) as f64 / s.plain_admitted as f64;
+            assert!(lost < 0.01, "{quota}: {} lost {lost}", s.algorithm);
+        }
+    }
+}

@@ -7,7 +7,9 @@
 //! [`ideal`]): the exact sliding log with the same quota replaying the same arrivals.
 //! [`Measures`] says how far each algorithm strays; [`plot`] draws it; the
 //! `accuracy_lab` example prints the table and writes the charts, and
-//! `docs/choosing-an-algorithm.md` discusses the results.
+//! `docs/choosing-an-algorithm.md` discusses the results. [`Lab::run_leases`] replays
+//! the same patterns through several processes with [`LeasedStore`](crate::LeasedStore)s
+//! over one store: what leases cost, and that they keep every bound.
 //!
 //! ```
 //! use tollgate::{Algorithm, Quota};
@@ -25,6 +27,7 @@
 
 #[cfg(test)]
 mod figures;
+mod leases;
 mod measures;
 mod patterns;
 pub mod plot;
@@ -34,6 +37,7 @@ use std::error::Error as StdError;
 use std::fmt;
 use std::time::{Duration, Instant};
 
+pub use leases::{LeaseReport, LeaseRow, LeaseSummary};
 pub use measures::{
     Measures, admitted_times, ideal, judge_locally, largest_burst, max_in_window,
     respects_fluid_bound, time_over_quota, window_count,

@@ -21,7 +21,7 @@ use plotters::prelude::*;
 use plotters::style::{FontStyle, register_font};
 
 use super::table::label;
-use super::{LabError, PatternReport, Report, admitted_times, window_count};
+use super::{LabError, LeaseReport, PatternReport, Report, admitted_times, window_count};
 
 /// `DejaVu Sans`, cut down to what the charts print.
 const FONT: &[u8] = include_bytes!("font/DejaVuSans-subset.ttf");
@@ -227,18 +227,45 @@ fn draw_summary<DB: DrawingBackend>(
         .iter()
         .map(|s| (s.wrongly_admitted * 100.0, s.wrongly_rejected * 100.0))
         .collect();
+    let caption = format!(
+        "Decisions that differ from the ideal sliding window ({}, mean over patterns)",
+        report.quota
+    );
+    let bars = Bars {
+        caption,
+        y_desc: "share of requests (%)",
+        names,
+        values: bars,
+        labels: ["wrongly admitted", "wrongly rejected"],
+    };
+    draw_bars(&bars, root)
+}
+
+/// Two bars per algorithm.
+struct Bars {
+    caption: String,
+    y_desc: &'static str,
+    names: Vec<String>,
+    values: Vec<(f64, f64)>,
+    labels: [&'static str; 2],
+}
+
+fn draw_bars<DB: DrawingBackend>(
+    Bars {
+        caption,
+        y_desc,
+        names,
+        values: bars,
+        labels,
+    }: &Bars,
+    root: &DrawingArea<DB, Shift>,
+) -> Result<(), LabError> {
     let top = bars.iter().map(|&(a, r)| a.max(r)).fold(1.0, f64::max) * 1.15;
     let count = names.len() as f64;
 
     root.fill(&WHITE).map_err(plot_error)?;
     let mut chart = ChartBuilder::on(root)
-        .caption(
-            format!(
-                "Decisions that differ from the ideal sliding window ({}, mean over patterns)",
-                report.quota
-            ),
-            (FAMILY, 22),
-        )
+        .caption(caption, (FAMILY, 22))
         .margin(12)
         .x_label_area_size(42)
         .y_label_area_size(56)
@@ -257,31 +284,69 @@ fn draw_summary<DB: DrawingBackend>(
         .disable_x_mesh()
         .x_labels(names.len())
         .x_label_formatter(&label_of)
-        .y_desc("share of requests (%)")
+        .y_desc(*y_desc)
         .y_label_formatter(&|y| format!("{y:.0}"))
         .label_style((FAMILY, 14))
         .light_line_style(RGBColor(240, 240, 240))
         .draw()
         .map_err(plot_error)?;
-    let admitted = RGBColor(213, 94, 0);
-    let rejected = RGBColor(0, 114, 178);
+    let first = RGBColor(213, 94, 0);
+    let second = RGBColor(0, 114, 178);
     chart
         .draw_series(bars.iter().enumerate().map(|(i, &(a, _))| {
             let x = i as f64;
-            Rectangle::new([(x - 0.36, 0.0), (x - 0.02, a)], admitted.filled())
+            Rectangle::new([(x - 0.36, 0.0), (x - 0.02, a)], first.filled())
         }))
         .map_err(plot_error)?
-        .label("wrongly admitted")
-        .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 14, y + 5)], admitted.filled()));
+        .label(labels[0])
+        .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 14, y + 5)], first.filled()));
     chart
         .draw_series(bars.iter().enumerate().map(|(i, &(_, r))| {
             let x = i as f64;
-            Rectangle::new([(x + 0.02, 0.0), (x + 0.36, r)], rejected.filled())
+            Rectangle::new([(x + 0.02, 0.0), (x + 0.36, r)], second.filled())
         }))
         .map_err(plot_error)?
-        .label("wrongly rejected")
-        .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 14, y + 5)], rejected.filled()));
+        .label(labels[1])
+        .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 14, y + 5)], second.filled()));
     finish(&mut chart, root)
+}
+
+/// Draws what leases cost and save, per algorithm: the under-admission (admitted
+/// without leases but not with them, %) and the store calls per decision (%). Writes
+/// `<dir>/<stem>.png` and `<dir>/<stem>.svg`.
+///
+/// ```no_run
+/// use tollgate::lab::{Lab, plot};
+/// let report = Lab::default().run_leases(4)?;
+/// plot::lease_chart(&report, std::path::Path::new("target/lab"), "leases")?;
+/// # Ok::<(), tollgate::lab::LabError>(())
+/// ```
+pub fn lease_chart(report: &LeaseReport, dir: &Path, stem: &str) -> Result<Vec<PathBuf>, LabError> {
+    font_ready()?;
+    std::fs::create_dir_all(dir)?;
+    let summary = report.summary();
+    let bars = Bars {
+        caption: format!(
+            "Leases: {} processes, {} (sum over patterns)",
+            report.processes, report.quota
+        ),
+        y_desc: "%",
+        names: summary.iter().map(|s| label(s.algorithm)).collect(),
+        values: summary
+            .iter()
+            .map(|s| {
+                let lost = s.plain_admitted.saturating_sub(s.leased_admitted) as f64 * 100.0
+                    / s.plain_admitted.max(1) as f64;
+                (lost, s.calls_per_decision * 100.0)
+            })
+            .collect(),
+        labels: ["under-admission", "store calls per decision"],
+    };
+    let (png, svg) = files(dir, stem);
+    let size = (1100, 480);
+    draw_bars(&bars, &BitMapBackend::new(&png, size).into_drawing_area())?;
+    draw_bars(&bars, &SVGBackend::new(&svg, size).into_drawing_area())?;
+    Ok(vec![png, svg])
 }
 
 /// Draws the legend in the upper right corner and writes the file.

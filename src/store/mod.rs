@@ -4,6 +4,7 @@
 mod block_cache;
 mod fallback;
 mod in_flight;
+mod lease;
 pub(crate) mod memory;
 #[cfg(feature = "redis")]
 mod redis;
@@ -17,6 +18,7 @@ use std::time::Duration;
 pub use self::redis::RedisStore;
 pub use fallback::Fallback;
 pub use in_flight::InFlightSlot;
+pub use lease::{LeaseBuilder, LeasedStore, SliceSizing};
 pub use memory::MemoryStore;
 
 use crate::algorithm::Verdict;

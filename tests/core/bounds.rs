@@ -12,8 +12,8 @@ use proptest::prelude::*;
 use support::immediate::immediate;
 use tollgate::{Algorithm, Decision, Key, Limiter, ManualClock, MemoryStore, Policy, Quota};
 
-const BASE_US: u64 = 1_699_920_000_000_000;
-const PERIOD_US: u64 = 1_000_000;
+pub(crate) const BASE_US: u64 = 1_699_920_000_000_000;
+pub(crate) const PERIOD_US: u64 = 1_000_000;
 const BUCKETS: u32 = 4;
 
 #[derive(Debug, Clone)]
@@ -155,37 +155,43 @@ impl Run {
         }
         Ok(())
     }
-
-    /// Most cost admitted in any half-open interval `[t, t + span)` of effective time.
-    fn max_in_span(&self, span: u64) -> u64 {
-        self.admitted
-            .iter()
-            .map(|&(start, _)| {
-                self.admitted
-                    .iter()
-                    .filter(|&&(t, _)| t >= start && t < start + span)
-                    .map(|&(_, c)| c)
-                    .sum::<u64>()
-            })
-            .max()
-            .unwrap_or(0)
-    }
-
-    /// Most cost admitted in one epoch-aligned window of `span`.
-    fn max_in_aligned(&self, span: u64) -> u64 {
-        let mut per_window = std::collections::BTreeMap::<u64, u64>::new();
-        for &(t, c) in &self.admitted {
-            *per_window.entry(t / span).or_default() += c;
-        }
-        per_window.values().copied().max().unwrap_or(0)
-    }
 }
 
-fn check_window_bounds(run: &Run, algorithm: Algorithm, limit: u64) -> Result<(), TestCaseError> {
+/// Most cost admitted in any half-open interval `[t, t + span)` of effective time.
+fn max_in_span(admitted: &[(u64, u64)], span: u64) -> u64 {
+    admitted
+        .iter()
+        .map(|&(start, _)| {
+            admitted
+                .iter()
+                .filter(|&&(t, _)| t >= start && t < start + span)
+                .map(|&(_, c)| c)
+                .sum::<u64>()
+        })
+        .max()
+        .unwrap_or(0)
+}
+
+/// Most cost admitted in one epoch-aligned window of `span`.
+fn max_in_aligned(admitted: &[(u64, u64)], span: u64) -> u64 {
+    let mut per_window = std::collections::BTreeMap::<u64, u64>::new();
+    for &(t, c) in admitted {
+        *per_window.entry(t / span).or_default() += c;
+    }
+    per_window.values().copied().max().unwrap_or(0)
+}
+
+/// The window algorithms' bounds on admissions `(effective time, cost)`, period
+/// `PERIOD_US`: also what leases must keep (`leases.rs`).
+pub(crate) fn check_window_bounds(
+    admitted: &[(u64, u64)],
+    algorithm: Algorithm,
+    limit: u64,
+) -> Result<(), TestCaseError> {
     match algorithm {
         Algorithm::SlidingWindowLog => {
             prop_assert!(
-                run.max_in_span(PERIOD_US) <= limit,
+                max_in_span(admitted, PERIOD_US) <= limit,
                 "log admitted more than L in a period"
             );
         }
@@ -193,7 +199,7 @@ fn check_window_bounds(run: &Run, algorithm: Algorithm, limit: u64) -> Result<()
             // Any `buckets` consecutive sub-windows hold at most L.
             let sub = PERIOD_US / u64::from(buckets);
             let mut per_sub = std::collections::BTreeMap::<u64, u64>::new();
-            for &(t, c) in &run.admitted {
+            for &(t, c) in admitted {
                 *per_sub.entry(t / sub).or_default() += c;
             }
             for &first in per_sub.keys() {
@@ -209,16 +215,16 @@ fn check_window_bounds(run: &Run, algorithm: Algorithm, limit: u64) -> Result<()
                     first
                 );
             }
-            prop_assert!(run.max_in_span(PERIOD_US) <= 2 * limit);
+            prop_assert!(max_in_span(admitted, PERIOD_US) <= 2 * limit);
         }
         _ => {
             // FixedWindow and SlidingWindow: L per aligned window, 2L across an edge.
             prop_assert!(
-                run.max_in_aligned(PERIOD_US) <= limit,
+                max_in_aligned(admitted, PERIOD_US) <= limit,
                 "more than L in one window"
             );
             prop_assert!(
-                run.max_in_span(PERIOD_US) <= 2 * limit,
+                max_in_span(admitted, PERIOD_US) <= 2 * limit,
                 "more than 2L in a period"
             );
         }
@@ -226,11 +232,16 @@ fn check_window_bounds(run: &Run, algorithm: Algorithm, limit: u64) -> Result<()
     Ok(())
 }
 
-/// `B + L·t/P` for every interval between two admissions (inclusive).
-fn check_fluid_bound(run: &Run, limit: u64, burst: u64) -> Result<(), TestCaseError> {
-    for (i, &(start, _)) in run.admitted.iter().enumerate() {
+/// `B + L·t/P` for every interval between two admissions (inclusive), period
+/// `PERIOD_US`.
+pub(crate) fn check_fluid_bound(
+    admitted: &[(u64, u64)],
+    limit: u64,
+    burst: u64,
+) -> Result<(), TestCaseError> {
+    for (i, &(start, _)) in admitted.iter().enumerate() {
         let mut sum = 0_u64;
-        for &(t, c) in &run.admitted[i..] {
+        for &(t, c) in &admitted[i..] {
             sum += c;
             let allowance = u128::from(burst) * u128::from(PERIOD_US)
                 + u128::from(limit) * u128::from(t - start);
@@ -247,7 +258,8 @@ fn check_fluid_bound(run: &Run, limit: u64, burst: u64) -> Result<(), TestCaseEr
     Ok(())
 }
 
-fn algorithms() -> impl Strategy<Value = Algorithm> {
+/// Any of the seven algorithms (counters with `BUCKETS`).
+pub(crate) fn algorithms() -> impl Strategy<Value = Algorithm> {
     prop_oneof![
         Just(Algorithm::FixedWindow),
         Just(Algorithm::SlidingWindow),
@@ -279,9 +291,9 @@ proptest! {
             run.step(op)?;
         }
         if fluid {
-            check_fluid_bound(&run, limit, burst)?;
+            check_fluid_bound(&run.admitted, limit, burst)?;
         } else {
-            check_window_bounds(&run, algorithm, limit)?;
+            check_window_bounds(&run.admitted, algorithm, limit)?;
         }
     }
 

@@ -10,6 +10,7 @@ mod clock_faults;
 mod concurrency;
 mod eviction;
 mod key;
+mod leases;
 mod limiter;
 mod memory_store;
 mod operations;

@@ -16,7 +16,7 @@ const INSTANCES: usize = 4;
 const TASKS: usize = 64;
 const ATTEMPTS: usize = 3;
 
-const ALGORITHMS: [Algorithm; 7] = [
+pub(crate) const ALGORITHMS: [Algorithm; 7] = [
     Algorithm::FixedWindow,
     Algorithm::SlidingWindow,
     Algorithm::SlidingWindowCounters { buckets: 10 },

@@ -1,7 +1,7 @@
 //! `RedisStore` on real `redis-server` processes: the same answers as the memory store,
 //! faults, the function library, the server's own clock jumping, the blocked-key
-//! cache, exactness under contention, in-flight leases, the leaky bucket's bound on
-//! delays, refunds and the scenario tables.
+//! cache, exactness under contention (with and without quota leases), in-flight leases,
+//! the leaky bucket's bound on delays, refunds and the scenario tables.
 //!
 //! One test binary: `cargo test --all-features --test redis`, or one module of it,
 //! e.g. `cargo test --all-features --test redis faults::`. Tests that need a plain
@@ -20,6 +20,7 @@ mod exactness;
 mod faults;
 mod functions;
 mod in_flight;
+mod leases;
 mod max_delay;
 mod operations;
 mod refunds;

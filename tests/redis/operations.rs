@@ -216,11 +216,12 @@ async fn penalty_state_lives_next_to_the_rate_state_with_a_ttl() -> TestResult {
     }
     let state = store.state_key(limiter.limit("login").ok_or("limit")?, &key);
     let record = format!("{state}:b");
-    // One rejection counted: "<blocked_until> <count> <first_at>", first at BASE.
+    // One rejection counted: "<blocked_until> <count> <first_at> <queue_until>", first
+    // at BASE, no reservation queued.
     let base_us = BASE.as_micros();
     assert_eq!(
         support::redis_server::cli(server.port(), &["GET", &record]),
-        format!("0 1 {base_us}")
+        format!("0 1 {base_us} 0")
     );
     let ttl: i64 = support::redis_server::cli(server.port(), &["PTTL", &record]).parse()?;
     assert!(ttl > 0, "every key has a TTL: {ttl}");

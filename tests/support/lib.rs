@@ -32,6 +32,7 @@
 pub mod http;
 pub mod immediate;
 pub mod in_flight;
+pub mod leases;
 pub mod redis_cluster;
 pub mod redis_server;
 pub mod rng;

@@ -277,3 +277,26 @@ pub fn unique_prefix(name: &str) -> String {
 pub fn data_dir(server: &RedisServer) -> PathBuf {
     server.dir().to_path_buf()
 }
+
+/// Script calls (`FCALL`, `FCALL_RO`, `EVALSHA`, `EVAL`) the server at `port` has run
+/// since it started or its statistics were reset: what tollgate's decisions cost it.
+pub fn script_calls(port: u16) -> u64 {
+    cli(port, &["INFO", "commandstats"])
+        .lines()
+        .filter(|line| {
+            [
+                "cmdstat_fcall:",
+                "cmdstat_fcall_ro:",
+                "cmdstat_evalsha:",
+                "cmdstat_eval:",
+            ]
+            .iter()
+            .any(|prefix| line.starts_with(prefix))
+        })
+        .filter_map(|line| {
+            line.split([':', ','])
+                .find_map(|f| f.strip_prefix("calls="))
+        })
+        .filter_map(|calls| calls.parse::<u64>().ok())
+        .sum()
+}

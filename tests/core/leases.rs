@@ -1,0 +1,323 @@
+//! Leases (`LeasedStore`): many simulated processes, each its own lease table over ONE
+//! shared memory store (an exact stand-in for Redis's answers) on one manual clock,
+//! random traffic per process. Across all processes together, every algorithm admits
+//! no more than its documented bound (the bounds of `bounds.rs`); a quiet key costs one
+//! store call per request; unused units come back; a flood of keys stays within the
+//! table's bound; refunds return each unit once.
+//!
+//! Time only moves forward here: a lease maps the store's time to its own clock by the
+//! time elapsed since its charge, which is exact when the two advance together (one
+//! Redis server's `TIME` seen from monotonic local clocks, or one injected clock). A
+//! store clock that jumps ahead of a process's (skewed injected clocks) is the case
+//! leases cannot see; `LeasedStore`'s docs bound what it costs.
+
+use std::time::Duration;
+
+use proptest::prelude::*;
+use support::immediate::immediate;
+use tollgate::{
+    Algorithm, Decision, Key, LeasedStore, Limiter, ManualClock, MemoryStore, Policy, Quota,
+    SliceSizing,
+};
+
+use super::bounds::{BASE_US, PERIOD_US, algorithms, check_fluid_bound, check_window_bounds};
+
+/// Every algorithm that leases (the sliding log passes through).
+const LEASABLE: [Algorithm; 6] = [
+    Algorithm::FixedWindow,
+    Algorithm::SlidingWindow,
+    Algorithm::SlidingWindowCounters { buckets: 10 },
+    Algorithm::TokenBucket,
+    Algorithm::Gcra,
+    Algorithm::LeakyBucket,
+];
+
+#[derive(Debug, Clone)]
+enum Op {
+    /// Wait `gap` µs, then process `process` asks for `cost`.
+    Arrive { gap: u64, process: usize, cost: u32 },
+    /// Process `process` returns its expired leases.
+    Release { process: usize },
+}
+
+fn op(processes: usize) -> impl Strategy<Value = Op> {
+    prop_oneof![
+        12 => (
+            prop_oneof![4 => Just(0_u64), 5 => 0..50_000_u64, 2 => 50_000..400_000_u64, 1 => 400_000..2_000_000_u64],
+            0..processes,
+            prop_oneof![6 => Just(1_u32), 1 => 2..=3_u32],
+        )
+            .prop_map(|(gap, process, cost)| Op::Arrive { gap, process, cost }),
+        1 => (0..processes).prop_map(|process| Op::Release { process }),
+    ]
+}
+
+fn fluid(algorithm: Algorithm) -> bool {
+    matches!(
+        algorithm,
+        Algorithm::TokenBucket | Algorithm::Gcra | Algorithm::LeakyBucket
+    )
+}
+
+/// Processes sharing one memory store and one clock.
+struct Cluster {
+    clock: ManualClock,
+    stores: Vec<LeasedStore<MemoryStore>>,
+    limiters: Vec<Limiter>,
+    key: Key,
+    now: u64,
+    /// Admitted (effective time, cost), over every process.
+    admitted: Vec<(u64, u64)>,
+    decisions: u64,
+}
+
+impl Cluster {
+    fn new(
+        algorithm: Algorithm,
+        quota: Quota,
+        processes: usize,
+        lease: Duration,
+        sizing: SliceSizing,
+    ) -> Self {
+        let clock = ManualClock::new(Duration::from_micros(BASE_US));
+        let shared = MemoryStore::with_clock(clock.clone());
+        let policy = Policy::new("p", quota)
+            .expect("valid policy")
+            .algorithm(algorithm);
+        let stores: Vec<_> = (0..processes)
+            .map(|_| {
+                LeasedStore::builder(shared.clone())
+                    .clock(clock.clone())
+                    .max_lease(lease)
+                    .and_then(|b| b.processes(1))
+                    .and_then(|b| b.sizing(sizing))
+                    .expect("valid lease settings")
+                    .build()
+            })
+            .collect();
+        let limiters = stores
+            .iter()
+            .map(|store| {
+                Limiter::builder()
+                    .policy(policy.clone())
+                    .store(store.clone())
+                    .build()
+                    .expect("valid limiter")
+            })
+            .collect();
+        Self {
+            clock,
+            stores,
+            limiters,
+            key: Key::from("k"),
+            now: BASE_US,
+            admitted: Vec::new(),
+            decisions: 0,
+        }
+    }
+
+    fn set(&mut self, now: u64) {
+        self.now = now;
+        self.clock.set(Duration::from_micros(now));
+    }
+
+    fn check(&mut self, process: usize, cost: u32) -> Result<Decision, TestCaseError> {
+        let d = immediate(self.limiters[process].check("p", &self.key, cost)).expect("memory");
+        self.decisions += 1;
+        prop_assert!(d.remaining <= d.limit, "{d:?}");
+        if d.allowed {
+            self.admitted.push((self.now, u64::from(cost)));
+        } else {
+            prop_assert!(d.retry_after.is_none_or(|r| r > Duration::ZERO), "{d:?}");
+        }
+        Ok(d)
+    }
+
+    fn step(&mut self, op: &Op) -> Result<(), TestCaseError> {
+        match *op {
+            Op::Arrive { gap, process, cost } => {
+                self.set(self.now + gap);
+                self.check(process, cost)?;
+            }
+            Op::Release { process } => {
+                immediate(self.stores[process].release_expired()).expect("memory");
+            }
+        }
+        Ok(())
+    }
+
+    fn calls(&self) -> u64 {
+        self.stores.iter().map(LeasedStore::store_calls).sum()
+    }
+}
+
+proptest! {
+    // 256 cases by default; PROPTEST_CASES=20000 for a deeper search.
+
+    #[test]
+    fn processes_with_leases_never_admit_more_than_the_documented_bound(
+        algorithm in algorithms(),
+        limit in 1..=40_u64,
+        burst in 1..=40_u64,
+        processes in 1..=4_usize,
+        lease_ms in prop_oneof![Just(1_u64), 20..=400_u64, Just(1_000)],
+        fixed in prop_oneof![3 => Just(None), 1 => (1..=12_u64).prop_map(Some)],
+        ops in (1..=4_usize).prop_flat_map(|n| prop::collection::vec(op(n), 1..200)),
+    ) {
+        let mut quota = Quota::new(limit, Duration::from_micros(PERIOD_US)).expect("valid quota");
+        if fluid(algorithm) {
+            quota = quota.with_burst(burst).expect("valid burst");
+        }
+        let sizing = fixed.map_or(SliceSizing::Adaptive, SliceSizing::Fixed);
+        let mut cluster =
+            Cluster::new(algorithm, quota, processes, Duration::from_millis(lease_ms), sizing);
+        for op in &ops {
+            let op = match *op {
+                Op::Arrive { gap, process, cost } => Op::Arrive { gap, process: process % processes, cost },
+                Op::Release { process } => Op::Release { process: process % processes },
+            };
+            cluster.step(&op)?;
+        }
+        if fluid(algorithm) {
+            check_fluid_bound(&cluster.admitted, limit, burst)?;
+        } else {
+            check_window_bounds(&cluster.admitted, algorithm, limit)?;
+        }
+    }
+}
+
+fn hot(algorithm: Algorithm, quota: Quota, processes: usize) -> Cluster {
+    Cluster::new(
+        algorithm,
+        quota,
+        processes,
+        Duration::from_millis(250),
+        SliceSizing::Adaptive,
+    )
+}
+
+#[test]
+fn a_hot_key_at_a_frozen_instant_admits_exactly_its_capacity_with_few_store_calls() {
+    for algorithm in LEASABLE {
+        let mut cluster = hot(algorithm, Quota::per_minute(1_000), 4);
+        for i in 0..2_000 {
+            cluster.check(i % 4, 1).expect("a decision");
+        }
+        let admitted: u64 = cluster.admitted.iter().map(|&(_, c)| c).sum();
+        assert_eq!(admitted, 1_000, "{algorithm}");
+        // Slices of up to 62 (= 1000 / (4·4)) while there is room; denials repeated
+        // locally afterwards.
+        assert!(
+            cluster.calls() < 200,
+            "{algorithm}: {} calls",
+            cluster.calls()
+        );
+    }
+}
+
+#[test]
+fn a_quiet_key_costs_one_store_call_per_request_as_without_leases() {
+    for algorithm in LEASABLE {
+        let quota = Quota::per_minute(1_000);
+        let mut leased = hot(algorithm, quota, 1);
+        let clock = ManualClock::new(Duration::from_micros(BASE_US));
+        let plain = Limiter::builder()
+            .policy(
+                Policy::new("p", quota)
+                    .expect("policy")
+                    .algorithm(algorithm),
+            )
+            .store(MemoryStore::with_clock(clock.clone()))
+            .build()
+            .expect("limiter");
+        for i in 1..=50 {
+            // One request per 300 ms: each lease (at most 250 ms) has ended.
+            let at = BASE_US + i * 300_000;
+            leased.set(at);
+            clock.set(Duration::from_micros(at));
+            let with = leased.check(0, 1).expect("a decision");
+            let without = immediate(plain.check("p", &Key::from("k"), 1)).expect("memory");
+            assert_eq!(with, without, "{algorithm}, request {i}");
+        }
+        assert_eq!(leased.calls(), 50, "{algorithm}");
+    }
+}
+
+#[test]
+fn unused_units_return_when_the_lease_expires() {
+    for algorithm in [
+        Algorithm::FixedWindow,
+        Algorithm::SlidingWindow,
+        Algorithm::SlidingWindowCounters { buckets: 10 },
+    ] {
+        let quota = Quota::per_minute(1_000);
+        let mut cluster = hot(algorithm, quota, 1);
+        cluster.set(BASE_US + 1_000);
+        for _ in 0..40 {
+            cluster.check(0, 1).expect("a decision");
+        }
+        // Slices of 1, 2, 4, 8, 16, 32 charged 63; 40 spent: 23 parked here.
+        let peek = immediate(cluster.limiters[0].check("p", &cluster.key, 0)).expect("memory");
+        assert_eq!(peek.remaining, 1_000 - 63, "{algorithm}");
+        // After the lease's 250 ms, a peek returns them first.
+        cluster.set(BASE_US + 1_000 + 250_000);
+        let peek = immediate(cluster.limiters[0].check("p", &cluster.key, 0)).expect("memory");
+        assert_eq!(peek.remaining, 1_000 - 40, "{algorithm}");
+        // Nothing is returned twice.
+        assert_eq!(
+            immediate(cluster.stores[0].release_all()).expect("memory"),
+            0
+        );
+        let peek = immediate(cluster.limiters[0].check("p", &cluster.key, 0)).expect("memory");
+        assert_eq!(peek.remaining, 1_000 - 40, "{algorithm}");
+    }
+}
+
+#[test]
+fn a_refund_from_a_lease_goes_back_into_it_once() {
+    let quota = Quota::per_minute(1_000);
+    let mut cluster = hot(Algorithm::FixedWindow, quota, 1);
+    cluster.set(BASE_US + 1_000);
+    let mut last = None;
+    for _ in 0..10 {
+        last = Some(cluster.check(0, 1).expect("a decision"));
+    }
+    let last = last.expect("ten decisions");
+    let limiter = cluster.limiters[0].clone();
+    immediate(limiter.refund_charge(&last, &cluster.key, 1)).expect("memory");
+    // 1 + 2 + 4 + 8 = 15 charged, 10 spent, 1 refunded into the lease: 6 go back.
+    assert_eq!(
+        immediate(cluster.stores[0].release_all()).expect("memory"),
+        6
+    );
+    let peek = immediate(limiter.check("p", &cluster.key, 0)).expect("memory");
+    assert_eq!(peek.remaining, 1_000 - 9);
+    // The lease is gone: a refund now goes to the store, for its own unit only.
+    immediate(limiter.refund_charge(&last, &cluster.key, 1)).expect("memory");
+    let peek = immediate(limiter.check("p", &cluster.key, 0)).expect("memory");
+    assert_eq!(peek.remaining, 1_000 - 8);
+}
+
+#[test]
+fn a_flood_of_keys_cannot_grow_the_lease_table_past_its_bound() {
+    let clock = ManualClock::new(Duration::from_micros(BASE_US));
+    let store = LeasedStore::builder(MemoryStore::with_clock(clock.clone()))
+        .clock(clock)
+        .max_leases(64)
+        .expect("a bound")
+        .build();
+    let limiter = Limiter::builder()
+        .policy(Policy::new("p", Quota::per_minute(1_000)).expect("policy"))
+        .store(store.clone())
+        .build()
+        .expect("limiter");
+    for i in 0..10_000_u64 {
+        assert!(
+            immediate(limiter.check("p", &Key::from(i), 1))
+                .expect("memory")
+                .allowed
+        );
+        // 64 rounded up to whole shards: 2 per shard × 32 shards.
+        assert!(store.leases() <= 64, "{} leases", store.leases());
+    }
+}
