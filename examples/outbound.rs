@@ -5,10 +5,11 @@
 //!
 //! A local "upstream API" counts the calls it receives in each second and says how
 //! many. The client is hyper-util's `Client` wrapped in a `ServiceBuilder` with a
-//! `RateLimitLayer` keyed per upstream host: a leaky bucket of 10 per second whose
-//! queue holds 100 calls (`max_delay` 10 s), so each call is held for its turn and
-//! leaves one every 100 ms. The example fires 100 calls at once and prints what the
-//! upstream received in each second: 10, never more.
+//! `RateLimitLayer` keyed per upstream host, in wait mode: a call over the limit (10
+//! per second, one at a time: burst 1) is not rejected but holds its place, reserved
+//! at once behind the earlier ones, for up to 10 s, and leaves when its place comes:
+//! one every 100 ms. The example fires 100 calls at once and prints what the upstream
+//! received in each second: 10, never more.
 
 use std::convert::Infallible;
 use std::sync::{Arc, Mutex};
@@ -22,7 +23,7 @@ use hyper::server::conn::http1;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use tokio::net::TcpListener;
-use tollgate::{Algorithm, Key, Limiter, Policy, Quota, RateLimitLayer};
+use tollgate::{Key, Limiter, Policy, Quota, RateLimitLayer};
 use tower::{Service, ServiceBuilder, ServiceExt};
 
 const CALLS: usize = 100;
@@ -48,16 +49,13 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
     });
 
-    // The client: one queue per upstream host, drained at 10 per second.
-    let per_host = Policy::new("upstream", Quota::per_second(10).with_burst(CALLS as u64)?)?
-        .algorithm(Algorithm::LeakyBucket)
-        .max_delay(Duration::from_secs(10))
-        .key(|parts: &http::request::Parts| {
-            parts.uri.authority().map(|host| Key::from(host.as_str()))
-        });
+    // The client: one queue per upstream host, 10 per second, waiting up to 10 s.
+    let per_host = Policy::new("upstream", Quota::per_second(10).with_burst(1)?)?.key(
+        |parts: &http::request::Parts| parts.uri.authority().map(|host| Key::from(host.as_str())),
+    );
     let limiter = Limiter::builder().policy(per_host).build()?;
     let client = ServiceBuilder::new()
-        .layer(RateLimitLayer::new(limiter))
+        .layer(RateLimitLayer::new(limiter).wait(Duration::from_secs(10)))
         .service(Client::builder(TokioExecutor::new()).build_http::<Empty<Bytes>>());
 
     println!("firing {CALLS} calls at once at an upstream that allows 10 per second\n");

@@ -112,7 +112,7 @@ impl RequestContext {
     /// The rate decision for the request's checks; `None` when it has none (every
     /// policy limits only requests in flight, or costs nothing).
     pub(super) fn decide(&self) -> Option<Pending> {
-        (!self.checks.is_empty()).then(|| self.shared.limiter.decide(&self.view.set, &self.checks))
+        (!self.checks.is_empty()).then(|| self.shared.decide(&self.view, &self.checks))
     }
 
     /// The set of policies this request is decided under.
@@ -244,7 +244,17 @@ impl RequestContext {
         self.checks
             .iter()
             .zip(decisions)
-            .map(|((index, _, _, _), d)| d.delay.min(policies[*index].get_max_delay()))
+            .map(|((index, _, _, _), d)| {
+                let policy = &policies[*index];
+                // A waiting policy holds for its place, up to its wait.
+                let bound = self
+                    .shared
+                    .wait_of(policy)
+                    .map_or(policy.get_max_delay(), |wait| {
+                        wait.max(policy.get_max_delay())
+                    });
+                d.delay.min(bound)
+            })
             .max()
             .unwrap_or_default()
     }

@@ -87,6 +87,7 @@ impl RateLimitLayer {
                 allow: Vec::new(),
                 deny: Vec::new(),
                 max_held: Self::DEFAULT_MAX_HELD,
+                wait: None,
                 held: Arc::default(),
             }),
         }
@@ -200,6 +201,27 @@ impl RateLimitLayer {
     #[must_use]
     pub fn max_held(mut self, max: usize) -> Self {
         self.shared().max_held = max;
+        self
+    }
+
+    /// Wait mode: every policy holds a request that will fit within `max_wait`
+    /// instead of rejecting it (a policy's own [`Policy::wait`](crate::Policy::wait)
+    /// overrides this). The request's place is reserved at once, behind the key's
+    /// earlier waiters, in one store call; it is served when its place comes; beyond
+    /// `max_wait` it is rejected at once and charged nothing. Held requests count toward
+    /// [`max_held`](RateLimitLayer::max_held); a caller that goes away while held gives
+    /// its place back. On a client, this keeps outgoing calls under an upstream's limit.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// # let limiter = tollgate::Limiter::builder().policy(tollgate::Policy::new("api", tollgate::Quota::per_second(10))?).build()?;
+    /// let layer = tollgate::RateLimitLayer::new(limiter).wait(Duration::from_secs(2));
+    /// # let _ = layer;
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    #[must_use]
+    pub fn wait(mut self, max_wait: std::time::Duration) -> Self {
+        self.shared().wait = Some(max_wait);
         self
     }
 

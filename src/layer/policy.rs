@@ -68,6 +68,8 @@ pub struct Policy {
     in_flight: Option<NonZeroU32>,
     /// Whether the quota is charged (not for [`Policy::in_flight_only`]).
     rate: bool,
+    /// Hold a request that will fit within this long instead of rejecting it.
+    wait: Option<Duration>,
 }
 
 /// A policy's `quota_from` rule.
@@ -220,6 +222,40 @@ impl Policy {
     /// Whether callers may have quotas of their own (their headers may be longer).
     pub(crate) fn has_quota_from(&self) -> bool {
         self.quota_from.is_some()
+    }
+
+    /// Waits instead of rejecting: a request this policy would deny, but whose place
+    /// (behind the key's earlier waiters) is at most `max_wait` away, is held until
+    /// then and served, instead of getting a 429 (see
+    /// [`Limiter::reserve`](crate::Limiter::reserve)). Beyond `max_wait` it is rejected
+    /// at once and charged nothing. Overrides the layer's
+    /// [`RateLimitLayer::wait`](crate::RateLimitLayer::wait). Held requests count
+    /// toward the layer's [`max_held`](crate::RateLimitLayer::max_held); a caller that
+    /// goes away while held gives its place back. Applies to requests this policy
+    /// limits alone (a request several policies limit is decided all-or-nothing, now).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{Policy, Quota};
+    /// let upstream = Policy::new("upstream", Quota::per_second(10))?.wait(Duration::from_secs(5));
+    /// assert_eq!(upstream.get_wait(), Some(Duration::from_secs(5)));
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    #[must_use]
+    pub fn wait(mut self, max_wait: Duration) -> Self {
+        self.wait = Some(max_wait);
+        self
+    }
+
+    /// How long this policy holds a request instead of rejecting it, if it does (see
+    /// [`wait`](Policy::wait)).
+    ///
+    /// ```
+    /// assert_eq!(tollgate::Policy::new("api", tollgate::Quota::per_second(1))?.get_wait(), None);
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    pub fn get_wait(&self) -> Option<std::time::Duration> {
+        self.wait
     }
 
     /// This policy's request rules over another limit (a reload that changes only
@@ -500,6 +536,7 @@ impl fmt::Debug for Policy {
             .field("quota_from", &self.quota_from.is_some())
             .field("in_flight", &self.in_flight)
             .field("rate", &self.rate)
+            .field("wait", &self.wait)
             .finish_non_exhaustive()
     }
 }
@@ -517,6 +554,7 @@ impl From<Limit> for Policy {
             quota_from: None,
             in_flight: None,
             rate: true,
+            wait: None,
         }
     }
 }

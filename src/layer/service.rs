@@ -185,7 +185,7 @@ where
         // The memory store decides here and now: an admitted request goes straight to
         // the inner service. Only a request that waits (a remote store, a leaky-bucket
         // delay) takes the ready service along and leaves a clone in its place.
-        match shared.limiter.decide(&view.set, &checks) {
+        match shared.decide(&view, &checks) {
             Pending::Ready(result) => ResponseFuture::decided(
                 shared.clone(),
                 view,

@@ -10,7 +10,7 @@ use http::request::Parts;
 use crate::layer::fail_mode::FailMode;
 use crate::layer::headers::{HeaderPlan, HeaderStyle};
 use crate::layer::rejection::Rejection;
-use crate::limiter::Set;
+use crate::limiter::{Pending, Set};
 use crate::{Limiter, Policy};
 
 /// A request predicate of `allow` / `deny`.
@@ -32,6 +32,9 @@ pub(crate) struct Shared {
     pub(crate) deny: Vec<Arc<Predicate>>,
     /// The most requests held at once for their leaky-bucket turn.
     pub(crate) max_held: usize,
+    /// The layer's wait mode: hold requests that will fit within this long (a
+    /// policy's own [`Policy::wait`] overrides it).
+    pub(crate) wait: Option<std::time::Duration>,
     /// How many are held now, shared by every clone.
     pub(crate) held: Arc<AtomicUsize>,
 }
@@ -55,6 +58,22 @@ impl View {
 }
 
 impl Shared {
+    /// How long requests of `policy` may wait for their place, if they wait.
+    pub(crate) fn wait_of(&self, policy: &Policy) -> Option<std::time::Duration> {
+        policy.get_wait().or(self.wait)
+    }
+
+    /// The decision for `checks` under `view`: a reservation when the request is
+    /// limited by one policy that waits, else the all-or-nothing check.
+    pub(crate) fn decide(&self, view: &View, checks: &[crate::limiter::LayerCheck]) -> Pending {
+        if let [check] = checks
+            && let Some(max_wait) = self.wait_of(&view.policies()[check.0])
+        {
+            return self.limiter.decide_waiting(&view.set, check, max_wait);
+        }
+        self.limiter.decide(&view.set, checks)
+    }
+
     /// The view of the limiter's current set: the cached one while the set is the
     /// same (one atomic load and one reference count), else a new one, planned once
     /// per reload and cached for the requests after it.

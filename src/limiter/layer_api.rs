@@ -129,6 +129,44 @@ impl Limiter {
         }
     }
 
+    /// Reserves `check`'s place under `set` within `max_wait` (the layer's wait mode):
+    /// synchronously on the memory store, else through a `'static` future.
+    pub(crate) fn decide_waiting(
+        &self,
+        set: &Arc<Set>,
+        check: &LayerCheck,
+        max_wait: std::time::Duration,
+    ) -> Pending {
+        let (index, key, cost, quota) = check;
+        match &self.inner.backend {
+            Backend::Memory(store) => {
+                Pending::Ready(self.under_quota(&set.limits[*index], *quota, |limit| {
+                    vec![store.reserve_now(
+                        &Charge {
+                            limit,
+                            key,
+                            cost: *cost,
+                        },
+                        max_wait,
+                    )]
+                }))
+            }
+            Backend::Other(store) => {
+                let (limiter, store, set) = (self.clone(), store.clone(), set.clone());
+                let (index, key, cost, quota) = (*index, *key, *cost, *quota);
+                Pending::Waiting(Box::pin(async move {
+                    let limit = limiter.with_quota(&set.limits[index], quota)?;
+                    let charge = Charge {
+                        limit: &limit,
+                        key: &key,
+                        cost,
+                    };
+                    Ok(vec![store.reserve(charge, max_wait).await?])
+                }))
+            }
+        }
+    }
+
     /// Takes back the whole charge of `receipt`, made to `key` under the limit at
     /// `index` of `set` with `quota` (the decision's): at once on the memory store,
     /// else in a future the caller runs in the background.

@@ -119,3 +119,59 @@ async fn a_burst_of_calls_reaches_the_upstream_no_faster_than_its_limit() {
         u64::from(CALLS)
     );
 }
+
+/// Wait mode on a client: a fixed window of 10 per second holds the calls over its
+/// quota for their window instead of rejecting them; the k-th call to arrive left no
+/// earlier than its window, ⌊k/10⌋ s after the burst.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_wait_mode_calls_over_the_quota_wait_for_their_window() {
+    const CALLS: u32 = 30;
+    let (addr, arrivals) = upstream().await;
+    // Frozen at a whole second: the windows' edges are 1 s and 2 s after the burst.
+    let per_host = Policy::new("upstream", Quota::per_second(10))
+        .expect("policy")
+        .algorithm(Algorithm::FixedWindow)
+        .key(|parts: &http::request::Parts| {
+            parts.uri.authority().map(|host| Key::from(host.as_str()))
+        });
+    let limiter = Limiter::builder()
+        .policy(per_host)
+        .store(MemoryStore::with_clock(ManualClock::new(BASE)))
+        .build()
+        .expect("limiter");
+    let client = ServiceBuilder::new()
+        .layer(RateLimitLayer::new(limiter).wait(Duration::from_secs(5)))
+        .service(Client::builder(TokioExecutor::new()).build_http::<Empty<Bytes>>());
+    let started = Instant::now();
+    let mut calls = Vec::new();
+    for _ in 0..CALLS {
+        let mut client = client.clone();
+        let request = Request::get(format!("http://{addr}/"))
+            .body(Empty::<Bytes>::new())
+            .expect("request");
+        calls.push(tokio::spawn(async move {
+            let response = client.ready().await?.call(request).await?;
+            let status = response.status();
+            response.into_body().collect().await?;
+            Ok::<_, Box<dyn std::error::Error + Send + Sync>>(status)
+        }));
+    }
+    for call in calls {
+        let status = call.await.expect("no panic").expect("the call");
+        assert_eq!(status, StatusCode::OK, "a call was refused instead of held");
+    }
+    let mut seen = arrivals
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .clone();
+    seen.sort();
+    assert_eq!(seen.len(), CALLS as usize);
+    for (k, at) in seen.iter().enumerate() {
+        let window = Duration::from_secs(u64::try_from(k / 10).expect("small"));
+        assert!(
+            at.duration_since(started) >= window,
+            "call {k} arrived {:?} after the burst, before its window at {window:?}",
+            at.duration_since(started)
+        );
+    }
+}
