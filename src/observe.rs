@@ -81,12 +81,11 @@ pub(crate) fn store_failed(error: &StoreError, failing_open: bool) {
 }
 
 /// Records a refund that could not be applied.
-#[cfg(any(feature = "layer", feature = "redis"))]
 #[cfg_attr(
     not(any(feature = "tracing", feature = "metrics")),
     allow(unused_variables)
 )]
-pub(crate) fn refund_failed(error: &StoreError) {
+pub(crate) fn refund_failed(error: &crate::StoreError) {
     #[cfg(feature = "metrics")]
     metrics::counter!("tollgate_store_errors_total", "kind" => error.kind().to_string())
         .increment(1);
@@ -111,10 +110,7 @@ pub(crate) fn lease_failed(error: &StoreError) {
 
 /// Records a penalty box that a rejection of `policy` tripped: the key is blocked for
 /// `block_for`. The key itself is not recorded.
-#[cfg_attr(
-    not(any(feature = "tracing", feature = "metrics")),
-    allow(unused_variables)
-)]
+#[cfg_attr(not(feature = "tracing"), allow(unused_variables))]
 pub(crate) fn penalty_tripped(policy: &'static str, block_for: std::time::Duration) {
     #[cfg(feature = "metrics")]
     metrics::counter!("tollgate_penalties_total", "policy" => policy).increment(1);

@@ -328,6 +328,7 @@ impl Limiter {
     /// Runs `f` on `limit` under `quota`, as [`with_quota`](Limiter::with_quota) but
     /// without moving a `Limit` (a few hundred bytes) on the common path, where the
     /// quota is the limit's own.
+    #[cfg(feature = "layer")]
     #[inline]
     pub(crate) fn under_quota<R>(
         &self,
