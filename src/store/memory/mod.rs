@@ -367,10 +367,14 @@ impl MemoryStore {
         } else {
             None
         };
-        if let Some(verdict) = read_locked {
-            return decision(policy, offended(shard, charge, key, now, verdict));
+        let verdict = match read_locked {
+            Some(verdict) => verdict,
+            None => write(shard).run(policy, key, now, charge.cost, true),
+        };
+        if verdict.allowed {
+            // Only a rejection can count in a penalty box: the common case skips it.
+            return decision(policy, verdict);
         }
-        let verdict = write(shard).run(policy, key, now, charge.cost, true);
         decision(policy, offended(shard, charge, key, now, verdict))
     }
 
