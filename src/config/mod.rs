@@ -17,7 +17,7 @@
 //! | key | value | default |
 //! |---|---|---|
 //! | `name` | 1 to 64 printable ASCII characters, unique in the file | required |
-//! | `quota` | the [`Quota`] notation: `"100/min"`, `"10/s"`, `"5000/1h"`, `"20 per 10 seconds"` | required |
+//! | `quota` | the [`Quota`](crate::Quota) notation: `"100/min"`, `"10/s"`, `"5000/1h"`, `"20 per 10 seconds"` | required |
 //! | `burst` | the most cost at one instant (token bucket, GCRA and leaky bucket only) | the quota's count |
 //! | `algorithm` | `"fixed_window"`, `"sliding_window"`, `"sliding_window_counters"`, `"sliding_window_log"`, `"token_bucket"`, `"gcra"`, `"leaky_bucket"` | `"gcra"` |
 //! | `buckets` | sub-windows per period, for `sliding_window_counters` (required there, refused elsewhere) | |
@@ -131,9 +131,9 @@ use place::Text;
 
 /// The limits a configuration file describes, as [`Policy`]s in file order.
 ///
-/// Give them to [`RateLimitLayer::builder`](crate::RateLimitLayer::builder) or
-/// [`Limiter::builder`](crate::Limiter::builder) one by one, or all at once to a
-/// running limiter's reload.
+/// Give them to [`LimiterBuilder::policy`](crate::LimiterBuilder::policy) one by one,
+/// or all at once to a running limiter's
+/// [`reload_policies`](crate::Limiter::reload_policies).
 ///
 /// ```
 /// use tollgate::{Limiter, config::Limits};

@@ -1,5 +1,6 @@
 //! Waiting instead of rejecting on the memory store: the shared tables
-//! (`tests/support/waiting.rs`), and `until_ready` on tokio's paused clock.
+//! (`tests/support/waiting.rs`), and `until_ready` on tokio's paused clock, for every
+//! algorithm.
 
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
@@ -76,4 +77,61 @@ async fn until_ready_proceeds_on_schedule_and_a_cancelled_waiter_gives_its_place
         Duration::from_millis(4_100),
         "the cancelled place is taken again"
     );
+}
+
+/// On every algorithm, 50 tasks waiting with `until_ready` proceed, on tokio's paused
+/// clock, at the rule's admission schedule, in the order they asked.
+#[tokio::test(start_paused = true)]
+async fn until_ready_follows_the_admission_schedule_on_every_algorithm() {
+    use support::scenarios::BASE as START_OF_DAY;
+    use support::waiting::{ALGORITHMS, START, limiter, schedule};
+    for algorithm in ALGORITHMS {
+        // The schedule on a store of its own (a shard remembers the latest instant).
+        let expected = {
+            let clock = ManualClock::new(START_OF_DAY + START);
+            let limiter =
+                limiter(algorithm, MemoryStore::with_clock(clock.clone())).expect("limiter");
+            schedule(&limiter, &clock, 50).await.expect("a schedule")
+        };
+        let clock = ManualClock::new(START_OF_DAY + START);
+        let limiter = limiter(algorithm, MemoryStore::with_clock(clock)).expect("limiter");
+        let started = tokio::time::Instant::now();
+        let proceeded = Arc::new(Mutex::new(Vec::new()));
+        let mut tasks = Vec::new();
+        for i in 0..50_usize {
+            let (limiter, proceeded) = (limiter.clone(), proceeded.clone());
+            tasks.push(tokio::spawn(async move {
+                let decision = limiter
+                    .until_ready("wait", &Key::from("waiters"), 1, Duration::from_secs(10))
+                    .await
+                    .expect("a decision");
+                assert!(decision.allowed);
+                proceeded
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .push((i, started.elapsed()));
+            }));
+            tokio::task::yield_now().await;
+        }
+        for task in tasks {
+            task.await.expect("no panic");
+        }
+        let mut seen = proceeded
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        seen.sort_by_key(|&(i, _)| i);
+        let instants: Vec<u64> = seen
+            .iter()
+            .map(|&(_, at)| u64::try_from(at.as_micros()).expect("small"))
+            .collect();
+        // tokio's timer wakes at whole milliseconds: each waiter proceeds at its place,
+        // rounded up to the next one.
+        for (i, (&at, &place)) in instants.iter().zip(&expected).enumerate() {
+            assert!(
+                at >= place && at < place + 1_000,
+                "{algorithm}: waiter {i} proceeds at {at} µs, its place is {place} µs"
+            );
+        }
+    }
 }
