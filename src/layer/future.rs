@@ -183,7 +183,13 @@ where
         S: Clone,
     {
         let mut context = RequestContext::new(shared.clone(), view, checks, grpc);
-        match shared.limiter.enter(&context.view().set, &claims) {
+        // In wait mode, a request that finds no slot free waits for one.
+        let wait = claims
+            .iter()
+            .map(|(index, _, _)| shared.wait_of(&context.view().policies()[*index]))
+            .collect::<Option<Vec<_>>>()
+            .and_then(|waits| waits.into_iter().min());
+        match shared.limiter.enter(&context.view().set, &claims, wait) {
             Entering::Ready(result) => {
                 if let Some(response) = context.enter(result) {
                     return Self::answered(response);

@@ -457,6 +457,9 @@ impl Policy {
     ///   or as leases in Redis that expire when a crashed process stops renewing them
     ///   (`RedisStore::in_flight_ttl`). A store failure follows the
     ///   layer's [`FailMode`](crate::FailMode); shadow mode passes a refused request.
+    /// - In wait mode ([`wait`](Policy::wait), or the layer's), a request that finds no
+    ///   slot free waits for one instead, asking again with a backoff of 1 to 25 ms, and
+    ///   gets the 429 only once its wait is over.
     ///
     /// The policy keeps its quota too; for a concurrency limit alone, see
     /// [`in_flight_only`](Policy::in_flight_only).

@@ -33,31 +33,48 @@ pub(crate) enum Entering {
 impl Limiter {
     /// Takes one in-flight slot for each of `claims` (policy index in `set`, key,
     /// bound), all or none: synchronously on the memory store, else through a
-    /// `'static` future.
-    pub(crate) fn enter(&self, set: &Arc<Set>, claims: &[(usize, Key, u32)]) -> Entering {
+    /// `'static` future. With `wait` (the layer's wait mode), a request that finds no
+    /// slot free tries again, backing off from 1 ms to 25 ms, until one frees or the
+    /// wait is over.
+    pub(crate) fn enter(
+        &self,
+        set: &Arc<Set>,
+        claims: &[(usize, Key, u32)],
+        wait: Option<std::time::Duration>,
+    ) -> Entering {
         match &self.inner.backend {
             Backend::Memory(store) => {
-                let mut slots = Vec::with_capacity(claims.len());
-                for &(index, key, max) in claims {
-                    match store.enter(&set.limits[index], &key, max) {
-                        Some(slot) => slots.push(slot),
-                        None => return Entering::Ready(Ok(Err(index))),
+                let first = enter_memory(store, set, claims);
+                match (first, wait) {
+                    (Err(_), Some(wait)) => {
+                        let (store, set, claims) = (store.clone(), set.clone(), claims.to_vec());
+                        Entering::Waiting(Box::pin(async move {
+                            let mut tries = Retries::new(wait);
+                            loop {
+                                let entry = enter_memory(&store, &set, &claims);
+                                if entry.is_ok() || !tries.wait().await {
+                                    return Ok(entry);
+                                }
+                            }
+                        }))
                     }
+                    (entry, _) => Entering::Ready(Ok(entry)),
                 }
-                Entering::Ready(Ok(Ok(slots)))
             }
             Backend::Other(store) => {
                 let (store, set, claims) = (store.clone(), set.clone(), claims.to_vec());
                 Entering::Waiting(Box::pin(async move {
-                    let mut slots = Vec::with_capacity(claims.len());
-                    for (index, key, max) in claims {
-                        let limit = &set.limits[index];
-                        match store.acquire_in_flight(limit, &key, max).await? {
-                            Some(slot) => slots.push(slot),
-                            None => return Ok(Err(index)),
+                    let mut tries = wait.map(Retries::new);
+                    loop {
+                        let entry = enter_store(store.as_ref(), &set, &claims).await?;
+                        let again = match (&entry, &mut tries) {
+                            (Err(_), Some(tries)) => tries.wait().await,
+                            _ => false,
+                        };
+                        if !again {
+                            return Ok(entry);
                         }
                     }
-                    Ok(Ok(slots))
                 }))
             }
         }
@@ -203,5 +220,64 @@ impl Limiter {
                 }))
             }
         }
+    }
+}
+
+/// One attempt at every slot of `claims` on the memory store.
+fn enter_memory(store: &crate::MemoryStore, set: &Set, claims: &[(usize, Key, u32)]) -> Entry {
+    let mut slots = Vec::with_capacity(claims.len());
+    for &(index, key, max) in claims {
+        match store.enter(&set.limits[index], &key, max) {
+            Some(slot) => slots.push(slot),
+            None => return Err(index),
+        }
+    }
+    Ok(slots)
+}
+
+/// One attempt at every slot of `claims` on another store.
+async fn enter_store(
+    store: &dyn crate::store::Store,
+    set: &Set,
+    claims: &[(usize, Key, u32)],
+) -> Result<Entry, StoreError> {
+    let mut slots = Vec::with_capacity(claims.len());
+    for &(index, key, max) in claims {
+        match store
+            .acquire_in_flight(&set.limits[index], &key, max)
+            .await?
+        {
+            Some(slot) => slots.push(slot),
+            None => return Ok(Err(index)),
+        }
+    }
+    Ok(Ok(slots))
+}
+
+/// The waits between a waiting request's tries for an in-flight slot: 1 ms, doubling
+/// up to 25 ms, until `wait` is over. A slot frees when a response body ends, which no
+/// store announces (on Redis, in another process), so the request asks again.
+struct Retries {
+    until: tokio::time::Instant,
+    next: std::time::Duration,
+}
+
+impl Retries {
+    fn new(wait: std::time::Duration) -> Self {
+        Self {
+            until: tokio::time::Instant::now() + wait,
+            next: std::time::Duration::from_millis(1),
+        }
+    }
+
+    /// Sleeps before the next try; false when the wait is over.
+    async fn wait(&mut self) -> bool {
+        let now = tokio::time::Instant::now();
+        if now >= self.until {
+            return false;
+        }
+        tokio::time::sleep(self.next.min(self.until - now)).await;
+        self.next = (self.next * 2).min(std::time::Duration::from_millis(25));
+        true
     }
 }

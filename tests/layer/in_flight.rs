@@ -268,3 +268,69 @@ async fn a_flood_of_distinct_keys_holds_only_the_requests_running() {
     drop(slots);
     assert_eq!(store.in_flight_keys(), 0);
 }
+
+/// Wait mode: a request that finds no slot free waits for one (within its wait)
+/// instead of getting a 429; past its wait it gets the 429.
+#[tokio::test]
+async fn in_wait_mode_a_request_waits_for_a_free_slot() {
+    let (entered, release) = (Arc::new(AtomicUsize::new(0)), Arc::new(Notify::new()));
+    let inner = {
+        let (entered, release) = (entered.clone(), release.clone());
+        tower::service_fn(move |_: Request<Full<Bytes>>| {
+            let (entered, release) = (entered.clone(), release.clone());
+            async move {
+                entered.fetch_add(1, Ordering::SeqCst);
+                release.notified().await;
+                Ok::<_, std::convert::Infallible>(Response::new(Full::<Bytes>::default()))
+            }
+        })
+    };
+    let get = || {
+        Request::get("/")
+            .body(Full::<Bytes>::default())
+            .expect("request")
+    };
+    let waits = Policy::in_flight_only("reports", 1)
+        .expect("policy")
+        .wait(Duration::from_secs(30));
+    let service = layer(waits, MemoryStore::new()).layer(inner.clone());
+    let first = tokio::spawn(service.clone().oneshot(get()));
+    while entered.load(Ordering::SeqCst) == 0 {
+        tokio::task::yield_now().await;
+    }
+    // The second finds the slot taken and waits; it is not answered meanwhile.
+    let second = tokio::spawn(service.clone().oneshot(get()));
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(!second.is_finished(), "a waiting request is not answered");
+    assert_eq!(
+        entered.load(Ordering::SeqCst),
+        1,
+        "nor served while the slot is taken"
+    );
+    // The first ends: its slot goes to the waiting one.
+    release.notify_one();
+    let first = first.await.expect("task").expect("answer");
+    assert_eq!(first.status(), StatusCode::OK);
+    drop(first);
+    while entered.load(Ordering::SeqCst) < 2 {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    release.notify_one();
+    let second = second.await.expect("task").expect("answer");
+    assert_eq!(second.status(), StatusCode::OK);
+
+    // A request whose wait is shorter than the slot stays taken gets the 429.
+    let short = Policy::in_flight_only("reports", 1)
+        .expect("policy")
+        .wait(Duration::from_millis(20));
+    let service = layer(short, MemoryStore::new()).layer(inner);
+    let holder = tokio::spawn(service.clone().oneshot(get()));
+    while entered.load(Ordering::SeqCst) < 3 {
+        tokio::task::yield_now().await;
+    }
+    let refused = service.clone().oneshot(get()).await.expect("answer");
+    assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(refused.headers()["retry-after"], "1");
+    release.notify_one();
+    holder.await.expect("task").expect("answer");
+}
