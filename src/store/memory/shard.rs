@@ -448,12 +448,17 @@ impl Shard {
         if floor >= self.next_sweep.load(Relaxed) {
             return None;
         }
-        if let Some(blocked) = self.blocked(policy, key, now) {
-            return Some(blocked);
-        }
-        if cost > 0 && self.queued(policy, key, now).is_some() {
-            // Behind a queue of reservations: decided under the write lock.
-            return None;
+        // One look at the key's record (none in the common case, an empty table): a
+        // block answers, a queue of reservations needs the write lock.
+        if !self.blocks.is_empty()
+            && let Some(record) = self.blocks.get(policy.table(), key)
+        {
+            if let Some(left) = record.offences.blocked_for(now) {
+                return Some(Verdict::blocked(left, false));
+            }
+            if cost > 0 && record.queue_until > now {
+                return None;
+            }
         }
         let id = policy.table();
         let table = self.tables.iter().find(|t| t.id == id)?;
