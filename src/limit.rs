@@ -285,6 +285,12 @@ impl Limit {
         }
     }
 
+    /// The delay bound as set, `None` for the default (what a limit derived for a
+    /// caller's quota inherits).
+    pub(crate) fn max_delay_setting(&self) -> Option<Duration> {
+        self.max_delay
+    }
+
     /// The derived parameters (usable even when the limiter builder would refuse the
     /// limit).
     pub(crate) fn params(&self) -> &Params {

@@ -1,12 +1,11 @@
 //! What the Tower layer asks of the limiter: decisions by limit index in one set of
 //! limits, without a future on the memory store, and refunds it runs in the background.
 
-use std::borrow::Cow;
 use std::sync::Arc;
 
-use super::{Backend, Limiter, Set, missing_decision};
+use super::{Backend, Limiter, Resolved, Set, missing_decision};
 use crate::store::{Charge, InFlightSlot, StoreFuture};
-use crate::{Decision, Key, Limit, Quota, Receipt, StoreError};
+use crate::{Decision, Key, Quota, Receipt, StoreError};
 
 /// A decision the layer can take without awaiting (memory store), or a future for it.
 pub(crate) enum Pending {
@@ -85,7 +84,7 @@ impl Limiter {
         &self,
         set: &'s Set,
         checks: &[LayerCheck],
-    ) -> Result<Vec<Cow<'s, Limit>>, StoreError> {
+    ) -> Result<Vec<Resolved<'s>>, StoreError> {
         checks
             .iter()
             .map(|(index, _, _, quota)| self.with_quota(&set.limits[*index], *quota))

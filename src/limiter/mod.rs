@@ -14,7 +14,7 @@ pub use entry::CheckEntry;
 pub(crate) use layer_api::{Entering, Entry, LayerCheck, Pending};
 pub(crate) use set::Set;
 
-use std::borrow::Cow;
+use std::collections::HashMap;
 use std::fmt;
 use std::future::Future;
 use std::sync::Arc;
@@ -66,7 +66,50 @@ pub(super) struct Inner {
     pub(super) set: ArcSwap<Set>,
     /// Whether a reload happened (then `set` is the one to read).
     pub(super) reloaded: AtomicBool,
+    /// Limits derived for callers' own quotas, checked for this limiter's store: a
+    /// plan's requests find theirs here instead of deriving it (parameters, divisors,
+    /// checks) on every call. Replaced whole on a miss, never locked; at most
+    /// [`MAX_CALLER_LIMITS`] entries, past which a quota is derived per call.
+    pub(super) callers: ArcSwap<CallerLimits>,
     pub(super) backend: Backend,
+}
+
+/// A derived limit's identity: the base limit's table (its name, algorithm and
+/// period) and delay setting (all a derived limit takes from it), and the caller's
+/// quota. Numbers only: hashed and compared without touching the name's bytes.
+type CallerKey = (u32, Option<Duration>, Quota);
+type CallerLimits = HashMap<CallerKey, Arc<Limit>, foldhash::fast::RandomState>;
+
+/// The most derived limits a limiter keeps (plans are few; a quota computed per
+/// caller would otherwise grow the cache without bound).
+const MAX_CALLER_LIMITS: usize = 1024;
+
+/// A limit as a check sees it: the limit itself, or the limit under a caller's quota.
+pub(crate) enum Resolved<'s> {
+    Own(&'s Limit),
+    Caller(Arc<Limit>),
+}
+
+impl Resolved<'_> {
+    /// An owned handle, for a future that outlives the set it was resolved in.
+    pub(crate) fn into_arc(self) -> Arc<Limit> {
+        match self {
+            Self::Own(limit) => Arc::new(limit.clone()),
+            Self::Caller(limit) => limit,
+        }
+    }
+}
+
+impl std::ops::Deref for Resolved<'_> {
+    type Target = Limit;
+
+    #[inline]
+    fn deref(&self) -> &Limit {
+        match self {
+            Self::Own(limit) => limit,
+            Self::Caller(limit) => limit,
+        }
+    }
 }
 
 impl Inner {
@@ -76,6 +119,7 @@ impl Inner {
             set: ArcSwap::new(Arc::clone(&initial)),
             initial,
             reloaded: AtomicBool::new(false),
+            callers: ArcSwap::default(),
             backend,
         }
     }
@@ -305,7 +349,7 @@ impl Limiter {
         set: &'s Set,
         name: &str,
         quota: Option<Quota>,
-    ) -> Result<Cow<'s, Limit>, StoreError> {
+    ) -> Result<Resolved<'s>, StoreError> {
         let limit = set.find(name).ok_or_else(|| unknown_policy(name))?;
         self.with_quota(limit, quota)
     }
@@ -316,12 +360,12 @@ impl Limiter {
         &self,
         limit: &'s Limit,
         quota: Option<Quota>,
-    ) -> Result<Cow<'s, Limit>, StoreError> {
+    ) -> Result<Resolved<'s>, StoreError> {
         match quota {
             Some(quota) if quota != limit.quota() => {
-                self.caller_limit(limit, quota).map(Cow::Owned)
+                self.caller_limit(limit, quota).map(Resolved::Caller)
             }
-            _ => Ok(Cow::Borrowed(limit)),
+            _ => Ok(Resolved::Own(limit)),
         }
     }
 
@@ -345,9 +389,33 @@ impl Limiter {
         }
     }
 
-    /// `limit` under a caller's own `quota`, checked as the builder checks limits.
+    /// `limit` under a caller's own `quota`, checked as the builder checks limits:
+    /// from the cache of derived limits, or derived and remembered.
+    pub(super) fn caller_limit(
+        &self,
+        limit: &Limit,
+        quota: Quota,
+    ) -> Result<Arc<Limit>, StoreError> {
+        let key = (limit.table(), limit.max_delay_setting(), quota);
+        if let Some(known) = self.inner.callers.load().get(&key) {
+            return Ok(Arc::clone(known));
+        }
+        let own = Arc::new(self.derive_caller_limit(limit, quota)?);
+        let known = self.inner.callers.load();
+        if known.len() < MAX_CALLER_LIMITS {
+            // Copied and replaced whole: misses are rare once a plan has been seen, and
+            // readers never wait. Two threads missing at once may lose one insert; it is
+            // derived again on its next miss.
+            let mut next = CallerLimits::clone(&known);
+            next.insert(key, Arc::clone(&own));
+            self.inner.callers.store(Arc::new(next));
+        }
+        Ok(own)
+    }
+
+    /// Derives `limit` under `quota` and checks it.
     #[cold]
-    pub(super) fn caller_limit(&self, limit: &Limit, quota: Quota) -> Result<Limit, StoreError> {
+    fn derive_caller_limit(&self, limit: &Limit, quota: Quota) -> Result<Limit, StoreError> {
         let own = limit.with_quota(quota);
         let checked = own.validate().and_then(|()| match &self.inner.backend {
             Backend::Memory(store) => store.check_bytes(&own),

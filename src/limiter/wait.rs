@@ -146,7 +146,7 @@ impl Limiter {
                 store.refund_charge_now(&charge, receipt);
             }
             Backend::Other(store) => {
-                let (store, limit) = (Arc::clone(store), limit.into_owned());
+                let (store, limit) = (Arc::clone(store), limit.into_arc());
                 if let Ok(runtime) = tokio::runtime::Handle::try_current() {
                     runtime.spawn(async move {
                         let charge = Charge {
