@@ -42,8 +42,11 @@ const SYNTAX: &str = "expected \"<count>/<unit>\" or \"<count> per <n> <unit>\" 
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Quota {
     limit: u64,
-    period: Duration,
-    burst: Option<u64>,
+    /// The period in whole microseconds (a `Duration` would double the size of every
+    /// `Quota`, which each `Decision` carries).
+    period_us: u64,
+    /// 0: the default, the limit.
+    burst: u64,
 }
 
 impl Quota {
@@ -87,8 +90,8 @@ impl Quota {
         }
         Ok(Self {
             limit,
-            period,
-            burst: None,
+            period_us: period.as_micros() as u64,
+            burst: 0,
         })
     }
 
@@ -99,8 +102,8 @@ impl Quota {
         );
         Self {
             limit,
-            period,
-            burst: None,
+            period_us: period.as_micros() as u64,
+            burst: 0,
         }
     }
 
@@ -168,10 +171,7 @@ impl Quota {
                 "invalid burst {burst} for quota \"{self}\": the burst must be between 1 and {MAX_COUNT}"
             )));
         }
-        Ok(Self {
-            burst: Some(burst),
-            ..self
-        })
+        Ok(Self { burst, ..self })
     }
 
     /// The most cost admitted per period at a steady pace.
@@ -189,7 +189,7 @@ impl Quota {
     /// assert_eq!(tollgate::Quota::per_hour(7).period().as_secs(), 3600);
     /// ```
     pub const fn period(&self) -> Duration {
-        self.period
+        Duration::from_micros(self.period_us)
     }
 
     /// The most cost admitted at one instant from an idle key (defaults to the limit).
@@ -198,9 +198,10 @@ impl Quota {
     /// assert_eq!(tollgate::Quota::per_hour(7).burst(), 7);
     /// ```
     pub const fn burst(&self) -> u64 {
-        match self.burst {
-            Some(b) => b,
-            None => self.limit,
+        if self.burst == 0 {
+            self.limit
+        } else {
+            self.burst
         }
     }
 
@@ -213,13 +214,12 @@ impl Quota {
     /// # Ok::<(), tollgate::ConfigError>(())
     /// ```
     pub const fn has_custom_burst(&self) -> bool {
-        self.burst.is_some()
+        self.burst != 0
     }
 
     /// The period in whole microseconds.
     pub(crate) fn period_micros(&self) -> u64 {
-        // Bounded by MAX_PERIOD, so it fits.
-        self.period.as_micros() as u64
+        self.period_us
     }
 
     /// Parses several quotas separated by `;`, `,` or `|`.
@@ -358,9 +358,10 @@ impl fmt::Display for Quota {
 
 impl fmt::Debug for Quota {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self.burst {
-            Some(burst) => write!(f, "Quota({self}, burst {burst})"),
-            None => write!(f, "Quota({self})"),
+        if self.has_custom_burst() {
+            write!(f, "Quota({self}, burst {})", self.burst)
+        } else {
+            write!(f, "Quota({self})")
         }
     }
 }
