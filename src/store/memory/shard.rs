@@ -212,10 +212,7 @@ impl Shard {
         cost: u64,
         max_wait_us: u64,
     ) -> Verdict {
-        let floor = self.advance(now);
-        if floor >= *self.next_sweep.get_mut() {
-            self.sweep(floor);
-        }
+        let floor = self.advance_and_sweep(now);
         if let Some(blocked) = self.blocked(policy, key, now) {
             return blocked;
         }
@@ -342,10 +339,7 @@ impl Shard {
         now: u64,
         cost: u64,
     ) -> Verdict {
-        let floor = self.advance(now);
-        if floor >= *self.next_sweep.get_mut() {
-            self.sweep(floor);
-        }
+        let floor = self.advance_and_sweep(now);
         let index = self.table_index(policy);
         let params = policy.params();
         let found = with_rule!(&mut self.tables[index].states, |map, R| {
@@ -484,10 +478,7 @@ impl Shard {
         cost: u64,
         charge: bool,
     ) -> Verdict {
-        let floor = self.advance(now);
-        if floor >= *self.next_sweep.get_mut() {
-            self.sweep(floor);
-        }
+        let floor = self.advance_and_sweep(now);
         // A blocked key is denied whatever its rate state says, and charged nothing.
         if let Some(blocked) = self.blocked(policy, key, now) {
             return blocked;
@@ -684,6 +675,16 @@ impl Shard {
         self.bytes -= bytes;
         self.entries -= 1;
         true
+    }
+
+    /// [`advance`](Shard::advance), then a sweep if one is due: how every write-locked
+    /// decision starts. Returns the latest instant seen.
+    fn advance_and_sweep(&mut self, now: u64) -> u64 {
+        let floor = self.advance(now);
+        if floor >= *self.next_sweep.get_mut() {
+            self.sweep(floor);
+        }
+        floor
     }
 
     /// Drops every state that is indistinguishable from a fresh one.
