@@ -6,8 +6,7 @@ use http::StatusCode;
 use crate::Decision;
 use crate::layer::few::Checks;
 use crate::layer::shared::{Shared, View};
-use crate::observe;
-use crate::store::StoreFuture;
+use crate::limiter::spawn_refund;
 
 /// Takes back, for each checked policy whose `count_when` does not count `status`,
 /// what the request's decision charged, by its receipt: a refund that arrives after
@@ -55,16 +54,5 @@ pub(super) fn refund_charges(
         {
             spawn_refund(refund);
         }
-    }
-}
-
-/// Runs a remote refund in the background: the response does not wait for it.
-fn spawn_refund(refund: StoreFuture<'static, ()>) {
-    if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-        runtime.spawn(async move {
-            if let Err(error) = refund.await {
-                observe::refund_failed(&error);
-            }
-        });
     }
 }

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use super::{Backend, Limiter, Resolved, Set, missing_decision};
 use crate::store::{Charge, InFlightSlot, StoreFuture};
-use crate::{Decision, Key, Quota, Receipt, StoreError};
+use crate::{Decision, Key, Quota, StoreError};
 
 /// A decision the layer can take without awaiting (memory store), or a future for it.
 pub(crate) enum Pending {
@@ -178,44 +178,6 @@ impl Limiter {
                         cost,
                     };
                     Ok(vec![store.reserve(charge, max_wait).await?])
-                }))
-            }
-        }
-    }
-
-    /// Takes back the whole charge of `receipt`, made to `key` under the limit at
-    /// `index` of `set` with `quota` (the decision's): at once on the memory store,
-    /// else in a future the caller runs in the background.
-    pub(crate) fn refund_charge_later(
-        &self,
-        set: &Arc<Set>,
-        index: usize,
-        key: Key,
-        receipt: Receipt,
-        quota: Quota,
-    ) -> Option<StoreFuture<'static, ()>> {
-        match &self.inner.backend {
-            Backend::Memory(store) => {
-                // A quota refused now was refused when charged: nothing to take back.
-                let limit = self.with_quota(&set.limits[index], Some(quota)).ok()?;
-                let charge = Charge {
-                    limit: &limit,
-                    key: &key,
-                    cost: receipt.cost(),
-                };
-                store.refund_charge_now(&charge, receipt);
-                None
-            }
-            Backend::Other(store) => {
-                let (limiter, store, set) = (self.clone(), store.clone(), set.clone());
-                Some(Box::pin(async move {
-                    let limit = limiter.with_quota(&set.limits[index], Some(quota))?;
-                    let charge = Charge {
-                        limit: &limit,
-                        key: &key,
-                        cost: receipt.cost(),
-                    };
-                    store.refund_charge(charge, receipt).await
                 }))
             }
         }

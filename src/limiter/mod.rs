@@ -3,6 +3,7 @@
 mod builder;
 mod check;
 mod entry;
+mod give_back;
 #[cfg(feature = "layer")]
 mod layer_api;
 mod set;
@@ -10,6 +11,7 @@ mod wait;
 
 pub use builder::LimiterBuilder;
 pub use entry::CheckEntry;
+pub(crate) use give_back::spawn_refund;
 #[cfg(feature = "layer")]
 pub(crate) use layer_api::{Entering, Entry, LayerCheck, Pending};
 pub(crate) use set::Set;
@@ -88,16 +90,6 @@ const MAX_CALLER_LIMITS: usize = 1024;
 pub(crate) enum Resolved<'s> {
     Own(&'s Limit),
     Caller(Arc<Limit>),
-}
-
-impl Resolved<'_> {
-    /// An owned handle, for a future that outlives the set it was resolved in.
-    pub(crate) fn into_arc(self) -> Arc<Limit> {
-        match self {
-            Self::Own(limit) => Arc::new(limit.clone()),
-            Self::Caller(limit) => limit,
-        }
-    }
 }
 
 impl std::ops::Deref for Resolved<'_> {

@@ -77,7 +77,14 @@ impl Set {
         })
     }
 
-    /// The limit named `name`, and its index.
+    /// The index of the limit named `name`.
+    pub(crate) fn index_of(&self, name: &str) -> Option<usize> {
+        self.limits
+            .iter()
+            .position(|l| super::names_match(l.name(), name))
+    }
+
+    /// The limit named `name`.
     #[inline]
     pub(crate) fn find(&self, name: &str) -> Option<&Limit> {
         self.limits

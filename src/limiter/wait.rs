@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::{Backend, Limiter, Set, unknown_policy};
+use super::{Backend, Limiter, Set, spawn_refund, unknown_policy};
 use crate::store::Charge;
 use crate::{Decision, Key, StoreError};
 
@@ -126,40 +126,12 @@ impl Limiter {
     /// Gives back what `decision` reserved for `key` in `set`: at once on the memory
     /// store, in the background on another.
     fn give_back(&self, set: &Arc<Set>, key: Key, decision: &Decision) {
-        let Some(receipt) = decision.receipt() else {
-            return;
-        };
-        let Ok(limit) = set
-            .find(decision.policy)
-            .ok_or(())
-            .and_then(|limit| self.with_quota(limit, Some(decision.quota)).map_err(|_| ()))
+        let (Some(receipt), Some(index)) = (decision.receipt(), set.index_of(decision.policy))
         else {
             return;
         };
-        match &self.inner.backend {
-            Backend::Memory(store) => {
-                let charge = Charge {
-                    limit: &limit,
-                    key: &key,
-                    cost: receipt.cost(),
-                };
-                store.refund_charge_now(&charge, receipt);
-            }
-            Backend::Other(store) => {
-                let (store, limit) = (Arc::clone(store), limit.into_arc());
-                if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-                    runtime.spawn(async move {
-                        let charge = Charge {
-                            limit: &limit,
-                            key: &key,
-                            cost: receipt.cost(),
-                        };
-                        if let Err(error) = store.refund_charge(charge, receipt).await {
-                            crate::observe::refund_failed(&error);
-                        }
-                    });
-                }
-            }
+        if let Some(refund) = self.refund_charge_later(set, index, key, receipt, decision.quota) {
+            spawn_refund(refund);
         }
     }
 }
