@@ -11,6 +11,44 @@ support::waiting_tests!(tollgate::MemoryStore::with_clock);
 
 const BASE: Duration = Duration::from_secs(1_699_920_000);
 
+/// `n` tasks wait with `until_ready` for cost 1 of `key` under `policy`, each spawned
+/// once the one before has reserved (the order they ask in); returns, by that order,
+/// how long after the first asked each one proceeded, on tokio's clock.
+async fn waiters(
+    limiter: &Limiter,
+    policy: &'static str,
+    key: &'static str,
+    n: usize,
+) -> Vec<Duration> {
+    let started = tokio::time::Instant::now();
+    let proceeded = Arc::new(Mutex::new(Vec::new()));
+    let mut tasks = Vec::new();
+    for i in 0..n {
+        let (limiter, proceeded) = (limiter.clone(), proceeded.clone());
+        tasks.push(tokio::spawn(async move {
+            let decision = limiter
+                .until_ready(policy, &Key::from(key), 1, Duration::from_secs(10))
+                .await
+                .expect("a decision");
+            assert!(decision.allowed);
+            proceeded
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .push((i, started.elapsed()));
+        }));
+        tokio::task::yield_now().await;
+    }
+    for task in tasks {
+        task.await.expect("no panic");
+    }
+    let mut seen = proceeded
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .clone();
+    seen.sort_by_key(|&(i, _)| i);
+    seen.into_iter().map(|(_, at)| at).collect()
+}
+
 /// 50 tasks wait with `until_ready`; the instants they proceed at, on tokio's paused
 /// clock, are the places the limiter gave them (10 at once, then one every 100 ms), in
 /// the order they asked; a waiter cancelled before its turn gives its place back to
@@ -22,35 +60,9 @@ async fn until_ready_proceeds_on_schedule_and_a_cancelled_waiter_gives_its_place
         .store(MemoryStore::with_clock(ManualClock::new(BASE)))
         .build()
         .expect("limiter");
-    let started = tokio::time::Instant::now();
-    let proceeded = Arc::new(Mutex::new(Vec::new()));
-    let mut tasks = Vec::new();
-    for i in 0..50_u64 {
-        let (limiter, proceeded) = (limiter.clone(), proceeded.clone());
-        tasks.push(tokio::spawn(async move {
-            let decision = limiter
-                .until_ready("upstream", &Key::from("host"), 1, Duration::from_secs(10))
-                .await
-                .expect("a decision");
-            assert!(decision.allowed);
-            proceeded
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .push((i, started.elapsed()));
-        }));
-        // Each task reserves before the next is spawned: the order they asked in.
-        tokio::task::yield_now().await;
-    }
-    for task in tasks {
-        task.await.expect("no panic");
-    }
-    let mut seen = proceeded
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner)
-        .clone();
-    seen.sort_by_key(|&(i, _)| i);
-    for (i, at) in seen {
-        let turn = Duration::from_millis(100 * i.saturating_sub(9));
+    let seen = waiters(&limiter, "upstream", "host", 50).await;
+    for (i, at) in seen.into_iter().enumerate() {
+        let turn = Duration::from_millis(100 * u64::try_from(i.saturating_sub(9)).expect("small"));
         assert_eq!(at, turn, "waiter {i} proceeds at its place");
     }
 
@@ -95,35 +107,10 @@ async fn until_ready_follows_the_admission_schedule_on_every_algorithm() {
         };
         let clock = ManualClock::new(START_OF_DAY + START);
         let limiter = limiter(algorithm, MemoryStore::with_clock(clock)).expect("limiter");
-        let started = tokio::time::Instant::now();
-        let proceeded = Arc::new(Mutex::new(Vec::new()));
-        let mut tasks = Vec::new();
-        for i in 0..50_usize {
-            let (limiter, proceeded) = (limiter.clone(), proceeded.clone());
-            tasks.push(tokio::spawn(async move {
-                let decision = limiter
-                    .until_ready("wait", &Key::from("waiters"), 1, Duration::from_secs(10))
-                    .await
-                    .expect("a decision");
-                assert!(decision.allowed);
-                proceeded
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .push((i, started.elapsed()));
-            }));
-            tokio::task::yield_now().await;
-        }
-        for task in tasks {
-            task.await.expect("no panic");
-        }
-        let mut seen = proceeded
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone();
-        seen.sort_by_key(|&(i, _)| i);
+        let seen = waiters(&limiter, "wait", "waiters", 50).await;
         let instants: Vec<u64> = seen
             .iter()
-            .map(|&(_, at)| u64::try_from(at.as_micros()).expect("small"))
+            .map(|at| u64::try_from(at.as_micros()).expect("small"))
             .collect();
         // tokio's timer wakes at whole milliseconds: each waiter proceeds at its place,
         // rounded up to the next one.

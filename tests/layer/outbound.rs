@@ -41,6 +41,50 @@ async fn upstream() -> (std::net::SocketAddr, Arc<Mutex<Vec<Instant>>>) {
     (addr, arrivals)
 }
 
+/// Fires `calls` calls at once through `layer`, on a hyper-util client, at the upstream
+/// at `addr`: each must succeed (held for its turn, never refused), and each must reach
+/// the upstream once. Returns when the burst started and the upstream's arrivals, in
+/// order.
+async fn burst(
+    layer: RateLimitLayer,
+    addr: std::net::SocketAddr,
+    calls: u32,
+    arrivals: &Arc<Mutex<Vec<Instant>>>,
+) -> (Instant, Vec<Instant>) {
+    let client = ServiceBuilder::new()
+        .layer(layer)
+        .service(Client::builder(TokioExecutor::new()).build_http::<Empty<Bytes>>());
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for _ in 0..calls {
+        let mut client = client.clone();
+        let request = Request::get(format!("http://{addr}/"))
+            .body(Empty::<Bytes>::new())
+            .expect("request");
+        tasks.push(tokio::spawn(async move {
+            let response = client.ready().await?.call(request).await?;
+            let status = response.status();
+            response.into_body().collect().await?;
+            Ok::<_, Box<dyn std::error::Error + Send + Sync>>(status)
+        }));
+    }
+    for task in tasks {
+        let status = task.await.expect("no panic").expect("the call");
+        assert_eq!(status, StatusCode::OK, "a call was refused instead of held");
+    }
+    let mut seen = arrivals
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .clone();
+    seen.sort();
+    assert_eq!(
+        seen.len(),
+        calls as usize,
+        "every call reached the upstream once"
+    );
+    (started, seen)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_burst_of_calls_reaches_the_upstream_no_faster_than_its_limit() {
     const CALLS: u32 = 30;
@@ -65,39 +109,7 @@ async fn a_burst_of_calls_reaches_the_upstream_no_faster_than_its_limit() {
         .store(MemoryStore::with_clock(clock))
         .build()
         .expect("limiter");
-    let client = ServiceBuilder::new()
-        .layer(RateLimitLayer::new(limiter.clone()))
-        .service(Client::builder(TokioExecutor::new()).build_http::<Empty<Bytes>>());
-
-    let started = Instant::now();
-    let mut calls = Vec::new();
-    for _ in 0..CALLS {
-        let mut client = client.clone();
-        let request = Request::get(format!("http://{addr}/"))
-            .body(Empty::<Bytes>::new())
-            .expect("request");
-        calls.push(tokio::spawn(async move {
-            let response = client.ready().await?.call(request).await?;
-            let status = response.status();
-            response.into_body().collect().await?;
-            Ok::<_, Box<dyn std::error::Error + Send + Sync>>(status)
-        }));
-    }
-    for call in calls {
-        let status = call.await.expect("no panic").expect("the call");
-        assert_eq!(status, StatusCode::OK, "a call was refused instead of held");
-    }
-
-    let mut seen = arrivals
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner)
-        .clone();
-    seen.sort();
-    assert_eq!(
-        seen.len(),
-        CALLS as usize,
-        "every call reached the upstream once"
-    );
+    let (started, seen) = burst(RateLimitLayer::new(limiter.clone()), addr, CALLS, &arrivals).await;
     // The k-th call to arrive left no earlier than its turn, k·T after the burst: by
     // any instant t the upstream has seen at most 1 + t/T calls, never a burst.
     for (k, at) in seen.iter().enumerate() {
@@ -139,33 +151,13 @@ async fn in_wait_mode_calls_over_the_quota_wait_for_their_window() {
         .store(MemoryStore::with_clock(ManualClock::new(BASE)))
         .build()
         .expect("limiter");
-    let client = ServiceBuilder::new()
-        .layer(RateLimitLayer::new(limiter).wait(Duration::from_secs(5)))
-        .service(Client::builder(TokioExecutor::new()).build_http::<Empty<Bytes>>());
-    let started = Instant::now();
-    let mut calls = Vec::new();
-    for _ in 0..CALLS {
-        let mut client = client.clone();
-        let request = Request::get(format!("http://{addr}/"))
-            .body(Empty::<Bytes>::new())
-            .expect("request");
-        calls.push(tokio::spawn(async move {
-            let response = client.ready().await?.call(request).await?;
-            let status = response.status();
-            response.into_body().collect().await?;
-            Ok::<_, Box<dyn std::error::Error + Send + Sync>>(status)
-        }));
-    }
-    for call in calls {
-        let status = call.await.expect("no panic").expect("the call");
-        assert_eq!(status, StatusCode::OK, "a call was refused instead of held");
-    }
-    let mut seen = arrivals
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner)
-        .clone();
-    seen.sort();
-    assert_eq!(seen.len(), CALLS as usize);
+    let (started, seen) = burst(
+        RateLimitLayer::new(limiter).wait(Duration::from_secs(5)),
+        addr,
+        CALLS,
+        &arrivals,
+    )
+    .await;
     for (k, at) in seen.iter().enumerate() {
         let window = Duration::from_secs(u64::try_from(k / 10).expect("small"));
         assert!(
