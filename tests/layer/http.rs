@@ -519,6 +519,35 @@ async fn store_failures_fail_open_or_closed() {
     assert_eq!(calls.load(Ordering::Relaxed), 4);
 }
 
+/// In wait mode a request's place is reserved in the store: when the store fails, the
+/// layer's fail mode decides, as for a plain check (and nothing is held).
+#[tokio::test]
+async fn a_store_failure_in_wait_mode_fails_open_or_closed() {
+    let calls = Arc::new(AtomicUsize::new(0));
+    let broken = || {
+        Limiter::builder()
+            .policy(Policy::new("api", Quota::per_minute(1)).expect("policy"))
+            .store(BrokenStore(calls.clone()))
+            .build()
+            .expect("limiter")
+    };
+    let wait = Duration::from_secs(30);
+    let layer = RateLimitLayer::new(broken()).wait(wait);
+    let server = Server::start(app(layer.clone())).await;
+    let reply = server.get("/").await;
+    assert_eq!(reply.status, StatusCode::OK, "fail open lets it through");
+    assert!(!reply.headers.contains_key("ratelimit"));
+    assert_eq!(layer.held(), 0, "nothing is held for a store that failed");
+    let server = Server::start(app(RateLimitLayer::new(broken())
+        .wait(wait)
+        .on_store_error(FailMode::Closed)))
+    .await;
+    let reply = server.get("/").await;
+    assert_eq!(reply.status, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(reply.header("retry-after"), "1");
+    assert_eq!(calls.load(Ordering::Relaxed), 2);
+}
+
 #[tokio::test]
 async fn missing_keys_skip_or_reject_the_policy() {
     let clock = ManualClock::new(BASE);
