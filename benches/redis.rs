@@ -198,39 +198,6 @@ fn limiter(
         .expect("a limiter")
 }
 
-/// tollgate's GCRA script as the store joins it (src/store/redis/script.rs); the
-/// bench checks that the server holds a script with this SHA after tollgate ran, so
-/// the raw row below runs exactly the store's code.
-const GCRA_SCRIPT: &str = concat!(
-    include_str!("../src/store/redis/lua/prelude.lua"),
-    include_str!("../src/store/redis/lua/gcra/decide.lua"),
-    include_str!("../src/store/redis/lua/clock.lua"),
-    include_str!("../src/store/redis/lua/evalsha.lua"),
-    include_str!("../src/store/redis/lua/prelude_steps.lua"),
-    include_str!("../src/store/redis/lua/gcra/steps.lua"),
-    include_str!("../src/store/redis/lua/evalsha_batch.lua"),
-);
-
-/// The arguments the store sends for one GCRA charge under `bench_quota()`: server
-/// time with a floor (the store sends the latest server time it has seen; `f1` costs
-/// the script the same parsing and never leads the clock), acquire, cost 1, limit,
-/// period µs, capacity, T and B·T as (µs, ns), and the bound on delays that only the
-/// leaky bucket reads.
-const GCRA_ARGS: [&str; 12] = [
-    "f1",
-    "a",
-    "gcra",
-    "1",
-    "1000000",
-    "1000000000",
-    "1000000",
-    "1000",
-    "0",
-    "1000000000",
-    "0",
-    "0",
-];
-
 /// Every request admitted: 10⁶ per 1000 s per key, far more than a run spends.
 fn bench_quota() -> Quota {
     Quota::new(1_000_000, Duration::from_secs(1_000)).expect("a quota")
@@ -380,68 +347,6 @@ async fn tollgate_rows(url: &str, secs: f64, admin: &mut MultiplexedConnection) 
     rows
 }
 
-/// tollgate's own GCRA code called raw with the store's arguments and keys named
-/// like the store's, as a script and as the library's function: the server's cost
-/// of a decision without tollgate's client side. Runs after `tollgate_rows`, which loaded both.
-async fn raw_gcra_rows(
-    server: &RedisServer,
-    secs: f64,
-    conn: &MultiplexedConnection,
-    admin: &mut MultiplexedConnection,
-) -> Vec<Row> {
-    let gcra = redis::Script::new(GCRA_SCRIPT);
-    let exists: Vec<bool> = redis::cmd("SCRIPT")
-        .arg("EXISTS")
-        .arg(gcra.get_hash())
-        .query_async(admin)
-        .await
-        .expect("SCRIPT EXISTS");
-    assert_eq!(exists, [true], "the bench's GCRA script is not the store's");
-    reset_stats(admin).await;
-    let mut script = raw_script(
-        "raw redis-rs EVALSHA of tollgate's gcra script",
-        secs,
-        conn,
-        gcra,
-        store_like_keys(&server.url(), "gcra-raw_"),
-        &GCRA_ARGS,
-    )
-    .await;
-    (script.script_us, script.cpu_us) = server_cost(admin, "evalsha").await;
-
-    let listing = server.cli(&["FUNCTION", "LIST"]);
-    let function: Arc<str> = listing
-        .split_whitespace()
-        .find(|w| w.starts_with("tollgate_"))
-        .expect("the store loaded its library")
-        .into();
-    let (keys, shared) = (store_like_keys(&server.url(), "gcra-raw_"), conn.clone());
-    reset_stats(admin).await;
-    let mut fcall = measure(
-        "raw redis-rs FCALL of tollgate's library, gcra".into(),
-        secs,
-        move |task| {
-            let mut conn = shared.clone();
-            let keys = keys.clone();
-            let function = function.clone();
-            async move {
-                let reply: Vec<i64> = redis::cmd("FCALL")
-                    .arg(&*function)
-                    .arg(1)
-                    .arg(&keys[task])
-                    .arg(&GCRA_ARGS[..])
-                    .query_async(&mut conn)
-                    .await
-                    .expect("a reply");
-                assert_eq!(reply[0], 1);
-            }
-        },
-    )
-    .await;
-    (fcall.script_us, fcall.cpu_us) = server_cost(admin, "fcall").await;
-    vec![script, fcall]
-}
-
 /// The classic GCRA script's arguments for `bench_quota()`: burst, rate, period (s),
 /// cost.
 const CLASSIC_ARGS: [&str; 4] = ["1000000", "1000000", "1000", "1"];
@@ -498,7 +403,7 @@ async fn connection(client: &redis::Client) -> MultiplexedConnection {
         .expect("a connection")
 }
 
-/// The raw ceiling, every algorithm, tollgate's GCRA code called raw, then the
+/// The raw ceiling, every algorithm through the store, then the
 /// classic GCRA script.
 async fn throughput(server: &RedisServer, secs: f64) -> Vec<Row> {
     let url = server.url();
@@ -507,7 +412,6 @@ async fn throughput(server: &RedisServer, secs: f64) -> Vec<Row> {
     let mut admin = connection(&client).await;
     let mut rows = ceiling_rows(&url, secs, &conn, &mut admin).await;
     rows.extend(tollgate_rows(&url, secs, &mut admin).await);
-    rows.extend(raw_gcra_rows(server, secs, &conn, &mut admin).await);
     rows.push(classic_gcra_row(&url, secs, &conn, &mut admin).await);
     rows
 }

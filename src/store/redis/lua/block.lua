@@ -9,36 +9,45 @@
 --
 -- A charge's penalty is its arguments i+10 .. i+12 (see evalsha.lua): the rejections
 -- that trip the box (0: no box), the window and the block (µs).
+--
+-- The record is read only when the state's mark (prelude.lua) says it may exist or
+-- the key has no state: `pb_write` marks the state whenever it writes a record.
 
+-- The record's four numbers (zeros when there is none), and whether there is one.
 local function pb_read(keys)
   local v = redis.call('GET', keys[#keys])
   if not v then
-    return 0, 0, 0, 0
+    return 0, 0, 0, 0, false
   end
   local u, c, f, q = string.match(v, '^(%S+) (%S+) (%S+) (%S+)$')
-  return tonumber(u), tonumber(c), tonumber(f), tonumber(q)
+  return tonumber(u), tonumber(c), tonumber(f), tonumber(q), true
 end
 
--- Writes the record; it lives until `idle_at` or the queue's tail `q`, the later.
+-- Writes the record; it lives until `idle_at` or the queue's tail `q`, the later. The
+-- state, when there is one, is marked (prelude.lua), so that decisions read the record.
 local function pb_write(keys, u, c, f, q, idle_at, now)
   redis.call('SET', keys[#keys], string.format('%.0f %.0f %.0f %.0f', u, c, f, q), 'PX',
     ttl_ms(math.max(idle_at, q), now))
+  if redis.call('EXISTS', keys[1]) == 1 then
+    redis.call('SETRANGE', keys[1], 0, MARKED)
+  end
 end
 
 -- A blocked key's verdict (Verdict::blocked): denied, nothing left, both waits the
 -- block's end; then the block (µs left) and whether this call tripped it.
 local function pb_blocked(left, tripped)
-  return { 0, 0, left, left, 0, left, tripped and 1 or 0 }
+  return { 0, 0, left, left, 0, left, tripped and 1 or 0, 0 }
 end
 
 -- Counts the rejection `v` of the charge at args[i..], whose record read (c, f)
 -- (Offences::offend): the blocked verdict when it trips the box, else `v`.
 local function pb_offend(keys, now, args, i, v, c, f, q)
-  local n = tonumber(args[i + 10])
-  if n == 0 or tonumber(args[i + 1]) == 0 then
+  -- A call without a penalty box may leave its three arguments out (evalsha.lua).
+  local n = tonumber(args[i + 10] or 0)
+  if n == 0 or args[i + 1] + 0 == 0 then
     return v
   end
-  local within, block = tonumber(args[i + 11]), tonumber(args[i + 12])
+  local within, block = args[i + 11] + 0, args[i + 12] + 0
   if c == 0 or now >= f + within then
     c, f = 1, now
   else
@@ -56,29 +65,36 @@ end
 -- One charge at args[i..] decided behind its block: a blocked key is denied without
 -- reading its rate state (and charged nothing); with `count`, a rejection is counted
 -- in the penalty box. Every reply carries the block fields.
+--
+-- The state is read first: the record is read only when the state is marked or
+-- missing (prelude.lua), and the state read is handed to the algorithm's `decide`.
 local function guarded(keys, now, args, i, charge, count)
-  local u, c, f, q = pb_read(keys)
-  if u > now then
-    return pb_blocked(u - now, false)
+  local state = redis.call('GET', keys[1])
+  local u, c, f, q, record = 0, 0, 0, 0, false
+  if not state or string.byte(state, 1) == MARK_BYTE then
+    u, c, f, q, record = pb_read(keys)
+    if u > now then
+      return pb_blocked(u - now, false)
+    end
   end
+  local mark = record and MARKED or UNMARKED
   local v
-  if q > now and tonumber(args[i + 1]) > 0 then
+  if q > now and args[i + 1] + 0 > 0 then
     -- Reservations ahead (the state runs ahead of the clock): the request's place is
     -- behind them, so it is denied now with the wait until that place (it did not
     -- ask to wait). Decided at the queue's tail; durations back on this clock.
     local lead = q - now
-    local b = D[args[i]](keys, q, args, i, false)
+    local b = D[args[i]](keys, q, args, i, false, false, state, mark)
     local retry = -1
     if b[1] == 1 then
       retry = lead
     elseif b[4] >= 0 then
       retry = b[4] + lead
     end
-    v = { 0, b[2], b[3] + lead, retry, 0 }
+    v = { 0, b[2], b[3] + lead, retry, 0, -1, 0, 0 }
   else
-    v = D[args[i]](keys, now, args, i, charge)
+    v = D[args[i]](keys, now, args, i, charge, false, state, mark)
   end
-  v[6], v[7] = -1, 0
   if count and v[1] == 0 then
     return pb_offend(keys, now, args, i, v, c, f, q)
   end
@@ -101,7 +117,7 @@ local function reserve(keys, now, args, i, max_wait)
   local at = first
   if b[1] == 0 then
     if b[4] < 0 then
-      return { 0, b[2], b[3] + lead, -1, 0, -1, 0 }
+      return { 0, b[2], b[3] + lead, -1, 0, -1, 0, 0 }
     end
     at = first + b[4]
   end
@@ -112,7 +128,7 @@ local function reserve(keys, now, args, i, max_wait)
     served = math.max(at, at + decide(keys, at, args, i, false)[3])
   end
   if served - now > max_wait then
-    return { 0, b[2], b[3] + lead, served - now, 0, -1, 0 }
+    return { 0, b[2], b[3] + lead, served - now, 0, -1, 0, 0 }
   end
   -- Charged at its place: keys must live until then on the server's clock too.
   local saved = ttl_lead
@@ -124,7 +140,7 @@ local function reserve(keys, now, args, i, max_wait)
     v[3] = v[3] + ahead
     v[5] = math.max(v[5] + ahead, ahead)
     if ahead > 0 then
-      pb_write(keys, u, c, f, math.max(q, at), f + tonumber(args[i + 11]), now)
+      pb_write(keys, u, c, f, math.max(q, at), f + args[i + 11] + 0, now)
     end
   else
     v[3] = v[3] + ahead

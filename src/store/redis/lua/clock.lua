@@ -14,7 +14,7 @@ local function decision_clock(arg)
     return now
   end
   local time = redis.call('TIME')
-  now = tonumber(time[1]) * 1000000 + tonumber(time[2])
+  now = time[1] * 1000000 + time[2]
   -- A clock stepped back is read as the floor: keys idle through the step gain
   -- nothing from it, as keys with state gain nothing through their latest instant.
   local floor = tonumber(string.sub(arg, 2))

@@ -15,7 +15,9 @@
 --          'p' penalize: charge `cost` whether or not it fits
 -- then 13 per charge: algorithm, cost, limit, period (µs), capacity, five algorithm
 -- parameters (see src/store/redis/script.rs), and the penalty box: rejections (0:
--- none), window (µs), block (µs); with 'c', 15: those and the receipt, the instant
+-- none), window (µs), block (µs), which a call of one charge decided ('a', 'd')
+-- leaves out when there is no box (each argument costs Redis time to parse and
+-- convert); with 'c', 15: those and the receipt, the instant
 -- the charge was decided at and its reset instant (µs). KEYS: each charge's keys in
 -- order: its state, the log's sorted set for sliding_window_log, then its block
 -- record (block.lua).
@@ -40,14 +42,14 @@ local mode = ARGV[2]
 if #ARGV == 16 and mode == 'w' and D[ARGV[3]] then
   -- A reservation (Limiter::reserve): one charge, its max wait (µs) last.
   local v = reserve(KEYS, now, ARGV, 3, tonumber(ARGV[16]))
-  v[#v + 1] = now
+  v[8] = now
   return v
 end
 
-if #ARGV == 15 and (mode == 'a' or mode == 'd') then
+if (#ARGV == 15 or #ARGV == 12) and (mode == 'a' or mode == 'd') then
   if D[ARGV[3]] then
     local v = guarded(KEYS, now, ARGV, 3, mode == 'a', mode == 'a')
-    v[#v + 1] = now
+    v[8] = now
     return v
   end
 end

@@ -118,10 +118,11 @@ local function refund(c, amount, receipt)
 end
 
 local out = {}
+-- Seven integers per verdict (its eighth slot is the single call's instant).
 local function emit(verdicts)
   for _, v in ipairs(verdicts) do
-    for _, x in ipairs(v) do
-      out[#out + 1] = x
+    for j = 1, 7 do
+      out[#out + 1] = v[j]
     end
   end
 end

@@ -8,12 +8,12 @@
 
 local function call(keys, args)
   local decide = D[args[3]]
-  if #args ~= 15 or (args[2] ~= 'a' and args[2] ~= 'd') or not decide then
+  if (#args ~= 15 and #args ~= 12) or (args[2] ~= 'a' and args[2] ~= 'd') or not decide then
     return redis.error_reply('tollgate: the function takes one charge, decided')
   end
   local now = decision_clock(args[1])
   local acquire = args[2] == 'a'
   local v = guarded(keys, now, args, 3, acquire, acquire)
-  v[#v + 1] = now
+  v[8] = now
   return v
 end

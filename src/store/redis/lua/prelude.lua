@@ -5,13 +5,29 @@
 -- policies that could leave that range), and every division goes through `idiv`,
 -- which is exact where `a / b` rounded to a double is not.
 
--- A state is one string of integers, "<s> <field> ...", with `s` (the latest
--- instant seen) first: one GET reads it and one `SET … PX` writes it with its TTL,
--- where a hash took HMGET, HSET and PEXPIRE. A decision that charges nothing but saw
--- a later instant rewrites only `s` and keeps the text after it (`KEEPTTL`).
+-- A state is one string: a mark, then the state's numbers with `s` (the latest instant
+-- seen) first; one GET reads it and one `SET … PX` writes it with its TTL, where a hash
+-- took HMGET, HSET and PEXPIRE. A decision that charges nothing but saw a later
+-- instant rewrites only `s` and keeps what follows it (`KEEPTTL`). GCRA's and the leaky
+-- bucket's numbers are packed doubles (`struct.pack`: one C call each way, where
+-- formatting and matching text cost a decision more than a microsecond); the other
+-- algorithms' are decimal text, "<s> <field> ...".
+--
+-- The mark, the string's first byte, says whether the key's block record
+-- (block.lua) may exist: '!' it may, '.' it did not when the state was written.
+-- Every writer of a block record marks the state (`pb_write`), so a decision reads
+-- the record only for a marked state or a key without state: most decisions make
+-- one read. A writer that did not read the record writes '!'.
+local MARKED, UNMARKED = '!', '.'
+local MARK_BYTE = 33 -- string.byte('!')
 
--- Each algorithm's `decide(keys, now, args, i, charge)`, by name (see evalsha.lua).
+-- Each algorithm's `decide(keys, now, args, i, charge, force, v, mark)`, by name (see
+-- evalsha.lua): `v` the state string when the caller has read it already (false: no
+-- state; nil: not read), `mark` the mark to write (nil: '!').
 local D = {}
+
+-- Arguments arrive as strings: `args[j] + 0` converts one (Lua's own coercion) at half
+-- the cost of `tonumber(args[j])`, a function call.
 
 -- Integers travel to Redis as decimal text: Lua's own conversion would print
 -- 1.69992e+15.
@@ -33,10 +49,11 @@ local function ceil_div(a, b)
   return q
 end
 
--- A decision as the store reads it back: allowed (1 or 0), remaining, reset, retry,
--- delay.
+-- A decision as the store reads it back (see evalsha.lua): allowed (1 or 0),
+-- remaining, reset, retry, delay, blocked_for (-1: not blocked), tripped (0), and a
+-- slot for the instant decided at, so that the reply's table is sized once.
 local function verdict(allowed, remaining, reset, retry, delay)
-  return { allowed and 1 or 0, remaining, reset, retry, delay }
+  return { allowed and 1 or 0, remaining, reset, retry, delay, -1, 0, 0 }
 end
 
 -- Keys outlive the instant they become idle by this much, so that state still
@@ -48,11 +65,25 @@ local SLACK_MS = 1000
 -- live until `until_us` on the decision clock lives this much longer on the server's.
 local ttl_lead = 0
 
--- Milliseconds a key must live: until `until_us` on the caller's clock (`now`).
+-- Keys expire at the end of a whole second: a key lives up to a second longer than it
+-- must, and most writes at a busy key find its expiry already where it must be and
+-- keep it (`SET … KEEPTTL`, cheaper for Redis than `PX`; see `ttl_kept`).
+local GRAIN_US = 1000000
+
+-- Milliseconds a key must live: until the end of the second holding `until_us` on the
+-- caller's clock (`now`). On the server's clock that is the same instant: `now` is
+-- ahead of it by `ttl_lead`.
 local function ttl_ms(until_us, now)
-  local left = until_us - now + ttl_lead
+  local left = ceil_div(until_us, GRAIN_US) * GRAIN_US - now + ttl_lead
   if left < 0 then
     left = 0
   end
   return ceil_div(left, 1000) + SLACK_MS
+end
+
+-- Whether a key whose last `PX` was for `before_us` (or later) already lives long
+-- enough for `until_us`: the same second or an earlier one. Every `PX` goes through
+-- `ttl_ms`, and a write that keeps the TTL never moves what it was set for later.
+local function ttl_kept(before_us, until_us)
+  return ceil_div(until_us, GRAIN_US) <= ceil_div(before_us, GRAIN_US)
 end

@@ -17,9 +17,10 @@ local function owed_for(r, t)
 end
 
 -- Records a later instant in a state string (see prelude.lua) without rewriting the
--- other fields: `tail` is the text after `s`.
+-- other fields: `tail` is the text after `s`. The steps do not read the block
+-- record, so what they write is marked.
 local function touch_string(keys, _, s)
-  redis.call('SET', keys[1], num(s.s) .. s.tail, 'KEEPTTL')
+  redis.call('SET', keys[1], MARKED .. num(s.s) .. s.tail, 'KEEPTTL')
 end
 
 -- Reads a two-field state "<s> <x> <y>" at `key`: the latest instant, the text after
@@ -29,6 +30,6 @@ local function load_two(key)
   if not v then
     return nil
   end
-  local s, tail, x, y = string.match(v, '^(%S+)( (%S+) (%S+))$')
+  local s, tail, x, y = string.match(v, '^.(%S+)( (%S+) (%S+))$')
   return tonumber(s), tail, tonumber(x), tonumber(y)
 end

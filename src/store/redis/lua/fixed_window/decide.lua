@@ -4,13 +4,16 @@
 
 -- One whole decision (evalsha_batch.lua's `evaluate`, specialised, as gcra/decide.lua's): the
 -- state stays in locals. `m` is the latest instant seen, `t` the instant decided at.
-local function fw_decide(keys, now, args, i, charge, force)
-  local cost, limit = tonumber(args[i + 1]), tonumber(args[i + 2])
-  local period, cap = tonumber(args[i + 3]), tonumber(args[i + 4])
-  local v = redis.call('GET', keys[1])
+local function fw_decide(keys, now, args, i, charge, force, v, mark)
+  local cost, limit = args[i + 1] + 0, args[i + 2] + 0
+  local period, cap = args[i + 3] + 0, args[i + 4] + 0
+  if v == nil then
+    v = redis.call('GET', keys[1])
+  end
+  mark = mark or MARKED
   local w, k, floor, tail = 0, 0, 0, nil
   if v then
-    local s, rest, sw, sk = string.match(v, '^(%S+)( (%S+) (%S+))$')
+    local s, rest, sw, sk = string.match(v, '^.(%S+)( (%S+) (%S+))$')
     w, k, floor, tail = tonumber(sw), tonumber(sk), tonumber(s), rest
   end
   local m = math.max(now, floor)
@@ -25,16 +28,23 @@ local function fw_decide(keys, now, args, i, charge, force)
   local retry = -1
   local window_end = (w + 1) * period
   if allowed and charge and cost > 0 then
+    -- A stored count in this window was written with a TTL to the window's end (m
+    -- is never after it): a charge in the same window keeps that TTL.
+    local kept = v and k > 0
     k = k + cost
-    redis.call('SET', keys[1], string.format('%.0f %.0f %.0f', m, w, k), 'PX',
-      ttl_ms(math.max(window_end, m), now))
+    if kept then
+      redis.call('SET', keys[1], mark .. string.format('%.0f %.0f %.0f', m, w, k), 'KEEPTTL')
+    else
+      redis.call('SET', keys[1], mark .. string.format('%.0f %.0f %.0f', m, w, k), 'PX',
+        ttl_ms(math.max(window_end, m), now))
+    end
   else
     if not allowed and cost <= cap then
       retry = math.max(window_end - now, 0)
     end
     if v and m > floor then
       -- No charge, but a later instant: record it (see evalsha_batch.lua's `evaluate`).
-      redis.call('SET', keys[1], num(m) .. tail, 'KEEPTTL')
+      redis.call('SET', keys[1], mark .. num(m) .. tail, 'KEEPTTL')
     end
   end
   local reset = 0

@@ -40,7 +40,7 @@ A.fixed_window = {
     return (s.w + 1) * p.period
   end,
   save = function(keys, _, s, ttl)
-    redis.call('SET', keys[1], string.format('%.0f %.0f %.0f', s.s, s.w, s.k), 'PX', ttl)
+    redis.call('SET', keys[1], MARKED .. string.format('%.0f %.0f %.0f', s.s, s.w, s.k), 'PX', ttl)
   end,
   touch = touch_string,
 }

@@ -2,8 +2,17 @@
 -- Nanoseconds since the epoch (~1.7e18) are not exact in a double, so every instant
 -- and duration is a pair (µs, ns) with 0 <= ns < 1000: the TAT, T = (p.t_us, p.t_ns)
 -- and B*T = (p.b_us, p.b_ns), all split in Rust.
--- State (string, see prelude.lua): "<s> <a> <b> <e>", s = latest instant seen,
--- (a, b) = TAT as (µs, ns), (0, 0) when idle, e = the T (ns) the TAT is counted in.
+-- State (see prelude.lua): the mark, then four packed doubles (s, a, b, e), s = latest
+-- instant seen, (a, b) = TAT as (µs, ns), (0, 0) when idle, e = the T (ns) the TAT is
+-- counted in. Every number is an integer below 2^53, exact in a double.
+-- A quota whose T and B*T are whole µs (100 per minute, 10 per second: most) is
+-- decided in plain µs arithmetic (`gcra_whole`): the same answers without the pairs.
+
+local GCRA_STATE = '<dddd'
+
+local function gcra_pack(mark, s, a, b, e)
+  return mark .. struct.pack(GCRA_STATE, s, a, b, e)
+end
 
 local function ns_norm(us, ns)
   local carry = idiv(ns, 1000)
@@ -79,22 +88,79 @@ local function gcra_carry_over(a, b, e, t, t_us, t_ns)
   return ns_add(t, 0, n_us, n_ns)
 end
 
--- One whole decision (evalsha_batch.lua's `evaluate`, specialised): GCRA's state is three
--- numbers, so they stay in locals and the call builds no state table and makes no
--- per-step calls through the algorithm table; this is most of a call's cost in Lua.
--- `args[i..]` is the charge's arguments (see evalsha.lua); `queue`: the leaky bucket,
--- whose admitted request waits until the queue ahead of it has drained, at most
--- `max_delay` µs (its fifth parameter; leaky_bucket.lua's twin of the Rust rule).
-local function gcra_decide(keys, now, args, i, charge, force, queue)
-  local cost, cap = tonumber(args[i + 1]), tonumber(args[i + 4])
-  local t_us, t_ns = tonumber(args[i + 5]), tonumber(args[i + 6])
-  local b_us, b_ns = tonumber(args[i + 7]), tonumber(args[i + 8])
-  local max_delay = queue and tonumber(args[i + 9])
-  local v = redis.call('GET', keys[1])
-  local a, b, floor, tail, e = 0, 0, 0, nil, 0
+-- The decision of `gcra_decide` when T, B*T and the TAT are whole µs (`t_ns`, `b_ns`
+-- and the state's `b` are 0): the same rule on plain integers, every step exact, and
+-- the same writes. `st` is where the next charge starts, max(TAT, t).
+local function gcra_whole(keys, now, t, a, cost, cap, tu, bu, max_delay, charge, force, v,
+                          floor, carried, tn, mark)
+  local st = a
+  if a <= t then
+    st = t
+  end
+  local en = st + cost * tu
+  local fits = en <= t + bu
+  local within = not max_delay or st <= t + max_delay
+  local allowed = force or cost == 0 or (cost <= cap and fits and within)
+  local delay, retry = 0, -1
+  if allowed and charge and cost > 0 then
+    if max_delay and st > t then
+      delay = st - now
+    end
+    -- The stored TAT was written with a TTL for it or later (`ttl_kept`).
+    local before = a
+    a, st = en, en
+    if v and not carried and ttl_kept(before, math.max(a, t)) then
+      redis.call('SET', keys[1], gcra_pack(mark, t, a, 0, tn), 'KEEPTTL')
+    else
+      redis.call('SET', keys[1], gcra_pack(mark, t, a, 0, tn), 'PX', ttl_ms(math.max(a, t), now))
+    end
+  else
+    if not allowed and cost <= cap then
+      local at = 0
+      if not fits then
+        at = en - bu
+      end
+      if max_delay then
+        at = math.max(at, st - max_delay)
+      end
+      retry = math.max(at - now, 0)
+    end
+    if carried then
+      redis.call('SET', keys[1], gcra_pack(mark, t, a, 0, tn), 'PX', ttl_ms(math.max(a, t), now))
+    elseif v and t > floor then
+      redis.call('SET', keys[1], gcra_pack(mark, t, a, 0, tn), 'KEEPTTL')
+    end
+  end
+  local remaining = 0
+  if t + bu > st then
+    remaining = math.min(idiv(t + bu - st, tu), cap)
+  end
+  local reset = 0
+  if st > t then
+    reset = st - now
+  end
+  return verdict(allowed, remaining, reset, retry, delay)
+end
+
+-- One whole decision (evalsha_batch.lua's `evaluate`, specialised): GCRA's state is
+-- four numbers, so they stay in locals and the call builds no state table and makes
+-- no per-step calls through the algorithm table; this is most of a call's cost in
+-- Lua. `args[i..]` is the charge's arguments (see evalsha.lua); `v` and `mark` as in
+-- prelude.lua; `queue`: the leaky bucket, whose admitted request waits until the
+-- queue ahead of it has drained, at most `max_delay` µs (its fifth parameter;
+-- leaky_bucket.lua's twin of the Rust rule).
+local function gcra_decide(keys, now, args, i, charge, force, v, mark, queue)
+  local cost, cap = args[i + 1] + 0, args[i + 4] + 0
+  local t_us, t_ns = args[i + 5] + 0, args[i + 6] + 0
+  local b_us, b_ns = args[i + 7] + 0, args[i + 8] + 0
+  local max_delay = queue and args[i + 9] + 0
+  if v == nil then
+    v = redis.call('GET', keys[1])
+  end
+  mark = mark or MARKED
+  local a, b, floor, e = 0, 0, 0, 0
   if v then
-    local s, rest, ta, tb, te = string.match(v, '^(%S+)( (%S+) (%S+) (%S+))$')
-    a, b, floor, tail, e = tonumber(ta), tonumber(tb), tonumber(s), rest, tonumber(te)
+    floor, a, b, e = struct.unpack(GCRA_STATE, v, 2)
   end
   -- max(TAT, now) already treats a clock that went back as standing still; `t` is
   -- also the latest instant seen.
@@ -104,6 +170,10 @@ local function gcra_decide(keys, now, args, i, charge, force, queue)
   local carried = v and e ~= tn
   if carried then
     a, b = gcra_carry_over(a, b, e, t, t_us, t_ns)
+  end
+  if t_ns == 0 and b_ns == 0 and b == 0 then
+    return gcra_whole(keys, now, t, a, cost, cap, t_us, b_us, max_delay, charge, force, v,
+      floor, carried, tn, mark)
   end
   -- Where the next charge starts, max(TAT, t), and ends, + c*T.
   local st_us, st_ns = a, b
@@ -129,8 +199,7 @@ local function gcra_decide(keys, now, args, i, charge, force, queue)
     a, b = e_us, e_ns
     st_us, st_ns = e_us, e_ns
     local until_us = math.max(ns_ceil_us(a, b), t)
-    redis.call('SET', keys[1], string.format('%.0f %.0f %.0f %.0f', t, a, b, tn), 'PX',
-      ttl_ms(until_us, now))
+    redis.call('SET', keys[1], gcra_pack(mark, t, a, b, tn), 'PX', ttl_ms(until_us, now))
   else
     if not allowed and cost <= cap then
       -- max(TAT, t) + c*T - B*T, the instant the same request would fit; for the
@@ -147,11 +216,11 @@ local function gcra_decide(keys, now, args, i, charge, force, queue)
     if carried then
       -- No charge, but the state is now counted under this quota, as the memory
       -- store keeps it.
-      redis.call('SET', keys[1], string.format('%.0f %.0f %.0f %.0f', t, a, b, tn), 'PX',
+      redis.call('SET', keys[1], gcra_pack(mark, t, a, b, tn), 'PX',
         ttl_ms(math.max(ns_ceil_us(a, b), t), now))
     elseif v and t > floor then
       -- No charge, but a later instant: record it (see evalsha_batch.lua's `evaluate`).
-      redis.call('SET', keys[1], num(t) .. tail, 'KEEPTTL')
+      redis.call('SET', keys[1], gcra_pack(mark, t, a, b, tn), 'KEEPTTL')
     end
   end
   -- floor((t + B*T - max(TAT, t)) / T): a double estimate, then corrected with exact
@@ -178,6 +247,5 @@ local function gcra_decide(keys, now, args, i, charge, force, queue)
   return verdict(allowed, remaining, reset, retry, delay)
 end
 
--- Called with at most six arguments, `queue` is nil: GCRA itself (leaky_bucket.lua
--- passes true).
+-- The leaky bucket passes `queue` (leaky_bucket/decide.lua); GCRA itself leaves it nil.
 D.gcra = gcra_decide

@@ -20,8 +20,8 @@ A.gcra = {
     if not v then
       return nil
     end
-    local s, tail, a, b, e = string.match(v, '^(%S+)( (%S+) (%S+) (%S+))$')
-    return { a = tonumber(a), b = tonumber(b), e = tonumber(e), s = tonumber(s), tail = tail }
+    local s, a, b, e = struct.unpack(GCRA_STATE, v, 2)
+    return { a = a, b = b, e = e, s = s }
   end,
   fresh = function(_)
     return { a = 0, b = 0, e = 0, s = 0 }
@@ -69,8 +69,10 @@ A.gcra = {
     return ns_ceil_us(s.a, s.b)
   end,
   save = function(keys, p, s, ttl)
-    redis.call('SET', keys[1], string.format('%.0f %.0f %.0f %.0f', s.s, s.a, s.b,
-      p.t_us * 1000 + p.t_ns), 'PX', ttl)
+    redis.call('SET', keys[1], gcra_pack(MARKED, s.s, s.a, s.b, p.t_us * 1000 + p.t_ns), 'PX',
+      ttl)
   end,
-  touch = touch_string,
+  touch = function(keys, _, s)
+    redis.call('SET', keys[1], gcra_pack(MARKED, s.s, s.a, s.b, s.e), 'KEEPTTL')
+  end,
 }

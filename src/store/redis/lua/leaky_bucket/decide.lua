@@ -3,6 +3,6 @@
 -- it has drained, which must be within the policy's max_delay (the charge's fifth
 -- algorithm parameter, µs): gcra_decide applies the bound when `queue` is set.
 
-D.leaky_bucket = function(keys, now, args, i, charge, force)
-  return gcra_decide(keys, now, args, i, charge, force, true)
+D.leaky_bucket = function(keys, now, args, i, charge, force, v, mark)
+  return gcra_decide(keys, now, args, i, charge, force, v, mark, true)
 end

@@ -31,13 +31,16 @@ end
 
 -- One whole decision (evalsha_batch.lua's `evaluate`, specialised, as gcra/decide.lua's): the
 -- state stays in locals. `m` is the latest instant seen, `t` the instant decided at.
-local function sw_decide(keys, now, args, i, charge, force)
-  local cost, limit = tonumber(args[i + 1]), tonumber(args[i + 2])
-  local period, cap = tonumber(args[i + 3]), tonumber(args[i + 4])
-  local v = redis.call('GET', keys[1])
+local function sw_decide(keys, now, args, i, charge, force, v, mark)
+  local cost, limit = args[i + 1] + 0, args[i + 2] + 0
+  local period, cap = args[i + 3] + 0, args[i + 4] + 0
+  if v == nil then
+    v = redis.call('GET', keys[1])
+  end
+  mark = mark or MARKED
   local w, prev, k, floor, tail = 0, 0, 0, 0, nil
   if v then
-    local s, rest, sw, sp, sk = string.match(v, '^(%S+)( (%S+) (%S+) (%S+))$')
+    local s, rest, sw, sp, sk = string.match(v, '^.(%S+)( (%S+) (%S+) (%S+))$')
     w, prev, k, floor, tail = tonumber(sw), tonumber(sp), tonumber(sk), tonumber(s), rest
   end
   local m = math.max(now, floor)
@@ -59,7 +62,7 @@ local function sw_decide(keys, now, args, i, charge, force)
   if allowed and charge and cost > 0 then
     k = k + cost
     -- k > 0: the count weighs on the next window too.
-    redis.call('SET', keys[1], string.format('%.0f %.0f %.0f %.0f', m, w, prev, k), 'PX',
+    redis.call('SET', keys[1], mark .. string.format('%.0f %.0f %.0f %.0f', m, w, prev, k), 'PX',
       ttl_ms(math.max(start + 2 * period, m), now))
   else
     if not allowed and cost <= cap then
@@ -67,7 +70,7 @@ local function sw_decide(keys, now, args, i, charge, force)
     end
     if v and m > floor then
       -- No charge, but a later instant: record it (see evalsha_batch.lua's `evaluate`).
-      redis.call('SET', keys[1], num(m) .. tail, 'KEEPTTL')
+      redis.call('SET', keys[1], mark .. num(m) .. tail, 'KEEPTTL')
     end
   end
   local reset = sw_earliest_within(period, start, prev, k, t, 0)

@@ -8,7 +8,7 @@ A.sliding_window = {
     if not v then
       return nil
     end
-    local s, tail, w, prev, k = string.match(v, '^(%S+)( (%S+) (%S+) (%S+))$')
+    local s, tail, w, prev, k = string.match(v, '^.(%S+)( (%S+) (%S+) (%S+))$')
     return { w = tonumber(w), p = tonumber(prev), k = tonumber(k), s = tonumber(s), tail = tail }
   end,
   fresh = function()
@@ -56,7 +56,7 @@ A.sliding_window = {
     return 0
   end,
   save = function(keys, _, s, ttl)
-    redis.call('SET', keys[1], string.format('%.0f %.0f %.0f %.0f', s.s, s.w, s.p, s.k), 'PX', ttl)
+    redis.call('SET', keys[1], MARKED .. string.format('%.0f %.0f %.0f %.0f', s.s, s.w, s.p, s.k), 'PX', ttl)
   end,
   touch = touch_string,
 }

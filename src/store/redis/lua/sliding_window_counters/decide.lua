@@ -6,7 +6,7 @@
 -- Reads a state string: the latest instant seen, the text after it (for
 -- `touch_string`), the newest index, the total and the ring (slot -> count).
 local function swc_decode(v)
-  local s, tail, i, t, counts = string.match(v, '^(%S+)( (%S+) (%S+)(.*))$')
+  local s, tail, i, t, counts = string.match(v, '^.(%S+)( (%S+) (%S+)(.*))$')
   local c = {}
   for slot, count in string.gmatch(counts, ' (%d+):(%d+)') do
     c[tonumber(slot)] = tonumber(count)
@@ -60,11 +60,14 @@ end
 -- One whole decision (evalsha_batch.lua's `evaluate`, specialised, as gcra/decide.lua's): the
 -- index, total and instants stay in locals, the ring is one table of the non-zero
 -- counts by slot. `m` is the latest instant seen, `t` the instant decided at.
-local function swc_decide(keys, now, args, i, charge, force)
-  local cost, limit = tonumber(args[i + 1]), tonumber(args[i + 2])
-  local cap = tonumber(args[i + 4])
-  local n, bucket = tonumber(args[i + 5]), tonumber(args[i + 6])
-  local v = redis.call('GET', keys[1])
+local function swc_decide(keys, now, args, i, charge, force, v, mark)
+  local cost, limit = args[i + 1] + 0, args[i + 2] + 0
+  local cap = args[i + 4] + 0
+  local n, bucket = args[i + 5] + 0, args[i + 6] + 0
+  if v == nil then
+    v = redis.call('GET', keys[1])
+  end
+  mark = mark or MARKED
   local floor, tail, index, total, c = 0, nil, 0, 0, nil
   if v then
     floor, tail, index, total, c = swc_decode(v)
@@ -81,7 +84,7 @@ local function swc_decide(keys, now, args, i, charge, force)
     local slot = math.fmod(index, n)
     c[slot] = (c[slot] or 0) + cost
     total = total + cost
-    redis.call('SET', keys[1], swc_encode(m, index, total, c), 'PX',
+    redis.call('SET', keys[1], mark .. swc_encode(m, index, total, c), 'PX',
       ttl_ms(math.max((index + n) * bucket, m), now))
   else
     if not allowed and cost <= cap then
@@ -89,7 +92,7 @@ local function swc_decide(keys, now, args, i, charge, force)
     end
     if v and m > floor then
       -- No charge, but a later instant: record it (see evalsha_batch.lua's `evaluate`).
-      redis.call('SET', keys[1], num(m) .. tail, 'KEEPTTL')
+      redis.call('SET', keys[1], mark .. num(m) .. tail, 'KEEPTTL')
     end
   end
   local reset = swc_within(c, index, total, n, bucket, t, 0)

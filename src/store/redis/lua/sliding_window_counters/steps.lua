@@ -53,7 +53,7 @@ A.sliding_window_counters = {
     return (s.i + p.buckets) * p.bucket
   end,
   save = function(keys, _, s, ttl)
-    redis.call('SET', keys[1], swc_encode(s.s, s.i, s.t, s.c), 'PX', ttl)
+    redis.call('SET', keys[1], MARKED .. swc_encode(s.s, s.i, s.t, s.c), 'PX', ttl)
   end,
   touch = touch_string,
 }

@@ -57,13 +57,16 @@ end
 -- later instant starts an entry of its own without reading the newest; a decision
 -- that charges nothing reads it for the reset. `t` is the instant decided at, also
 -- the latest instant seen.
-local function swl_decide(keys, now, args, i, charge, force)
-  local cost, limit = tonumber(args[i + 1]), tonumber(args[i + 2])
-  local period, cap = tonumber(args[i + 3]), tonumber(args[i + 4])
-  local v = redis.call('GET', keys[1])
+local function swl_decide(keys, now, args, i, charge, force, v, mark)
+  local cost, limit = args[i + 1] + 0, args[i + 2] + 0
+  local period, cap = args[i + 3] + 0, args[i + 4] + 0
+  if v == nil then
+    v = redis.call('GET', keys[1])
+  end
+  mark = mark or MARKED
   local total, floor = 0, 0
   if v then
-    local s, st = string.match(v, '^(%S+) (%S+)$')
+    local s, st = string.match(v, '^.(%S+) (%S+)$')
     total, floor = tonumber(st), tonumber(s)
   end
   local t = math.max(now, floor)
@@ -110,12 +113,12 @@ local function swl_decide(keys, now, args, i, charge, force)
     total = total + cost
     local ttl = ttl_ms(t + period, now)
     redis.call('ZADD', keys[2], num(t), num(t) .. ':' .. num(newest_cost))
-    redis.call('SET', keys[1], string.format('%.0f %.0f', t, total), 'PX', ttl)
+    redis.call('SET', keys[1], mark .. string.format('%.0f %.0f', t, total), 'PX', ttl)
     redis.call('PEXPIRE', keys[2], ttl)
   elseif v and (t > floor or trim) then
     -- No charge, but a later instant or entries that left: record them (see
     -- evalsha_batch.lua's `evaluate`).
-    redis.call('SET', keys[1], string.format('%.0f %.0f', t, total), 'KEEPTTL')
+    redis.call('SET', keys[1], mark .. string.format('%.0f %.0f', t, total), 'KEEPTTL')
   end
   local reset = 0
   if newest and newest + period > t then

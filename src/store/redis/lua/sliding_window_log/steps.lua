@@ -38,7 +38,7 @@ A.sliding_window_log = {
     if not v then
       return nil
     end
-    local at, total = string.match(v, '^(%S+) (%S+)$')
+    local at, total = string.match(v, '^.(%S+) (%S+)$')
     local s = { keys = keys, t = tonumber(total), s = tonumber(at), del = {}, add = {},
       trim = nil, floor_at = -1 }
     local newest = redis.call('ZRANGE', keys[2], -1, -1)
@@ -149,11 +149,11 @@ A.sliding_window_log = {
   end,
   touch = function(keys, _, s)
     A.sliding_window_log.apply(keys, s)
-    redis.call('SET', keys[1], string.format('%.0f %.0f', s.s, s.t), 'KEEPTTL')
+    redis.call('SET', keys[1], MARKED .. string.format('%.0f %.0f', s.s, s.t), 'KEEPTTL')
   end,
   save = function(keys, _, s, ttl)
     A.sliding_window_log.apply(keys, s)
-    redis.call('SET', keys[1], string.format('%.0f %.0f', s.s, s.t), 'PX', ttl)
+    redis.call('SET', keys[1], MARKED .. string.format('%.0f %.0f', s.s, s.t), 'PX', ttl)
     if s.newest then
       redis.call('PEXPIRE', keys[2], ttl)
     end

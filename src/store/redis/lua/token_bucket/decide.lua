@@ -29,15 +29,18 @@ local function tb_carry_over(d, l, u, r, m, upt)
   return math.min(ceil_div(d, u), idiv(TB_MAX_UNITS, upt)) * upt, l
 end
 
-local function tb_decide(keys, now, args, i, charge, force)
-  local cost, cap = tonumber(args[i + 1]), tonumber(args[i + 4])
-  local upt, ups = tonumber(args[i + 5]), tonumber(args[i + 6])
-  local v = redis.call('GET', keys[1])
+local function tb_decide(keys, now, args, i, charge, force, v, mark)
+  local cost, cap = args[i + 1] + 0, args[i + 4] + 0
+  local upt, ups = args[i + 5] + 0, args[i + 6] + 0
+  if v == nil then
+    v = redis.call('GET', keys[1])
+  end
+  mark = mark or MARKED
   local d, l, floor, tail = 0, 0, 0, nil
   local carried = false
   local m = now
   if v then
-    local s, rest, sd, sl, su, sr = string.match(v, '^(%S+)( (%S+) (%S+) (%S+) (%S+))$')
+    local s, rest, sd, sl, su, sr = string.match(v, '^.(%S+)( (%S+) (%S+) (%S+) (%S+))$')
     d, l, floor, tail = tonumber(sd), tonumber(sl), tonumber(s), rest
     m = math.max(now, floor)
     local u, r = tonumber(su), tonumber(sr)
@@ -64,7 +67,7 @@ local function tb_decide(keys, now, args, i, charge, force)
   local retry = -1
   if allowed and charge and cost > 0 then
     d = d + cost * upt
-    redis.call('SET', keys[1], string.format('%.0f %.0f %.0f %.0f %.0f', m, d, l, upt, ups),
+    redis.call('SET', keys[1], mark .. string.format('%.0f %.0f %.0f %.0f %.0f', m, d, l, upt, ups),
       'PX', ttl_ms(math.max(l + ceil_div(d, ups), m), now))
   else
     if not allowed and cost <= cap then
@@ -73,11 +76,11 @@ local function tb_decide(keys, now, args, i, charge, force)
     if carried then
       -- No charge, but the state is now counted under this quota, as the memory
       -- store keeps it.
-      redis.call('SET', keys[1], string.format('%.0f %.0f %.0f %.0f %.0f', m, d, l, upt, ups),
+      redis.call('SET', keys[1], mark .. string.format('%.0f %.0f %.0f %.0f %.0f', m, d, l, upt, ups),
         'PX', ttl_ms(math.max(l + ceil_div(d, ups), m), now))
     elseif v and m > floor then
       -- No charge, but a later instant: record it (see evalsha_batch.lua's `evaluate`).
-      redis.call('SET', keys[1], num(m) .. tail, 'KEEPTTL')
+      redis.call('SET', keys[1], mark .. num(m) .. tail, 'KEEPTTL')
     end
   end
   local reset = t + ceil_div(d, ups)

@@ -12,7 +12,7 @@ A.token_bucket = {
     if not v then
       return nil
     end
-    local s, tail, d, l, u, r = string.match(v, '^(%S+)( (%S+) (%S+) (%S+) (%S+))$')
+    local s, tail, d, l, u, r = string.match(v, '^.(%S+)( (%S+) (%S+) (%S+) (%S+))$')
     return {
       d = tonumber(d), l = tonumber(l), u = tonumber(u), r = tonumber(r), s = tonumber(s),
       tail = tail,
@@ -76,7 +76,7 @@ A.token_bucket = {
     return s.l + tb_refill_time(p, s.d)
   end,
   save = function(keys, p, s, ttl)
-    redis.call('SET', keys[1], string.format('%.0f %.0f %.0f %.0f %.0f', s.s, s.d, s.l,
+    redis.call('SET', keys[1], MARKED .. string.format('%.0f %.0f %.0f %.0f %.0f', s.s, s.d, s.l,
       p.upt, p.ups), 'PX', ttl)
   end,
   touch = touch_string,
