@@ -44,6 +44,14 @@ local function sw_decide(keys, now, args, i, charge, force, v, mark)
     w, prev, k, floor, tail = tonumber(sw), tonumber(sp), tonumber(sk), tonumber(s), rest
   end
   local m = math.max(now, floor)
+  -- A stored count was written with a TTL to the end of the last window it weighs on,
+  -- or later (`ttl_kept`).
+  local before = nil
+  if v and k > 0 then
+    before = (w + 2) * period
+  elseif v and prev > 0 then
+    before = (w + 1) * period
+  end
   local window = idiv(m, period)
   if window == w + 1 then
     prev = k
@@ -62,8 +70,14 @@ local function sw_decide(keys, now, args, i, charge, force, v, mark)
   if allowed and charge and cost > 0 then
     k = k + cost
     -- k > 0: the count weighs on the next window too.
-    redis.call('SET', keys[1], mark .. string.format('%.0f %.0f %.0f %.0f', m, w, prev, k), 'PX',
-      ttl_ms(math.max(start + 2 * period, m), now))
+    local until_us = math.max(start + 2 * period, m)
+    if before and ttl_kept(before, until_us) then
+      redis.call('SET', keys[1], mark .. string.format('%.0f %.0f %.0f %.0f', m, w, prev, k),
+        'KEEPTTL')
+    else
+      redis.call('SET', keys[1], mark .. string.format('%.0f %.0f %.0f %.0f', m, w, prev, k),
+        'PX', ttl_ms(until_us, now))
+    end
   else
     if not allowed and cost <= cap then
       retry = math.max(sw_earliest_within(period, start, prev, k, t, limit - cost) - now, 0)

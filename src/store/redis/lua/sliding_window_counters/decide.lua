@@ -75,6 +75,9 @@ local function swc_decide(keys, now, args, i, charge, force, v, mark)
     c = {}
   end
   local m = math.max(now, floor)
+  -- A stored count was written with a TTL to its newest sub-window's last one or later
+  -- (`ttl_kept`).
+  local before = v and total > 0 and (index + n) * bucket
   c, total, index = swc_advance(c, index, total, n, idiv(m, bucket))
   -- A clock behind the newest sub-window stands at its start.
   local t = math.max(m, index * bucket)
@@ -84,8 +87,13 @@ local function swc_decide(keys, now, args, i, charge, force, v, mark)
     local slot = math.fmod(index, n)
     c[slot] = (c[slot] or 0) + cost
     total = total + cost
-    redis.call('SET', keys[1], mark .. swc_encode(m, index, total, c), 'PX',
-      ttl_ms(math.max((index + n) * bucket, m), now))
+    local until_us = math.max((index + n) * bucket, m)
+    if before and ttl_kept(before, until_us) then
+      redis.call('SET', keys[1], mark .. swc_encode(m, index, total, c), 'KEEPTTL')
+    else
+      redis.call('SET', keys[1], mark .. swc_encode(m, index, total, c), 'PX',
+        ttl_ms(until_us, now))
+    end
   else
     if not allowed and cost <= cap then
       retry = math.max(swc_within(c, index, total, n, bucket, t, limit - cost) - now, 0)

@@ -1,12 +1,16 @@
 -- Token bucket: the Lua twin of src/algorithm/token_bucket.rs.
--- State (string, see prelude.lua): "<s> <d> <l> <u> <r>", s = latest instant seen,
--- d = deficit in units (capacity minus tokens), l = last refill, (u, r) = the units
--- per token and per µs it is counted in. One token is p.upt units; p.ups units refill
--- per µs.
+-- State (see prelude.lua): the mark, then five packed doubles (s, d, l, u, r), s =
+-- latest instant seen, d = deficit in units (capacity minus tokens), l = last refill,
+-- (u, r) = the units per token and per µs it is counted in. One token is p.upt units;
+-- p.ups units refill per µs.
 -- capacity * upt <= 2^53 (checked when the policy is built), so every deficit is exact.
 
--- One whole decision (evalsha_batch.lua's `evaluate`, specialised, as gcra/decide.lua's): the
--- state stays in locals. `m` is the latest instant seen, `t` the instant decided at.
+local TB_STATE = '<ddddd'
+
+local function tb_pack(mark, s, d, l, u, r)
+  return mark .. struct.pack(TB_STATE, s, d, l, u, r)
+end
+
 -- The most deficit a quota change leaves, in units (token_bucket::MAX_UNITS).
 local TB_MAX_UNITS = 4503599627370496
 
@@ -29,6 +33,8 @@ local function tb_carry_over(d, l, u, r, m, upt)
   return math.min(ceil_div(d, u), idiv(TB_MAX_UNITS, upt)) * upt, l
 end
 
+-- One whole decision (evalsha_batch.lua's `evaluate`, specialised, as gcra/decide.lua's): the
+-- state stays in locals. `m` is the latest instant seen, `t` the instant decided at.
 local function tb_decide(keys, now, args, i, charge, force, v, mark)
   local cost, cap = args[i + 1] + 0, args[i + 4] + 0
   local upt, ups = args[i + 5] + 0, args[i + 6] + 0
@@ -36,18 +42,23 @@ local function tb_decide(keys, now, args, i, charge, force, v, mark)
     v = redis.call('GET', keys[1])
   end
   mark = mark or MARKED
-  local d, l, floor, tail = 0, 0, 0, nil
+  local d, l, floor = 0, 0, 0
+  local sd, sl -- as stored
   local carried = false
   local m = now
+  -- The instant the stored state was last written a TTL for, or later (`ttl_kept`).
+  local before = nil
   if v then
-    local s, rest, sd, sl, su, sr = string.match(v, '^.(%S+)( (%S+) (%S+) (%S+) (%S+))$')
-    d, l, floor, tail = tonumber(sd), tonumber(sl), tonumber(s), rest
+    local u, r
+    floor, d, l, u, r = struct.unpack(TB_STATE, v, 2)
+    sd, sl = d, l
     m = math.max(now, floor)
-    local u, r = tonumber(su), tonumber(sr)
     -- A deficit counted under another quota (a plan, a reload) keeps its usage.
     if u ~= upt or r ~= ups then
       d, l = tb_carry_over(d, l, u, r, m, upt)
       carried = true
+    else
+      before = l + ceil_div(d, ups)
     end
   end
   if m > l then
@@ -67,8 +78,12 @@ local function tb_decide(keys, now, args, i, charge, force, v, mark)
   local retry = -1
   if allowed and charge and cost > 0 then
     d = d + cost * upt
-    redis.call('SET', keys[1], mark .. string.format('%.0f %.0f %.0f %.0f %.0f', m, d, l, upt, ups),
-      'PX', ttl_ms(math.max(l + ceil_div(d, ups), m), now))
+    local until_us = math.max(l + ceil_div(d, ups), m)
+    if before and ttl_kept(before, until_us) then
+      redis.call('SET', keys[1], tb_pack(mark, m, d, l, upt, ups), 'KEEPTTL')
+    else
+      redis.call('SET', keys[1], tb_pack(mark, m, d, l, upt, ups), 'PX', ttl_ms(until_us, now))
+    end
   else
     if not allowed and cost <= cap then
       retry = math.max(t + ceil_div(d - (cap - cost) * upt, ups) - now, 0)
@@ -76,11 +91,13 @@ local function tb_decide(keys, now, args, i, charge, force, v, mark)
     if carried then
       -- No charge, but the state is now counted under this quota, as the memory
       -- store keeps it.
-      redis.call('SET', keys[1], mark .. string.format('%.0f %.0f %.0f %.0f %.0f', m, d, l, upt, ups),
-        'PX', ttl_ms(math.max(l + ceil_div(d, ups), m), now))
+      redis.call('SET', keys[1], tb_pack(mark, m, d, l, upt, ups), 'PX',
+        ttl_ms(math.max(l + ceil_div(d, ups), m), now))
     elseif v and m > floor then
       -- No charge, but a later instant: record it (see evalsha_batch.lua's `evaluate`).
-      redis.call('SET', keys[1], mark .. num(m) .. tail, 'KEEPTTL')
+      -- The refill up to `m` changes nothing the rule reads, so the stored deficit
+      -- and refill instant are kept as they were written.
+      redis.call('SET', keys[1], tb_pack(mark, m, sd, sl, upt, ups), 'KEEPTTL')
     end
   end
   local reset = t + ceil_div(d, ups)

@@ -12,11 +12,8 @@ A.token_bucket = {
     if not v then
       return nil
     end
-    local s, tail, d, l, u, r = string.match(v, '^.(%S+)( (%S+) (%S+) (%S+) (%S+))$')
-    return {
-      d = tonumber(d), l = tonumber(l), u = tonumber(u), r = tonumber(r), s = tonumber(s),
-      tail = tail,
-    }
+    local s, d, l, u, r = struct.unpack(TB_STATE, v, 2)
+    return { d = d, l = l, u = u, r = r, s = s }
   end,
   fresh = function(_)
     return { d = 0, l = 0, u = 0, r = 0, s = 0 }
@@ -76,8 +73,9 @@ A.token_bucket = {
     return s.l + tb_refill_time(p, s.d)
   end,
   save = function(keys, p, s, ttl)
-    redis.call('SET', keys[1], MARKED .. string.format('%.0f %.0f %.0f %.0f %.0f', s.s, s.d, s.l,
-      p.upt, p.ups), 'PX', ttl)
+    redis.call('SET', keys[1], tb_pack(MARKED, s.s, s.d, s.l, p.upt, p.ups), 'PX', ttl)
   end,
-  touch = touch_string,
+  touch = function(keys, _, s)
+    redis.call('SET', keys[1], tb_pack(MARKED, s.s, s.d, s.l, s.u, s.r), 'KEEPTTL')
+  end,
 }
