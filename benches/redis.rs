@@ -347,6 +347,72 @@ async fn tollgate_rows(url: &str, secs: f64, admin: &mut MultiplexedConnection) 
     rows
 }
 
+/// The arguments the store sends for one GCRA charge under `bench_quota()` without a
+/// penalty box: server time with a floor (the store sends the latest server time it has
+/// seen; `f1` costs the script the same parsing and never leads the clock), acquire,
+/// cost 1, limit, period µs, capacity, T and B·T as (µs, ns), and the bound on delays
+/// that only the leaky bucket reads.
+const GCRA_ARGS: [&str; 12] = [
+    "f1",
+    "a",
+    "gcra",
+    "1",
+    "1000000",
+    "1000000000",
+    "1000000",
+    "1000",
+    "0",
+    "1000000000",
+    "0",
+    "0",
+];
+
+/// tollgate's GCRA from the library the store loaded, called from the same raw
+/// redis-rs loop as the classic script below, with the store's keys (state and block
+/// record) and arguments: the server's side of a decision without tollgate's client,
+/// the like-for-like comparison with a script called raw.
+async fn raw_gcra_row(
+    server: &RedisServer,
+    secs: f64,
+    conn: &MultiplexedConnection,
+    admin: &mut MultiplexedConnection,
+) -> Row {
+    let listing = server.cli(&["FUNCTION", "LIST"]);
+    let function: Arc<str> = listing
+        .split_whitespace()
+        .find(|w| w.starts_with("tollgate_"))
+        .expect("the store loaded its library")
+        .into();
+    let keys = store_like_keys(&server.url(), "gcra-raw_");
+    let shared = conn.clone();
+    reset_stats(admin).await;
+    let mut row = measure(
+        "raw redis-rs FCALL of tollgate's library, gcra".into(),
+        secs,
+        move |task| {
+            let mut conn = shared.clone();
+            let keys = keys.clone();
+            let function = function.clone();
+            async move {
+                let state = &keys[task];
+                let reply: Vec<i64> = redis::cmd("FCALL")
+                    .arg(&*function)
+                    .arg(2)
+                    .arg(state)
+                    .arg(format!("{state}:b"))
+                    .arg(&GCRA_ARGS[..])
+                    .query_async(&mut conn)
+                    .await
+                    .expect("a reply");
+                assert_eq!(reply[0], 1);
+            }
+        },
+    )
+    .await;
+    (row.script_us, row.cpu_us) = server_cost(admin, "fcall").await;
+    row
+}
+
 /// The classic GCRA script's arguments for `bench_quota()`: burst, rate, period (s),
 /// cost.
 const CLASSIC_ARGS: [&str; 4] = ["1000000", "1000000", "1000", "1"];
@@ -403,8 +469,8 @@ async fn connection(client: &redis::Client) -> MultiplexedConnection {
         .expect("a connection")
 }
 
-/// The raw ceiling, every algorithm through the store, then the
-/// classic GCRA script.
+/// The raw ceiling, every algorithm through the store, tollgate's GCRA called raw,
+/// then the classic GCRA script.
 async fn throughput(server: &RedisServer, secs: f64) -> Vec<Row> {
     let url = server.url();
     let client = redis::Client::open(url.as_str()).expect("a client");
@@ -412,6 +478,7 @@ async fn throughput(server: &RedisServer, secs: f64) -> Vec<Row> {
     let mut admin = connection(&client).await;
     let mut rows = ceiling_rows(&url, secs, &conn, &mut admin).await;
     rows.extend(tollgate_rows(&url, secs, &mut admin).await);
+    rows.push(raw_gcra_row(server, secs, &conn, &mut admin).await);
     rows.push(classic_gcra_row(&url, secs, &conn, &mut admin).await);
     rows
 }
