@@ -350,22 +350,14 @@ async fn tollgate_rows(url: &str, secs: f64, admin: &mut MultiplexedConnection) 
 /// The arguments the store sends for one GCRA charge under `bench_quota()` without a
 /// penalty box: server time with a floor (the store sends the latest server time it has
 /// seen; `f1` costs the script the same parsing and never leads the clock), acquire,
-/// cost 1, limit, period µs, capacity, T and B·T as (µs, ns), and the bound on delays
-/// that only the leaky bucket reads.
-const GCRA_ARGS: [&str; 12] = [
-    "f1",
-    "a",
-    "gcra",
-    "1",
-    "1000000",
-    "1000000000",
-    "1000000",
-    "1000",
-    "0",
-    "1000000000",
-    "0",
-    "0",
-];
+/// the algorithm, then its nine numbers packed as little-endian doubles: cost 1, limit,
+/// period µs, capacity, T and B·T as (µs, ns), and the bound on delays that only the
+/// leaky bucket reads (see `src/store/redis/lua/evalsha.lua`).
+fn gcra_args() -> Vec<Vec<u8>> {
+    let numbers: [f64; 9] = [1.0, 1e6, 1e9, 1e6, 1000.0, 0.0, 1e9, 0.0, 0.0];
+    let packed = numbers.iter().flat_map(|n| n.to_le_bytes()).collect();
+    vec![b"f1".to_vec(), b"a".to_vec(), b"gcra".to_vec(), packed]
+}
 
 /// tollgate's GCRA from the library the store loaded, called from the same raw
 /// redis-rs loop as the classic script below, with the store's keys (state and block
@@ -384,6 +376,7 @@ async fn raw_gcra_row(
         .expect("the store loaded its library")
         .into();
     let keys = store_like_keys(&server.url(), "gcra-raw_");
+    let args = Arc::new(gcra_args());
     let shared = conn.clone();
     reset_stats(admin).await;
     let mut row = measure(
@@ -393,6 +386,7 @@ async fn raw_gcra_row(
             let mut conn = shared.clone();
             let keys = keys.clone();
             let function = function.clone();
+            let args = args.clone();
             async move {
                 let state = &keys[task];
                 let reply: Vec<i64> = redis::cmd("FCALL")
@@ -400,7 +394,7 @@ async fn raw_gcra_row(
                     .arg(2)
                     .arg(state)
                     .arg(format!("{state}:b"))
-                    .arg(&GCRA_ARGS[..])
+                    .arg(&args[..])
                     .query_async(&mut conn)
                     .await
                     .expect("a reply");

@@ -96,11 +96,15 @@ impl Key {
     /// assert!(hex.bytes().all(|b| b.is_ascii_hexdigit()));
     /// ```
     pub fn to_hex(&self) -> String {
-        use fmt::Write as _;
-        self.0.iter().fold(String::with_capacity(32), |mut s, b| {
-            let _ = write!(s, "{b:02x}");
-            s
-        })
+        format!("{self:x}")
+    }
+}
+
+/// The fingerprint as 32 lowercase hex digits, written in one step (the Redis store
+/// puts it in every key name it builds, once per call).
+impl fmt::LowerHex for Key {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:032x}", u128::from_be_bytes(self.0))
     }
 }
 

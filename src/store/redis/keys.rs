@@ -10,6 +10,7 @@
 //! which each state records in units the scripts convert (see the GCRA and token
 //! bucket scripts).
 
+use std::borrow::Cow;
 use std::fmt::Write as _;
 
 use crate::algorithm::Params;
@@ -17,7 +18,10 @@ use crate::{Algorithm, Key, Limit};
 
 /// Percent-escapes the characters that would change which part of a key Redis Cluster
 /// hashes.
-pub(super) fn escape(text: &str) -> String {
+pub(super) fn escape(text: &str) -> Cow<'_, str> {
+    if !text.contains(['%', '{', '}']) {
+        return Cow::Borrowed(text);
+    }
     let mut out = String::with_capacity(text.len());
     for c in text.chars() {
         match c {
@@ -27,7 +31,7 @@ pub(super) fn escape(text: &str) -> String {
             other => out.push(other),
         }
     }
-    out
+    Cow::Owned(out)
 }
 
 /// The key of `policy`'s state for `key`; `prefix` is already escaped.
@@ -36,9 +40,8 @@ pub(super) fn state_key(prefix: &str, policy: &Limit, key: &Key) -> String {
     let mut out = String::with_capacity(prefix.len() + policy.name().len() + 96);
     let _ = write!(
         out,
-        "{prefix}:{}:{{{}}}:{}:{}",
+        "{prefix}:{}:{{{key:x}}}:{}:{}",
         escape(policy.name()),
-        key.to_hex(),
         p.algorithm.name(),
         p.period_us,
     );

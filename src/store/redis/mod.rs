@@ -258,7 +258,7 @@ impl RedisStore {
     /// ```
     #[must_use]
     pub fn prefix(mut self, prefix: &str) -> Self {
-        self.prefix = Arc::from(keys::escape(prefix));
+        self.prefix = Arc::from(keys::escape(prefix).as_ref());
         // Denials cached for one key space must not answer for another: a store with
         // its own prefix gets its own cache (clones with the same prefix share one).
         self.cache = self

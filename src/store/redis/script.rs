@@ -281,8 +281,9 @@ impl Call {
         }
     }
 
-    /// ARGV: the clock, the mode, then 13 per charge (10 for one charge decided
-    /// without a penalty box), 15 with a receipt (see evalsha.lua).
+    /// ARGV: the clock, the mode, then 13 per charge, 15 with a receipt; one charge
+    /// decided: its algorithm and its numbers packed in one argument (see
+    /// evalsha.lua).
     fn write_args(&self, out: &mut impl Args) {
         match self.at {
             At::Client(now) => out.push(now),
@@ -298,15 +299,31 @@ impl Call {
             At::Server { floor: None } => out.push(""),
         }
         out.push(self.mode.arg());
-        // One charge decided without a penalty box leaves the box's three zeros out:
-        // every argument costs Redis time to parse and convert (evalsha.lua).
-        let lean = self.charges.len() == 1 && self.mode.in_library();
-        for (name, numbers, receipt) in &self.charges {
+        // One charge decided (the common call) sends its numbers packed in one
+        // argument, little-endian doubles (exact: every number the scripts compute
+        // with is below 2^53, see `algorithm::params`), without the penalty box's
+        // three zeros when it has none: Redis parses, copies and hands Lua every
+        // argument on its own, a cost that grows with their count (evalsha.lua).
+        if let [(name, numbers, None)] = self.charges.as_slice()
+            && self.mode.in_library()
+        {
             out.push(*name);
             let numbers = match numbers {
-                [head @ .., 0, 0, 0] if lean => head,
+                [head @ .., 0, 0, 0] => head,
                 all => &all[..],
             };
+            let mut packed = [0_u8; 8 * 12];
+            for (slot, &n) in packed.chunks_exact_mut(8).zip(numbers) {
+                // Lossless below 2^53; a larger cost rounds as Lua's own `tonumber`
+                // would round its decimal text.
+                #[allow(clippy::cast_precision_loss)]
+                slot.copy_from_slice(&(n as f64).to_le_bytes());
+            }
+            out.push(&packed[..8 * numbers.len()]);
+            return;
+        }
+        for (name, numbers, receipt) in &self.charges {
+            out.push(*name);
             for &n in numbers {
                 out.push(n);
             }

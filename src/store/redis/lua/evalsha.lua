@@ -15,12 +15,16 @@
 --          'p' penalize: charge `cost` whether or not it fits
 -- then 13 per charge: algorithm, cost, limit, period (µs), capacity, five algorithm
 -- parameters (see src/store/redis/script.rs), and the penalty box: rejections (0:
--- none), window (µs), block (µs), which a call of one charge decided ('a', 'd')
--- leaves out when there is no box (each argument costs Redis time to parse and
--- convert); with 'c', 15: those and the receipt, the instant
+-- none), window (µs), block (µs); with 'c', 15: those and the receipt, the instant
 -- the charge was decided at and its reset instant (µs). KEYS: each charge's keys in
 -- order: its state, the log's sorted set for sliding_window_log, then its block
 -- record (block.lua).
+--
+-- A call of one charge decided ('a', 'd', the common case) sends its algorithm, then
+-- its twelve numbers packed in one argument as little-endian doubles, the last three
+-- (the penalty box) left out when there is no box: 4 arguments, not 15 (each
+-- argument costs Redis time to parse, copy and convert; see prelude.lua's
+-- `lean_args`).
 --
 -- Returns 7 integers per charge ('r', 'c' and 'x': none): allowed (1/0), remaining,
 -- reset_after (µs), retry_after (µs, -1 for none), delay (µs), blocked_for (µs, -1
@@ -46,9 +50,10 @@ if #ARGV == 16 and mode == 'w' and D[ARGV[3]] then
   return v
 end
 
-if (#ARGV == 15 or #ARGV == 12) and (mode == 'a' or mode == 'd') then
-  if D[ARGV[3]] then
-    local v = guarded(KEYS, now, ARGV, 3, mode == 'a', mode == 'a')
+if #ARGV == 4 and (mode == 'a' or mode == 'd') and D[ARGV[3]] then
+  local args = lean_args(ARGV)
+  if args then
+    local v = guarded(KEYS, now, args, 3, mode == 'a', mode == 'a')
     v[8] = now
     return v
   end
