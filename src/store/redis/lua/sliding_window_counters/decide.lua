@@ -1,28 +1,44 @@
 -- Sliding window counters: the Lua twin of src/algorithm/sliding_window_counters.rs.
--- State (string, see prelude.lua): "<s> <i> <t>" then " <slot>:<count>" per non-zero
--- sub-window count; s = latest instant seen, i = newest sub-window index, t = total,
--- slot = the sub-window's ring slot (index mod N).
+-- State (see prelude.lua): the mark, then packed doubles: s, i, t, then a (slot,
+-- count) pair per non-zero sub-window count; s = latest instant seen, i = newest
+-- sub-window index, t = total, slot = the sub-window's ring slot (index mod N).
 
--- Reads a state string: the latest instant seen, the text after it (for
--- `touch_string`), the newest index, the total and the ring (slot -> count).
-local function swc_decode(v)
-  local s, tail, i, t, counts = string.match(v, '^.(%S+)( (%S+) (%S+)(.*))$')
-  local c = {}
-  for slot, count in string.gmatch(counts, ' (%d+):(%d+)') do
-    c[tonumber(slot)] = tonumber(count)
+-- The state's struct format with `pairs` (slot, count) pairs, built once per length
+-- (at call time: a function library's load runs without the string library).
+local SWC_FORMATS = {}
+
+local function swc_format(pairs_count)
+  local format = SWC_FORMATS[pairs_count]
+  if not format then
+    format = '<ddd' .. string.rep('dd', pairs_count)
+    SWC_FORMATS[pairs_count] = format
   end
-  return tonumber(s), tail, tonumber(i), tonumber(t), c
+  return format
 end
 
--- The state string; sub-windows that left or were refunded to zero disappear.
+-- Reads a state: the latest instant seen, the newest index, the total and the ring
+-- (slot -> count).
+local function swc_decode(v)
+  local pairs_count = (#v - 25) / 16
+  local x = { struct.unpack(swc_format(pairs_count), v, 2) }
+  local c = {}
+  for j = 4, 3 + 2 * pairs_count, 2 do
+    c[x[j]] = x[j + 1]
+  end
+  return x[1], x[2], x[3], c
+end
+
+-- The state (without its mark); sub-windows that left or were refunded to zero
+-- disappear.
 local function swc_encode(s, index, total, c)
-  local state = string.format('%.0f %.0f %.0f', s, index, total)
+  local x = { s, index, total }
   for slot, count in pairs(c) do
     if count > 0 then
-      state = state .. string.format(' %.0f:%.0f', slot, count)
+      x[#x + 1] = slot
+      x[#x + 1] = count
     end
   end
-  return state
+  return struct.pack(swc_format((#x - 3) / 2), unpack(x))
 end
 
 -- The earliest instant >= now at which total <= room, with nothing arriving: the
@@ -68,9 +84,9 @@ local function swc_decide(keys, now, args, i, charge, force, v, mark)
     v = redis.call('GET', keys[1])
   end
   mark = mark or MARKED
-  local floor, tail, index, total, c = 0, nil, 0, 0, nil
+  local floor, index, total, c = 0, 0, 0, nil
   if v then
-    floor, tail, index, total, c = swc_decode(v)
+    floor, index, total, c = swc_decode(v)
   else
     c = {}
   end
@@ -100,7 +116,8 @@ local function swc_decide(keys, now, args, i, charge, force, v, mark)
     end
     if v and m > floor then
       -- No charge, but a later instant: record it (see evalsha_batch.lua's `evaluate`).
-      redis.call('SET', keys[1], mark .. num(m) .. tail, 'KEEPTTL')
+      -- The stored counts stay as they are: only `s`, the first number, changes.
+      redis.call('SET', keys[1], mark .. struct.pack('<d', m) .. string.sub(v, 10), 'KEEPTTL')
     end
   end
   local reset = swc_within(c, index, total, n, bucket, t, 0)

@@ -8,8 +8,8 @@ A.sliding_window_counters = {
     if not v then
       return nil
     end
-    local at, tail, i, t, c = swc_decode(v)
-    return { i = i, t = t, s = at, c = c, tail = tail }
+    local at, i, t, c = swc_decode(v)
+    return { i = i, t = t, s = at, c = c }
   end,
   fresh = function()
     return { i = 0, t = 0, s = 0, c = {} }
@@ -55,5 +55,7 @@ A.sliding_window_counters = {
   save = function(keys, _, s, ttl)
     redis.call('SET', keys[1], MARKED .. swc_encode(s.s, s.i, s.t, s.c), 'PX', ttl)
   end,
-  touch = touch_string,
+  touch = function(keys, _, s)
+    redis.call('SET', keys[1], MARKED .. swc_encode(s.s, s.i, s.t, s.c), 'KEEPTTL')
+  end,
 }

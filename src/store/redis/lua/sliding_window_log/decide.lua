@@ -1,6 +1,7 @@
 -- Sliding window log: the Lua twin of src/algorithm/sliding_window_log.rs.
--- State: keys[1] (string, see prelude.lua) "<s> <t>", s = latest instant seen (the
--- log's `last`), t = total cost;
+-- State: keys[1] (string, see prelude.lua) "<s> <t> <u>", s = latest instant seen (the
+-- log's `last`), t = total cost, u = the instant both keys' TTL was last set for
+-- (`ttl_kept`; absent when the writer did not say);
 -- keys[2] (sorted set) one member per admission instant, "<instant>:<cost>", scored
 -- by the instant. One member per instant keeps members unique: a charge at the
 -- instant of the newest entry joins it, as in the Rust twin.
@@ -64,10 +65,10 @@ local function swl_decide(keys, now, args, i, charge, force, v, mark)
     v = redis.call('GET', keys[1])
   end
   mark = mark or MARKED
-  local total, floor = 0, 0
+  local total, floor, kept_for = 0, 0, nil
   if v then
-    local s, st = string.match(v, '^.(%S+) (%S+)$')
-    total, floor = tonumber(st), tonumber(s)
+    local s, st, su = string.match(v, '^.(%S+) (%S+) ?(%S*)$')
+    total, floor, kept_for = tonumber(st), tonumber(s), tonumber(su)
   end
   local t = math.max(now, floor)
   -- An entry counts while t - at < P: those at or before the edge leave.
@@ -103,22 +104,34 @@ local function swl_decide(keys, now, args, i, charge, force, v, mark)
     redis.call('ZREMRANGEBYSCORE', keys[2], '-inf', num(edge))
   end
   if charged then
+    -- The sorted set keeps its TTL only while it holds entries: a charge into an
+    -- empty log (Redis deleted the set) sets both TTLs again, as does one that
+    -- replaces the only entry.
+    local keep = kept_for and total > 0 and ttl_kept(kept_for, t + period)
     -- Charges at one instant share an entry, as in the Rust twin.
     if newest == t then
       redis.call('ZREM', keys[2], num(t) .. ':' .. num(newest_cost))
+      keep = keep and total > newest_cost
       newest_cost = newest_cost + cost
     else
       newest, newest_cost = t, cost
     end
     total = total + cost
-    local ttl = ttl_ms(t + period, now)
     redis.call('ZADD', keys[2], num(t), num(t) .. ':' .. num(newest_cost))
-    redis.call('SET', keys[1], mark .. string.format('%.0f %.0f', t, total), 'PX', ttl)
-    redis.call('PEXPIRE', keys[2], ttl)
+    if keep then
+      redis.call('SET', keys[1], mark .. string.format('%.0f %.0f %.0f', t, total, kept_for),
+        'KEEPTTL')
+    else
+      local ttl = ttl_ms(t + period, now)
+      redis.call('SET', keys[1], mark .. string.format('%.0f %.0f %.0f', t, total, t + period),
+        'PX', ttl)
+      redis.call('PEXPIRE', keys[2], ttl)
+    end
   elseif v and (t > floor or trim) then
     -- No charge, but a later instant or entries that left: record them (see
     -- evalsha_batch.lua's `evaluate`).
-    redis.call('SET', keys[1], mark .. string.format('%.0f %.0f', t, total), 'KEEPTTL')
+    redis.call('SET', keys[1], mark .. string.format('%.0f %.0f %.0f', t, total, kept_for or 0),
+      'KEEPTTL')
   end
   local reset = 0
   if newest and newest + period > t then

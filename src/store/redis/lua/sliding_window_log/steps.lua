@@ -38,7 +38,9 @@ A.sliding_window_log = {
     if not v then
       return nil
     end
-    local at, total = string.match(v, '^.(%S+) (%S+)$')
+    -- The third field (the TTL's instant, decide.lua) is not kept: what the steps
+    -- write makes the next charge set both TTLs again.
+    local at, total = string.match(v, '^.(%S+) (%S+)')
     local s = { keys = keys, t = tonumber(total), s = tonumber(at), del = {}, add = {},
       trim = nil, floor_at = -1 }
     local newest = redis.call('ZRANGE', keys[2], -1, -1)
