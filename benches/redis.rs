@@ -78,6 +78,22 @@ struct Row {
     script_us: f64,
     /// CPU µs of Redis's main thread per call (see `on_cpu_ns`).
     cpu_us: f64,
+    /// CPU µs of this process (the bench's client: every thread) per call, the loop's
+    /// own timing included (the same in every row).
+    client_us: f64,
+}
+
+/// Nanoseconds every thread of this process has spent on a CPU (schedstat).
+fn client_cpu_ns() -> u64 {
+    std::fs::read_dir("/proc/self/task")
+        .map(|tasks| {
+            tasks
+                .flatten()
+                .filter_map(|task| std::fs::read_to_string(task.path().join("schedstat")).ok())
+                .filter_map(|line| line.split(' ').next()?.parse::<u64>().ok())
+                .sum()
+        })
+        .unwrap_or(0)
 }
 
 /// The private server's pid, for `on_cpu_ns`.
@@ -139,6 +155,7 @@ where
     let call = Arc::new(call);
     let stop = Arc::new(AtomicBool::new(false));
     let started = Instant::now();
+    let client_before = client_cpu_ns();
     let tasks: Vec<_> = (0..TASKS)
         .map(|task| {
             let call = call.clone();
@@ -161,6 +178,7 @@ where
         all.extend(task.await.expect("a bench task panicked"));
     }
     let elapsed = started.elapsed();
+    let client_ns = client_cpu_ns().saturating_sub(client_before);
     all.sort_unstable();
     let at = |q: f64| all[((all.len() as f64 * q) as usize).min(all.len() - 1)];
     Row {
@@ -170,6 +188,7 @@ where
         p99: at(0.99),
         script_us: f64::NAN,
         cpu_us: f64::NAN,
+        client_us: client_ns as f64 / 1e3 / all.len() as f64,
     }
 }
 
@@ -479,20 +498,21 @@ async fn throughput(server: &RedisServer, secs: f64) -> Vec<Row> {
 
 fn print_rows(rows: &[Row]) {
     println!(
-        "| calls (64 tasks, 1 redis-server) | decisions/s | vs raw | p50 | p99 | Redis µs/call | Redis CPU µs/call |"
+        "| calls (64 tasks, 1 redis-server) | decisions/s | vs raw | p50 | p99 | Redis µs/call | Redis CPU µs/call | client CPU µs/call |"
     );
-    println!("|---|---:|---:|---:|---:|---:|---:|");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|");
     let raw = rows[0].per_second;
     for row in rows {
         println!(
-            "| {} | {:.0} | {:.2}× | {:.0} µs | {:.0} µs | {:.1} | {:.2} |",
+            "| {} | {:.0} | {:.2}× | {:.0} µs | {:.0} µs | {:.1} | {:.2} | {:.2} |",
             row.name,
             row.per_second,
             row.per_second / raw,
             row.p50.as_secs_f64() * 1e6,
             row.p99.as_secs_f64() * 1e6,
             row.script_us,
-            row.cpu_us
+            row.cpu_us,
+            row.client_us
         );
     }
 }
