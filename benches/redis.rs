@@ -408,7 +408,8 @@ async fn raw_gcra_row(
             let args = args.clone();
             async move {
                 let state = &keys[task];
-                let reply: Vec<i64> = redis::cmd("FCALL")
+                // One charge decided: the verdict packed, little-endian i64s.
+                let reply: Vec<u8> = redis::cmd("FCALL")
                     .arg(&*function)
                     .arg(2)
                     .arg(state)
@@ -417,7 +418,7 @@ async fn raw_gcra_row(
                     .query_async(&mut conn)
                     .await
                     .expect("a reply");
-                assert_eq!(reply[0], 1);
+                assert_eq!(reply.get(..8), Some(&1_i64.to_le_bytes()[..]));
             }
         },
     )

@@ -46,7 +46,7 @@ impl RedisStore {
             Call::new(&self.prefix, at, mode, charges)
         };
         let single = charges.len() == 1 && mode.in_library();
-        let reply: Vec<i64> = self
+        let script::Reply(reply) = self
             .exchange(deadline, |mut conn| async move {
                 if single
                     && self.functions.enabled()

@@ -27,7 +27,7 @@ use redis::{Cmd, RedisError, Script};
 use tokio::sync::Mutex;
 
 use super::connection::Conn;
-use super::script::{Call, every_algorithm};
+use super::script::{Call, Reply, every_algorithm};
 
 /// The library's source and its versioned function name.
 pub(super) struct Library {
@@ -126,7 +126,7 @@ impl Functions {
         &self,
         conn: &mut Conn,
         request: &Call,
-    ) -> Option<Result<Vec<i64>, RedisError>> {
+    ) -> Option<Result<Reply, RedisError>> {
         let fcall = request.fcall(&LIBRARY.function);
         let loads_before = self.loads.load(Relaxed);
         match conn.query(&fcall).await {

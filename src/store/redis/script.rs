@@ -12,7 +12,7 @@
 
 use std::sync::LazyLock;
 
-use redis::{Cmd, Script, ScriptInvocation, ToRedisArgs};
+use redis::{Cmd, FromRedisValue, ParsingError, Script, ScriptInvocation, ToRedisArgs, Value};
 
 use super::keys;
 use crate::algorithm::Verdict;
@@ -353,6 +353,30 @@ impl Call {
         cmd.arg(function).arg(self.keys.len()).arg(&self.keys);
         self.write_args(&mut cmd);
         cmd
+    }
+}
+
+/// A call's reply, the integers evalsha.lua lists: an array of them (the scripts'
+/// general driver), or, for one charge decided (the common call), little-endian
+/// 64-bit integers packed in one string, which Redis sends as it is and the client
+/// reads without parsing an array.
+pub(super) struct Reply(pub(super) Vec<i64>);
+
+impl FromRedisValue for Reply {
+    fn from_redis_value(v: Value) -> Result<Self, ParsingError> {
+        match v {
+            Value::BulkString(bytes) if bytes.len() % 8 == 0 => Ok(Self(
+                bytes
+                    .chunks_exact(8)
+                    .map(|chunk| {
+                        let mut word = [0_u8; 8];
+                        word.copy_from_slice(chunk);
+                        i64::from_le_bytes(word)
+                    })
+                    .collect(),
+            )),
+            other => Vec::<i64>::from_redis_value(other).map(Self),
+        }
     }
 }
 

@@ -30,9 +30,11 @@
 -- reset_after (µs), retry_after (µs, -1 for none), delay (µs), blocked_for (µs, -1
 -- when not blocked), tripped (1 when this call tripped the penalty box); durations,
 -- never timestamps; then the instant the script decided at (µs), from which the
--- client carries its floor and a charge's receipt its instants.
+-- client carries its floor and a charge's receipt its instants. A call of one charge
+-- decided gets the same eight packed in one string, little-endian 64-bit integers
+-- (prelude.lua's `packed_reply`).
 --
--- Every algorithm has a `decide(keys, now, ARGV, i, charge, force)` that makes one
+-- Every algorithm has a `decide(keys, now, ARGV, i, charge, force, v, mark)` that makes one
 -- whole decision from its arguments at ARGV[i..] (a flat function over locals is
 -- several times cheaper in Lua than the steps; `force` charges even what does not
 -- fit, for 'p'), and steps (load, normalize, refund, save, ...) that evalsha_batch.lua
@@ -55,6 +57,6 @@ if #ARGV == 4 and (mode == 'a' or mode == 'd') and D[ARGV[3]] then
   if args then
     local v = guarded(KEYS, now, args, 3, mode == 'a', mode == 'a')
     v[8] = now
-    return v
+    return packed_reply(v)
   end
 end

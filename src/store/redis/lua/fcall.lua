@@ -18,5 +18,5 @@ local function call(keys, args)
   local acquire = args[2] == 'a'
   local v = guarded(keys, now, args, 3, acquire, acquire)
   v[8] = now
-  return v
+  return packed_reply(v)
 end
