@@ -85,15 +85,13 @@ struct Row {
 
 /// Nanoseconds every thread of this process has spent on a CPU (schedstat).
 fn client_cpu_ns() -> u64 {
-    std::fs::read_dir("/proc/self/task")
-        .map(|tasks| {
-            tasks
-                .flatten()
-                .filter_map(|task| std::fs::read_to_string(task.path().join("schedstat")).ok())
-                .filter_map(|line| line.split(' ').next()?.parse::<u64>().ok())
-                .sum()
-        })
-        .unwrap_or(0)
+    std::fs::read_dir("/proc/self/task").map_or(0, |tasks| {
+        tasks
+            .flatten()
+            .filter_map(|task| std::fs::read_to_string(task.path().join("schedstat")).ok())
+            .filter_map(|line| line.split(' ').next()?.parse::<u64>().ok())
+            .sum()
+    })
 }
 
 /// The private server's pid, for `on_cpu_ns`.
@@ -366,16 +364,18 @@ async fn tollgate_rows(url: &str, secs: f64, admin: &mut MultiplexedConnection) 
     rows
 }
 
-/// The arguments the store sends for one GCRA charge under `bench_quota()` without a
-/// penalty box: server time with a floor (the store sends the latest server time it has
-/// seen; `f1` costs the script the same parsing and never leads the clock), acquire,
-/// the algorithm, then its nine numbers packed as little-endian doubles: cost 1, limit,
+/// The argument the store sends for one GCRA charge under `bench_quota()` without a
+/// penalty box, every number packed as a little-endian double (see
+/// `src/store/redis/lua/lean.lua`): server time with a floor (kind 2; the store sends
+/// the latest server time it has seen, a floor of 1 costs the script the same and
+/// never leads the clock), acquire (0), GCRA (the 6th algorithm), then cost 1, limit,
 /// period µs, capacity, T and B·T as (µs, ns), and the bound on delays that only the
-/// leaky bucket reads (see `src/store/redis/lua/evalsha.lua`).
-fn gcra_args() -> Vec<Vec<u8>> {
-    let numbers: [f64; 9] = [1.0, 1e6, 1e9, 1e6, 1000.0, 0.0, 1e9, 0.0, 0.0];
-    let packed = numbers.iter().flat_map(|n| n.to_le_bytes()).collect();
-    vec![b"f1".to_vec(), b"a".to_vec(), b"gcra".to_vec(), packed]
+/// leaky bucket reads.
+fn gcra_args() -> Vec<u8> {
+    let numbers: [f64; 13] = [
+        2.0, 1.0, 0.0, 6.0, 1.0, 1e6, 1e9, 1e6, 1000.0, 0.0, 1e9, 0.0, 0.0,
+    ];
+    numbers.iter().flat_map(|n| n.to_le_bytes()).collect()
 }
 
 /// tollgate's GCRA from the library the store loaded, called from the same raw

@@ -43,6 +43,7 @@ macro_rules! library_source {
             $(include_str!(concat!("lua/", $file, "/decide.lua")),)+
             include_str!("lua/block.lua"),
             include_str!("lua/clock.lua"),
+            include_str!("lua/lean.lua"),
             include_str!("lua/fcall.lua"),
         )
     };

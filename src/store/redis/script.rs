@@ -27,6 +27,7 @@ macro_rules! script_source {
             $(include_str!(concat!("lua/", $file, "/decide.lua")),)+
             include_str!("lua/block.lua"),
             include_str!("lua/clock.lua"),
+            include_str!("lua/lean.lua"),
             include_str!("lua/evalsha.lua"),
             include_str!("lua/prelude_steps.lua"),
             $(include_str!(concat!("lua/", $file, "/steps.lua")),)+
@@ -167,7 +168,7 @@ pub(super) struct Call {
     /// Per charge: the algorithm's name, then cost, limit, period (µs), capacity, the
     /// five algorithm parameters and the three of the penalty box; for a refund of
     /// charges, each one's receipt.
-    charges: Vec<(&'static str, [u64; 12], Option<Receipt>)>,
+    charges: Vec<(Algorithm, [u64; 12], Option<Receipt>)>,
     /// A reservation's longest wait (µs), after the charge.
     max_wait: Option<u64>,
 }
@@ -250,7 +251,7 @@ impl Call {
             };
             let [e0, e1, e2, e3, e4] = extra;
             args.push((
-                p.algorithm.name(),
+                p.algorithm,
                 [
                     charge.cost,
                     p.limit,
@@ -281,10 +282,17 @@ impl Call {
         }
     }
 
-    /// ARGV: the clock, the mode, then 13 per charge, 15 with a receipt; one charge
-    /// decided: its algorithm and its numbers packed in one argument (see
-    /// evalsha.lua).
+    /// ARGV: the clock, the mode, then 13 per charge, 15 with a receipt (see
+    /// evalsha.lua); one charge decided: the whole call packed in one argument (see
+    /// lean.lua).
     fn write_args(&self, out: &mut impl Args) {
+        if let [(algorithm, numbers, None)] = self.charges.as_slice()
+            && self.mode.in_library()
+        {
+            let (packed, len) = self.packed(*algorithm, numbers);
+            out.push(&packed[..len]);
+            return;
+        }
         match self.at {
             At::Client(now) => out.push(now),
             At::Server { floor: Some(floor) } => {
@@ -299,31 +307,8 @@ impl Call {
             At::Server { floor: None } => out.push(""),
         }
         out.push(self.mode.arg());
-        // One charge decided (the common call) sends its numbers packed in one
-        // argument, little-endian doubles (exact: every number the scripts compute
-        // with is below 2^53, see `algorithm::params`), without the penalty box's
-        // three zeros when it has none: Redis parses, copies and hands Lua every
-        // argument on its own, a cost that grows with their count (evalsha.lua).
-        if let [(name, numbers, None)] = self.charges.as_slice()
-            && self.mode.in_library()
-        {
-            out.push(*name);
-            let numbers = match numbers {
-                [head @ .., 0, 0, 0] => head,
-                all => &all[..],
-            };
-            let mut packed = [0_u8; 8 * 12];
-            for (slot, &n) in packed.chunks_exact_mut(8).zip(numbers) {
-                // Lossless below 2^53; a larger cost rounds as Lua's own `tonumber`
-                // would round its decimal text.
-                #[allow(clippy::cast_precision_loss)]
-                slot.copy_from_slice(&(n as f64).to_le_bytes());
-            }
-            out.push(&packed[..8 * numbers.len()]);
-            return;
-        }
-        for (name, numbers, receipt) in &self.charges {
-            out.push(*name);
+        for (algorithm, numbers, receipt) in &self.charges {
+            out.push(algorithm.name());
             for &n in numbers {
                 out.push(n);
             }
@@ -335,6 +320,38 @@ impl Call {
         if let Some(max_wait) = self.max_wait {
             out.push(max_wait);
         }
+    }
+
+    /// The common call, one charge decided, as lean.lua reads it: the clock's kind and
+    /// value, the mode, the algorithm's place, then the charge's numbers (without the
+    /// penalty box's three zeros when it has none), as little-endian doubles. Redis
+    /// parses, copies and hands Lua every argument on its own, a cost that grows with
+    /// their count; one argument is the least it can be. Every number is exact: the
+    /// scripts compute below 2^53 (see `algorithm::params`), and a larger cost rounds
+    /// as Lua's own `tonumber` rounds its decimal text.
+    fn packed(&self, algorithm: Algorithm, numbers: &[u64; 12]) -> ([u8; 8 * 16], usize) {
+        let (kind, clock) = match self.at {
+            At::Client(now) => (0, now),
+            At::Server { floor: None } => (1, 0),
+            At::Server { floor: Some(floor) } => (2, floor),
+        };
+        let mode = u64::from(self.mode != Mode::Acquire);
+        let place = index(algorithm) as u64 + 1;
+        let numbers = match numbers {
+            [head @ .., 0, 0, 0] => head,
+            all => &all[..],
+        };
+        let mut packed = [0_u8; 8 * 16];
+        let all = [kind, clock, mode, place]
+            .into_iter()
+            .chain(numbers.iter().copied());
+        let mut len = 0;
+        for (slot, n) in packed.chunks_exact_mut(8).zip(all) {
+            #[allow(clippy::cast_precision_loss)]
+            slot.copy_from_slice(&(n as f64).to_le_bytes());
+            len += 8;
+        }
+        (packed, len)
     }
 
     /// As a script: `EVALSHA`, loading it after a `NOSCRIPT`.

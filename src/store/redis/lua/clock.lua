@@ -5,22 +5,36 @@
 -- purpose (or came back from a glitch far ahead): follow the server, not the floor.
 local MAX_LEAD_US = 3600000000
 
--- Also sets `ttl_lead` for this call. A function library keeps its upvalues from one
--- call to the next, so the lead is reset here rather than trusted to start at 0.
-local function decision_clock(arg)
+-- The instant to decide at from a clock of `kind` 0 (`value` is the caller's instant,
+-- µs), 1 (the server's TIME) or 2 (the server's TIME, but never earlier than the floor
+-- `value`). Also sets `ttl_lead` for this call. A function library keeps its upvalues
+-- from one call to the next, so the lead is reset here rather than trusted to start
+-- at 0.
+local function clock_from(kind, value)
   ttl_lead = 0
-  local now = tonumber(arg)
-  if now then
-    return now
+  if kind == 0 then
+    return value
   end
   local time = redis.call('TIME')
-  now = time[1] * 1000000 + time[2]
+  local now = time[1] * 1000000 + time[2]
   -- A clock stepped back is read as the floor: keys idle through the step gain
   -- nothing from it, as keys with state gain nothing through their latest instant.
-  local floor = tonumber(string.sub(arg, 2))
-  if floor and floor > now and floor - now <= MAX_LEAD_US then
-    ttl_lead = floor - now
-    now = floor
+  if kind == 2 and value > now and value - now <= MAX_LEAD_US then
+    ttl_lead = value - now
+    now = value
   end
   return now
+end
+
+-- The same from ARGV[1] as text: '<µs>', '' or 'f<µs>' (evalsha.lua).
+local function decision_clock(arg)
+  local now = tonumber(arg)
+  if now then
+    return clock_from(0, now)
+  end
+  local floor = tonumber(string.sub(arg, 2))
+  if floor then
+    return clock_from(2, floor)
+  end
+  return clock_from(1, 0)
 end

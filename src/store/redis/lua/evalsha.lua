@@ -20,11 +20,8 @@
 -- order: its state, the log's sorted set for sliding_window_log, then its block
 -- record (block.lua).
 --
--- A call of one charge decided ('a', 'd', the common case) sends its algorithm, then
--- its twelve numbers packed in one argument as little-endian doubles, the last three
--- (the penalty box) left out when there is no box: 4 arguments, not 15 (each
--- argument costs Redis time to parse, copy and convert; see prelude.lua's
--- `lean_args`).
+-- A call of one charge decided ('a', 'd': the common case) is sent as one argument
+-- instead, every number of the call packed (lean.lua).
 --
 -- Returns 7 integers per charge ('r', 'c' and 'x': none): allowed (1/0), remaining,
 -- reset_after (µs), retry_after (µs, -1 for none), delay (µs), blocked_for (µs, -1
@@ -40,6 +37,16 @@
 -- fit, for 'p'), and steps (load, normalize, refund, save, ...) that evalsha_batch.lua
 -- combines for refunds and batches. block.lua puts the block before each decision.
 
+-- The common call, one charge decided, packed in one argument (lean.lua): decided
+-- before anything else is read.
+if #ARGV == 1 then
+  local reply = lean_call(KEYS, ARGV[1])
+  if reply then
+    return reply
+  end
+  return redis.error_reply('tollgate: one argument must be a packed call')
+end
+
 local now = decision_clock(ARGV[1])
 local mode = ARGV[2]
 
@@ -52,11 +59,8 @@ if #ARGV == 16 and mode == 'w' and D[ARGV[3]] then
   return v
 end
 
-if #ARGV == 4 and (mode == 'a' or mode == 'd') and D[ARGV[3]] then
-  local args = lean_args(ARGV)
-  if args then
-    local v = guarded(KEYS, now, args, 3, mode == 'a', mode == 'a')
-    v[8] = now
-    return packed_reply(v)
-  end
+if #ARGV == 15 and (mode == 'a' or mode == 'd') and D[ARGV[3]] then
+  local v = guarded(KEYS, now, ARGV, 3, mode == 'a', mode == 'a')
+  v[8] = now
+  return v
 end

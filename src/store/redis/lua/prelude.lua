@@ -26,27 +26,6 @@ local MARK_BYTE = 33 -- string.byte('!')
 -- state; nil: not read), `mark` the mark to write (nil: '!').
 local D = {}
 
--- A call of one charge decided sends the charge's numbers packed in its fourth
--- argument, little-endian doubles (9, or 12 with a penalty box): one C call unpacks
--- them, where Redis would parse, copy and hand over each as an argument of its own.
--- Returns the arguments as the other calls lay them out (evalsha.lua), numbers
--- where those have decimal text.
--- (Literal: a function library's load runs without the string library.)
-local LEAN_FORMATS = { [9] = '<ddddddddd', [12] = '<dddddddddddd' }
-
-local function lean_args(args)
-  local packed = args[4]
-  local n = #packed / 8
-  local format = LEAN_FORMATS[n]
-  if not format then
-    return nil
-  end
-  local a = { args[1], args[2], args[3], struct.unpack(format, packed) }
-  -- struct.unpack's last value is the position after the numbers.
-  a[4 + n] = nil
-  return a
-end
-
 -- The reply of a call of one charge decided: its verdict's seven integers and the
 -- instant decided at (`v[8]`), packed as little-endian 64-bit integers in one string,
 -- which Redis sends as it is (an array of integers costs it a conversion each, and

@@ -1,0 +1,41 @@
+-- tollgate: the common call, one charge decided ('a' or 'd'), as both entry points
+-- (evalsha.lua, fcall.lua) take it: one argument, every number of the call packed as
+-- little-endian doubles, where Redis would parse, copy and hand Lua each argument on
+-- its own (README.md, "The lean common call"). The numbers, in order: the clock's
+-- kind (0: the caller's instant; 1: the server's TIME; 2: TIME, never earlier than a
+-- floor) and value (µs), the mode (0: acquire, 1: dry run), the algorithm (its place
+-- in `LEAN_ALGORITHMS`), then the charge's numbers as evalsha.lua lists them after
+-- its algorithm: cost, limit, period, capacity, five parameters, and the penalty box's
+-- three when it has one.
+
+local LEAN_ALGORITHMS = { 'fixed_window', 'sliding_window', 'sliding_window_counters',
+  'sliding_window_log', 'token_bucket', 'gcra', 'leaky_bucket' }
+
+-- By how many numbers the call packs: without a penalty box and with one. (Literal:
+-- a function library's load runs without the string library.)
+local LEAN_FORMATS = { [13] = '<ddddddddddddd', [16] = '<dddddddddddddddd' }
+
+-- The reply of the call `packed` on `keys` (`packed_reply`), or nil when `packed` is
+-- not such a call.
+local function lean_call(keys, packed)
+  local n = #packed / 8
+  local format = LEAN_FORMATS[n]
+  if not format then
+    return nil
+  end
+  local args = { struct.unpack(format, packed) }
+  -- struct.unpack's last value is the position after the numbers.
+  args[n + 1] = nil
+  local name = LEAN_ALGORITHMS[args[4]]
+  if not name or not D[name] then
+    return nil
+  end
+  local now = clock_from(args[1], args[2])
+  local acquire = args[3] == 0
+  -- The charge at index 4, laid out as the other calls lay theirs out: its
+  -- algorithm's name, then its numbers.
+  args[4] = name
+  local v = guarded(keys, now, args, 4, acquire, acquire)
+  v[8] = now
+  return packed_reply(v)
+end
