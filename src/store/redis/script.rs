@@ -216,7 +216,8 @@ impl Call {
         script: &'static Script,
         charges: impl ExactSizeIterator<Item = (&'c Charge<'c>, Option<Receipt>)>,
     ) -> Self {
-        let mut keys = Vec::with_capacity(charges.len());
+        // Up to three keys a charge: its state, the log's set, its block record.
+        let mut keys = Vec::with_capacity(3 * charges.len());
         let mut args = Vec::with_capacity(charges.len());
         for (charge, receipt) in charges {
             let p = charge.limit.params();
