@@ -576,8 +576,9 @@ impl Store for RedisStore {
             if charges.is_empty() {
                 return Ok(Vec::new());
             }
-            let sent = self.local_now();
-            if let Some(cache) = &self.cache {
+            // The blocked-key cache's clock, read only when there is a cache.
+            let sent = self.cache.as_ref().map(|_| self.local_now());
+            if let (Some(cache), Some(sent)) = (&self.cache, sent) {
                 // One blocked charge denies the whole all-or-nothing batch: no round
                 // trip (see `BlockCache::check` for what the others report).
                 if let Some(decisions) = cache.check(charges, sent) {
@@ -590,7 +591,7 @@ impl Store for RedisStore {
                 .zip(verdicts)
                 .map(|(c, v)| decision(c.limit, v))
                 .collect();
-            if let Some(cache) = &self.cache {
+            if let (Some(cache), Some(sent)) = (&self.cache, sent) {
                 for (charge, decision) in charges.iter().zip(&decisions) {
                     // A limit with a penalty box must see its rejections to count them:
                     // only its blocks are answered locally.
