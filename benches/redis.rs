@@ -58,6 +58,31 @@ use tollgate::{Algorithm, Key, Limiter, Policy, Quota, RedisStore};
 
 const TASKS: usize = 64;
 
+/// How many keys the rows draw from: `BENCH_KEYS` (default one per task, each task on
+/// its own key, so every key is busy). With more, each call draws a key at random (a
+/// multiplicative hash of a shared counter): most keys are then touched about once per
+/// `BENCH_KEYS / rate` seconds, some for the first time.
+fn key_count() -> usize {
+    std::env::var("BENCH_KEYS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .filter(|&n: &usize| n > 0)
+        .unwrap_or(TASKS)
+}
+
+/// The key index a call of `task` uses among `n` keys (see `key_count`).
+fn pick(task: usize, n: usize) -> usize {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    if n == TASKS {
+        return task;
+    }
+    let draw = NEXT
+        .fetch_add(1, Ordering::Relaxed)
+        .wrapping_mul(0x9E37_79B9_7F4A_7C15)
+        >> 32;
+    usize::try_from(draw).unwrap_or(0) % n
+}
+
 const ALGORITHMS: [Algorithm; 7] = [
     Algorithm::FixedWindow,
     Algorithm::SlidingWindow,
@@ -237,7 +262,7 @@ async fn raw_script(
         let keys = keys.clone();
         async move {
             let reply: redis::Value = script
-                .key(&keys[task])
+                .key(&keys[pick(task, keys.len())])
                 .arg(args)
                 .invoke_async(&mut conn)
                 .await
@@ -265,7 +290,7 @@ fn store_like_keys(url: &str, prefix: &str) -> Arc<Vec<String>> {
     let store = RedisStore::from_url(url).expect("a url").prefix(prefix);
     let policy = Policy::new("bench", bench_quota()).expect("a policy");
     Arc::new(
-        (0..TASKS as u64)
+        (0..key_count() as u64)
             .map(|i| store.state_key(&policy, &Key::from(i)))
             .collect(),
     )
@@ -342,7 +367,7 @@ async fn tollgate_rows(url: &str, secs: f64, admin: &mut MultiplexedConnection) 
     for algorithm in ALGORITHMS {
         for functions in [true, false] {
             let limiter = limiter(url, algorithm, bench_quota(), 0, functions);
-            let keys: Arc<Vec<Key>> = Arc::new((0..TASKS as u64).map(Key::from).collect());
+            let keys: Arc<Vec<Key>> = Arc::new((0..key_count() as u64).map(Key::from).collect());
             reset_stats(admin).await;
             let how = if functions { "FCALL" } else { "EVALSHA" };
             let mut row = measure(format!("tollgate {algorithm} ({how})"), secs, move |task| {
@@ -350,7 +375,7 @@ async fn tollgate_rows(url: &str, secs: f64, admin: &mut MultiplexedConnection) 
                 let keys = keys.clone();
                 async move {
                     let d = limiter
-                        .check("bench", &keys[task], 1)
+                        .check("bench", &keys[pick(task, keys.len())], 1)
                         .await
                         .expect("a decision");
                     assert!(d.allowed);
@@ -407,7 +432,7 @@ async fn raw_gcra_row(
             let function = function.clone();
             let args = args.clone();
             async move {
-                let state = &keys[task];
+                let state = &keys[pick(task, keys.len())];
                 // One charge decided: the verdict packed, little-endian i64s.
                 let reply: Vec<u8> = redis::cmd("FCALL")
                     .arg(&*function)
@@ -641,6 +666,12 @@ fn main() {
     let log_only = std::env::args().any(|a| a == "--log-denials");
     let server = RedisServer::start();
     REDIS_PID.set(server.pid()).expect("one server");
+    let keys = key_count();
+    if keys == TASKS {
+        println!("keys: {keys}, one per task");
+    } else {
+        println!("keys: {keys}, drawn at random per call (BENCH_KEYS)");
+    }
     pin_to_one_core(&server);
     let url = server.url();
     runtime.block_on(async {
