@@ -146,6 +146,18 @@ async fn reset_stats(admin: &mut MultiplexedConnection) {
     ROW_START_NS.store(on_cpu_ns(), Ordering::Relaxed);
 }
 
+/// Deletes every key, so that a row's Redis CPU does not include expiring the keys of
+/// the rows before it (with `BENCH_KEYS` in the hundred thousands, GCRA's and the
+/// buckets' keys expire within seconds, in Redis's background cycle, on the same
+/// thread). The library and the scripts stay loaded.
+async fn flush_keys(admin: &mut MultiplexedConnection) {
+    let _: () = redis::cmd("FLUSHALL")
+        .arg("SYNC")
+        .query_async(admin)
+        .await
+        .expect("FLUSHALL");
+}
+
 /// Since the last reset: `usec_per_call` of `command` (`evalsha`, `fcall`), and the
 /// main thread's CPU µs per call of it.
 async fn server_cost(admin: &mut MultiplexedConnection, command: &str) -> (f64, f64) {
@@ -368,6 +380,7 @@ async fn tollgate_rows(url: &str, secs: f64, admin: &mut MultiplexedConnection) 
         for functions in [true, false] {
             let limiter = limiter(url, algorithm, bench_quota(), 0, functions);
             let keys: Arc<Vec<Key>> = Arc::new((0..key_count() as u64).map(Key::from).collect());
+            flush_keys(admin).await;
             reset_stats(admin).await;
             let how = if functions { "FCALL" } else { "EVALSHA" };
             let mut row = measure(format!("tollgate {algorithm} ({how})"), secs, move |task| {
@@ -422,6 +435,7 @@ async fn raw_gcra_row(
     let keys = store_like_keys(&server.url(), "gcra-raw_");
     let args = Arc::new(gcra_args());
     let shared = conn.clone();
+    flush_keys(admin).await;
     reset_stats(admin).await;
     let mut row = measure(
         "raw redis-rs FCALL of tollgate's library, gcra".into(),
@@ -466,6 +480,7 @@ async fn classic_gcra_row(
     admin: &mut MultiplexedConnection,
 ) -> Row {
     let classic = redis::Script::new(include_str!("redis_profile/classic_gcra.lua"));
+    flush_keys(admin).await;
     reset_stats(admin).await;
     let mut row = raw_script(
         "raw redis-rs EVALSHA of a classic GCRA script (float TAT)",
