@@ -54,12 +54,18 @@ const LUA_EXACT: u128 = 1 << 53;
 ///   monotonic clock) as a floor, so a server clock stepped back re-opens no key, not
 ///   even one idle through the step. A server more than an hour behind that floor is
 ///   followed instead (a deliberate correction). Clones share the floor.
-/// - **Keys:** `<prefix>:<policy>:{<subject>}:<algorithm>:<limit>:<period µs>:<capacity>`,
-///   where the subject is the caller key's fixed-length fingerprint in hex, so it
-///   alone picks the cluster slot and caller bytes can neither choose it nor make keys
-///   long. A key's block and penalty count live beside its state, in `<state key>:b`
-///   (same hash tag), read and written by the same call as the decision. Every key
-///   carries a TTL matching its state's retention.
+/// - **Keys:** `<prefix>:<policy>:{<subject>}:<algorithm>:<period µs>` (and
+///   `:<buckets>` for the sliding window counters), where the subject is the caller
+///   key's fixed-length fingerprint in hex, so it alone picks the cluster slot and
+///   caller bytes can neither choose it nor make keys long. A key's block and penalty
+///   count live beside its state, in `<state key>:b` (same hash tag), handled by the
+///   same call as the decision, which reads them only when the state says they may
+///   exist. Every key carries a TTL matching its state's retention, rounded up to the
+///   end of a second so that a busy key's writes can keep it.
+/// - **Lean calls:** a single decision is one `FCALL` whose numbers are packed into
+///   one argument and whose verdict comes back packed in one string, and it reads
+///   the state with one `GET`: about what a classic GCRA script costs Redis (see
+///   BENCHMARKS.md, "Lean decisions").
 /// - **Failure is normal:** every call has a deadline ([`DEFAULT_DEADLINE`](RedisStore::DEFAULT_DEADLINE), see
 ///   [`deadline`](RedisStore::deadline)); timeouts, lost connections, `LOADING`,
 ///   `CLUSTERDOWN` and `READONLY` come back as [`StoreError`]s of the matching
