@@ -101,6 +101,13 @@ local function guarded(keys, now, args, i, charge, count)
   return v
 end
 
+-- The decision of the charge at args[i..] on the key's state as it is now, written
+-- marked: for callers that did not read the block record (`reserve`, which writes
+-- it, and the operators' penalty).
+local function decide_fresh(keys, now, args, i, charge, force)
+  return D[args[i]](keys, now, args, i, charge, force, redis.call('GET', keys[1]), MARKED)
+end
+
 -- Reserves the charge at args[i..] within `max_wait` µs (Shard::reserve): its place
 -- is the earliest instant, behind the key's queue, at which the rule admits it; there
 -- it is charged now (the state runs ahead of the clock until then) and the verdict's
@@ -111,8 +118,7 @@ local function reserve(keys, now, args, i, max_wait)
     return pb_blocked(u - now, false)
   end
   local first = math.max(now, q)
-  local decide = D[args[i]]
-  local b = decide(keys, first, args, i, false)
+  local b = decide_fresh(keys, first, args, i, false)
   local lead = first - now
   local at = first
   if b[1] == 0 then
@@ -125,7 +131,7 @@ local function reserve(keys, now, args, i, max_wait)
   -- until then (its reset at the place), and that is what max_wait bounds.
   local served = at
   if args[i] == 'leaky_bucket' then
-    served = math.max(at, at + decide(keys, at, args, i, false)[3])
+    served = math.max(at, at + decide_fresh(keys, at, args, i, false)[3])
   end
   if served - now > max_wait then
     return { 0, b[2], b[3] + lead, served - now, 0, -1, 0, 0 }
@@ -133,7 +139,7 @@ local function reserve(keys, now, args, i, max_wait)
   -- Charged at its place: keys must live until then on the server's clock too.
   local saved = ttl_lead
   ttl_lead = ttl_lead + (at - now)
-  local v = decide(keys, at, args, i, true)
+  local v = decide_fresh(keys, at, args, i, true)
   ttl_lead = saved
   local ahead = at - now
   if v[1] == 1 then

@@ -52,51 +52,10 @@ local function persist(c, s)
   c.alg.save(c.keys, c.p, s, ttl_ms(until_us, now))
 end
 
--- The twin of algorithm::evaluate: computes at max(now, latest instant seen by the
--- key), reports durations from `now`.
+-- One charge decided at `now`, behind its block (block.lua's `guarded`, the twin of
+-- algorithm::evaluate); rejections are counted once the batch is decided (below).
 local function evaluate(c, charge)
-  local alg, p, cost = c.alg, c.p, c.cost
-  if alg.decide then
-    -- Rejections are counted once the batch is decided (see below).
-    return guarded(c.keys, now, ARGV, c.argi, charge, false)
-  end
-  local s = alg.load(c.keys)
-  local exists = s ~= nil
-  if not exists then
-    s = alg.fresh(c.keys)
-  end
-  local floor = s.s
-  local t = alg.normalize(p, s, math.max(now, floor))
-  s.s = math.max(now, floor)
-  local allowed = cost == 0 or (cost <= p.cap and alg.admits(p, s, t, cost))
-  local delay = 0
-  local charged = allowed and charge and cost > 0
-  if charged then
-    local at = alg.charge(p, s, t, cost)
-    if at > t then
-      delay = at - now
-    end
-  end
-  local retry = -1
-  if not allowed and cost <= p.cap then
-    retry = math.max(alg.retry_at(p, s, t, cost) - now, 0)
-  end
-  local remaining = math.min(alg.remaining(p, s, t), p.cap)
-  local reset = alg.reset_at(p, s, t)
-  if reset <= t then
-    reset = 0
-  else
-    reset = reset - now
-  end
-  if charged then
-    persist(c, s)
-  elseif exists and (s.s > floor or s.trim) then
-    -- No charge, but the key saw a later instant (and the log dropped entries that
-    -- left): record it, so that a clock stepping back later stands still here, as
-    -- the memory store's floor does. Nothing else is written.
-    alg.touch(c.keys, p, s)
-  end
-  return verdict(allowed, remaining, reset, retry, delay)
+  return guarded(c.keys, now, ARGV, c.argi, charge, false)
 end
 
 -- Refunds `amount` of the key's newest charges, or, with a `receipt`, of the one
@@ -161,7 +120,7 @@ elseif mode == 'p' then
   -- Charged whether it fits or not; reported as a peek would (the forced decision's
   -- own verdict is the state after the charge, without a delay to wait).
   for _, c in ipairs(charges) do
-    local v = c.alg.decide(c.keys, now, with_cost(c, c.cost), 1, c.cost > 0, true)
+    local v = decide_fresh(c.keys, now, with_cost(c, c.cost), 1, c.cost > 0, true)
     v[5], v[6], v[7] = 0, -1, 0
     local u = pb_read(c.keys)
     if u > now then

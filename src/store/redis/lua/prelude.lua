@@ -22,8 +22,9 @@ local MARKED, UNMARKED = '!', '.'
 local MARK_BYTE = 33 -- string.byte('!')
 
 -- Each algorithm's `decide(keys, now, args, i, charge, force, v, mark)`, by name (see
--- evalsha.lua): `v` the state string when the caller has read it already (false: no
--- state; nil: not read), `mark` the mark to write (nil: '!').
+-- evalsha.lua): `v` the state string as the caller read it (false: no state), `mark`
+-- the mark to write (block.lua's `guarded` reads the state once for both the block
+-- check and the decision; `decide_fresh` reads it for the other callers).
 local D = {}
 
 -- The reply of a call of one charge decided: its verdict's seven integers and the

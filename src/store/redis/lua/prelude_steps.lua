@@ -1,8 +1,9 @@
 -- tollgate: helpers for the algorithms' steps (the */steps.lua files) and the general
 -- driver (evalsha_batch.lua); the common case never reaches here (see prelude.lua).
 
--- Each algorithm's steps, by name: `nkeys`, `load`, `fresh`, `decide`, `normalize`,
--- `refund`, `refund_charge`, `idle_at`, `save`, `touch` (see evalsha_batch.lua).
+-- Each algorithm's steps for refunds, by name: `nkeys`, `load`, `normalize`,
+-- `refund`, `refund_charge`, `idle_at`, `save` (see evalsha_batch.lua). Decisions,
+-- batched or not, are each algorithm's `decide` (through block.lua's `guarded`).
 local A = {}
 
 -- For algorithm::still_owed: how many µs of a charge's debt are still to run at `t`,
@@ -16,20 +17,13 @@ local function owed_for(r, t)
   return math.max(r.till - t, 0)
 end
 
--- Records a later instant in a state string (see prelude.lua) without rewriting the
--- other fields: `tail` is the text after `s`. The steps do not read the block
--- record, so what they write is marked.
-local function touch_string(keys, _, s)
-  redis.call('SET', keys[1], MARKED .. num(s.s) .. s.tail, 'KEEPTTL')
-end
-
--- Reads a two-field state "<s> <x> <y>" at `key`: the latest instant, the text after
--- it (for `touch_string`) and the two fields; nil for a key with no state.
+-- Reads a two-field state "<s> <x> <y>" (after its mark) at `key`: the latest instant
+-- and the two fields; nil for a key with no state.
 local function load_two(key)
   local v = redis.call('GET', key)
   if not v then
     return nil
   end
-  local s, tail, x, y = string.match(v, '^.(%S+)( (%S+) (%S+))$')
-  return tonumber(s), tail, tonumber(x), tonumber(y)
+  local s, x, y = string.match(v, '^.(%S+) (%S+) (%S+)$')
+  return tonumber(s), tonumber(x), tonumber(y)
 end

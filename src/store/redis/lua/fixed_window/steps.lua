@@ -1,19 +1,15 @@
--- Fixed window: the steps that evalsha_batch.lua combines, for refunds and
--- batches; the common case only runs `decide` (fixed_window.lua).
+-- Fixed window: the steps that evalsha_batch.lua combines for refunds; every
+-- decision, batched or not, is `decide` (fixed_window/decide.lua).
 
 A.fixed_window = {
   nkeys = 1,
   load = function(keys)
-    local s, tail, w, k = load_two(keys[1])
+    local s, w, k = load_two(keys[1])
     if not s then
       return nil
     end
-    return { w = w, k = k, s = s, tail = tail }
+    return { w = w, k = k, s = s }
   end,
-  fresh = function()
-    return { w = 0, k = 0, s = 0 }
-  end,
-  decide = D.fixed_window,
   -- The steps below serve refunds.
   normalize = function(p, s, now)
     local w = idiv(now, p.period)
@@ -42,5 +38,4 @@ A.fixed_window = {
   save = function(keys, _, s, ttl)
     redis.call('SET', keys[1], MARKED .. string.format('%.0f %.0f %.0f', s.s, s.w, s.k), 'PX', ttl)
   end,
-  touch = touch_string,
 }

@@ -154,10 +154,6 @@ local function gcra_decide(keys, now, args, i, charge, force, v, mark, queue)
   local t_us, t_ns = args[i + 5] + 0, args[i + 6] + 0
   local b_us, b_ns = args[i + 7] + 0, args[i + 8] + 0
   local max_delay = queue and args[i + 9] + 0
-  if v == nil then
-    v = redis.call('GET', keys[1])
-  end
-  mark = mark or MARKED
   local a, b, floor, e = 0, 0, 0, 0
   if v then
     floor, a, b, e = struct.unpack(GCRA_STATE, v, 2)

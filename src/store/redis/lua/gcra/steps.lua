@@ -1,5 +1,5 @@
--- GCRA: the steps that evalsha_batch.lua combines, for refunds and
--- batches; the common case only runs `decide` (gcra.lua).
+-- GCRA: the steps that evalsha_batch.lua combines for refunds; every
+-- decision, batched or not, is `decide` (gcra/decide.lua).
 
 -- TAT = max(floor, TAT − r) for a refund of r (µs, ns), saturating at 0.
 local function take_back(s, r_us, r_ns, floor)
@@ -23,10 +23,6 @@ A.gcra = {
     local s, a, b, e = struct.unpack(GCRA_STATE, v, 2)
     return { a = a, b = b, e = e, s = s }
   end,
-  fresh = function(_)
-    return { a = 0, b = 0, e = 0, s = 0 }
-  end,
-  decide = D.gcra,
   -- For refunds: a TAT counted under another quota is re-counted first (the state is
   -- saved after a refund).
   normalize = function(p, s, now)
@@ -71,8 +67,5 @@ A.gcra = {
   save = function(keys, p, s, ttl)
     redis.call('SET', keys[1], gcra_pack(MARKED, s.s, s.a, s.b, p.t_us * 1000 + p.t_ns), 'PX',
       ttl)
-  end,
-  touch = function(keys, _, s)
-    redis.call('SET', keys[1], gcra_pack(MARKED, s.s, s.a, s.b, s.e), 'KEEPTTL')
   end,
 }

@@ -1,8 +1,7 @@
--- Leaky bucket: GCRA's steps (gcra/steps.lua) with its own `decide`
--- (leaky_bucket.lua).
+-- Leaky bucket: GCRA's steps (gcra/steps.lua); its decisions are its own `decide`
+-- (leaky_bucket/decide.lua).
 
 A.leaky_bucket = {}
 for name, f in pairs(A.gcra) do
   A.leaky_bucket[name] = f
 end
-A.leaky_bucket.decide = D.leaky_bucket

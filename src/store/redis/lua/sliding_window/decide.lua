@@ -34,10 +34,6 @@ end
 local function sw_decide(keys, now, args, i, charge, force, v, mark)
   local cost, limit = args[i + 1] + 0, args[i + 2] + 0
   local period, cap = args[i + 3] + 0, args[i + 4] + 0
-  if v == nil then
-    v = redis.call('GET', keys[1])
-  end
-  mark = mark or MARKED
   local w, prev, k, floor, tail = 0, 0, 0, 0, nil
   if v then
     local s, rest, sw, sp, sk = string.match(v, '^.(%S+)( (%S+) (%S+) (%S+))$')

@@ -1,5 +1,5 @@
--- Sliding window: the steps that evalsha_batch.lua combines, for refunds and
--- batches; the common case only runs `decide` (sliding_window.lua).
+-- Sliding window: the steps that evalsha_batch.lua combines for refunds; every
+-- decision, batched or not, is `decide` (sliding_window/decide.lua).
 
 A.sliding_window = {
   nkeys = 1,
@@ -8,13 +8,9 @@ A.sliding_window = {
     if not v then
       return nil
     end
-    local s, tail, w, prev, k = string.match(v, '^.(%S+)( (%S+) (%S+) (%S+))$')
-    return { w = tonumber(w), p = tonumber(prev), k = tonumber(k), s = tonumber(s), tail = tail }
+    local s, w, prev, k = string.match(v, '^.(%S+) (%S+) (%S+) (%S+)$')
+    return { w = tonumber(w), p = tonumber(prev), k = tonumber(k), s = tonumber(s) }
   end,
-  fresh = function()
-    return { w = 0, p = 0, k = 0, s = 0 }
-  end,
-  decide = D.sliding_window,
   -- The steps below serve refunds.
   normalize = function(p, s, now)
     local w = idiv(now, p.period)
@@ -58,5 +54,4 @@ A.sliding_window = {
   save = function(keys, _, s, ttl)
     redis.call('SET', keys[1], MARKED .. string.format('%.0f %.0f %.0f %.0f', s.s, s.w, s.p, s.k), 'PX', ttl)
   end,
-  touch = touch_string,
 }

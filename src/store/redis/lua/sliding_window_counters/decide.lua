@@ -80,10 +80,6 @@ local function swc_decide(keys, now, args, i, charge, force, v, mark)
   local cost, limit = args[i + 1] + 0, args[i + 2] + 0
   local cap = args[i + 4] + 0
   local n, bucket = args[i + 5] + 0, args[i + 6] + 0
-  if v == nil then
-    v = redis.call('GET', keys[1])
-  end
-  mark = mark or MARKED
   local floor, index, total, c = 0, 0, 0, nil
   if v then
     floor, index, total, c = swc_decode(v)

@@ -1,5 +1,5 @@
--- Sliding window counters: the steps that evalsha_batch.lua combines, for refunds and
--- batches; the common case only runs `decide` (sliding_window_counters.lua).
+-- Sliding window counters: the steps that evalsha_batch.lua combines for refunds; every
+-- decision, batched or not, is `decide` (sliding_window_counters/decide.lua).
 
 A.sliding_window_counters = {
   nkeys = 1,
@@ -11,10 +11,6 @@ A.sliding_window_counters = {
     local at, i, t, c = swc_decode(v)
     return { i = i, t = t, s = at, c = c }
   end,
-  fresh = function()
-    return { i = 0, t = 0, s = 0, c = {} }
-  end,
-  decide = D.sliding_window_counters,
   -- The steps below serve refunds.
   normalize = function(p, s, now)
     s.c, s.t, s.i = swc_advance(s.c, s.i, s.t, p.buckets, idiv(now, p.bucket))
@@ -54,8 +50,5 @@ A.sliding_window_counters = {
   end,
   save = function(keys, _, s, ttl)
     redis.call('SET', keys[1], MARKED .. swc_encode(s.s, s.i, s.t, s.c), 'PX', ttl)
-  end,
-  touch = function(keys, _, s)
-    redis.call('SET', keys[1], MARKED .. swc_encode(s.s, s.i, s.t, s.c), 'KEEPTTL')
   end,
 }

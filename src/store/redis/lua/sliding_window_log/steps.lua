@@ -1,5 +1,5 @@
--- Sliding window log: the steps that evalsha_batch.lua combines, for refunds and
--- batches; the common case only runs `decide` (sliding_window_log.lua).
+-- Sliding window log: the steps that evalsha_batch.lua combines for refunds; every
+-- decision, batched or not, is `decide` (sliding_window_log/decide.lua).
 
 local function swl_parse(member)
   local at, cost = string.match(member, '^(%d+):(%d+)$')
@@ -49,10 +49,6 @@ A.sliding_window_log = {
     end
     return s
   end,
-  fresh = function(keys)
-    return { keys = keys, t = 0, s = 0, del = {}, add = {}, trim = nil, floor_at = -1 }
-  end,
-  decide = D.sliding_window_log,
   -- The steps below serve refunds.
   normalize = function(p, s, now)
     -- A clock that went back stands still at the latest instant seen.
@@ -148,10 +144,6 @@ A.sliding_window_log = {
       end
       redis.call('ZADD', keys[2], unpack(args))
     end
-  end,
-  touch = function(keys, _, s)
-    A.sliding_window_log.apply(keys, s)
-    redis.call('SET', keys[1], MARKED .. string.format('%.0f %.0f', s.s, s.t), 'KEEPTTL')
   end,
   save = function(keys, _, s, ttl)
     A.sliding_window_log.apply(keys, s)

@@ -38,10 +38,6 @@ end
 local function tb_decide(keys, now, args, i, charge, force, v, mark)
   local cost, cap = args[i + 1] + 0, args[i + 4] + 0
   local upt, ups = args[i + 5] + 0, args[i + 6] + 0
-  if v == nil then
-    v = redis.call('GET', keys[1])
-  end
-  mark = mark or MARKED
   local d, l, floor = 0, 0, 0
   local sd, sl -- as stored
   local carried = false

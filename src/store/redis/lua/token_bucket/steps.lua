@@ -1,5 +1,5 @@
--- Token bucket: the steps that evalsha_batch.lua combines, for refunds and
--- batches; the common case only runs `decide` (token_bucket.lua).
+-- Token bucket: the steps that evalsha_batch.lua combines for refunds; every
+-- decision, batched or not, is `decide` (token_bucket/decide.lua).
 
 local function tb_refill_time(p, units)
   return ceil_div(units, p.ups)
@@ -15,10 +15,6 @@ A.token_bucket = {
     local s, d, l, u, r = struct.unpack(TB_STATE, v, 2)
     return { d = d, l = l, u = u, r = r, s = s }
   end,
-  fresh = function(_)
-    return { d = 0, l = 0, u = 0, r = 0, s = 0 }
-  end,
-  decide = D.token_bucket,
   -- The steps below serve refunds: a deficit counted under another quota is
   -- re-counted first (the state is saved after a refund).
   normalize = function(p, s, now)
@@ -74,8 +70,5 @@ A.token_bucket = {
   end,
   save = function(keys, p, s, ttl)
     redis.call('SET', keys[1], tb_pack(MARKED, s.s, s.d, s.l, p.upt, p.ups), 'PX', ttl)
-  end,
-  touch = function(keys, _, s)
-    redis.call('SET', keys[1], tb_pack(MARKED, s.s, s.d, s.l, s.u, s.r), 'KEEPTTL')
   end,
 }
