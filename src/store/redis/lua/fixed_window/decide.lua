@@ -2,7 +2,7 @@
 -- State (string, see prelude.lua): "<s> <w> <k>", s = latest instant seen,
 -- w = window index, k = count.
 
--- One whole decision (evalsha_batch.lua's `evaluate`, specialised, as gcra/decide.lua's): the
+-- One whole decision (algorithm::evaluate, specialised, as gcra/decide.lua's): the
 -- state stays in locals. `m` is the latest instant seen, `t` the instant decided at.
 local function fw_decide(keys, now, args, i, charge, force, v, mark)
   local cost, limit = args[i + 1] + 0, args[i + 2] + 0
@@ -39,7 +39,8 @@ local function fw_decide(keys, now, args, i, charge, force, v, mark)
       retry = math.max(window_end - now, 0)
     end
     if v and m > floor then
-      -- No charge, but a later instant: record it (see evalsha_batch.lua's `evaluate`).
+      -- No charge, but a later instant: record it, so that a clock stepping back
+      -- later stands still here, as the memory store's floor does.
       redis.call('SET', keys[1], mark .. num(m) .. tail, 'KEEPTTL')
     end
   end

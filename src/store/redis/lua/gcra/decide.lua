@@ -57,18 +57,24 @@ end
 -- The most debt a quota change leaves, µs (gcra::MAX_DEBT_US).
 local MAX_DEBT_US = 3153600000000000
 
--- ceil(h / e) for a pair h = (h_us, h_ns) and e ns: a double estimate, corrected with
--- exact pair arithmetic.
+-- floor(h / u) for pairs h = (h_us, h_ns) and u = (u_us, u_ns): a double estimate (off
+-- by at most one), corrected with exact pair arithmetic.
+local function gcra_floor_units(h_us, h_ns, u_us, u_ns)
+  local q = math.floor((h_us * 1000 + h_ns) / (u_us * 1000 + u_ns))
+  while q > 0 and not gcra_fits(q, u_us, u_ns, h_us, h_ns) do
+    q = q - 1
+  end
+  while gcra_fits(q + 1, u_us, u_ns, h_us, h_ns) do
+    q = q + 1
+  end
+  return q
+end
+
+-- ceil(h / e) for a pair h = (h_us, h_ns) and e ns.
 local function gcra_ceil_units(h_us, h_ns, e)
   local e_us = idiv(e, 1000)
   local e_ns = e - e_us * 1000
-  local q = math.floor((h_us * 1000 + h_ns) / e)
-  while q > 0 and not gcra_fits(q, e_us, e_ns, h_us, h_ns) do
-    q = q - 1
-  end
-  while gcra_fits(q + 1, e_us, e_ns, h_us, h_ns) do
-    q = q + 1
-  end
+  local q = gcra_floor_units(h_us, h_ns, e_us, e_ns)
   local m_us, m_ns = ns_mul(q, e_us, e_ns)
   if m_us == h_us and m_ns == h_ns then
     return q
@@ -142,7 +148,7 @@ local function gcra_whole(keys, now, t, a, cost, cap, tu, bu, max_delay, charge,
   return verdict(allowed, remaining, reset, retry, delay)
 end
 
--- One whole decision (evalsha_batch.lua's `evaluate`, specialised): GCRA's state is
+-- One whole decision (algorithm::evaluate, specialised): GCRA's state is
 -- four numbers, so they stay in locals and the call builds no state table and makes
 -- no per-step calls through the algorithm table; this is most of a call's cost in
 -- Lua. `args[i..]` is the charge's arguments (see evalsha.lua); `v` and `mark` as in
@@ -215,24 +221,17 @@ local function gcra_decide(keys, now, args, i, charge, force, v, mark, queue)
       redis.call('SET', keys[1], gcra_pack(mark, t, a, b, tn), 'PX',
         ttl_ms(math.max(ns_ceil_us(a, b), t), now))
     elseif v and t > floor then
-      -- No charge, but a later instant: record it (see evalsha_batch.lua's `evaluate`).
+      -- No charge, but a later instant: record it, so that a clock stepping back
+      -- later stands still here, as the memory store's floor does.
       redis.call('SET', keys[1], gcra_pack(mark, t, a, b, tn), 'KEEPTTL')
     end
   end
-  -- floor((t + B*T - max(TAT, t)) / T): a double estimate, then corrected with exact
-  -- pair arithmetic (the estimate is off by at most one).
+  -- floor((t + B*T - max(TAT, t)) / T)
   local remaining = 0
   local lim_us, lim_ns = ns_norm(t + b_us, b_ns)
   if not ns_le(lim_us, lim_ns, st_us, st_ns) then
     local h_us, h_ns = ns_sub(lim_us, lim_ns, st_us, st_ns)
-    local q = math.floor((h_us * 1000 + h_ns) / (t_us * 1000 + t_ns))
-    while q > 0 and not gcra_fits(q, t_us, t_ns, h_us, h_ns) do
-      q = q - 1
-    end
-    while gcra_fits(q + 1, t_us, t_ns, h_us, h_ns) do
-      q = q + 1
-    end
-    remaining = math.min(q, cap)
+    remaining = math.min(gcra_floor_units(h_us, h_ns, t_us, t_ns), cap)
   end
   local reset = ns_ceil_us(st_us, st_ns)
   if reset <= t then

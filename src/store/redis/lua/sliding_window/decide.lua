@@ -29,7 +29,7 @@ local function sw_earliest_within(period, start, prev, k, t, room)
   return start + period + sw_first_offset(k, room, period)
 end
 
--- One whole decision (evalsha_batch.lua's `evaluate`, specialised, as gcra/decide.lua's): the
+-- One whole decision (algorithm::evaluate, specialised, as gcra/decide.lua's): the
 -- state stays in locals. `m` is the latest instant seen, `t` the instant decided at.
 local function sw_decide(keys, now, args, i, charge, force, v, mark)
   local cost, limit = args[i + 1] + 0, args[i + 2] + 0
@@ -79,7 +79,8 @@ local function sw_decide(keys, now, args, i, charge, force, v, mark)
       retry = math.max(sw_earliest_within(period, start, prev, k, t, limit - cost) - now, 0)
     end
     if v and m > floor then
-      -- No charge, but a later instant: record it (see evalsha_batch.lua's `evaluate`).
+      -- No charge, but a later instant: record it, so that a clock stepping back
+      -- later stands still here, as the memory store's floor does.
       redis.call('SET', keys[1], mark .. num(m) .. tail, 'KEEPTTL')
     end
   end

@@ -73,7 +73,7 @@ local function swc_advance(c, index, total, n, at)
   return c, total, at
 end
 
--- One whole decision (evalsha_batch.lua's `evaluate`, specialised, as gcra/decide.lua's): the
+-- One whole decision (algorithm::evaluate, specialised, as gcra/decide.lua's): the
 -- index, total and instants stay in locals, the ring is one table of the non-zero
 -- counts by slot. `m` is the latest instant seen, `t` the instant decided at.
 local function swc_decide(keys, now, args, i, charge, force, v, mark)
@@ -111,7 +111,8 @@ local function swc_decide(keys, now, args, i, charge, force, v, mark)
       retry = math.max(swc_within(c, index, total, n, bucket, t, limit - cost) - now, 0)
     end
     if v and m > floor then
-      -- No charge, but a later instant: record it (see evalsha_batch.lua's `evaluate`).
+      -- No charge, but a later instant: record it, so that a clock stepping back
+      -- later stands still here, as the memory store's floor does.
       -- The stored counts stay as they are: only `s`, the first number, changes.
       redis.call('SET', keys[1], mark .. struct.pack('<d', m) .. string.sub(v, 10), 'KEEPTTL')
     end

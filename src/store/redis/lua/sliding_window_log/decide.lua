@@ -52,7 +52,7 @@ local function swl_retry_at(log, edge, total, room, period, t)
   return t
 end
 
--- One whole decision (evalsha_batch.lua's `evaluate`, specialised, as gcra/decide.lua's): the
+-- One whole decision (algorithm::evaluate, specialised, as gcra/decide.lua's): the
 -- total and instants stay in locals, and the call reads only what its answer needs.
 -- The newest entry is never after the latest instant seen (`floor`), so a charge at a
 -- later instant starts an entry of its own without reading the newest; a decision
@@ -124,8 +124,8 @@ local function swl_decide(keys, now, args, i, charge, force, v, mark)
       redis.call('PEXPIRE', keys[2], ttl)
     end
   elseif v and (t > floor or trim) then
-    -- No charge, but a later instant or entries that left: record them (see
-    -- evalsha_batch.lua's `evaluate`).
+    -- No charge, but a later instant or entries that left: record them (the instant
+    -- so that a clock stepping back later stands still here, as in memory).
     redis.call('SET', keys[1], mark .. string.format('%.0f %.0f %.0f', t, total, kept_for or 0),
       'KEEPTTL')
   end

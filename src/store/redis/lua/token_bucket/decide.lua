@@ -14,6 +14,20 @@ end
 -- The most deficit a quota change leaves, in units (token_bucket::MAX_UNITS).
 local TB_MAX_UNITS = 4503599627370496
 
+-- The deficit `d` last refilled at `l`, refilled at `rate` units per µs up to `m`:
+-- the deficit and the last refill. A clock behind `l` stands still there: it refills
+-- nothing. elapsed * rate >= d  <=>  elapsed >= ceil(d / rate), without the product
+-- that may leave the exact range.
+local function tb_refill(d, l, m, rate)
+  if m <= l then
+    return d, l
+  end
+  if m - l >= ceil_div(d, rate) then
+    return 0, m
+  end
+  return d - (m - l) * rate, m
+end
+
 -- token_bucket::carry_over: a deficit `d` counted in (u, r) units, refilled at the old
 -- rate to `m`, re-counted in the current units: its usage in whole tokens, rounded
 -- up, owed again. Returns the deficit and the last refill.
@@ -21,19 +35,11 @@ local function tb_carry_over(d, l, u, r, m, upt)
   if d == 0 then
     return d, l
   end
-  if m > l then
-    local elapsed = m - l
-    if elapsed >= ceil_div(d, r) then
-      d = 0
-    else
-      d = d - elapsed * r
-    end
-    l = m
-  end
+  d, l = tb_refill(d, l, m, r)
   return math.min(ceil_div(d, u), idiv(TB_MAX_UNITS, upt)) * upt, l
 end
 
--- One whole decision (evalsha_batch.lua's `evaluate`, specialised, as gcra/decide.lua's): the
+-- One whole decision (algorithm::evaluate, specialised, as gcra/decide.lua's): the
 -- state stays in locals. `m` is the latest instant seen, `t` the instant decided at.
 local function tb_decide(keys, now, args, i, charge, force, v, mark)
   local cost, cap = args[i + 1] + 0, args[i + 4] + 0
@@ -57,18 +63,7 @@ local function tb_decide(keys, now, args, i, charge, force, v, mark)
       before = l + ceil_div(d, ups)
     end
   end
-  if m > l then
-    -- elapsed * ups >= d  <=>  elapsed >= ceil(d / ups), without the product that
-    -- may leave the exact range.
-    local elapsed = m - l
-    if elapsed >= ceil_div(d, ups) then
-      d = 0
-    else
-      d = d - elapsed * ups
-    end
-    l = m
-  end
-  -- A clock behind `l` stands still there: it refills nothing.
+  d, l = tb_refill(d, l, m, ups)
   local t = l
   local allowed = force or cost == 0 or (cost <= cap and d <= cap * upt - cost * upt)
   local retry = -1
@@ -90,7 +85,8 @@ local function tb_decide(keys, now, args, i, charge, force, v, mark)
       redis.call('SET', keys[1], tb_pack(mark, m, d, l, upt, ups), 'PX',
         ttl_ms(math.max(l + ceil_div(d, ups), m), now))
     elseif v and m > floor then
-      -- No charge, but a later instant: record it (see evalsha_batch.lua's `evaluate`).
+      -- No charge, but a later instant: record it, so that a clock stepping back
+      -- later stands still here, as the memory store's floor does.
       -- The refill up to `m` changes nothing the rule reads, so the stored deficit
       -- and refill instant are kept as they were written.
       redis.call('SET', keys[1], tb_pack(mark, m, sd, sl, upt, ups), 'KEEPTTL')

@@ -24,18 +24,7 @@ A.token_bucket = {
       end
       s.u, s.r = p.upt, p.ups
     end
-    if now > s.l then
-      -- elapsed * ups >= d  <=>  elapsed >= ceil(d / ups), without the product that
-      -- may leave the exact range.
-      local elapsed = now - s.l
-      if elapsed >= tb_refill_time(p, s.d) then
-        s.d = 0
-      else
-        s.d = s.d - elapsed * p.ups
-      end
-      s.l = now
-    end
-    -- A clock behind `l` stands still there: it refills nothing.
+    s.d, s.l = tb_refill(s.d, s.l, now, p.ups)
     return s.l
   end,
   refund = function(p, s, _, amount)
