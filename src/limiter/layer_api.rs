@@ -106,18 +106,9 @@ impl Limiter {
                     });
                     return Pending::Ready(result);
                 }
-                let result = self.limits_of(set, checks).map(|limits| {
-                    let charges: Vec<Charge<'_>> = checks
-                        .iter()
-                        .zip(&limits)
-                        .map(|((_, key, cost, _), limit)| Charge {
-                            limit,
-                            key,
-                            cost: *cost,
-                        })
-                        .collect();
-                    store.acquire_all(&charges)
-                });
+                let result = self
+                    .limits_of(set, checks)
+                    .map(|limits| store.acquire_all(&charges(checks, &limits)));
                 Pending::Ready(result)
             }
             Backend::Other(store) => {
@@ -125,15 +116,7 @@ impl Limiter {
                 let checks = checks.to_vec();
                 Pending::Waiting(Box::pin(async move {
                     let limits = limiter.limits_of(&set, &checks)?;
-                    let charges: Vec<Charge<'_>> = checks
-                        .iter()
-                        .zip(&limits)
-                        .map(|((_, key, cost, _), limit)| Charge {
-                            limit,
-                            key,
-                            cost: *cost,
-                        })
-                        .collect();
+                    let charges = charges(&checks, &limits);
                     let decisions = store.acquire(&charges).await?;
                     if decisions.len() == charges.len() {
                         Ok(decisions)
@@ -185,6 +168,19 @@ impl Limiter {
 }
 
 /// One attempt at every slot of `claims` on the memory store.
+/// The charges of `checks`, each under its limit in `limits` (`Limiter::limits_of`).
+fn charges<'c>(checks: &'c [LayerCheck], limits: &'c [Resolved<'_>]) -> Vec<Charge<'c>> {
+    checks
+        .iter()
+        .zip(limits)
+        .map(|((_, key, cost, _), limit)| Charge {
+            limit,
+            key,
+            cost: *cost,
+        })
+        .collect()
+}
+
 fn enter_memory(store: &crate::MemoryStore, set: &Set, claims: &[(usize, Key, u32)]) -> Entry {
     let mut slots = Vec::with_capacity(claims.len());
     for &(index, key, max) in claims {

@@ -5,13 +5,23 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use tollgate::{
-    Charge, Decision, InFlightSlot, Key, Limit, Store, StoreError, StoreErrorKind, StoreFuture,
+    Charge, Decision, InFlightSlot, Key, Limit, Limiter, Policy, Store, StoreError, StoreErrorKind,
+    StoreFuture,
 };
 
 /// Fails every `acquire` and `acquire_in_flight` with a connection error; counts the
 /// calls in its `Arc`.
 #[derive(Debug)]
 pub(crate) struct BrokenStore(pub(crate) Arc<AtomicUsize>);
+
+/// A limiter of `policy` on a `BrokenStore` counting into `calls`.
+pub(crate) fn broken_limiter(policy: Policy, calls: &Arc<AtomicUsize>) -> Limiter {
+    Limiter::builder()
+        .policy(policy)
+        .store(BrokenStore(calls.clone()))
+        .build()
+        .expect("limiter")
+}
 
 impl Store for BrokenStore {
     fn acquire<'a>(&'a self, _: &'a [Charge<'a>]) -> StoreFuture<'a, Vec<Decision>> {

@@ -19,7 +19,7 @@ use tollgate::{
 use tonic::codegen::tokio_stream::{self, StreamExt as _};
 use tonic::{Code, Status};
 
-use crate::broken_store::BrokenStore;
+use crate::broken_store::broken_limiter;
 use crate::grpc_server::{GrpcServer, Ping, ping};
 
 const BASE: Duration = Duration::from_secs(1_699_920_000);
@@ -246,13 +246,7 @@ async fn a_rejection_is_a_trailers_only_http_200_on_the_wire() {
 #[tokio::test]
 async fn a_failing_store_fails_closed_as_unavailable_or_open_as_admitted() {
     let store_calls = Arc::new(AtomicUsize::new(0));
-    let broken = || {
-        Limiter::builder()
-            .policy(per_minute("api", 1))
-            .store(BrokenStore(store_calls.clone()))
-            .build()
-            .expect("limiter")
-    };
+    let broken = || broken_limiter(per_minute("api", 1), &store_calls);
 
     let closed =
         GrpcServer::start(RateLimitLayer::new(broken()).on_store_error(FailMode::Closed)).await;

@@ -18,7 +18,7 @@ use tollgate::{
     Quota, RateLimitLayer, Rejection, ResetFormat, key,
 };
 
-use crate::broken_store::BrokenStore;
+use crate::broken_store::{BrokenStore, broken_limiter};
 
 const BASE: Duration = Duration::from_secs(1_699_920_000);
 
@@ -493,11 +493,10 @@ async fn futures_join(server: &Arc<Server>, n: usize) -> Vec<StatusCode> {
 async fn store_failures_fail_open_or_closed() {
     let calls = Arc::new(AtomicUsize::new(0));
     let broken = || {
-        Limiter::builder()
-            .policy(Policy::new("api", Quota::per_minute(1)).expect("policy"))
-            .store(BrokenStore(calls.clone()))
-            .build()
-            .expect("limiter")
+        broken_limiter(
+            Policy::new("api", Quota::per_minute(1)).expect("policy"),
+            &calls,
+        )
     };
     let server = Server::start(app(RateLimitLayer::new(broken()))).await;
     for _ in 0..3 {
@@ -525,11 +524,10 @@ async fn store_failures_fail_open_or_closed() {
 async fn a_store_failure_in_wait_mode_fails_open_or_closed() {
     let calls = Arc::new(AtomicUsize::new(0));
     let broken = || {
-        Limiter::builder()
-            .policy(Policy::new("api", Quota::per_minute(1)).expect("policy"))
-            .store(BrokenStore(calls.clone()))
-            .build()
-            .expect("limiter")
+        broken_limiter(
+            Policy::new("api", Quota::per_minute(1)).expect("policy"),
+            &calls,
+        )
     };
     let wait = Duration::from_secs(30);
     let layer = RateLimitLayer::new(broken()).wait(wait);

@@ -5,6 +5,7 @@
 //! slots, and a flood of distinct keys. The same HTTP scenario runs on Redis and on a
 //! cluster in their binaries (`tests/support/in_flight.rs`).
 
+use std::convert::Infallible;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
@@ -23,7 +24,9 @@ use tollgate::{
 };
 use tower::{Layer, Service, ServiceExt};
 
-use crate::broken_store::BrokenStore;
+use crate::broken_store::broken_limiter;
+
+type Body = Full<Bytes>;
 
 const BASE: Duration = Duration::from_secs(1_699_920_000);
 
@@ -128,6 +131,31 @@ async fn an_inner_service_error_gives_the_slot_back() {
     }
 }
 
+/// An inner service that counts the requests entering it and holds each one until
+/// `release` is notified: the count of entered requests, the release, the service.
+fn held_service() -> (
+    Arc<AtomicUsize>,
+    Arc<Notify>,
+    impl Service<Request<Body>, Response = Response<Body>, Error = Infallible, Future: Send>
+    + Clone
+    + Send
+    + 'static,
+) {
+    let (entered, release) = (Arc::new(AtomicUsize::new(0)), Arc::new(Notify::new()));
+    let inner = {
+        let (entered, release) = (entered.clone(), release.clone());
+        tower::service_fn(move |_: Request<Full<Bytes>>| {
+            let (entered, release) = (entered.clone(), release.clone());
+            async move {
+                entered.fetch_add(1, Ordering::SeqCst);
+                release.notified().await;
+                Ok::<_, Infallible>(Response::new(Body::default()))
+            }
+        })
+    };
+    (entered, release, inner)
+}
+
 fn grpc_call() -> Request<Full<Bytes>> {
     Request::post("/pkg.Service/Method")
         .header("content-type", "application/grpc")
@@ -138,18 +166,7 @@ fn grpc_call() -> Request<Full<Bytes>> {
 #[tokio::test]
 async fn a_grpc_call_over_the_bound_gets_resource_exhausted_with_a_pushback() {
     let policy = Policy::in_flight_only("calls", 1).expect("policy");
-    let (entered, release) = (Arc::new(AtomicUsize::new(0)), Arc::new(Notify::new()));
-    let inner = {
-        let (entered, release) = (entered.clone(), release.clone());
-        tower::service_fn(move |_: Request<Full<Bytes>>| {
-            let (entered, release) = (entered.clone(), release.clone());
-            async move {
-                entered.fetch_add(1, Ordering::SeqCst);
-                release.notified().await;
-                Ok::<_, std::convert::Infallible>(Response::new(Full::<Bytes>::default()))
-            }
-        })
-    };
+    let (entered, release, inner) = held_service();
     let service = layer(policy, MemoryStore::new()).layer(inner);
     let running = tokio::spawn(service.clone().oneshot(grpc_call()));
     while entered.load(Ordering::SeqCst) == 0 {
@@ -176,13 +193,7 @@ async fn shadow_mode_passes_a_request_over_the_bound() {
 #[tokio::test]
 async fn a_failing_store_fails_open_or_closed_as_the_layer_says() {
     let calls = Arc::new(AtomicUsize::new(0));
-    let limiter = || {
-        Limiter::builder()
-            .policy(Policy::in_flight_only("api", 1).expect("policy"))
-            .store(BrokenStore(calls.clone()))
-            .build()
-            .expect("limiter")
-    };
+    let limiter = || broken_limiter(Policy::in_flight_only("api", 1).expect("policy"), &calls);
     let app = |mode| {
         Router::new()
             .route("/", get(|| async { "ok" }))
@@ -273,18 +284,7 @@ async fn a_flood_of_distinct_keys_holds_only_the_requests_running() {
 /// instead of getting a 429; past its wait it gets the 429.
 #[tokio::test]
 async fn in_wait_mode_a_request_waits_for_a_free_slot() {
-    let (entered, release) = (Arc::new(AtomicUsize::new(0)), Arc::new(Notify::new()));
-    let inner = {
-        let (entered, release) = (entered.clone(), release.clone());
-        tower::service_fn(move |_: Request<Full<Bytes>>| {
-            let (entered, release) = (entered.clone(), release.clone());
-            async move {
-                entered.fetch_add(1, Ordering::SeqCst);
-                release.notified().await;
-                Ok::<_, std::convert::Infallible>(Response::new(Full::<Bytes>::default()))
-            }
-        })
-    };
+    let (entered, release, inner) = held_service();
     let get = || {
         Request::get("/")
             .body(Full::<Bytes>::default())
