@@ -13,7 +13,8 @@ use std::time::{Duration, Instant};
 
 use support::redis_server::RedisServer;
 use tollgate::{
-    Charge, Fallback, Key, Limiter, MemoryStore, Policy, Quota, RedisStore, Store, StoreErrorKind,
+    Algorithm, Charge, Fallback, Key, Limiter, MemoryStore, Policy, Quota, RedisStore, Store,
+    StoreErrorKind,
 };
 
 const DEADLINE: Duration = Duration::from_millis(50);
@@ -421,5 +422,55 @@ async fn a_server_busy_with_a_long_script_is_unavailable_and_keeps_the_connectio
     script.wait()?;
     assert!(limiter.check("api", &key, 1).await?.allowed);
     assert_eq!(client_ids(&server), ids);
+    Ok(())
+}
+
+/// A state key holding bytes tollgate did not write (another program's value under the
+/// prefix, a hand edit, an older tollgate's format): every algorithm's decision fails
+/// as a store error, so the layer's fail mode decides, never a panic and never an
+/// admission counted on misread state; a reset makes the key idle again.
+#[tokio::test]
+async fn a_state_tollgate_did_not_write_fails_the_decision_until_a_reset() -> TestResult {
+    let server = RedisServer::start();
+    let store = store(&server).deadline(Duration::from_secs(5))?;
+    let algorithms = [
+        Algorithm::FixedWindow,
+        Algorithm::SlidingWindow,
+        Algorithm::SlidingWindowCounters { buckets: 4 },
+        Algorithm::SlidingWindowLog,
+        Algorithm::TokenBucket,
+        Algorithm::Gcra,
+        Algorithm::LeakyBucket,
+    ];
+    let mut builder = Limiter::builder().store(store.clone());
+    for algorithm in algorithms {
+        builder = builder
+            .policy(Policy::new(algorithm.name(), Quota::per_second(10))?.algorithm(algorithm));
+    }
+    let limiter = builder.build()?;
+    let key = Key::from("alice");
+    for algorithm in algorithms {
+        let name = algorithm.name();
+        assert!(limiter.check(name, &key, 1).await?.allowed, "{name}");
+        let policy = limiter.policy(name).ok_or("policy")?;
+        let state = store.state_key(&policy, &key);
+        for foreign in ["x", "1700000000000000 5 3", ""] {
+            assert_eq!(server.cli(&["SET", &state, foreign]), "OK");
+            let err = limiter
+                .check(name, &key, 1)
+                .await
+                .expect_err("misread state decides nothing");
+            assert_eq!(
+                err.kind(),
+                StoreErrorKind::Protocol,
+                "{name} on {foreign:?}: {err}"
+            );
+        }
+        limiter.reset(name, &key).await?;
+        assert!(
+            limiter.check(name, &key, 1).await?.allowed,
+            "{name} after a reset"
+        );
+    }
     Ok(())
 }

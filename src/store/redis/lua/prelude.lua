@@ -19,7 +19,21 @@
 -- the record only for a marked state or a key without state: most decisions make
 -- one read. A writer that did not read the record writes '!'.
 local MARKED, UNMARKED = '!', '.'
-local MARK_BYTE = 33 -- string.byte('!')
+local MARK_BYTE, UNMARKED_BYTE = 33, 46 -- string.byte('!'), string.byte('.')
+
+-- The state at `key` (false when there is none). A value that does not start with a
+-- mark was not written by this tollgate (another program's value under the prefix, a
+-- hand edit, an older format): the call fails rather than decide on a misread state.
+local function read_state(key)
+  local v = redis.call('GET', key)
+  if v then
+    local mark = string.byte(v, 1)
+    if mark ~= UNMARKED_BYTE and mark ~= MARK_BYTE then
+      error('tollgate: ' .. key .. ' holds a value tollgate did not write')
+    end
+  end
+  return v
+end
 
 -- Each algorithm's `decide(keys, now, args, i, charge, force, v, mark)`, by name (see
 -- evalsha.lua): `v` the state string as the caller read it (false: no state), `mark`

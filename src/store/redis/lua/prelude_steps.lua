@@ -20,7 +20,7 @@ end
 -- Reads a two-field state "<s> <x> <y>" (after its mark) at `key`: the latest instant
 -- and the two fields; nil for a key with no state.
 local function load_two(key)
-  local v = redis.call('GET', key)
+  local v = read_state(key)
   if not v then
     return nil
   end

@@ -16,7 +16,7 @@ end
 A.gcra = {
   nkeys = 1,
   load = function(keys)
-    local v = redis.call('GET', keys[1])
+    local v = read_state(keys[1])
     if not v then
       return nil
     end

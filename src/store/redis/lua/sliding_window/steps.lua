@@ -4,7 +4,7 @@
 A.sliding_window = {
   nkeys = 1,
   load = function(keys)
-    local v = redis.call('GET', keys[1])
+    local v = read_state(keys[1])
     if not v then
       return nil
     end

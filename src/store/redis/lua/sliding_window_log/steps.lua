@@ -34,7 +34,7 @@ end
 A.sliding_window_log = {
   nkeys = 2,
   load = function(keys)
-    local v = redis.call('GET', keys[1])
+    local v = read_state(keys[1])
     if not v then
       return nil
     end
