@@ -69,9 +69,9 @@ end
 -- The state is read first: the record is read only when the state is marked or
 -- missing (prelude.lua), and the state read is handed to the algorithm's `decide`.
 local function guarded(keys, now, args, i, charge, count)
-  local state = read_state(keys[1])
+  local state, mark_byte = read_state(keys[1])
   local u, c, f, q, record = 0, 0, 0, 0, false
-  if not state or string.byte(state, 1) == MARK_BYTE then
+  if not state or mark_byte == MARK_BYTE then
     u, c, f, q, record = pb_read(keys)
     if u > now then
       return pb_blocked(u - now, false)
@@ -105,7 +105,7 @@ end
 -- marked: for callers that did not read the block record (`reserve`, which writes
 -- it, and the operators' penalty).
 local function decide_fresh(keys, now, args, i, charge, force)
-  return D[args[i]](keys, now, args, i, charge, force, read_state(keys[1]), MARKED)
+  return D[args[i]](keys, now, args, i, charge, force, (read_state(keys[1])), MARKED)
 end
 
 -- Reserves the charge at args[i..] within `max_wait` µs (Shard::reserve): its place

@@ -21,18 +21,20 @@
 local MARKED, UNMARKED = '!', '.'
 local MARK_BYTE, UNMARKED_BYTE = 33, 46 -- string.byte('!'), string.byte('.')
 
--- The state at `key` (false when there is none). A value that does not start with a
--- mark was not written by this tollgate (another program's value under the prefix, a
--- hand edit, an older format): the call fails rather than decide on a misread state.
+-- The state at `key` (false when there is none) and its mark's byte. A value that
+-- does not start with a mark was not written by this tollgate (another program's value
+-- under the prefix, a hand edit, an older format): the call fails rather than decide
+-- on a misread state.
 local function read_state(key)
   local v = redis.call('GET', key)
-  if v then
-    local mark = string.byte(v, 1)
-    if mark ~= UNMARKED_BYTE and mark ~= MARK_BYTE then
-      error('tollgate: ' .. key .. ' holds a value tollgate did not write')
-    end
+  if not v then
+    return false, nil
   end
-  return v
+  local mark = string.byte(v, 1)
+  if mark ~= UNMARKED_BYTE and mark ~= MARK_BYTE then
+    error('tollgate: ' .. key .. ' holds a value tollgate did not write')
+  end
+  return v, mark
 end
 
 -- Each algorithm's `decide(keys, now, args, i, charge, force, v, mark)`, by name (see
