@@ -2,7 +2,7 @@
 //! and every store see. HTTP-free: the Tower layer's [`Policy`](crate::Policy) is a
 //! `Limit` plus the rules that find a request's key and cost.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::{Mutex, OnceLock, PoisonError};
 use std::time::Duration;
 
@@ -54,6 +54,14 @@ pub struct Limit {
     /// Identifies (name, algorithm, period) process-wide: the memory store finds a
     /// limit's table by this number instead of comparing names and parameters.
     table: u32,
+    /// Identifies the name alone process-wide: a caller's record (block, penalty
+    /// count, reservations) belongs to (name, key), whatever quota, period or
+    /// algorithm it is decided under.
+    record: u32,
+    /// The period of the limit this one was derived from ([`Limit::with_quota`]); its
+    /// own period otherwise. A charge under another period counts in state of its
+    /// own, which the stores treat apart (it may not see a record's mark).
+    base_period_us: u64,
 }
 
 impl Limit {
@@ -78,7 +86,7 @@ impl Limit {
         }
         let algorithm = Algorithm::default();
         let (params, problem) = Params::new(&quota, algorithm, default_max_delay(&quota));
-        let name = intern(name);
+        let (name, record) = intern(name);
         Ok(Self {
             name,
             quota,
@@ -86,6 +94,8 @@ impl Limit {
             max_delay: None,
             penalty: None,
             table: table_id(name, algorithm, quota.period_micros()),
+            record,
+            base_period_us: quota.period_micros(),
             params,
             problem,
         })
@@ -210,6 +220,7 @@ impl Limit {
         (self.params, self.problem) =
             Params::new(&self.quota, self.algorithm, self.get_max_delay());
         self.table = table_id(self.name, self.algorithm, self.quota.period_micros());
+        self.base_period_us = self.quota.period_micros();
     }
 
     /// This limit under another quota: the same name, algorithm and delay bound, and
@@ -302,6 +313,22 @@ impl Limit {
         self.table
     }
 
+    /// The number of this limit's name: what a caller's record (block, penalty
+    /// count, reservations) is kept under, whatever the quota, period or algorithm.
+    #[inline]
+    #[allow(dead_code)] // until the stores key records by it
+    pub(crate) fn record(&self) -> u32 {
+        self.record
+    }
+
+    /// The period of the limit this one was derived from by
+    /// [`with_quota`](Limit::with_quota) (its own period when it was not).
+    #[inline]
+    #[allow(dead_code)] // until the stores key records by it
+    pub(crate) fn base_period_us(&self) -> u64 {
+        self.base_period_us
+    }
+
     /// Whether the quota suits the algorithm; the message names the limit.
     pub(crate) fn validate(&self) -> Result<(), ConfigError> {
         if let Some(penalty) = &self.penalty {
@@ -353,16 +380,18 @@ fn table_id(name: &'static str, algorithm: Algorithm, period_us: u64) -> u32 {
 /// which costs nothing to copy on the hot path. Each distinct name is stored once, so
 /// memory is bounded by the number of distinct names, not by how often policies are
 /// built.
-fn intern(name: &str) -> &'static str {
-    static NAMES: OnceLock<Mutex<HashSet<&'static str>>> = OnceLock::new();
+/// Each name is also numbered once ([`Limit::record`]).
+fn intern(name: &str) -> (&'static str, u32) {
+    static NAMES: OnceLock<Mutex<HashMap<&'static str, u32>>> = OnceLock::new();
     let mut names = NAMES
         .get_or_init(Mutex::default)
         .lock()
         .unwrap_or_else(PoisonError::into_inner);
-    if let Some(existing) = names.get(name) {
-        return existing;
+    if let Some((existing, id)) = names.get_key_value(name) {
+        return (existing, *id);
     }
     let leaked: &'static str = Box::leak(name.to_owned().into_boxed_str());
-    names.insert(leaked);
-    leaked
+    let id = u32::try_from(names.len()).unwrap_or(u32::MAX);
+    names.insert(leaked, id);
+    (leaked, id)
 }
