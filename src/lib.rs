@@ -137,7 +137,7 @@ pub use error::{ConfigError, StoreError, StoreErrorKind};
 pub use key::Key;
 pub use limit::Limit;
 pub use limiter::{CheckEntry, Limiter, LimiterBuilder};
-pub use penalty::Penalty;
+pub use penalty::{MAX_DENIAL, Penalty};
 pub use quota::{MAX_COUNT, Quota};
 #[cfg(feature = "redis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]

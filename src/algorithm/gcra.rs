@@ -61,11 +61,13 @@ impl Rule for Gcra {
 
     fn admits(p: &Params, s: &State, now: u64, cost: u64) -> bool {
         // max(TAT, now) + c·T − B·T ≤ now
-        start_ns(*s, now) + cost * p.emission_ns <= now * NS_PER_US + p.tolerance_ns
+        start_ns(*s, now).saturating_add(cost * p.emission_ns) <= now * NS_PER_US + p.tolerance_ns
     }
 
     fn charge(p: &Params, s: &mut State, now: u64, cost: u64) -> u64 {
-        s.tat_ns = start_ns(*s, now) + cost * p.emission_ns;
+        // Saturating: a penalty charges past the capacity (bounded by `max_penalty`,
+        // but repeated), and a TAT stuck at the end of time denies, never wraps.
+        s.tat_ns = start_ns(*s, now).saturating_add(cost.saturating_mul(p.emission_ns));
         now
     }
 
@@ -82,7 +84,7 @@ impl Rule for Gcra {
     fn retry_at(p: &Params, s: &State, now: u64, cost: u64) -> u64 {
         // max(TAT, now) + c·T − B·T, the instant the same request would fit.
         div_ceil(
-            start_ns(*s, now) + cost * p.emission_ns - p.tolerance_ns,
+            start_ns(*s, now).saturating_add(cost * p.emission_ns) - p.tolerance_ns,
             NS_PER_US,
         )
     }
@@ -96,18 +98,44 @@ impl Rule for Gcra {
     }
 
     fn refund_charge(p: &Params, s: &mut State, now: u64, amount: u64, receipt: Receipt) {
-        // Time repays the debt up to the TAT oldest first: the charge is repaid by its
-        // reset instant, the part still owed at `now` is all that comes back. With a
-        // whole-µs `T` every TAT is a whole µs, so the reset instant is exact.
-        let mut back = amount.saturating_mul(p.emission_ns);
-        let exact = p.emission_ns.is_multiple_of(NS_PER_US);
-        if let Some(owed) = still_owed(receipt, now, NS_PER_US, exact) {
-            back = back.min(owed);
-        }
-        s.tat_ns = s.tat_ns.saturating_sub(back).max(now * NS_PER_US);
+        refund_charge_behind(p, s, now, amount, receipt, p.tolerance_ns);
     }
 
     fn idle_at(_p: &Params, s: &State) -> u64 {
         div_ceil(s.tat_ns, NS_PER_US)
     }
+}
+
+/// Gives back the charge of `receipt` (see `Rule::refund_charge`), GCRA's and the
+/// leaky bucket's: a TAT more than `ahead_ns` past `now` means places are reserved
+/// ahead of the clock (waiters, held requests) — GCRA: beyond its burst; the leaky
+/// bucket: beyond the request being served. A refund takes from the TAT's end, so
+/// while places are ahead it would free the place of the newest one, which is still
+/// taken: the next request would be given that very instant as well (two where the
+/// rule allows one). So while places are ahead, only the newest charge (its receipt's
+/// end is the TAT) comes back; an older one's place stays spent until its time, which
+/// never over-admits. The Lua twin is `gcra_refund_charge` in `gcra/steps.lua`.
+pub(crate) fn refund_charge_behind(
+    p: &Params,
+    s: &mut State,
+    now: u64,
+    amount: u64,
+    receipt: Receipt,
+    ahead_ns: u64,
+) {
+    let now_ns = now * NS_PER_US;
+    if s.tat_ns > now_ns.saturating_add(ahead_ns)
+        && receipt.until_us() != div_ceil(s.tat_ns, NS_PER_US)
+    {
+        return;
+    }
+    // Time repays the debt up to the TAT oldest first: the charge is repaid by its
+    // reset instant, the part still owed at `now` is all that comes back. With a
+    // whole-µs `T` every TAT is a whole µs, so the reset instant is exact.
+    let mut back = amount.saturating_mul(p.emission_ns);
+    let exact = p.emission_ns.is_multiple_of(NS_PER_US);
+    if let Some(owed) = still_owed(receipt, now, NS_PER_US, exact) {
+        back = back.min(owed);
+    }
+    s.tat_ns = s.tat_ns.saturating_sub(back).max(now_ns);
 }

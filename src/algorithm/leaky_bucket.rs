@@ -6,7 +6,7 @@
 //! inside the rule: a request that would wait longer is denied, charging nothing, in
 //! the same step that would have charged it (on Redis, in the same script call).
 
-use super::gcra::{Gcra, NS_PER_US, State, start_ns};
+use super::gcra::{self, Gcra, NS_PER_US, State, start_ns};
 use super::{Params, Rule, div_ceil};
 use crate::Receipt;
 
@@ -71,8 +71,9 @@ impl Rule for LeakyBucket {
     }
 
     fn refund_charge(p: &Params, s: &mut State, now: u64, amount: u64, receipt: Receipt) {
-        // A queued request's place is its share of the TAT, as a GCRA charge.
-        Gcra::refund_charge(p, s, now, amount, receipt);
+        // A queued request's place is its share of the TAT, as a GCRA charge; places
+        // are ahead once the TAT is past the request being served (one `T`).
+        gcra::refund_charge_behind(p, s, now, amount, receipt, p.emission_ns);
     }
 
     fn idle_at(p: &Params, s: &State) -> u64 {

@@ -352,6 +352,7 @@ pub(crate) fn penalize<R: Rule>(
     cost: u64,
 ) -> Verdict {
     let t = R::normalize(p, s, now.max(floor));
+    let cost = cost.min(max_penalty(p));
     if cost > 0 {
         R::charge(p, s, t, cost);
     }
@@ -362,6 +363,18 @@ pub(crate) fn penalize<R: Rule>(
         delay_us: 0,
     };
     report::<R>(p, s, now, 0, step)
+}
+
+/// The most one penalty charges: the capacity plus [`MAX_DENIAL`](crate::MAX_DENIAL)
+/// of refill, rounded up. More would deny no longer than the century both stores can
+/// count exactly (a window algorithm's debt is repaid by its window's end whatever its
+/// size), and would overflow the fluid algorithms' arithmetic.
+pub(crate) fn max_penalty(p: &Params) -> u64 {
+    let century = u128::from(gcra::MAX_DEBT_US) * u128::from(p.limit);
+    let refill = century.div_ceil(u128::from(p.period_us.max(1)));
+    u64::try_from(refill)
+        .unwrap_or(u64::MAX)
+        .saturating_add(p.capacity)
 }
 
 /// Refunds to rule `R`'s state at `max(now, floor)`.

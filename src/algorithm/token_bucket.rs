@@ -79,7 +79,10 @@ impl Rule for TokenBucket {
     }
 
     fn charge(p: &Params, s: &mut State, now: u64, cost: u64) -> u64 {
-        s.deficit += cost * p.units_per_token;
+        // Saturating, as GCRA's: repeated penalties never wrap the deficit.
+        s.deficit = s
+            .deficit
+            .saturating_add(cost.saturating_mul(p.units_per_token));
         now
     }
 

@@ -77,9 +77,11 @@ pub(super) struct Inner {
 }
 
 /// A derived limit's identity: the base limit's table (its name, algorithm and
-/// period) and delay setting (all a derived limit takes from it), and the caller's
-/// quota. Numbers only: hashed and compared without touching the name's bytes.
-type CallerKey = (u32, Option<Duration>, Quota);
+/// period), delay setting and penalty box (all a derived limit takes from it), and the
+/// caller's quota. Numbers only: hashed and compared without touching the name's
+/// bytes. The penalty is part of it so that a reload that adds, changes or removes a
+/// box reaches plan callers at once (their next check derives the limit anew).
+type CallerKey = (u32, Option<Duration>, Option<crate::Penalty>, Quota);
 type CallerLimits = HashMap<CallerKey, Arc<Limit>, foldhash::fast::RandomState>;
 
 /// The most derived limits a limiter keeps (plans are few; a quota computed per
@@ -309,6 +311,10 @@ impl Limiter {
     fn install(&self, set: Set) {
         self.inner.set.store(Arc::new(set));
         self.inner.reloaded.store(true, Ordering::Release);
+        // Limits derived from the replaced set would stay cached beside the new ones
+        // (their key names what they were derived from, so none is used wrongly):
+        // dropped, so the cache holds what the current plans need.
+        self.inner.callers.store(Arc::default());
     }
 
     /// The current set for one synchronous decision: the initial set until the first
@@ -388,7 +394,12 @@ impl Limiter {
         limit: &Limit,
         quota: Quota,
     ) -> Result<Arc<Limit>, StoreError> {
-        let key = (limit.table(), limit.max_delay_setting(), quota);
+        let key = (
+            limit.table(),
+            limit.max_delay_setting(),
+            limit.get_penalty(),
+            quota,
+        );
         if let Some(known) = self.inner.callers.load().get(&key) {
             return Ok(Arc::clone(known));
         }
@@ -738,6 +749,8 @@ impl Limiter {
     /// left, [`blocked_for`](Decision::blocked_for) too), whatever its quota says; a
     /// later block replaces this one, a zero `duration` lifts it, and
     /// [`reset`](Limiter::reset) lifts it too. Returns the key's decision afterwards.
+    /// A duration longer than [`MAX_DENIAL`](crate::MAX_DENIAL) (a century; up to
+    /// `Duration::MAX`) blocks for exactly that long.
     /// On Redis the block is state like any other: one round trip, and every process
     /// denies the key from its next call.
     ///
@@ -763,6 +776,8 @@ impl Limiter {
         duration: Duration,
     ) -> Result<Decision, StoreError> {
         let limit = Self::find(&self.snapshot(), policy)?;
+        // Longer than a century is a century, on every store (see `MAX_DENIAL`).
+        let duration = duration.min(crate::MAX_DENIAL);
         match &self.inner.backend {
             Backend::Memory(store) => Ok(store.block_now(&limit, key, duration)),
             Backend::Other(store) => store.block(&limit, key, duration).await,
@@ -774,7 +789,8 @@ impl Limiter {
     /// (window algorithms: until enough windows have passed; token bucket, GCRA and
     /// leaky bucket: until the refill covers it). Returns the key's decision
     /// afterwards, as [`peek`](Limiter::peek) would. Not a rejection: it never counts
-    /// toward a [`Penalty`](crate::Penalty).
+    /// toward a [`Penalty`](crate::Penalty). Any `cost` is safe: one penalty charges
+    /// at most the capacity plus [`MAX_DENIAL`](crate::MAX_DENIAL) of refill.
     ///
     /// ```
     /// use std::time::Duration;
@@ -801,10 +817,12 @@ impl Limiter {
         cost: u32,
     ) -> Result<Decision, StoreError> {
         let limit = Self::find(&self.snapshot(), policy)?;
+        // At most the capacity plus a century of refill, on every store (see
+        // `MAX_DENIAL`): more would deny no longer, and overflow the fluid algorithms.
         let charge = Charge {
             limit: &limit,
             key,
-            cost: u64::from(cost),
+            cost: u64::from(cost).min(crate::algorithm::max_penalty(limit.params())),
         };
         match &self.inner.backend {
             Backend::Memory(store) => Ok(store.penalize_now(&charge)),

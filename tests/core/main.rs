@@ -9,6 +9,7 @@ mod bounds;
 mod clock_faults;
 mod concurrency;
 mod eviction;
+mod extremes;
 mod key;
 mod leases;
 mod limiter;

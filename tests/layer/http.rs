@@ -718,10 +718,16 @@ async fn a_cost_above_capacity_is_a_build_error_naming_the_route() {
 
 #[tokio::test]
 async fn a_cost_that_can_never_fit_is_not_told_to_retry() {
+    for cost in [5, u32::MAX] {
+        a_cost_that_can_never_fit(cost).await;
+    }
+}
+
+async fn a_cost_that_can_never_fit(cost: u32) {
     let clock = ManualClock::new(BASE);
     let policy = Policy::new("api", Quota::per_minute(2))
         .expect("policy")
-        .costs(|_: &http::request::Parts| 5);
+        .costs(move |_: &http::request::Parts| cost);
     let server = Server::start(app(RateLimitLayer::new(limiter(vec![policy], &clock)))).await;
     let reply = server.get("/").await;
     assert_eq!(reply.status, StatusCode::TOO_MANY_REQUESTS);

@@ -25,5 +25,6 @@ mod max_delay;
 mod operations;
 mod refunds;
 mod reload;
+mod reservations;
 mod scenarios;
 mod store;

@@ -1430,15 +1430,19 @@ pub const LEAKY_BUCKET_LATE_REFUNDS: Scenario = Scenario {
         // step 0's place was drained at 100 ms: nothing back (the newest would have
         // freed a place)
         refund_of(150_000, 0, 1),
-        // step 1 still owes 200 − 150 = 50 ms: TAT = 250 ms
+        // step 1 still owes 200 − 150 = 50 ms, but step 2's place (served at 200 ms)
+        // is still ahead and step 1 is not the newest charge: taking 50 ms off the
+        // TAT's end would serve the next request at 250 ms, 50 ms after step 2's.
+        // Nothing back (issue 23, item 6): TAT stays 300 ms
         refund_of(150_000, 1, 1),
-        // floor((150 + 300 − 250)/100) = 2; reset 250 − 150
-        peek(150_000, 2, 100_000),
-        // 250 + 100 ≤ 150 + 300: delay 250 − 150, TAT = 350 ms
-        queued(150_000, 1, 1, 200_000, 100_000),
-        // refunded at the instant it was made: its whole place, TAT = 250 ms
+        // floor((150 + 300 − 300)/100) = 1; reset 300 − 150
+        peek(150_000, 1, 150_000),
+        // 300 + 100 ≤ 150 + 300: delay 300 − 150, TAT = 400 ms
+        queued(150_000, 1, 0, 250_000, 150_000),
+        // the newest charge, refunded at the instant it was made: its whole place,
+        // TAT = 300 ms
         refund_of(150_000, 6, 1),
-        peek(150_000, 2, 100_000),
+        peek(150_000, 1, 150_000),
     ],
 };
 

@@ -175,6 +175,80 @@ pub async fn a_given_back_reservation_returns_its_place<S: Store>(
     Ok(())
 }
 
+/// 10 per second with a burst of 1 (T = 100 ms) under `algorithm`, `max_delay` 10 s.
+fn burst_one(algorithm: Algorithm, store: impl Store) -> Result<Limiter, Box<dyn Error>> {
+    let limit = Limit::new("wait", Quota::per_second(10).with_burst(1)?)?
+        .algorithm(algorithm)
+        .max_delay(Duration::from_secs(10));
+    Ok(Limiter::builder().limit(limit).store(store).build()?)
+}
+
+/// Whether `places` (µs, any order) keep GCRA's bound at 10/s, burst 1: no two closer
+/// than T = 100 ms, so any window of `w` holds at most `1 + w / T`.
+fn spaced_by_emission(places: &[u64]) -> Result<(), String> {
+    let mut sorted = places.to_vec();
+    sorted.sort_unstable();
+    match sorted.windows(2).find(|w| w[1] - w[0] < 100_000) {
+        Some(w) => Err(format!("places {} and {} µs are closer than T", w[0], w[1])),
+        None => Ok(()),
+    }
+}
+
+/// Regression (issue 23, item 6): 11 waiters at +0 … +1000 ms (10/s, burst 1); five
+/// times the earliest pending waiter gives its place back and a new one reserves.
+/// Giving back an older place used to free the newest one's instant instead, so the
+/// five newcomers all landed on +1000 ms: six at one instant with burst 1. Every
+/// place stays spaced by T, on every store.
+pub async fn cancelled_places_never_stack_waiters<S: Store>(
+    make_store: impl Fn(ManualClock) -> S,
+) -> Result<(), Box<dyn Error>> {
+    for algorithm in [
+        Algorithm::Gcra,
+        Algorithm::LeakyBucket,
+        Algorithm::TokenBucket,
+    ] {
+        let clock = ManualClock::new(BASE + START);
+        let limiter = burst_one(algorithm, make_store(clock))?;
+        let key = Key::from("stack");
+        let max_wait = Duration::from_secs(5);
+        let mut live = std::collections::VecDeque::new();
+        for _ in 0..11 {
+            let decision = limiter.reserve("wait", &key, 1, max_wait).await?;
+            assert!(decision.allowed, "{algorithm}: within max_wait");
+            live.push_back(decision);
+        }
+        let first: Vec<u64> = live.iter().map(|d| d.delay.as_micros() as u64).collect();
+        assert_eq!(
+            first,
+            (0..11).map(|i| i * 100_000).collect::<Vec<u64>>(),
+            "{algorithm}: one place every 100 ms"
+        );
+        for cycle in 0..5 {
+            // The earliest waiter still waiting (the one at +0 has gone ahead).
+            let cancelled = live.remove(1).ok_or("a pending waiter")?;
+            limiter.refund_charge(&cancelled, &key, 1).await?;
+            let newcomer = limiter.reserve("wait", &key, 1, max_wait).await?;
+            assert!(
+                newcomer.allowed,
+                "{algorithm}: cycle {cycle}: within max_wait"
+            );
+            live.push_back(newcomer);
+            let places: Vec<u64> = live.iter().map(|d| d.delay.as_micros() as u64).collect();
+            spaced_by_emission(&places)
+                .map_err(|e| format!("{algorithm}: cycle {cycle}: {e} in {places:?}"))?;
+        }
+        // The newest place given back is the next one's: nothing is lost either.
+        let newest = live.pop_back().ok_or("a waiter")?;
+        limiter.refund_charge(&newest, &key, 1).await?;
+        let again = limiter.reserve("wait", &key, 1, max_wait).await?;
+        assert_eq!(
+            again.delay, newest.delay,
+            "{algorithm}: the newest place comes back"
+        );
+    }
+    Ok(())
+}
+
 /// Expands to one `#[tokio::test]` per shared waiting test, each on stores built by
 /// `$make_store`.
 #[macro_export]
@@ -189,6 +263,11 @@ macro_rules! waiting_tests {
         async fn a_given_back_reservation_returns_its_place()
         -> Result<(), Box<dyn std::error::Error>> {
             $crate::waiting::a_given_back_reservation_returns_its_place($make_store).await
+        }
+
+        #[tokio::test]
+        async fn cancelled_places_never_stack_waiters() -> Result<(), Box<dyn std::error::Error>> {
+            $crate::waiting::cancelled_places_never_stack_waiters($make_store).await
         }
     };
 }

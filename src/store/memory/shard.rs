@@ -221,12 +221,19 @@ impl Shard {
         let probe = self.decide_at(policy, key, now, first, cost, false);
         // Measured on the caller's clock, as the Redis store measures it: a place the
         // rule gives at once is now, even when the key's latest instant is ahead.
+        // Full again no earlier than where the probe stood, as Redis reports it.
+        let reset_after_us = probe.reset_after_us.max(first - now);
         let at = if probe.allowed {
             now.max(tail)
         } else {
             match probe.retry_after_us {
                 Some(retry) => now + retry,
-                None => return probe,
+                None => {
+                    return Verdict {
+                        reset_after_us,
+                        ..probe
+                    };
+                }
             }
         };
         // The leaky bucket serves its place when the queue ahead has drained: the
@@ -238,8 +245,14 @@ impl Shard {
             at
         };
         if served - now > max_wait_us {
+            // Refused, charging nothing: a probe the rule admitted at the queue's
+            // tail is still a refusal here (it used to be reported allowed, with
+            // nothing charged: a caller that trusted it went uncounted).
             return Verdict {
+                allowed: false,
+                reset_after_us,
                 retry_after_us: Some(served - now),
+                delay_us: 0,
                 receipt: None,
                 ..probe
             };
@@ -498,6 +511,8 @@ impl Shard {
                 },
                 delay_us: 0,
                 receipt: None,
+                // Full again no earlier than the queue's tail, as Redis reports it.
+                reset_after_us: behind.reset_after_us.max(tail - now),
                 ..behind
             };
         }

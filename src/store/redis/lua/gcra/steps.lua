@@ -13,6 +13,30 @@ local function take_back(s, r_us, r_ns, floor)
   s.a, s.b = a, b
 end
 
+-- gcra::refund_charge_behind: while places are reserved ahead of the clock (the TAT
+-- more than (ahead_us, ahead_ns) past `t`: GCRA's burst, the leaky bucket's one T),
+-- only the newest charge (its receipt's end is the TAT) comes back: taking an older
+-- one off the TAT's end would give its place to the next request a second time.
+-- Ahead of the script's clock `now` (evalsha.lua), not of `t`: a reservation leaves
+-- its place as the state's latest instant, which is not where the clock is.
+local function gcra_refund_charge(p, s, t, amount, r, ahead_us, ahead_ns)
+  if not ns_le(s.a, s.b, now + ahead_us, ahead_ns) and r.till ~= ns_ceil_us(s.a, s.b) then
+    return
+  end
+  local r_us, r_ns = ns_mul(amount, p.t_us, p.t_ns)
+  local d = owed_for(r, t)
+  if d then
+    local o_us, o_ns = d, 0
+    if p.t_ns > 0 and d > 0 then
+      o_us, o_ns = ns_sub(d, 0, 0, 999)
+    end
+    if ns_le(o_us, o_ns, r_us, r_ns) then
+      r_us, r_ns = o_us, o_ns
+    end
+  end
+  take_back(s, r_us, r_ns, t)
+end
+
 A.gcra = {
   nkeys = 1,
   load = function(keys)
@@ -48,18 +72,7 @@ A.gcra = {
   -- whole µs and the receipt's reset instant exact; otherwise less its rounding,
   -- 999 ns). In ns, as pairs.
   refund_charge = function(p, s, t, amount, r)
-    local r_us, r_ns = ns_mul(amount, p.t_us, p.t_ns)
-    local d = owed_for(r, t)
-    if d then
-      local o_us, o_ns = d, 0
-      if p.t_ns > 0 and d > 0 then
-        o_us, o_ns = ns_sub(d, 0, 0, 999)
-      end
-      if ns_le(o_us, o_ns, r_us, r_ns) then
-        r_us, r_ns = o_us, o_ns
-      end
-    end
-    take_back(s, r_us, r_ns, t)
+    gcra_refund_charge(p, s, t, amount, r, p.b_us, p.b_ns)
   end,
   idle_at = function(_, s)
     return ns_ceil_us(s.a, s.b)

@@ -5,3 +5,8 @@ A.leaky_bucket = {}
 for name, f in pairs(A.gcra) do
   A.leaky_bucket[name] = f
 end
+-- A queued request's place is its share of the TAT, as GCRA's; places are ahead once
+-- the TAT is past the request being served (one T): gcra_refund_charge.
+A.leaky_bucket.refund_charge = function(p, s, t, amount, r)
+  gcra_refund_charge(p, s, t, amount, r, p.t_us, p.t_ns)
+end
