@@ -9,10 +9,10 @@
 
 use std::time::Duration;
 
-use support::redis_server::{shared_server, unique_prefix};
+use support::redis_server::{RedisServer, shared_server, unique_prefix};
 use tollgate::{
-    Algorithm, Decision, Key, Limit, Limiter, ManualClock, MemoryStore, Penalty, Quota, RedisStore,
-    Store,
+    Algorithm, Charge, Decision, Key, Limit, Limiter, ManualClock, MemoryStore, Penalty, Quota,
+    RedisStore, Store,
 };
 
 type TestResult = Result<(), Box<dyn std::error::Error>>;
@@ -377,5 +377,90 @@ async fn extreme_blocks_and_penalties_answer_as_the_memory_store() -> TestResult
         }
     }
     assert_eq!(answers[0], answers[1]);
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_batch_with_a_plan_charge_is_denied_by_the_callers_block() -> TestResult {
+    for functions in [true, false] {
+        let clock = ManualClock::new(BASE);
+        let store = store(&clock, functions);
+        let daily = Limit::new("daily", Quota::per_day(1000))?;
+        let limiter = limiter(vec![api(), daily.clone()], store.clone())?;
+        let key = Key::from("pro-dave");
+        let plan = api().with_quota(Quota::per_hour(10_000));
+        let charges = [
+            Charge {
+                limit: &daily,
+                key: &key,
+                cost: 1,
+            },
+            Charge {
+                limit: &plan,
+                key: &key,
+                cost: 1,
+            },
+        ];
+        assert!(store.acquire(&charges).await?.iter().all(|d| d.allowed));
+        limiter.block("api", &key, Duration::from_secs(60)).await?;
+        let decisions = store.acquire(&charges).await?;
+        assert_eq!(
+            decisions[1].blocked_for,
+            Some(Duration::from_secs(60)),
+            "{functions}"
+        );
+        // All or nothing: "daily" was not charged by the denied batch.
+        assert_eq!(limiter.peek("daily", &key).await?.remaining, 999);
+        // A reservation under the plan waits behind the block too.
+        let reserved = store.reserve(charges[1], Duration::from_secs(3600)).await?;
+        assert_eq!(reserved.blocked_for, Some(Duration::from_secs(60)));
+    }
+    Ok(())
+}
+
+/// `calls=` of one command in `INFO commandstats` (commands that scripts and
+/// functions run included), 0 when never called.
+fn calls(server: &RedisServer, command: &str) -> u64 {
+    server
+        .cli(&["INFO", "commandstats"])
+        .lines()
+        .find(|l| l.starts_with(&format!("cmdstat_{command}:")))
+        .and_then(|l| l.split([':', ',']).find_map(|f| f.strip_prefix("calls=")))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+#[tokio::test]
+async fn the_common_call_still_reads_one_key_and_a_plan_call_reads_the_record_too() -> TestResult {
+    // A private server: its command counts are this test's alone.
+    let server = RedisServer::start();
+    for functions in [true, false] {
+        let clock = ManualClock::new(BASE);
+        let store = RedisStore::from_url(&server.url())?
+            .prefix(&unique_prefix("cost"))
+            .block_cache(0)
+            .functions(functions)
+            .deadline(Duration::from_secs(10))?
+            .with_clock(clock.clone());
+        let limiter = limiter(vec![api()], store)?;
+        let (own, pro) = (Key::from("own"), Key::from("pro"));
+        let plan = Quota::per_hour(10_000);
+        // The first decision of each key finds no state and reads the record (none).
+        limiter.check("api", &own, 1).await?;
+        limiter.check_with("api", &pro, 1, plan).await?;
+        server.cli(&["CONFIG", "RESETSTAT"]);
+        for _ in 0..50 {
+            assert!(limiter.check("api", &own, 1).await?.allowed);
+        }
+        // Under its own quota: one GET (the state) and one SET a decision, as before
+        // records were kept per name.
+        assert_eq!((calls(&server, "get"), calls(&server, "set")), (50, 50));
+        server.cli(&["CONFIG", "RESETSTAT"]);
+        for _ in 0..50 {
+            assert!(limiter.check_with("api", &pro, 1, plan).await?.allowed);
+        }
+        // Under a plan's other period: the record is read on every decision.
+        assert_eq!((calls(&server, "get"), calls(&server, "set")), (100, 50));
+    }
     Ok(())
 }
