@@ -25,9 +25,14 @@ const CENTURY: Duration = Duration::from_secs(100 * 365 * 86_400);
 /// A store on the shared server, on `clock`, through the function library or scripts.
 /// The blocked-key cache is off: every answer here is Redis's own.
 fn store(clock: &ManualClock, functions: bool) -> RedisStore {
+    store_at(clock, functions, &unique_prefix("records"))
+}
+
+/// The same under `prefix`: two stores on one prefix are two processes' views.
+fn store_at(clock: &ManualClock, functions: bool, prefix: &str) -> RedisStore {
     RedisStore::from_url(&shared_server().url())
         .expect("a valid url")
-        .prefix(&unique_prefix("records"))
+        .prefix(prefix)
         .block_cache(0)
         .functions(functions)
         // Answers are checked here, not speed, on a possibly busy machine.
@@ -96,6 +101,33 @@ async fn a_block_through_the_limit_denies_a_plan_caller_over_another_period() ->
         clock.advance(Duration::from_secs(3599));
         assert!(limiter.check_with("api", &known, 1, plan).await?.allowed);
         assert!(limiter.check("api", &fresh, 1).await?.allowed);
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_block_by_another_process_denies_a_plan_caller_it_never_saw() -> TestResult {
+    for functions in [true, false] {
+        let clock = ManualClock::new(BASE);
+        let prefix = unique_prefix("records");
+        let serving = limiter(vec![api()], store_at(&clock, functions, &prefix))?;
+        // The operator's process: the same keys, a store of its own, which has never
+        // decided the plan's period (so cannot mark its state).
+        let admin = limiter(vec![api()], store_at(&clock, functions, &prefix))?;
+        let plan = Quota::per_hour(10_000);
+        let key = Key::from("pro-mallory");
+        assert!(serving.check_with("api", &key, 1, plan).await?.allowed);
+        admin.block("api", &key, Duration::from_secs(3600)).await?;
+        assert_eq!(
+            admitted_with(&serving, &key, plan, 10).await?,
+            0,
+            "{functions}"
+        );
+        admin.reset("api", &key).await?;
+        // The block is lifted (the plan's rate state, which only the serving process
+        // knows, is not: 1 of its 10,000 used).
+        let d = serving.check_with("api", &key, 1, plan).await?;
+        assert_eq!((d.allowed, d.remaining), (true, 9_998), "{functions}");
     }
     Ok(())
 }
@@ -278,7 +310,9 @@ async fn block_for_duration_max_blocks_for_a_century_without_an_error() -> TestR
             (false, 0, CENTURY, Some(CENTURY), Some(CENTURY))
         );
         clock.advance(Duration::from_secs(86_400));
-        let left = CENTURY - Duration::from_secs(86_400);
+        let left = CENTURY
+            .checked_sub(Duration::from_secs(86_400))
+            .ok_or("a century")?;
         let d = limiter.check("api", &key, 1).await?;
         assert_eq!(
             answer(&d),

@@ -304,6 +304,8 @@ impl RedisStore {
             .cache
             .as_ref()
             .map(|cache| Arc::new(BlockCache::new(cache.max_keys(), cache.max_age_us())));
+        // Likewise the pairs its limits were decided under.
+        self.known = Arc::default();
         self
     }
 
@@ -752,8 +754,8 @@ impl Store for RedisStore {
     /// One script call (`Mode::Block`): writes the caller's record, replacing its
     /// block and count, and marks the key's state under every (algorithm, period)
     /// this store knows for the limit's name, so that their decisions read it. A
-    /// duration beyond [`MAX_BLOCK`] blocks for `MAX_BLOCK`, which Lua's doubles count
-    /// exactly. This process caches the block at once.
+    /// duration beyond a century (of 365-day years) blocks for a century, which Lua's
+    /// doubles count exactly (and so does the memory store). This process caches the block at once.
     fn block<'a>(
         &'a self,
         limit: &'a Limit,
@@ -792,7 +794,9 @@ impl Store for RedisStore {
     /// what does not fit, under the limit and under every other (algorithm, period)
     /// this store knows for its name (a plan caller is penalised too; each such state
     /// is charged under the first quota seen with that period). Each charge is
-    /// clamped to [`max_forced_cost`]. Answers the limit's own decision.
+    /// clamped to the most its algorithm counts exactly (GCRA and the leaky bucket: a
+    /// century of debt; the token bucket: 2^52 units; the sliding window: `cost ×
+    /// period` below 2^53). Answers the limit's own decision.
     fn penalize<'a>(&'a self, charge: Charge<'a>) -> StoreFuture<'a, Decision> {
         Box::pin(async move {
             let limits = self.known.with_others(charge.limit);
