@@ -186,6 +186,45 @@ mod tests {
     use crate::Quota;
 
     #[test]
+    fn known_pairs_are_bounded_per_name_and_a_second_base_pair_marks_a_reload() {
+        let known = Known::default();
+        let api = Limit::new("known-api", Quota::per_minute(100)).unwrap_or_else(|e| panic!("{e}"));
+        assert!(!known.note(&api));
+        // A plan's other period is not a reload.
+        let plan = api.with_quota(Quota::per_hour(10_000));
+        assert!(!known.note(&plan));
+        let names = |limits: Vec<Limit>| limits.iter().map(Limit::table).collect::<Vec<_>>();
+        assert_eq!(
+            names(known.with_others(&api)),
+            vec![api.table(), plan.table()]
+        );
+        assert_eq!(
+            names(known.with_others(&plan)),
+            vec![plan.table(), api.table()]
+        );
+        // A reload to another algorithm: a second base pair, and both report it.
+        let reloaded = api.clone().algorithm(Algorithm::FixedWindow);
+        assert!(known.note(&reloaded));
+        assert!(known.note(&api));
+        // Another name is its own.
+        let other =
+            Limit::new("known-other", Quota::per_minute(1)).unwrap_or_else(|e| panic!("{e}"));
+        assert!(!known.note(&other));
+        assert_eq!(known.with_others(&other).len(), 1);
+        // At most MAX_PAIRS per name, the oldest forgotten first.
+        for minutes in 2..40 {
+            let period = std::time::Duration::from_secs(60 * minutes);
+            known.note(&api.with_quota(Quota::new(1, period).unwrap_or_else(|e| panic!("{e}"))));
+        }
+        // The pairs first seen (api, the plan, the reload) were forgotten: the limit
+        // itself, then the 16 newest.
+        let kept = known.with_others(&reloaded);
+        assert_eq!(kept.len(), 1 + MAX_PAIRS);
+        let old = [api.table(), plan.table(), reloaded.table()];
+        assert!(!kept.iter().skip(1).any(|l| old.contains(&l.table())));
+    }
+
+    #[test]
     fn braces_in_names_cannot_open_a_hash_tag() {
         let policy = Limit::new("a{b}c", Quota::per_second(1)).unwrap_or_else(|e| panic!("{e}"));
         let key = state_key(&escape("pre{x}"), &policy, &Key::from("k"));
