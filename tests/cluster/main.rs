@@ -7,5 +7,6 @@
 //! over starts its own.
 
 mod in_flight;
+mod records;
 mod scenarios;
 mod store;

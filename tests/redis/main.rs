@@ -23,6 +23,7 @@ mod in_flight;
 mod leases;
 mod max_delay;
 mod operations;
+mod records;
 mod refunds;
 mod reload;
 mod reservations;

@@ -215,7 +215,7 @@ async fn penalty_state_lives_next_to_the_rate_state_with_a_ttl() -> TestResult {
         limiter.check("login", &key, 1).await?;
     }
     let state = store.state_key(limiter.limit("login").ok_or("limit")?, &key);
-    let record = format!("{state}:b");
+    let record = store.record_key(limiter.limit("login").ok_or("limit")?, &key);
     // One rejection counted: "<blocked_until> <count> <first_at> <queue_until>", first
     // at BASE, no reservation queued.
     let base_us = BASE.as_micros();

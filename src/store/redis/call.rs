@@ -7,7 +7,8 @@ use tokio::time::{Instant, timeout_at};
 
 use super::RedisStore;
 use super::connection::{Conn, breaks_connection, store_error};
-use super::script::{self, At, Call, Mode};
+use super::keys;
+use super::script::{self, At, Call, Mode, Reads};
 use crate::algorithm::Verdict;
 use crate::store::Charge;
 use crate::{Receipt, StoreError};
@@ -43,7 +44,7 @@ impl RedisStore {
         let request = if mode == Mode::RefundCharges {
             Call::refunds(&self.prefix, at, charges, receipts)
         } else {
-            Call::new(&self.prefix, at, mode, charges)
+            Call::new(&self.prefix, at, mode, charges, |c| self.reads(mode, c))
         };
         let single = charges.len() == 1 && mode.in_library();
         let script::Reply(reply) = self
@@ -66,6 +67,23 @@ impl RedisStore {
             give_receipts(&mut verdicts, charges, decided_at);
         }
         Ok(verdicts)
+    }
+
+    /// When `charge`'s decision in `mode` reads the caller's record; remembers the
+    /// charge's (algorithm, period) under its limit's name (see [`keys::Known`]).
+    /// Operators' calls (reset, block, penalty) name every known pair themselves, and
+    /// refunds read no record.
+    fn reads(&self, mode: Mode, charge: &Charge<'_>) -> Reads {
+        let reloaded = self.known.note(charge.limit);
+        if !matches!(mode, Mode::Acquire | Mode::DryRun | Mode::Reserve(_)) {
+            Reads::ByMark
+        } else if !keys::is_base(charge.limit) {
+            Reads::AlwaysMarkingBase
+        } else if reloaded {
+            Reads::Always
+        } else {
+            Reads::ByMark
+        }
     }
 
     /// Runs `call` on the shared connection before `deadline`, and learns from its

@@ -23,7 +23,7 @@ use self::script::Mode;
 use self::server_time::ServerTime;
 use super::block_cache::BlockCache;
 use super::{Charge, InFlightSlot, Store, StoreFuture, decision};
-use crate::algorithm::Verdict;
+use crate::algorithm::{Params, Verdict};
 use crate::clock::now_micros;
 use crate::penalty::micros_up;
 use crate::{
@@ -33,6 +33,31 @@ use crate::{
 
 /// Integers in Lua scripts are doubles: exact below 2^53.
 const LUA_EXACT: u128 = 1 << 53;
+
+/// The longest block the store writes: a century (of 365-day years), 3.1536 × 10^15
+/// µs. A block's end, `now + duration` in µs, must stay exact in Lua's doubles (below
+/// 2^53, about 285 years after 1970); a longer [`block`](crate::Limiter::block) (up
+/// to `Duration::MAX`) blocks for this long and reports it. The memory store clamps
+/// at the same bound, so both answer alike.
+pub(crate) const MAX_BLOCK: Duration = Duration::from_secs(100 * 365 * 86_400);
+
+/// The most one forced charge (a penalty) takes under `p`, so that every store
+/// counts the debt exactly: GCRA and the leaky bucket, a century of debt (`cost × T`
+/// within `MAX_BLOCK`); the token bucket, 2^52 units (as a quota change's carried
+/// deficit); the sliding window, `cost × period` below 2^53; the other windows count
+/// any `u32` exactly. A larger penalty charges this much: the key is denied as long
+/// as the algorithm can say.
+pub(crate) fn max_forced_cost(p: &Params) -> u64 {
+    let century_us = micros_up(MAX_BLOCK);
+    match p.algorithm {
+        Algorithm::Gcra | Algorithm::LeakyBucket => century_us / (p.emission_ns / 1_000 + 1),
+        Algorithm::TokenBucket => (1_u64 << 52) / p.units_per_token.max(1),
+        Algorithm::SlidingWindow => {
+            u64::try_from((LUA_EXACT - 1) / u128::from(p.period_us.max(1))).unwrap_or(u64::MAX)
+        }
+        _ => u64::MAX,
+    }
+}
 
 /// Limiter state in Redis or Redis Cluster: every process that points at the same
 /// server (and prefix) shares one limit.
@@ -57,11 +82,15 @@ const LUA_EXACT: u128 = 1 << 53;
 /// - **Keys:** `<prefix>:<policy>:{<subject>}:<algorithm>:<period µs>` (and
 ///   `:<buckets>` for the sliding window counters), where the subject is the caller
 ///   key's fixed-length fingerprint in hex, so it alone picks the cluster slot and
-///   caller bytes can neither choose it nor make keys long. A key's block and penalty
-///   count live beside its state, in `<state key>:b` (same hash tag), handled by the
-///   same call as the decision, which reads them only when the state says they may
-///   exist. Every key carries a TTL matching its state's retention, rounded up to the
-///   end of a second so that a busy key's writes can keep it.
+///   caller bytes can neither choose it nor make keys long. A caller's block, penalty
+///   count and reservation queue are one record per (limit name, key),
+///   `<prefix>:<policy>:{<subject>}:b` (same hash tag), whatever quota, period or
+///   algorithm it is decided under: a block through the limit reaches a plan
+///   caller, and a reload that changes the algorithm or the period keeps blocks and
+///   counts. The decision's call reads it only when the state says it may exist (or,
+///   for a plan's other period, always). Every key carries a TTL matching its
+///   state's retention, rounded up to the end of a second so that a busy key's
+///   writes can keep it.
 /// - **Lean calls:** a single decision is one `FCALL` whose numbers are packed into
 ///   one argument and whose verdict comes back packed in one string, and it reads
 ///   the state with one `GET`: about what a classic GCRA script costs Redis (see
@@ -127,6 +156,9 @@ pub struct RedisStore {
     functions: Arc<Functions>,
     /// This store's in-flight leases (see `in_flight.rs`). Shared by clones.
     leases: Arc<Leases>,
+    /// The (algorithm, period) pairs each limit name was decided under here, which
+    /// reset and penalize reach (see `keys::Known`). Shared by clones.
+    known: Arc<keys::Known>,
 }
 
 impl RedisStore {
@@ -155,6 +187,7 @@ impl RedisStore {
             cache_max_age: Self::DEFAULT_BLOCK_CACHE_MAX_AGE,
             functions: Arc::new(Functions::new(true)),
             leases: Arc::new(Leases::new(Self::DEFAULT_IN_FLIGHT_TTL)),
+            known: Arc::default(),
         }
     }
 
@@ -271,6 +304,8 @@ impl RedisStore {
             .cache
             .as_ref()
             .map(|cache| Arc::new(BlockCache::new(cache.max_keys(), cache.max_age_us())));
+        // Likewise the pairs its limits were decided under.
+        self.known = Arc::default();
         self
     }
 
@@ -494,8 +529,8 @@ impl RedisStore {
     }
 
     /// The Redis key holding `policy`'s state for `key` (for operators and tests; the
-    /// sliding window log adds a sorted set under this name plus `:log`, and a block or
-    /// a penalty count lives under this name plus `:b`).
+    /// sliding window log adds a sorted set under this name plus `:log`; a block or a
+    /// penalty count lives in the caller's [`record_key`](RedisStore::record_key)).
     ///
     /// ```
     /// use tollgate::{Key, Limit, Quota, RedisStore};
@@ -508,6 +543,26 @@ impl RedisStore {
     /// ```
     pub fn state_key(&self, limit: impl AsRef<Limit>, key: &Key) -> String {
         keys::state_key(&self.prefix, limit.as_ref(), key)
+    }
+
+    /// The Redis key holding the caller's record under `limit`: its block, penalty
+    /// count and reservation queue's tail, one per (limit name, key) whatever quota,
+    /// period or algorithm the key is decided under; the same hash tag as its states
+    /// (for operators and tests).
+    ///
+    /// ```
+    /// use tollgate::{Key, Limit, Quota, RedisStore};
+    /// let store = RedisStore::from_url("redis://127.0.0.1:6379")?;
+    /// let limit = Limit::new("api", Quota::per_second(5))?;
+    /// let record = store.record_key(&limit, &Key::from("alice"));
+    /// assert!(record.starts_with("tollgate:api:{") && record.ends_with("}:b"));
+    /// // A plan's quota over another period: another state, the same record.
+    /// let plan = limit.with_quota(Quota::per_hour(10_000));
+    /// assert_eq!(store.record_key(&plan, &Key::from("alice")), record);
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    pub fn record_key(&self, limit: impl AsRef<Limit>, key: &Key) -> String {
+        keys::record_key(&self.prefix, limit.as_ref(), key)
     }
 
     /// The injected clock's reading, or `None` for the server's clock.
@@ -662,21 +717,31 @@ impl Store for RedisStore {
         true
     }
 
-    /// One script call (`Mode::Reset`): deletes the key's state, its log and its block
-    /// record. This process's blocked-key cache forgets the key at once; other
-    /// processes' caches, within their max age.
+    /// One script call (`Mode::Reset`): deletes the caller's record (block, penalty
+    /// count, reservations) and the key's state (and log) under the limit and under
+    /// every other (algorithm, period) this store has decided the limit's name under
+    /// (a plan's period, the limit before a reload; up to 16 per name). State under a
+    /// period only another process has used is not reached (its block is: the record
+    /// is one per name and key). This process's blocked-key cache forgets the key at
+    /// once; other processes' caches, within their max age.
     fn reset<'a>(&'a self, limit: &'a Limit, key: &'a Key) -> StoreFuture<'a, ()> {
         Box::pin(async move {
-            let charge = Charge {
-                limit,
-                key,
-                cost: 0,
-            };
+            let limits = self.known.with_others(limit);
+            let charges: Vec<Charge<'_>> = limits
+                .iter()
+                .map(|limit| Charge {
+                    limit,
+                    key,
+                    cost: 0,
+                })
+                .collect();
+            let charge = charges[0];
             if let Some(cache) = &self.cache {
                 cache.forget_key(&charge);
             }
             let deadline = Instant::now() + self.deadline;
-            self.run(deadline, self.clock_now(), Mode::Reset, &[&charge])
+            let all: Vec<&Charge<'_>> = charges.iter().collect();
+            self.run(deadline, self.clock_now(), Mode::Reset, &all)
                 .await?;
             // A denial recorded while the reset was on its way is stale too.
             if let Some(cache) = &self.cache {
@@ -686,8 +751,11 @@ impl Store for RedisStore {
         })
     }
 
-    /// One script call (`Mode::Block`): writes the block record beside the key's
-    /// state, replacing its block and count. This process caches the block at once.
+    /// One script call (`Mode::Block`): writes the caller's record, replacing its
+    /// block and count, and marks the key's state under every (algorithm, period)
+    /// this store knows for the limit's name, so that their decisions read it. A
+    /// duration beyond a century (of 365-day years) blocks for a century, which Lua's
+    /// doubles count exactly (and so does the memory store). This process caches the block at once.
     fn block<'a>(
         &'a self,
         limit: &'a Limit,
@@ -695,17 +763,21 @@ impl Store for RedisStore {
         duration: Duration,
     ) -> StoreFuture<'a, Decision> {
         Box::pin(async move {
-            let charge = Charge {
-                limit,
-                key,
-                cost: micros_up(duration),
-            };
+            let cost = micros_up(duration.min(MAX_BLOCK));
+            let limits = self.known.with_others(limit);
+            let charges: Vec<Charge<'_>> = limits
+                .iter()
+                .map(|limit| Charge { limit, key, cost })
+                .collect();
+            let charge = charges[0];
             let sent = self.local_now();
             let deadline = Instant::now() + self.deadline;
+            let all: Vec<&Charge<'_>> = charges.iter().collect();
             let verdict = self
-                .run(deadline, self.clock_now(), Mode::Block, &[&charge])
+                .run(deadline, self.clock_now(), Mode::Block, &all)
                 .await?
-                .pop()
+                .into_iter()
+                .next()
                 .ok_or_else(missing_verdict)?;
             let decision = decision(limit, verdict);
             if let Some(cache) = &self.cache {
@@ -719,14 +791,30 @@ impl Store for RedisStore {
     }
 
     /// One script call (`Mode::Penalize`): the algorithm's own decision, charging even
-    /// what does not fit.
+    /// what does not fit, under the limit and under every other (algorithm, period)
+    /// this store knows for its name (a plan caller is penalised too; each such state
+    /// is charged under the first quota seen with that period). Each charge is
+    /// clamped to the most its algorithm counts exactly (GCRA and the leaky bucket: a
+    /// century of debt; the token bucket: 2^52 units; the sliding window: `cost ×
+    /// period` below 2^53). Answers the limit's own decision.
     fn penalize<'a>(&'a self, charge: Charge<'a>) -> StoreFuture<'a, Decision> {
         Box::pin(async move {
+            let limits = self.known.with_others(charge.limit);
+            let charges: Vec<Charge<'_>> = std::iter::once(charge.limit)
+                .chain(limits.iter().skip(1))
+                .map(|limit| Charge {
+                    limit,
+                    key: charge.key,
+                    cost: charge.cost.min(max_forced_cost(limit.params())),
+                })
+                .collect();
             let deadline = Instant::now() + self.deadline;
+            let all: Vec<&Charge<'_>> = charges.iter().collect();
             let verdict = self
-                .run(deadline, self.clock_now(), Mode::Penalize, &[&charge])
+                .run(deadline, self.clock_now(), Mode::Penalize, &all)
                 .await?
-                .pop()
+                .into_iter()
+                .next()
                 .ok_or_else(missing_verdict)?;
             Ok(decision(charge.limit, verdict))
         })

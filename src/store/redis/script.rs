@@ -146,6 +146,20 @@ impl Mode {
     }
 }
 
+/// When a charge's decision reads the caller's record (block.lua's `guarded`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Reads {
+    /// When its state is marked or missing (prelude.lua): the common call.
+    ByMark = 0,
+    /// Always: its name was decided under another algorithm or period in this
+    /// process (a reload), whose records did not mark this state.
+    Always = 1,
+    /// Always, and a record it writes also marks the base state (its key is passed
+    /// before the record's): a charge under another period than its limit's (a plan),
+    /// whose state an operator's block through the limit does not mark.
+    AlwaysMarkingBase = 2,
+}
+
 /// Which clock a call decides on.
 #[derive(Debug, Clone, Copy)]
 pub(super) enum At {
@@ -166,9 +180,9 @@ pub(super) struct Call {
     at: At,
     mode: Mode,
     /// Per charge: the algorithm's name, then cost, limit, period (µs), capacity, the
-    /// five algorithm parameters and the three of the penalty box; for a refund of
-    /// charges, each one's receipt.
-    charges: Vec<(Algorithm, [u64; 12], Option<Receipt>)>,
+    /// five algorithm parameters and the three of the penalty box; when it reads the
+    /// record; for a refund of charges, each one's receipt.
+    charges: Vec<(Algorithm, [u64; 12], Reads, Option<Receipt>)>,
     /// A reservation's longest wait (µs), after the charge.
     max_wait: Option<u64>,
 }
@@ -191,10 +205,17 @@ impl Args for Cmd {
 }
 
 impl Call {
-    /// The call for `charges` at `at`.
-    pub(super) fn new(prefix: &str, at: At, mode: Mode, charges: &[&Charge<'_>]) -> Self {
+    /// The call for `charges` at `at`, each reading its record as `reads` says.
+    pub(super) fn new(
+        prefix: &str,
+        at: At,
+        mode: Mode,
+        charges: &[&Charge<'_>],
+        reads: impl Fn(&Charge<'_>) -> Reads,
+    ) -> Self {
         let script = script_for(charges.iter().copied());
-        Self::build(prefix, at, mode, script, charges.iter().map(|c| (*c, None)))
+        let charges = charges.iter().map(|c| (*c, reads(c), None));
+        Self::build(prefix, at, mode, script, charges)
     }
 
     /// The refund, at `at`, of the charges that `receipts` name, one per charge.
@@ -205,7 +226,10 @@ impl Call {
         receipts: &[Receipt],
     ) -> Self {
         let script = script_for(charges.iter().copied());
-        let charges = charges.iter().zip(receipts).map(|(c, r)| (*c, Some(*r)));
+        let charges = charges
+            .iter()
+            .zip(receipts)
+            .map(|(c, r)| (*c, Reads::ByMark, Some(*r)));
         Self::build(prefix, at, Mode::RefundCharges, script, charges)
     }
 
@@ -214,17 +238,18 @@ impl Call {
         at: At,
         mode: Mode,
         script: &'static Script,
-        charges: impl ExactSizeIterator<Item = (&'c Charge<'c>, Option<Receipt>)>,
+        charges: impl ExactSizeIterator<Item = (&'c Charge<'c>, Reads, Option<Receipt>)>,
     ) -> Self {
-        // Up to three keys a charge: its state, the log's set, its block record.
+        // Up to four keys a charge: its state, the log's set, the base state, its
+        // record.
         let mut keys = Vec::with_capacity(3 * charges.len());
         let mut args = Vec::with_capacity(charges.len());
-        for (charge, receipt) in charges {
+        for (charge, reads, receipt) in charges {
             let p = charge.limit.params();
             let state = keys::state_key(prefix, charge.limit, charge.key);
             // The driver reads keys in order: the log's sorted set follows its state,
-            // and the block record comes last (every key shares the state's hash tag).
-            let block = keys::block_key(&state);
+            // the base state comes next, and the record last (every key shares the
+            // state's hash tag).
             if p.algorithm == Algorithm::SlidingWindowLog {
                 let log = keys::log_key(&state);
                 keys.push(state);
@@ -232,7 +257,16 @@ impl Call {
             } else {
                 keys.push(state);
             }
-            keys.push(block);
+            if reads == Reads::AlwaysMarkingBase {
+                let base_period = charge.limit.base_period_us();
+                keys.push(keys::state_key_at(
+                    prefix,
+                    charge.limit,
+                    charge.key,
+                    base_period,
+                ));
+            }
+            keys.push(keys::record_key(prefix, charge.limit, charge.key));
             let (after, within_us, block_us) = charge.limit.get_penalty().map_or((0, 0, 0), |p| {
                 (u64::from(p.get_after()), p.within_us(), p.block_us())
             });
@@ -267,6 +301,7 @@ impl Call {
                     within_us,
                     block_us,
                 ],
+                reads,
                 receipt,
             ));
         }
@@ -283,14 +318,14 @@ impl Call {
         }
     }
 
-    /// ARGV: the clock, the mode, then 13 per charge, 15 with a receipt (see
+    /// ARGV: the clock, the mode, then 14 per charge, 16 with a receipt (see
     /// evalsha.lua); one charge decided: the whole call packed in one argument (see
     /// lean.lua).
     fn write_args(&self, out: &mut impl Args) {
-        if let [(algorithm, numbers, None)] = self.charges.as_slice()
+        if let [(algorithm, numbers, reads, None)] = self.charges.as_slice()
             && self.mode.in_library()
         {
-            let (packed, len) = self.packed(*algorithm, numbers);
+            let (packed, len) = self.packed(*algorithm, numbers, *reads);
             out.push(&packed[..len]);
             return;
         }
@@ -308,11 +343,12 @@ impl Call {
             At::Server { floor: None } => out.push(""),
         }
         out.push(self.mode.arg());
-        for (algorithm, numbers, receipt) in &self.charges {
+        for (algorithm, numbers, reads, receipt) in &self.charges {
             out.push(algorithm.name());
             for &n in numbers {
                 out.push(n);
             }
+            out.push(*reads as u8);
             if let Some(receipt) = receipt {
                 out.push(receipt.at_us());
                 out.push(receipt.until_us());
@@ -324,19 +360,26 @@ impl Call {
     }
 
     /// The common call, one charge decided, as lean.lua reads it: the clock's kind and
-    /// value, the mode, the algorithm's place, then the charge's numbers (without the
+    /// value, the mode (with when it reads the record: `2 × reads`, so the common
+    /// call's argument is as long as it ever was), the algorithm's place, then the
+    /// charge's numbers (without the
     /// penalty box's three zeros when it has none), as little-endian doubles. Redis
     /// parses, copies and hands Lua every argument on its own, a cost that grows with
     /// their count; one argument is the least it can be. Every number is exact: the
     /// scripts compute below 2^53 (see `algorithm::params`), and a larger cost rounds
     /// as Lua's own `tonumber` rounds its decimal text.
-    fn packed(&self, algorithm: Algorithm, numbers: &[u64; 12]) -> ([u8; 8 * 16], usize) {
+    fn packed(
+        &self,
+        algorithm: Algorithm,
+        numbers: &[u64; 12],
+        reads: Reads,
+    ) -> ([u8; 8 * 16], usize) {
         let (kind, clock) = match self.at {
             At::Client(now) => (0, now),
             At::Server { floor: None } => (1, 0),
             At::Server { floor: Some(floor) } => (2, floor),
         };
-        let mode = u64::from(self.mode != Mode::Acquire);
+        let mode = u64::from(self.mode != Mode::Acquire) + 2 * reads as u64;
         let place = index(algorithm) as u64 + 1;
         let numbers = match numbers {
             [head @ .., 0, 0, 0] => head,

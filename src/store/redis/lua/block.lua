@@ -1,17 +1,22 @@
 -- tollgate: blocks and the penalty box, the twin of src/penalty.rs (`Offences`) and of
 -- the memory store's check before each decision (src/store/memory/shard.rs). Each
--- charge's last key, `<state key>:b`, holds "<blocked_until> <count> <first_at>
--- <queue_until>" (µs) with a TTL to the instant it says nothing any more;
--- `queue_until` is the place of the key's latest reservation (`Limiter::reserve`), the
--- tail of its queue. It shares the state's hash tag,
--- so it is read and written in the same call as the rate decision: a block or a
--- penalty costs no round trip of its own, and every process sees it.
+-- charge's last key is the caller's record, `<prefix>:<limit>:{<subject>}:b`: one per
+-- (limit name, caller key), whatever quota, period or algorithm the caller is decided
+-- under. It holds "<blocked_until> <count> <first_at> <queue_until>" (µs) with a TTL
+-- to the instant it says nothing any more; `queue_until` is the place of the key's
+-- latest reservation (`Limiter::reserve`), the tail of its queue. It shares the
+-- state's hash tag, so it is read and written in the same call as the rate decision:
+-- a block or a penalty costs no round trip of its own, and every process sees it.
 --
 -- A charge's penalty is its arguments i+10 .. i+12 (see evalsha.lua): the rejections
--- that trip the box (0: no box), the window and the block (µs).
+-- that trip the box (0: no box), the window and the block (µs); i+13 says when it
+-- reads the record (0: by its state's mark; 1: always; 2: always, and the base state's
+-- key comes before the record's).
 --
 -- The record is read only when the state's mark (prelude.lua) says it may exist or
--- the key has no state: `pb_write` marks the state whenever it writes a record.
+-- the key has no state, or when i+13 says always: `pb_write` marks the state whenever
+-- it writes a record, and the base state too for a charge under another period (a
+-- plan), whose own state an operator's block through the limit does not mark.
 
 -- The record's four numbers (zeros when there is none), and whether there is one.
 local function pb_read(keys)
@@ -23,13 +28,31 @@ local function pb_read(keys)
   return tonumber(u), tonumber(c), tonumber(f), tonumber(q), true
 end
 
+-- Marks the state at `key`, when there is one (prelude.lua): its decisions read the
+-- record.
+local function pb_mark(key)
+  if redis.call('EXISTS', key) == 1 then
+    redis.call('SETRANGE', key, 0, MARKED)
+  end
+end
+
+-- The base state that a record written for the charge at args[i..] marks too (its key
+-- comes before the record's), or nil.
+local function pb_base(keys, args, i)
+  if args[i + 13] + 0 == 2 then
+    return keys[#keys - 1]
+  end
+  return nil
+end
+
 -- Writes the record; it lives until `idle_at` or the queue's tail `q`, the later. The
--- state, when there is one, is marked (prelude.lua), so that decisions read the record.
-local function pb_write(keys, u, c, f, q, idle_at, now)
+-- state, and `base` when given, are marked, so that decisions read the record.
+local function pb_write(keys, u, c, f, q, idle_at, now, base)
   redis.call('SET', keys[#keys], string.format('%.0f %.0f %.0f %.0f', u, c, f, q), 'PX',
     ttl_ms(math.max(idle_at, q), now))
-  if redis.call('EXISTS', keys[1]) == 1 then
-    redis.call('SETRANGE', keys[1], 0, MARKED)
+  pb_mark(keys[1])
+  if base then
+    pb_mark(base)
   end
 end
 
@@ -53,12 +76,13 @@ local function pb_offend(keys, now, args, i, v, c, f, q)
   else
     c = c + 1
   end
+  local base = pb_base(keys, args, i)
   if c < n then
-    pb_write(keys, 0, c, f, q, f + within, now)
+    pb_write(keys, 0, c, f, q, f + within, now, base)
     return v
   end
   -- Tripped: blocked from now, and the count starts again.
-  pb_write(keys, now + block, 0, 0, q, now + block, now)
+  pb_write(keys, now + block, 0, 0, q, now + block, now, base)
   return pb_blocked(block, true)
 end
 
@@ -67,11 +91,12 @@ end
 -- in the penalty box. Every reply carries the block fields.
 --
 -- The state is read first: the record is read only when the state is marked or
--- missing (prelude.lua), and the state read is handed to the algorithm's `decide`.
+-- missing (prelude.lua) or the charge says always, and the state read is handed to the
+-- algorithm's `decide`.
 local function guarded(keys, now, args, i, charge, count)
   local state, mark_byte = read_state(keys[1])
   local u, c, f, q, record = 0, 0, 0, 0, false
-  if not state or mark_byte == MARK_BYTE then
+  if not state or mark_byte == MARK_BYTE or args[i + 13] + 0 > 0 then
     u, c, f, q, record = pb_read(keys)
     if u > now then
       return pb_blocked(u - now, false)
@@ -146,7 +171,7 @@ local function reserve(keys, now, args, i, max_wait)
     v[3] = v[3] + ahead
     v[5] = math.max(v[5] + ahead, ahead)
     if ahead > 0 then
-      pb_write(keys, u, c, f, math.max(q, at), f + args[i + 11] + 0, now)
+      pb_write(keys, u, c, f, math.max(q, at), f + args[i + 11] + 0, now, pb_base(keys, args, i))
     end
   else
     v[3] = v[3] + ahead

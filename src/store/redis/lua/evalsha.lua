@@ -13,17 +13,22 @@
 --          'x' reset (the key is idle: state, block and penalty count deleted),
 --          'k' block the key for `cost` µs (0: lift the block),
 --          'p' penalize: charge `cost` whether or not it fits
--- then 13 per charge: algorithm, cost, limit, period (µs), capacity, five algorithm
--- parameters (see src/store/redis/script.rs), and the penalty box: rejections (0:
--- none), window (µs), block (µs); with 'c', 15: those and the receipt, the instant
--- the charge was decided at and its reset instant (µs). KEYS: each charge's keys in
--- order: its state, the log's sorted set for sliding_window_log, then its block
--- record (block.lua).
+-- then 14 per charge: algorithm, cost, limit, period (µs), capacity, five algorithm
+-- parameters (see src/store/redis/script.rs), the penalty box: rejections (0:
+-- none), window (µs), block (µs), and when the decision reads the caller's record
+-- (0: by its state's mark; 1: always; 2: always, and the base state's key is passed);
+-- with 'c', 16: those and the receipt, the instant the charge was decided at and its
+-- reset instant (µs). KEYS: each charge's keys in order: its state, the log's sorted
+-- set for sliding_window_log, the base state (with 2), then the caller's record
+-- (block.lua). The operators' calls ('x', 'k', 'p') name one key's states under
+-- every (algorithm, period) the store knows for the limit, its own first, all with
+-- the one record.
 --
 -- A call of one charge decided ('a', 'd': the common case) is sent as one argument
 -- instead, every number of the call packed (lean.lua).
 --
--- Returns 7 integers per charge ('r', 'c' and 'x': none): allowed (1/0), remaining,
+-- Returns 7 integers per charge ('r', 'c' and 'x': none; 'k' and 'p': each state's,
+-- the first the limit's own): allowed (1/0), remaining,
 -- reset_after (µs), retry_after (µs, -1 for none), delay (µs), blocked_for (µs, -1
 -- when not blocked), tripped (1 when this call tripped the penalty box); durations,
 -- never timestamps; then the instant the script decided at (µs), from which the
@@ -52,14 +57,14 @@ local mode = ARGV[2]
 
 -- The common case, one charge decided (not refunded): straight to the algorithm's
 -- `decide`, without defining the steps or building evalsha_batch.lua's tables.
-if #ARGV == 16 and mode == 'w' and D[ARGV[3]] then
+if #ARGV == 17 and mode == 'w' and D[ARGV[3]] then
   -- A reservation (Limiter::reserve): one charge, its max wait (µs) last.
-  local v = reserve(KEYS, now, ARGV, 3, tonumber(ARGV[16]))
+  local v = reserve(KEYS, now, ARGV, 3, tonumber(ARGV[17]))
   v[8] = now
   return v
 end
 
-if #ARGV == 15 and (mode == 'a' or mode == 'd') and D[ARGV[3]] then
+if #ARGV == 16 and (mode == 'a' or mode == 'd') and D[ARGV[3]] then
   local v = guarded(KEYS, now, ARGV, 3, mode == 'a', mode == 'a')
   v[8] = now
   return v

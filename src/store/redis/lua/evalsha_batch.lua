@@ -5,9 +5,9 @@
 local charges = {}
 local next_key = 1
 -- A refund of charges by their receipts carries two more arguments per charge.
-local stride = 13
+local stride = 14
 if mode == 'c' then
-  stride = 15
+  stride = 16
 end
 -- One charge (a refund, here) owns every key: no per-charge copy of KEYS.
 local single = #ARGV == 2 + stride
@@ -16,8 +16,13 @@ for i = 3, #ARGV, stride do
   local keys = KEYS
   if not single then
     keys = {}
-    -- The algorithm's keys, then the block record's (block.lua).
-    for j = 1, alg.nkeys + 1 do
+    -- The algorithm's keys, the base state's when passed, then the record's
+    -- (block.lua).
+    local nkeys = alg.nkeys + 1
+    if ARGV[i + 13] == '2' then
+      nkeys = nkeys + 1
+    end
+    for j = 1, nkeys do
       keys[j] = KEYS[next_key]
       next_key = next_key + 1
     end
@@ -43,7 +48,7 @@ for i = 3, #ARGV, stride do
   }
   if mode == 'c' then
     -- The receipt: when the charge was decided and its reset instant.
-    charges[#charges].receipt = { at = tonumber(ARGV[i + 13]), till = tonumber(ARGV[i + 14]) }
+    charges[#charges].receipt = { at = tonumber(ARGV[i + 14]), till = tonumber(ARGV[i + 15]) }
   end
 end
 
@@ -86,10 +91,10 @@ local function emit(verdicts)
   end
 end
 
--- The charge's 13 arguments with another cost, at index 1 of a table of their own.
+-- The charge's 14 arguments with another cost, at index 1 of a table of their own.
 local function with_cost(c, cost)
   local args = {}
-  for j = 0, 12 do
+  for j = 0, 13 do
     args[j + 1] = ARGV[c.argi + j]
   end
   args[2] = num(cost)
@@ -105,14 +110,19 @@ elseif mode == 'x' then
     redis.call('DEL', unpack(c.keys))
   end
 elseif mode == 'k' then
-  -- An operator's block: replaces the key's block and its count.
-  for _, c in ipairs(charges) do
-    if c.cost > 0 then
-      local _, _, _, q = pb_read(c.keys)
-      pb_write(c.keys, now + c.cost, 0, 0, q, now + c.cost, now)
-      emit({ pb_blocked(c.cost, false) })
-    else
-      redis.call('DEL', c.keys[#c.keys])
+  -- An operator's block: replaces the caller's block and its count, in the one record
+  -- every charge (each a state of the key) shares; every state is marked.
+  local first = charges[1]
+  if first.cost > 0 then
+    local _, _, _, q = pb_read(first.keys)
+    pb_write(first.keys, now + first.cost, 0, 0, q, now + first.cost, now)
+    for _, c in ipairs(charges) do
+      pb_mark(c.keys[1])
+      emit({ pb_blocked(first.cost, false) })
+    end
+  else
+    redis.call('DEL', first.keys[#first.keys])
+    for _, c in ipairs(charges) do
       emit({ guarded(c.keys, now, with_cost(c, 0), 1, false, false) })
     end
   end

@@ -3,10 +3,11 @@
 -- little-endian doubles, where Redis would parse, copy and hand Lua each argument on
 -- its own (README.md, "The lean common call"). The numbers, in order: the clock's
 -- kind (0: the caller's instant; 1: the server's TIME; 2: TIME, never earlier than a
--- floor) and value (µs), the mode (0: acquire, 1: dry run), the algorithm (its place
--- in `LEAN_ALGORITHMS`), then the charge's numbers as evalsha.lua lists them after
--- its algorithm: cost, limit, period, capacity, five parameters, and the penalty box's
--- three when it has one.
+-- floor) and value (µs), the mode (0: acquire, 1: dry run, plus twice when it reads
+-- the record: evalsha.lua's i+13), the algorithm (its place in `LEAN_ALGORITHMS`),
+-- then the charge's numbers as evalsha.lua lists them after its algorithm: cost,
+-- limit, period, capacity, five parameters, and the penalty box's three when it has
+-- one.
 
 local LEAN_ALGORITHMS = { 'fixed_window', 'sliding_window', 'sliding_window_counters',
   'sliding_window_log', 'token_bucket', 'gcra', 'leaky_bucket' }
@@ -31,10 +32,13 @@ local function lean_call(keys, packed)
     return nil
   end
   local now = clock_from(args[1], args[2])
-  local acquire = args[3] == 0
+  local mode = args[3]
+  local dry = math.fmod(mode, 2)
+  local acquire = dry == 0
   -- The charge at index 4, laid out as the other calls lay theirs out: its
-  -- algorithm's name, then its numbers.
+  -- algorithm's name, then its numbers, and when it reads the record at 4 + 13.
   args[4] = name
+  args[17] = (mode - dry) / 2
   local v = guarded(keys, now, args, 4, acquire, acquire)
   v[8] = now
   return packed_reply(v)
