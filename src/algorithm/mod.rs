@@ -365,16 +365,23 @@ pub(crate) fn penalize<R: Rule>(
     report::<R>(p, s, now, 0, step)
 }
 
-/// The most one penalty charges: the capacity plus [`MAX_DENIAL`](crate::MAX_DENIAL)
-/// of refill, rounded up. More would deny no longer than the century both stores can
-/// count exactly (a window algorithm's debt is repaid by its window's end whatever its
-/// size), and would overflow the fluid algorithms' arithmetic.
+/// The most one forced charge (a penalty) takes under `p`, so that every store
+/// counts the debt exactly and alike: GCRA and the leaky bucket, a century of debt
+/// (`cost × T` within [`MAX_DENIAL`](crate::MAX_DENIAL)); the token bucket, 2^52 units
+/// (as a quota change's carried deficit); the sliding window, `cost × period` below
+/// 2^53 (Lua's exact integers); the other windows count any `u32` exactly. A larger
+/// penalty charges this much: the key is denied as long as the algorithm can say.
 pub(crate) fn max_penalty(p: &Params) -> u64 {
-    let century = u128::from(gcra::MAX_DEBT_US) * u128::from(p.limit);
-    let refill = century.div_ceil(u128::from(p.period_us.max(1)));
-    u64::try_from(refill)
-        .unwrap_or(u64::MAX)
-        .saturating_add(p.capacity)
+    const LUA_EXACT: u128 = 1 << 53;
+    let century_us = gcra::MAX_DEBT_US;
+    match p.algorithm {
+        Algorithm::Gcra | Algorithm::LeakyBucket => century_us / (p.emission_ns / 1_000 + 1),
+        Algorithm::TokenBucket => (1_u64 << 52) / p.units_per_token.max(1),
+        Algorithm::SlidingWindow => {
+            u64::try_from((LUA_EXACT - 1) / u128::from(p.period_us.max(1))).unwrap_or(u64::MAX)
+        }
+        _ => u64::MAX,
+    }
 }
 
 /// Refunds to rule `R`'s state at `max(now, floor)`.

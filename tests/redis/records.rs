@@ -375,8 +375,6 @@ async fn penalize_u32_max_denies_every_algorithm_at_slow_rates_without_an_error(
 }
 
 /// Memory and Redis on one clock give the same answers to the extreme calls.
-#[ignore = "until the memory store clamps blocks at a century and penalties at \
-            max_forced_cost (issue 23, item 7): it panics on u32::MAX today"]
 #[tokio::test]
 async fn extreme_blocks_and_penalties_answer_as_the_memory_store() -> TestResult {
     let limits = || {

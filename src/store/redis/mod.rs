@@ -23,7 +23,7 @@ use self::script::Mode;
 use self::server_time::ServerTime;
 use super::block_cache::BlockCache;
 use super::{Charge, InFlightSlot, Store, StoreFuture, decision};
-use crate::algorithm::{Params, Verdict};
+use crate::algorithm::Verdict;
 use crate::clock::now_micros;
 use crate::penalty::micros_up;
 use crate::{
@@ -34,30 +34,10 @@ use crate::{
 /// Integers in Lua scripts are doubles: exact below 2^53.
 const LUA_EXACT: u128 = 1 << 53;
 
-/// The longest block the store writes: a century (of 365-day years), 3.1536 × 10^15
-/// µs. A block's end, `now + duration` in µs, must stay exact in Lua's doubles (below
-/// 2^53, about 285 years after 1970); a longer [`block`](crate::Limiter::block) (up
-/// to `Duration::MAX`) blocks for this long and reports it. The memory store clamps
-/// at the same bound, so both answer alike.
-pub(crate) const MAX_BLOCK: Duration = Duration::from_secs(100 * 365 * 86_400);
-
-/// The most one forced charge (a penalty) takes under `p`, so that every store
-/// counts the debt exactly: GCRA and the leaky bucket, a century of debt (`cost × T`
-/// within `MAX_BLOCK`); the token bucket, 2^52 units (as a quota change's carried
-/// deficit); the sliding window, `cost × period` below 2^53; the other windows count
-/// any `u32` exactly. A larger penalty charges this much: the key is denied as long
-/// as the algorithm can say.
-pub(crate) fn max_forced_cost(p: &Params) -> u64 {
-    let century_us = micros_up(MAX_BLOCK);
-    match p.algorithm {
-        Algorithm::Gcra | Algorithm::LeakyBucket => century_us / (p.emission_ns / 1_000 + 1),
-        Algorithm::TokenBucket => (1_u64 << 52) / p.units_per_token.max(1),
-        Algorithm::SlidingWindow => {
-            u64::try_from((LUA_EXACT - 1) / u128::from(p.period_us.max(1))).unwrap_or(u64::MAX)
-        }
-        _ => u64::MAX,
-    }
-}
+/// The longest block the store writes: [`MAX_DENIAL`](crate::MAX_DENIAL), a century.
+/// A block's end, `now + duration` in µs, must stay exact in Lua's doubles (below
+/// 2^53, about 285 years after 1970); the memory store clamps at the same bound.
+pub(crate) const MAX_BLOCK: Duration = crate::MAX_DENIAL;
 
 /// Limiter state in Redis or Redis Cluster: every process that points at the same
 /// server (and prefix) shares one limit.
@@ -805,7 +785,9 @@ impl Store for RedisStore {
                 .map(|limit| Charge {
                     limit,
                     key: charge.key,
-                    cost: charge.cost.min(max_forced_cost(limit.params())),
+                    cost: charge
+                        .cost
+                        .min(crate::algorithm::max_penalty(limit.params())),
                 })
                 .collect();
             let deadline = Instant::now() + self.deadline;
