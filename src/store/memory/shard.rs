@@ -463,7 +463,7 @@ impl Shard {
             if let Some(left) = record.offences.blocked_for(now) {
                 return Some(Verdict::blocked(left, false));
             }
-            if cost > 0 && record.queue_until > now {
+            if record.queue_until > now {
                 return None;
             }
         }
@@ -496,9 +496,13 @@ impl Shard {
         if let Some(blocked) = self.blocked(policy, key, now) {
             return blocked;
         }
-        if cost > 0
-            && let Some(tail) = self.queued(policy, key, now)
-        {
+        if let Some(tail) = self.queued(policy, key, now) {
+            if cost == 0 {
+                // A peek while places are ahead answers as of the queue's tail, as the
+                // Redis store does: there the state's latest instant is the latest
+                // place, and decisions stand still there until the clock catches up.
+                return self.decide_at(policy, key, now, floor.max(tail), 0, false);
+            }
             // Reservations ahead: the request's place is behind them, so it is denied
             // now, with the wait until that place (it asked not to wait).
             let behind = self.decide_at(policy, key, now, floor.max(tail), cost, false);

@@ -154,11 +154,18 @@ local function reserve(keys, now, args, i, max_wait)
   end
   -- The leaky bucket serves its place when the queue ahead has drained: the wait is
   -- until then (its reset at the place), and that is what max_wait bounds.
-  local served = at
+  local served, before = at, nil
   if args[i] == 'leaky_bucket' then
+    before = redis.call('GET', keys[1])
     served = math.max(at, at + decide_fresh(keys, at, args, i, false)[3])
   end
   if served - now > max_wait then
+    -- The probe at `at` may have moved the state's latest instant there, ahead of the
+    -- clock and of the queue: every later decision would be decided as of then, and
+    -- see the queue ahead of it already drained. Refused: the state is put back.
+    if before then
+      redis.call('SET', keys[1], before, 'KEEPTTL')
+    end
     return { 0, b[2], b[3] + lead, served - now, 0, -1, 0, 0 }
   end
   -- Charged at its place: keys must live until then on the server's clock too.
