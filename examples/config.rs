@@ -104,7 +104,19 @@ fn watch(
     tokio::spawn(async move {
         let _debouncer = debouncer; // watching stops when it is dropped
         let mut current = summary(limits.policies());
+        let mut applied = std::fs::read_to_string(&path).ok();
         while changed_rx.recv().await.is_some() {
+            // A file still being written in place may be cut at a line boundary, and
+            // then parses as a shorter file: reload only a text that reads the same
+            // twice, 50 ms apart (the next change event brings the rest), and only
+            // when it differs from the one in force.
+            let Some(text) = settled(&path).await else {
+                continue;
+            };
+            if applied.as_deref() == Some(text.as_str()) {
+                continue;
+            }
+            applied = Some(text);
             let outcome = match Limits::from_path(&path) {
                 Err(mistake) => format!("kept the limits in force: {mistake}"),
                 Ok(limits) => {
@@ -124,6 +136,15 @@ fn watch(
         }
     });
     Ok(outcome_rx)
+}
+
+/// The file's text once two reads 50 ms apart agree; `None` while it is changing or
+/// unreadable.
+async fn settled(path: &Path) -> Option<String> {
+    let first = std::fs::read_to_string(path).ok()?;
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let second = std::fs::read_to_string(path).ok()?;
+    (first == second).then_some(second)
 }
 
 /// What a reload can change that is worth printing: each limit's quota and algorithm.

@@ -184,6 +184,14 @@ impl Limits {
 
     /// Reads limits from the TOML file at `path`; every error names the file.
     ///
+    /// Replace the file atomically (write a temporary file beside it, then rename it
+    /// over), as editors and configuration managers do: a file read while another
+    /// program writes it in place may be cut anywhere. Cut inside a value or a table
+    /// header, it is refused whole; cut at a line or table boundary, it is a valid,
+    /// shorter file (`burst = 2000` read as `burst = 2`, a later `[[limit]]` missing)
+    /// that no parser can tell from the one meant. `examples/config.rs` also reloads
+    /// only a file that reads the same twice, 50 ms apart.
+    ///
     /// ```
     /// use tollgate::config::Limits;
     /// let dir = tempfile::tempdir()?;

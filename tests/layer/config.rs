@@ -594,3 +594,35 @@ fn the_example_file_reads() -> Result<(), tollgate::ConfigError> {
     assert_eq!(names, ["api", "per-key"]);
     Ok(())
 }
+
+/// A file cut while it is being written, settled (issue 23, "also seen"). Cut inside a
+/// value or a table, it is refused whole, naming where. Cut at a line or table
+/// boundary, it is a valid, shorter file: `burst = 2000` cut to `burst = 2`, or the
+/// second `[[limit]]` missing. No parser can tell; the docs (`Limits::from_path`)
+/// say to replace the file atomically (write a temporary file, rename it over), and
+/// `examples/config.rs` reloads only a file that reads the same twice.
+#[test]
+fn a_file_cut_mid_write_is_refused_or_reads_as_a_shorter_file() {
+    let whole = "[[limit]]\nname = \"api\"\nquota = \"2000/min\"\nburst = 2000\n\n\
+                 [[limit]]\nname = \"login\"\nquota = \"5/min\"\n";
+    let full = Limits::from_toml(whole).expect("the whole file");
+    assert_eq!(full.policies().len(), 2);
+    // Inside a string or a table header: refused, nothing replaced.
+    for cut in [
+        "[[limit]]\nname = \"api\"\nquota = \"2000/m",
+        "[[limit]]\nname = \"api\"\nquota = \"2000/min\"\nburst = 2000\n\n[[lim",
+    ] {
+        assert!(Limits::from_toml(cut).is_err(), "refused: {cut:?}");
+    }
+    // At a digit or a table boundary: valid, and smaller than meant.
+    let digits = Limits::from_toml(&whole[..whole.find("000\n\n").expect("the burst")])
+        .expect("a shorter, valid file");
+    assert_eq!(digits.policies()[0].quota().burst(), 2);
+    let first = Limits::from_toml(
+        &whole[..whole
+            .find("\n[[limit]]\nname = \"login\"")
+            .expect("the second table")],
+    )
+    .expect("a shorter, valid file");
+    assert_eq!(first.policies().len(), 1);
+}

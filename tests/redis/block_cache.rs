@@ -222,6 +222,43 @@ async fn a_refund_by_another_process_is_seen_by_a_caching_process_once_the_max_a
     a_refund_reaches_the_caching_process_within_the_max_age(cluster().await).await
 }
 
+/// Regression (issue 23, "also seen"): an operator's refund through the caching process
+/// forgot the cached denial only under the limit's own quota; a plan caller (same
+/// period, so the same state) stayed denied locally for up to the max age.
+async fn an_operator_refund_frees_a_plan_callers_cached_denial(target: Target) -> TestResult {
+    let clock = ManualClock::new(BASE);
+    let store = target.store(&unique_prefix("plan-refund"), &clock);
+    let a = limiter(store.clone(), &daily());
+    let key = Key::from("alice");
+    let plan = Quota::per_day(6);
+    for _ in 0..6 {
+        assert!(a.check_with("daily", &key, 1, plan).await?.allowed);
+    }
+    assert!(!a.check_with("daily", &key, 1, plan).await?.allowed);
+    assert_eq!(
+        store.blocked_keys(),
+        1,
+        "the plan caller's denial is cached"
+    );
+    a.refund("daily", &key, 2).await?;
+    assert_eq!(store.blocked_keys(), 0, "forgotten under every quota");
+    let after = a.check_with("daily", &key, 1, plan).await?;
+    assert!(after.allowed, "the refund frees the plan caller at once");
+    assert_eq!(after.remaining, 1);
+    Ok(())
+}
+
+#[tokio::test]
+async fn an_operator_refund_frees_a_plan_callers_cached_denial_at_once() -> TestResult {
+    an_operator_refund_frees_a_plan_callers_cached_denial(standalone()).await
+}
+
+#[tokio::test]
+async fn an_operator_refund_frees_a_plan_callers_cached_denial_at_once_on_the_cluster() -> TestResult
+{
+    an_operator_refund_frees_a_plan_callers_cached_denial(cluster().await).await
+}
+
 async fn a_far_future_denial_is_capped(target: Target) -> TestResult {
     let clock = ManualClock::new(BASE);
     let max_age = Duration::from_secs(5);

@@ -649,9 +649,10 @@ impl Store for RedisStore {
     fn refund<'a>(&'a self, charge: Charge<'a>) -> StoreFuture<'a, ()> {
         Box::pin(async move {
             // Even a refund of 0 goes to Redis: it records the instant, as the memory
-            // store's refund does.
+            // store's refund does. An operator's refund (the only caller) frees the
+            // key under every quota it is cached under: a plan caller's denial too.
             if let Some(cache) = &self.cache {
-                cache.forget(&charge);
+                cache.forget_key(&charge);
             }
             let deadline = Instant::now() + self.deadline;
             self.run(deadline, self.clock_now(), Mode::Refund, &[&charge])
