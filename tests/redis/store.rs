@@ -211,7 +211,8 @@ async fn every_key_written_has_a_ttl() -> TestResult {
 /// boundaries, where the TTL moves) at a quota it never exhausts, with refunds mixed
 /// in (their writes set the TTL their own way); after every charge the key lives at
 /// least until its limit resets. The injected clock runs ahead of the server's, so
-/// the real time the test takes only makes the check stricter.
+/// the real time the test takes only makes the check stricter, except for the time
+/// the test falls behind its 37 ms steps on a busy machine, which is allowed for.
 #[tokio::test]
 async fn a_busy_keys_kept_ttl_always_covers_its_state() -> TestResult {
     let server = shared_server();
@@ -234,8 +235,16 @@ async fn a_busy_keys_kept_ttl_always_covers_its_state() -> TestResult {
     }
     let limiter = builder.build()?;
     let key = Key::from("busy");
+    let started = std::time::Instant::now();
     for step in 0..108 {
         clock.advance(Duration::from_millis(37));
+        // A TTL runs down in real time, the state's reset in injected time: when the
+        // machine is too busy to keep up with 37 ms per step, the real time it lags
+        // behind the injected clock is not the store's doing.
+        let lag = started
+            .elapsed()
+            .saturating_sub(Duration::from_millis(37) * (step + 1));
+        let lag_ms = i64::try_from(lag.as_millis())?;
         for algorithm in algorithms {
             let mut d = limiter.check(algorithm.name(), &key, 3).await?;
             if step % 7 == 0 {
@@ -256,7 +265,7 @@ async fn a_busy_keys_kept_ttl_always_covers_its_state() -> TestResult {
             for name in names {
                 let ttl: i64 = server.cli(&["PTTL", &name]).parse()?;
                 assert!(
-                    ttl >= reset && ttl > 0,
+                    ttl + lag_ms >= reset && ttl > 0,
                     "{name} at step {step}: PTTL {ttl} ms, resets in {reset} ms"
                 );
             }
