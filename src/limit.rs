@@ -316,7 +316,6 @@ impl Limit {
     /// The number of this limit's name: what a caller's record (block, penalty
     /// count, reservations) is kept under, whatever the quota, period or algorithm.
     #[inline]
-    #[allow(dead_code)] // until the stores key records by it
     pub(crate) fn record(&self) -> u32 {
         self.record
     }
@@ -324,7 +323,6 @@ impl Limit {
     /// The period of the limit this one was derived from by
     /// [`with_quota`](Limit::with_quota) (its own period when it was not).
     #[inline]
-    #[allow(dead_code)] // until the stores key records by it
     pub(crate) fn base_period_us(&self) -> u64 {
         self.base_period_us
     }

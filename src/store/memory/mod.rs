@@ -5,6 +5,7 @@ mod cells;
 mod eviction;
 mod footprint;
 mod in_flight;
+mod names;
 mod shard;
 mod tables;
 
@@ -526,6 +527,80 @@ impl MemoryStore {
             .sum()
     }
 
+    /// How many penalty-box offences the store refused to record since it was built:
+    /// a new offender's trip (or count toward one) that found its limit's share of
+    /// block records (see [`block_records`](MemoryStore::block_records)) holding only
+    /// blocks that have not ended and reservations still pending. Such a request gets
+    /// its plain rejection; no existing block is lifted and no pending reservation is
+    /// dropped to make room. A rising figure means a flood of offenders: each one is
+    /// logged (feature `tracing`, at most once per shard and second). Reads each shard
+    /// in turn.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{Key, Limit, Limiter, ManualClock, MemoryStore, Penalty, Quota};
+    /// # tokio::runtime::Builder::new_current_thread().build()?.block_on(async {
+    /// let clock = ManualClock::new(Duration::from_secs(1_700_000_000));
+    /// // One shard with room for one record: the first offender's block fills it.
+    /// let store = MemoryStore::with_clock(clock).max_keys(1)?;
+    /// let penalty = Penalty::after(1).within(Duration::from_secs(60)).block_for(Duration::from_secs(900));
+    /// let limiter = Limiter::builder()
+    ///     .limit(Limit::new("login", Quota::per_minute(1))?.penalty(penalty))
+    ///     .store(store.clone())
+    ///     .build()?;
+    /// for caller in ["mallory", "trudy"] {
+    ///     let key = Key::from(caller);
+    ///     limiter.check("login", &key, 1).await?;
+    ///     limiter.check("login", &key, 1).await?; // rejected: trips the box
+    /// }
+    /// // Mallory's block stays; trudy's trip found no room and was refused.
+    /// assert!(limiter.peek("login", &Key::from("mallory")).await?.blocked_for.is_some());
+    /// assert_eq!(limiter.peek("login", &Key::from("trudy")).await?.blocked_for, None);
+    /// assert_eq!(store.refused_trips(), 1);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// # })?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn refused_trips(&self) -> u64 {
+        self.inner
+            .shards
+            .iter()
+            .map(|s| read(&s.0).refused_trips())
+            .sum()
+    }
+
+    /// How many tables of rate states the store holds: one per (limit name,
+    /// algorithm, period) in use in each shard, at most 16 per name and shard. A
+    /// quota over another period ([`Limiter::check_with`](crate::Limiter::check_with))
+    /// or a reload that changes a limit's algorithm or period adds one; a table left
+    /// empty is dropped at the shard's next sweep. Each costs a few hundred bytes,
+    /// counted in [`bytes`](MemoryStore::bytes). Reads each shard in turn.
+    ///
+    /// ```
+    /// use tollgate::{Key, Limit, Limiter, MemoryStore, Quota};
+    /// # tokio::runtime::Builder::new_current_thread().build()?.block_on(async {
+    /// let store = MemoryStore::new().max_keys(1)?; // one shard
+    /// let limiter = Limiter::builder()
+    ///     .limit(Limit::new("api", Quota::per_minute(100))?)
+    ///     .store(store.clone())
+    ///     .build()?;
+    /// assert_eq!(store.tables(), 0);
+    /// let key = Key::from("alice");
+    /// limiter.check("api", &key, 1).await?;
+    /// limiter.check_with("api", &key, 1, Quota::per_hour(10_000)).await?;
+    /// assert_eq!(store.tables(), 2);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// # })?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn tables(&self) -> usize {
+        self.inner
+            .shards
+            .iter()
+            .map(|s| read(&s.0).tables_len())
+            .sum()
+    }
+
     /// Refunds synchronously.
     pub(crate) fn refund_now(&self, charge: &Charge<'_>) {
         let key = self.hashed(charge.key);
@@ -632,15 +707,10 @@ impl fmt::Debug for MemoryStore {
 
 impl Store for MemoryStore {
     /// Refuses a policy one of whose keys could outgrow a shard's part of
-    /// [`max_bytes`](MemoryStore::max_bytes), and gives the policy its table in every
-    /// shard, so that each policy's share of the bounds is known from the start (see
-    /// [`max_keys`](MemoryStore::max_keys)).
+    /// [`max_bytes`](MemoryStore::max_bytes). Nothing is stored for it: a limit's
+    /// share of the bounds counts from its first stored state or record in a shard.
     fn validate(&self, policy: &Limit) -> Result<(), ConfigError> {
-        self.check_bytes(policy)?;
-        for shard in &self.inner.shards {
-            write(&shard.0).table_index(policy);
-        }
-        Ok(())
+        self.check_bytes(policy)
     }
 
     fn validate_quota(&self, policy: &Limit) -> Result<(), ConfigError> {

@@ -1,15 +1,18 @@
 //! One shard of the memory store: the states of the keys that hash to it, one table
-//! per policy, bounded and swept of idle state as it is used.
+//! per (limit name, algorithm, period), and one record per (limit name, key) for
+//! blocks, penalty counts and reservations; bounded and swept of idle state as it is
+//! used. The bookkeeping of names, tables and shares is in `names.rs`.
 
 use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use foldhash::fast::RandomState;
+use hashbrown::HashMap;
 
-use super::blocks::{Blocks, Record};
+use super::blocks::Record;
 use super::cells::{AtomicTat, Cell, entry_bytes};
-use super::eviction::pick_victim;
 use super::footprint::Footprint;
+use super::names::{Claim, Name};
 use super::tables::{Map, States, Table, with_rule};
 use crate::algorithm::{
     self, Params, Refund, Rule, Verdict, fixed_window::FixedWindow, gcra, gcra::Gcra,
@@ -17,11 +20,12 @@ use crate::algorithm::{
     sliding_window_counters::SlidingWindowCounters, sliding_window_log::SlidingWindowLog,
     token_bucket::TokenBucket,
 };
-use crate::penalty::Penalty;
+use crate::penalty::{Offences, Penalty};
 use crate::{Key, Limit};
 
 /// How often (µs of store time) a shard drops idle state as it is touched.
-const SWEEP_INTERVAL_US: u64 = 1_000_000;
+pub(super) const SWEEP_INTERVAL_US: u64 = 1_000_000;
+
 /// The states of one shard.
 ///
 /// Aligned to a cache line so that, behind its lock, it starts on a line of its own:
@@ -29,33 +33,47 @@ const SWEEP_INTERVAL_US: u64 = 1_000_000;
 /// the line holding `latest`, `next_sweep` and the tables away from each other's core.
 ///
 /// **Budgets.** The shard holds at most `capacity` entries and `max_bytes` bytes, and
-/// each table (policy) has an equal share of both: a table that has reached its share
-/// makes room among its own states only, so a flood of new keys through one policy
-/// never evicts another policy's state. Only a table holding more than its share
-/// (possible when a policy first used after the others shrinks every share) gives
-/// room to the others.
+/// each limit *name* in use here has an equal share of both, whatever number of
+/// tables (periods, algorithms) it counts in: a name that has reached its share makes
+/// room among its own states only, so a flood of new keys through one limit never
+/// evicts another limit's state, and a caller making many periods under one name
+/// competes only within that name. Only a name holding more than its share (possible
+/// when a name first used after the others shrinks every share) gives room to the
+/// others. Records (blocks, counts, reservations) have per-name shares of their own
+/// (see `record_for`).
 #[repr(align(64))]
 pub(crate) struct Shard {
-    tables: Vec<Table>,
-    capacity: usize,
-    max_bytes: usize,
+    pub(super) tables: Vec<Table>,
+    /// [`Limit::table`] → index in `tables`: one lookup per decision, however many
+    /// tables there are.
+    pub(super) index: HashMap<u32, usize, RandomState>,
+    /// [`Limit::record`] → the name's tables, totals and records.
+    pub(super) names: HashMap<u32, Name, RandomState>,
+    pub(super) capacity: usize,
+    pub(super) max_bytes: usize,
     /// States stored across all tables (kept here: summing the tables per decision
     /// showed up in profiles).
-    entries: usize,
-    /// Bytes across all tables.
-    bytes: usize,
+    pub(super) entries: usize,
+    /// Bytes across all tables, their overhead included.
+    pub(super) bytes: usize,
+    /// Records across all names: the hot path's one check while there is none.
+    pub(super) records: usize,
+    /// New records for penalty-box offences refused because the name's share held
+    /// only blocks and pending reservations.
+    pub(super) refused_trips: u64,
+    /// Whether this sweep interval has logged a refusal already (one line per shard
+    /// per second at most, however large the flood).
+    pub(super) warned: bool,
     /// When the next sweep is due. Atomic, like `latest`, so the read-locked path can
     /// see it; written under the write lock only.
-    next_sweep: AtomicU64,
+    pub(super) next_sweep: AtomicU64,
     /// The latest instant this shard has seen. Time never runs backwards for the keys
     /// in it: a clock that steps back is treated as standing still here.
     latest: AtomicU64,
-    hasher: RandomState,
-    /// Blocks and penalty counts of this shard's keys, at most `capacity` of them.
-    blocks: Blocks,
+    pub(super) hasher: RandomState,
     /// Picks eviction samples. Seeded from the OS-seeded generator of the thread that
     /// built the store: callers cannot predict which entries a sample will hold.
-    rng: fastrand::Rng,
+    pub(super) rng: fastrand::Rng,
 }
 
 /// A key and its hash under the store's hasher, computed once per decision: it picks
@@ -152,50 +170,73 @@ fn run_atomic<R: Rule<State = gcra::State>>(
     }
 }
 
+/// The verdict of a fresh state (a key with no state under these parameters).
+fn fresh_verdict(p: &Params, at: (u64, u64), cost: u64, charge: bool) -> Verdict {
+    // An empty `States` allocates nothing: it only names the rule.
+    with_rule!(&States::new(p.algorithm), |_map, R| run_fresh::<R>(
+        p, at, cost, charge
+    )
+    .0)
+}
+
 impl Shard {
     pub(crate) fn new(capacity: usize, max_bytes: usize, hasher: RandomState) -> Self {
         Self {
             tables: Vec::new(),
+            index: HashMap::with_hasher(hasher),
+            names: HashMap::with_hasher(hasher),
             capacity,
             max_bytes,
             entries: 0,
             bytes: 0,
+            records: 0,
+            refused_trips: 0,
+            warned: false,
             next_sweep: AtomicU64::new(0),
             latest: AtomicU64::new(0),
             hasher,
-            blocks: Blocks::default(),
             rng: fastrand::Rng::new(),
         }
     }
 
-    /// How many block and penalty records the shard holds.
+    /// How many block, penalty and reservation records the shard holds.
     pub(crate) fn blocks_len(&self) -> usize {
-        self.blocks.len()
+        self.records
     }
 
-    /// The answer for `key` under `policy` at `now` if the key is blocked. Costs one
-    /// emptiness check while no key of the shard has a record.
+    /// How many tables of rate states the shard holds.
+    pub(crate) fn tables_len(&self) -> usize {
+        self.tables.len()
+    }
+
+    /// How many offences the shard refused to record (see `record_for`).
+    pub(crate) fn refused_trips(&self) -> u64 {
+        self.refused_trips
+    }
+
+    /// The record of `key` under `policy`'s name, if any. One check while the shard
+    /// holds no record at all.
     #[inline]
-    fn blocked(&self, policy: &Limit, key: Hashed<'_>, now: u64) -> Option<Verdict> {
-        if self.blocks.is_empty() {
+    fn record_of(&self, policy: &Limit, key: Hashed<'_>) -> Option<&Record> {
+        if self.records == 0 {
             return None;
         }
-        let left = self
-            .blocks
-            .get(policy.table(), key)?
-            .offences
-            .blocked_for(now)?;
+        self.names.get(&policy.record())?.records.get(key)
+    }
+
+    /// The answer for `key` under `policy` at `now` if the key is blocked (under any
+    /// quota, period or algorithm of the limit's name).
+    #[inline]
+    fn blocked(&self, policy: &Limit, key: Hashed<'_>, now: u64) -> Option<Verdict> {
+        let left = self.record_of(policy, key)?.offences.blocked_for(now)?;
         Some(Verdict::blocked(left, false))
     }
 
-    /// The tail of `key`'s queue of reservations under `policy`, if it is still ahead
-    /// of `now`. One emptiness check while no key of the shard has a record.
+    /// The tail of `key`'s queue of reservations under `policy`'s name, if it is still
+    /// ahead of `now`.
     #[inline]
     fn queued(&self, policy: &Limit, key: Hashed<'_>, now: u64) -> Option<u64> {
-        if self.blocks.is_empty() {
-            return None;
-        }
-        let tail = self.blocks.get(policy.table(), key)?.queue_until;
+        let tail = self.record_of(policy, key)?.queue_until;
         (tail > now).then_some(tail)
     }
 
@@ -204,6 +245,10 @@ impl Shard {
     /// admits it; if that is within `max_wait_us`, it is charged there and then (the
     /// state runs ahead of the clock until then) and the verdict's delay is the wait.
     /// Otherwise nothing is charged and the denial's `retry_after` says when it could.
+    ///
+    /// A place ahead of the clock needs the key's record (the queue's tail), made
+    /// before anything is charged: when the name's share of records holds only blocks
+    /// and pending reservations, the reservation is refused and charges nothing.
     pub(crate) fn reserve(
         &mut self,
         policy: &Limit,
@@ -237,40 +282,53 @@ impl Shard {
         } else {
             at
         };
+        let refused = Verdict {
+            allowed: false,
+            remaining: 0,
+            retry_after_us: Some(served - now),
+            delay_us: 0,
+            receipt: None,
+            ..probe
+        };
         if served - now > max_wait_us {
             return Verdict {
-                retry_after_us: Some(served - now),
-                receipt: None,
-                ..probe
+                remaining: probe.remaining,
+                ..refused
             };
+        }
+        if at > now
+            && self
+                .record_for(policy, key, now, Claim::Reservation)
+                .is_none()
+        {
+            return refused;
         }
         let mut verdict = self.decide_at(policy, key, now, floor.max(at), cost, true);
         if !verdict.allowed {
             return verdict;
         }
         verdict.delay_us = verdict.delay_us.max(at - now);
-        if at > now {
-            let record = self.record(policy, key, now);
+        if at > now
+            && let Some(record) = self.record_mut(policy, key)
+        {
             record.queue_until = record.queue_until.max(at);
             record.expires_at = record.expires_at.max(at);
         }
         verdict
     }
 
-    /// The block record of `key` under `policy`, made if there is none (within the
-    /// shard's bound, see `blocks.rs`).
-    fn record(&mut self, policy: &Limit, key: Hashed<'_>, now: u64) -> &mut Record {
-        self.blocks.entry(
-            policy.table(),
-            key,
-            (self.capacity, now),
-            self.hasher,
-            &mut self.rng,
-        )
+    /// The record of `key` under `policy`'s name, to change, if there is one.
+    fn record_mut(&mut self, policy: &Limit, key: Hashed<'_>) -> Option<&mut Record> {
+        self.names.get_mut(&policy.record())?.records.get_mut(key)
     }
 
     /// Counts a rejection of `key` under `policy`'s `penalty` at `now`; the blocked
     /// answer when it trips the box. `verdict` is the rejection, returned otherwise.
+    ///
+    /// A key with no record needs a new one: when the name's share of records holds
+    /// only blocks and pending reservations, the offence is refused (counted in
+    /// [`refused_trips`](crate::MemoryStore::refused_trips), logged): the request gets
+    /// its plain rejection, and no existing block is lifted to make room.
     pub(crate) fn offend(
         &mut self,
         policy: &Limit,
@@ -279,7 +337,16 @@ impl Shard {
         penalty: &Penalty,
         verdict: Verdict,
     ) -> Verdict {
-        let record = self.record(policy, key, now);
+        if self.over_table_bound(policy) {
+            // Denied because the name has no room for another table, not by its quota:
+            // not the caller's offence.
+            return verdict;
+        }
+        let Some(record) = self.record_for(policy, key, now, Claim::Offence) else {
+            self.refused_trips += 1;
+            self.warn(policy, "a penalty-box offence was not recorded: the limit's share of block records holds only blocks and pending reservations");
+            return verdict;
+        };
         if record.offences.blocked_for(now).is_some() {
             // Blocked since the rejection was decided (another thread): not counted.
             return verdict;
@@ -296,42 +363,66 @@ impl Shard {
         }
     }
 
-    /// Blocks `key` under `policy` for `duration_us` from `now`, replacing its block
-    /// and its count; 0 lifts the block.
+    /// Blocks `key` under `policy`'s name (every quota, period and algorithm of it) for
+    /// `duration_us` from `now`, replacing its block and its count; 0 lifts the block
+    /// (a pending queue of reservations stays).
+    ///
+    /// An operator's block is always stored: it may evict a record that lifts nothing,
+    /// and goes past the name's share of records when there is none (operators are not
+    /// attackers; their blocks number what they block).
     pub(crate) fn block(&mut self, policy: &Limit, key: Hashed<'_>, now: u64, duration_us: u64) {
         if duration_us == 0 {
-            self.blocks.remove(policy.table(), key);
+            if let Some(record) = self.record_mut(policy, key) {
+                record.offences = Offences::default();
+                record.expires_at = record.queue_until;
+            }
             return;
         }
-        let record = self.record(policy, key, now);
-        let until = now.saturating_add(duration_us);
-        record.offences = crate::penalty::Offences {
-            blocked_until: until,
-            count: 0,
-            first_at: 0,
-        };
-        record.expires_at = until.max(record.queue_until);
+        if let Some(record) = self.record_for(policy, key, now, Claim::Operator) {
+            let until = now.saturating_add(duration_us);
+            record.offences = Offences {
+                blocked_until: until,
+                count: 0,
+                first_at: 0,
+            };
+            record.expires_at = until.max(record.queue_until);
+        }
     }
 
-    /// Makes `key` idle under `policy`: its state, block and count are gone.
+    /// Makes `key` idle under `policy`'s name: its record (block, count, queue) and
+    /// its rate state in every table of the name are gone, whatever quota, period or
+    /// algorithm they were counted under.
     pub(crate) fn reset(&mut self, policy: &Limit, key: Hashed<'_>) {
-        self.blocks.remove(policy.table(), key);
-        let index = self.table_index(policy);
-        let table = &mut self.tables[index];
-        let freed = with_rule!(&mut table.states, |map, R| {
-            map.find_entry(key.hash, |(k, _)| k == key.key)
-                .ok()
-                .map(|entry| entry_bytes(&entry.remove().0.1))
-        });
-        if let Some(bytes) = freed {
-            table.bytes -= bytes;
-            self.bytes -= bytes;
-            self.entries -= 1;
+        let Some(name) = self.names.get_mut(&policy.record()) else {
+            return;
+        };
+        if name.records.remove(key) {
+            self.records -= 1;
+        }
+        let ids = name.tables.clone();
+        for id in ids {
+            if let Some(index) = self.index_of(id) {
+                let table = &mut self.tables[index];
+                let freed = with_rule!(&mut table.states, |map, R| {
+                    map.find_entry(key.hash, |(k, _)| k == key.key)
+                        .ok()
+                        .map(|entry| entry_bytes(&entry.remove().0.1))
+                });
+                if let Some(bytes) = freed {
+                    self.account(index, -1, -bytes.cast_signed());
+                }
+            }
         }
     }
 
     /// Charges `cost` to `key` under `policy` at `now` whether or not it fits, and
     /// reports the key as a peek would (blocked, if it is).
+    ///
+    /// One caller, one record: the charge also goes to every state the key already
+    /// has under the limit's name in another table (a plan caller's quota over another
+    /// period, an algorithm a reload replaced), `cost` requests each, so a plan caller
+    /// is penalised too. No state is made there: a key first seen under another
+    /// period later starts fresh, as a change of period does.
     pub(crate) fn penalize(
         &mut self,
         policy: &Limit,
@@ -340,15 +431,20 @@ impl Shard {
         cost: u64,
     ) -> Verdict {
         let floor = self.advance_and_sweep(now);
-        let index = self.table_index(policy);
         let params = policy.params();
-        let found = with_rule!(&mut self.tables[index].states, |map, R| {
-            map.find(key.hash, |(k, _)| k == key.key).is_some()
+        let mut index = self.index_of(policy.table());
+        let found = index.is_some_and(|i| {
+            with_rule!(&self.tables[i].states, |map, R| {
+                map.find(key.hash, |(k, _)| k == key.key).is_some()
+            })
         });
         if !found && cost > 0 {
-            self.make_room_for_one(index, floor);
+            // An operator's charge: made even past the name's bound on tables.
+            let i = self.table_for(policy, true).unwrap_or_default();
+            index = Some(i);
+            self.make_room_for_one(i, floor);
             let hasher = self.hasher;
-            let table = &mut self.tables[index];
+            let table = &mut self.tables[i];
             let bytes = with_rule!(&mut table.states, |map, R| {
                 let (_, cell) = map
                     .insert_unique(
@@ -359,12 +455,49 @@ impl Shard {
                     .into_mut();
                 entry_bytes(cell)
             });
-            table.bytes += bytes;
-            self.entries += 1;
-            self.bytes += bytes;
+            self.account(i, 1, bytes.cast_signed());
         }
+        let verdict = index
+            .and_then(|i| self.penalize_stored(i, params, key, (now, floor), cost))
+            // Nothing charged to a key with no state: a peek of a fresh one.
+            .unwrap_or_else(|| {
+                with_rule!(&States::new(params.algorithm), |_map, R| {
+                    let mut fresh = <R as Rule>::State::default();
+                    algorithm::penalize::<R>(params, &mut fresh, now, floor, 0)
+                })
+            });
+        if cost > 0
+            && let Some(name) = self.names.get(&policy.record())
+        {
+            let others: Vec<u32> = name
+                .tables
+                .iter()
+                .copied()
+                .filter(|&id| id != policy.table())
+                .collect();
+            for id in others {
+                if let Some(i) = self.index_of(id) {
+                    // In the table's own parameters: its algorithm, and a count whose
+                    // usage carries over to the caller's.
+                    let p = self.tables[i].params;
+                    self.penalize_stored(i, &p, key, (now, floor), cost);
+                }
+            }
+        }
+        self.blocked(policy, key, now).unwrap_or(verdict)
+    }
+
+    /// Charges `cost` to `key`'s state in table `index` under `params`, if it has one.
+    fn penalize_stored(
+        &mut self,
+        index: usize,
+        params: &Params,
+        key: Hashed<'_>,
+        (now, floor): (u64, u64),
+        cost: u64,
+    ) -> Option<Verdict> {
         let table = &mut self.tables[index];
-        let outcome = with_rule!(&mut table.states, |map, R| {
+        let (verdict, grown) = with_rule!(&mut table.states, |map, R| {
             map.find_mut(key.hash, |(k, _)| k == key.key)
                 .map(|(_, cell)| {
                     let before = entry_bytes(cell);
@@ -381,26 +514,9 @@ impl Shard {
                         entry_bytes(cell).cast_signed() - before.cast_signed(),
                     )
                 })
-        });
-        let verdict = match outcome {
-            Some((verdict, grown)) => {
-                if grown != 0 {
-                    self.tables[index].bytes =
-                        self.tables[index].bytes.saturating_add_signed(grown);
-                    self.bytes = self.bytes.saturating_add_signed(grown);
-                    if grown > 0 {
-                        self.fit_bytes(index, key.key, floor);
-                    }
-                }
-                verdict
-            }
-            // Nothing charged to a key with no state: a peek of a fresh one.
-            None => with_rule!(&self.tables[index].states, |_map, R| {
-                let mut fresh = <R as Rule>::State::default();
-                algorithm::penalize::<R>(params, &mut fresh, now, floor, 0)
-            }),
-        };
-        self.blocked(policy, key, now).unwrap_or(verdict)
+        })?;
+        self.grown(index, grown, key.key, floor);
+        Some(verdict)
     }
 
     pub(crate) fn len(&self) -> usize {
@@ -411,20 +527,10 @@ impl Shard {
         self.bytes
     }
 
-    /// The table of `policy`, created (empty) if the shard has none yet.
-    pub(crate) fn table_index(&mut self, policy: &Limit) -> usize {
-        let id = policy.table();
-        if let Some(i) = self.tables.iter().position(|t| t.id == id) {
-            return i;
-        }
-        let params = *policy.params();
-        self.tables.push(Table {
-            id,
-            params,
-            states: States::new(params.algorithm),
-            bytes: 0,
-        });
-        self.tables.len() - 1
+    /// The index of table `id`, if the shard has it.
+    #[inline]
+    pub(super) fn index_of(&self, id: u32) -> Option<usize> {
+        self.index.get(&id).copied()
     }
 
     /// Decides a charge of `cost` for `key` under `policy` at `now` with only the
@@ -442,11 +548,9 @@ impl Shard {
         if floor >= self.next_sweep.load(Relaxed) {
             return None;
         }
-        // One look at the key's record (none in the common case, an empty table): a
-        // block answers, a queue of reservations needs the write lock.
-        if !self.blocks.is_empty()
-            && let Some(record) = self.blocks.get(policy.table(), key)
-        {
+        // One look at the key's record (none in the common case, no record at all):
+        // a block answers, a queue of reservations needs the write lock.
+        if let Some(record) = self.record_of(policy, key) {
             if let Some(left) = record.offences.blocked_for(now) {
                 return Some(Verdict::blocked(left, false));
             }
@@ -454,8 +558,7 @@ impl Shard {
                 return None;
             }
         }
-        let id = policy.table();
-        let table = self.tables.iter().find(|t| t.id == id)?;
+        let table = &self.tables[self.index_of(policy.table())?];
         match &table.states {
             States::Gcra(map) => run_atomic::<Gcra>(map, policy.params(), key, (now, floor), cost),
             States::LeakyBucket(map) => {
@@ -467,9 +570,9 @@ impl Shard {
 
     /// Decides `cost` for `key` under `policy` at `now`, with the write lock held.
     ///
-    /// A key with no state is decided on a fresh one first; only an admitted charge
+    /// A key with no state is decided on a fresh state first; only an admitted charge
     /// stores it, and only then is room made, so a request that is denied (or peeks)
-    /// never evicts anything.
+    /// never evicts anything (and never makes a table).
     pub(crate) fn run(
         &mut self,
         policy: &Limit,
@@ -515,31 +618,27 @@ impl Shard {
         cost: u64,
         charge: bool,
     ) -> Verdict {
-        let index = self.table_index(policy);
         let at = (now, floor);
-        let table = &mut self.tables[index];
         // The charge's own parameters, not the table's: a caller's quota may differ from
         // the limit's (a plan), and its state carries its usage over between them.
         let params = policy.params();
-        let stored = with_rule!(&mut table.states, |map, R| run_stored::<R, _>(
-            map, params, key, at, cost, charge
-        ));
-        if let Some((verdict, grown)) = stored {
-            if grown != 0 {
-                self.tables[index].bytes = self.tables[index].bytes.saturating_add_signed(grown);
-                self.bytes = self.bytes.saturating_add_signed(grown);
-                if grown > 0 {
-                    self.fit_bytes(index, key.key, floor);
-                }
+        if let Some(index) = self.index_of(policy.table()) {
+            let table = &mut self.tables[index];
+            let stored = with_rule!(&mut table.states, |map, R| run_stored::<R, _>(
+                map, params, key, at, cost, charge
+            ));
+            if let Some((verdict, grown)) = stored {
+                self.grown(index, grown, key.key, floor);
+                return verdict;
             }
-            return verdict;
         }
-        let verdict = with_rule!(&self.tables[index].states, |_map, R| {
-            run_fresh::<R>(params, at, cost, false).0
-        });
+        let verdict = fresh_verdict(params, at, cost, false);
         if !(charge && cost > 0 && verdict.allowed) {
             return verdict;
         }
+        let Some(index) = self.table_for(policy, false) else {
+            return self.no_table(policy);
+        };
         self.make_room_for_one(index, floor);
         let hasher = self.hasher;
         let table = &mut self.tables[index];
@@ -553,11 +652,20 @@ impl Shard {
             cell.stamp(floor);
             (verdict, entry_bytes(cell))
         });
-        table.bytes += bytes;
-        self.entries += 1;
-        self.bytes += bytes;
+        self.account(index, 1, bytes.cast_signed());
         self.fit_bytes(index, key.key, floor);
         verdict
+    }
+
+    /// After an entry of table `index` changed by `grown` bytes: counts it, and makes
+    /// room when it grew (never evicting `keep`, the key just decided).
+    fn grown(&mut self, index: usize, grown: isize, keep: &Key, now: u64) {
+        if grown != 0 {
+            self.account(index, 0, grown);
+            if grown > 0 {
+                self.fit_bytes(index, keep, now);
+            }
+        }
     }
 
     /// Records `now` and returns the latest instant seen, `max(now, latest)`.
@@ -588,7 +696,9 @@ impl Shard {
     /// Refunds to `key` under `policy` at `now`: its newest charges or one charge.
     pub(crate) fn refund_as(&mut self, policy: &Limit, key: Hashed<'_>, now: u64, what: Refund) {
         let floor = self.advance(now);
-        let index = self.table_index(policy);
+        let Some(index) = self.index_of(policy.table()) else {
+            return;
+        };
         let table = &mut self.tables[index];
         with_rule!(&mut table.states, |map, R| refund_in::<R, _>(
             map,
@@ -599,107 +709,14 @@ impl Shard {
         ));
     }
 
-    /// Each table's share of the shard's keys (at least one).
-    fn key_share(&self) -> usize {
-        (self.capacity / self.tables.len().max(1)).max(1)
-    }
-
-    /// Each table's share of the shard's bytes.
-    fn byte_share(&self) -> usize {
-        self.max_bytes / self.tables.len().max(1)
-    }
-
-    /// Frees room for one more entry in table `index`: from the table itself when it
-    /// has reached its share, else from a table holding more than its own.
-    fn make_room_for_one(&mut self, index: usize, now: u64) {
-        let share = self.key_share();
-        while self.entries >= self.capacity || self.tables[index].len() >= share {
-            let victim_table = if self.tables[index].len() >= share {
-                index
-            } else {
-                match self.most_over_share(|t, share| t.len() > share, share) {
-                    Some(other) => other,
-                    None => break,
-                }
-            };
-            if !self.evict_one(victim_table, None, now) {
-                break;
-            }
-        }
-    }
-
-    /// After table `index` grew in bytes: evicts (never `keep`, the key just decided)
-    /// until the table is within its byte share and the shard within its bound.
-    fn fit_bytes(&mut self, index: usize, keep: &Key, now: u64) {
-        let share = self.byte_share();
-        while self.tables[index].bytes > share {
-            if !self.evict_one(index, Some(keep), now) {
-                break;
-            }
-        }
-        while self.bytes > self.max_bytes {
-            let victim_table = self
-                .most_over_share(|t, share| t.bytes > share, share)
-                .unwrap_or(index);
-            if !self.evict_one(victim_table, Some(keep), now) {
-                break;
-            }
-        }
-    }
-
-    /// The table furthest over its share by `over`, if any is.
-    fn most_over_share(&self, over: impl Fn(&Table, usize) -> bool, share: usize) -> Option<usize> {
-        self.tables
-            .iter()
-            .enumerate()
-            .filter(|(_, t)| over(t, share))
-            .max_by_key(|(_, t)| (t.len(), t.bytes))
-            .map(|(i, _)| i)
-    }
-
-    /// Evicts one entry of table `index` (never `keep`): of a random sample, the one
-    /// whose loss forgives the least. False when there is nothing to evict.
-    fn evict_one(&mut self, index: usize, keep: Option<&Key>, now: u64) -> bool {
-        let rng = &mut self.rng;
-        let table = &mut self.tables[index];
-        let p = table.params;
-        let freed = with_rule!(&mut table.states, |map, R| {
-            pick_victim::<R, _>(map, &p, now, keep, rng)
-                .and_then(|bucket| map.get_bucket_entry(bucket).ok())
-                .map(|entry| entry_bytes(&entry.remove().0.1))
-        });
-        let Some(bytes) = freed else {
-            return false;
-        };
-        table.bytes -= bytes;
-        self.bytes -= bytes;
-        self.entries -= 1;
-        true
-    }
-
     /// [`advance`](Shard::advance), then a sweep if one is due: how every write-locked
     /// decision starts. Returns the latest instant seen.
-    fn advance_and_sweep(&mut self, now: u64) -> u64 {
+    pub(super) fn advance_and_sweep(&mut self, now: u64) -> u64 {
         let floor = self.advance(now);
         if floor >= *self.next_sweep.get_mut() {
             self.sweep(floor);
         }
         floor
-    }
-
-    /// Drops every state that is indistinguishable from a fresh one.
-    fn sweep(&mut self, now: u64) {
-        *self.next_sweep.get_mut() = now.saturating_add(SWEEP_INTERVAL_US);
-        for table in &mut self.tables {
-            let p = &table.params;
-            table.bytes = with_rule!(&mut table.states, |map, R| {
-                map.retain(|(_, cell)| cell.with(|s| <R as Rule>::idle_at(p, s)) > now);
-                map.iter().map(|(_, cell)| entry_bytes(cell)).sum()
-            });
-        }
-        self.entries = self.tables.iter().map(Table::len).sum();
-        self.bytes = self.tables.iter().map(|t| t.bytes).sum();
-        self.blocks.sweep(now);
     }
 }
 
