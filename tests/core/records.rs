@@ -260,6 +260,26 @@ fn a_flood_of_trips_never_evicts_a_pending_reservation() -> TestResult {
 }
 
 #[test]
+fn a_reservation_that_finds_the_share_full_of_blocks_is_refused_and_charges_nothing() -> TestResult
+{
+    let clock = ManualClock::new(BASE);
+    let store = MemoryStore::with_clock(clock.clone()).max_keys(256)?;
+    let limiter = limiter(&store, [login()]);
+    trip_login(&limiter, &clock, 256);
+    assert_eq!(store.block_records(), 256);
+    let key = Key::from("patient");
+    assert!(check(&limiter, "login", &key, 1).allowed);
+    // Its place is a minute ahead: it needs a record, and there is no room.
+    let refused = immediate(limiter.reserve("login", &key, 1, secs(120)))?;
+    assert!(!refused.allowed);
+    assert_eq!(store.block_records(), 256);
+    // Nothing was charged: the next minute's request is there.
+    clock.advance(secs(60));
+    assert!(check(&limiter, "login", &key, 1).allowed);
+    Ok(())
+}
+
+#[test]
 fn a_reload_that_changes_algorithm_or_period_keeps_blocks_and_penalty_counts() -> TestResult {
     let clock = ManualClock::new(BASE);
     let store = MemoryStore::with_clock(clock.clone());

@@ -48,23 +48,40 @@ const MIN_KEYS_PER_SHARD: usize = 256;
 /// - **Bounded in keys and bytes:** at most [`max_keys`](MemoryStore::max_keys) keys
 ///   (default [`DEFAULT_MAX_KEYS`], one million) and
 ///   [`max_bytes`](MemoryStore::max_bytes) bytes of state (default
-///   [`DEFAULT_MAX_BYTES`], 256 MiB) across all policies, split evenly over the
-///   shards, and within a shard evenly over the policies: a flood of new keys through
-///   one policy makes room among that policy's own states, never another's.
+///   [`DEFAULT_MAX_BYTES`], 256 MiB) across all limits, split evenly over the
+///   shards, and within a shard evenly over the limit *names* in use there, whatever
+///   quotas, periods or algorithms each is decided under: a flood of new keys through
+///   one limit makes room among that limit's own states, never another's, and a
+///   caller who makes many periods under one name (plans, reloads) competes only
+///   within that name. A name has at most 16 tables (one per algorithm and period)
+///   in a shard, counted in the bytes; a table left empty is dropped at the next
+///   sweep. Past 16 with none empty, a charge under a plan's period that needs a new
+///   table is denied, never decided in another period's state nor made room for by
+///   dropping live states ([`tables`](MemoryStore::tables)).
 /// - **Eviction an attacker cannot use:** a new key in a full share evicts, from a
-///   random sample of 16 of that policy's states, the one whose loss forgives the
+///   random sample of 16 of that limit's states (in its largest table), the one
+///   whose loss forgives the
 ///   least: an idle state first, then the one with the most capacity left, then (as
 ///   much left) the one that resets last. A key that has spent its quota is evicted
 ///   only when every state sampled has spent as much and earlier, so a flood must
 ///   spend the quota of each key it mints before it can reach one. Only a request
 ///   that is admitted and stores a new key evicts: denials and peeks never do. A
-///   flood costs each request the same constant work: nothing scans a whole shard
-///   per request.
-/// - **Blocks and penalty counts** ([`Limiter::block`](crate::Limiter::block), a
-///   [`Penalty`](crate::Penalty)) are records beside the rate states, at most as many
-///   per shard as its share of `max_keys` ([`block_records`](MemoryStore::block_records)):
-///   a full shard drops records that say nothing any more, then counts before blocks,
-///   so a flood of distinct offending keys recycles its own records.
+///   flood costs each request the same constant work: nothing scans a whole shard,
+///   nor a limit's tables, per request.
+/// - **One caller, one record.** A key's block ([`Limiter::block`](crate::Limiter::block),
+///   a tripped [`Penalty`](crate::Penalty)), penalty count and queue of reservations
+///   are one record per (limit name, key): they hold under every quota, period and
+///   algorithm the key is decided under (plans included), and a reload that keeps the
+///   name keeps them; [`Limiter::reset`](crate::Limiter::reset) clears the record
+///   and the key's state under every period.
+/// - **Records a flood cannot evict:** each limit name holds at most its share of
+///   the shard's keys in records ([`block_records`](MemoryStore::block_records)). A
+///   new record makes room only from records that lift nothing (ended, or a mere
+///   count): a block that has not ended and a reservation still pending are never
+///   evicted. When a limit's share holds only those, a new offender's trip is
+///   refused ([`refused_trips`](MemoryStore::refused_trips)): it gets its plain
+///   rejection, and every block stays. An operator's block is always stored, past the
+///   share if need be.
 /// - **Self-cleaning:** each shard drops idle state (state that equals a fresh key's)
 ///   at most once a second as it is used. No background thread, nothing to spawn.
 /// - **Shared:** clones share all state; one entry per (policy, key).
@@ -499,10 +516,11 @@ impl MemoryStore {
         decision(charge.limit, verdict)
     }
 
-    /// How many block and penalty records the store holds: at most
-    /// [`max_keys`](MemoryStore::max_keys) (each shard keeps at most as many as its
-    /// share of keys), besides the rate states [`len`](MemoryStore::len) counts.
-    /// Reads each shard in turn.
+    /// How many block, penalty and reservation records the store holds (one per
+    /// limit name and key): at most [`max_keys`](MemoryStore::max_keys), each limit
+    /// name holding at most its share of a shard's keys, besides the rate states
+    /// [`len`](MemoryStore::len) counts; only blocks held past a share go past the
+    /// bound (an operator's is always stored). Reads each shard in turn.
     ///
     /// ```
     /// use std::time::Duration;
@@ -570,7 +588,8 @@ impl MemoryStore {
     }
 
     /// How many tables of rate states the store holds: one per (limit name,
-    /// algorithm, period) in use in each shard, at most 16 per name and shard. A
+    /// algorithm, period) in use in each shard, at most 16 per name and shard (a
+    /// limit's own period always gets its table: only a reload makes a new one). A
     /// quota over another period ([`Limiter::check_with`](crate::Limiter::check_with))
     /// or a reload that changes a limit's algorithm or period adds one; a table left
     /// empty is dropped at the shard's next sweep. Each costs a few hundred bytes,

@@ -305,9 +305,11 @@ impl Shard {
     /// count; see `blocks.rs`): its own name's when the name is at its share, else a
     /// name's over its own. A block that has not ended and a reservation still pending
     /// are never evicted, so a flood of offenders (of this limit or another) never
-    /// lifts a block nor loses a queue: when only those remain, an offence or a
-    /// reservation gets `None` (refused). An operator's block is stored anyway, past
-    /// the share.
+    /// lifts a block nor loses a queue: when a name at its share holds only those, an
+    /// offence or a reservation gets `None` (refused). An operator's block is stored
+    /// anyway, past the share, and so is a record of a name within its share when the
+    /// others hold blocks past theirs: the shard's records exceed its keys by at most
+    /// the blocks held past a share.
     pub(super) fn record_for(
         &mut self,
         policy: &Limit,
@@ -341,7 +343,10 @@ impl Shard {
                     .is_some_and(|name| name.records.evict_one(now, rng));
                 if evicted {
                     self.records -= 1;
-                } else if claim == Claim::Operator {
+                } else if own < share || claim == Claim::Operator {
+                    // Within its share, a name is not refused for others' blocks held
+                    // past theirs (an operator's, or shares that shrank as a name
+                    // came into use): the shard goes past its bound by those.
                     break;
                 } else {
                     return None;
