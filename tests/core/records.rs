@@ -186,11 +186,12 @@ fn penalize_charges_a_plan_caller_of_another_period() -> TestResult {
     Ok(())
 }
 
-/// 200 keys spend 5/day; then `attack` runs; returns how many got quota back.
+/// 200 keys spend 5/day in a store of one shard (256 keys); then `attack` runs;
+/// returns how many got quota back.
 fn spent_keys_reset_by(attack: impl FnOnce(&Limiter, &ManualClock)) -> usize {
     let clock = ManualClock::new(BASE);
     let store = MemoryStore::with_clock(clock.clone())
-        .max_keys(1024)
+        .max_keys(256)
         .expect("a bound");
     let per_user = Limit::new("per-user", Quota::per_day(5)).expect("a limit");
     let limiter = limiter(&store, [per_user]);
@@ -201,10 +202,25 @@ fn spent_keys_reset_by(attack: impl FnOnce(&Limiter, &ManualClock)) -> usize {
     }
     clock.advance(secs(60));
     attack(&limiter, &clock);
-    assert!(store.tables() <= MAX_TABLES_PER_NAME * 4);
+    assert!(store.tables() <= MAX_TABLES_PER_NAME);
+    // At most one state per table past the name's share (its first).
+    assert!(store.len() <= 256 + MAX_TABLES_PER_NAME - 1, "{}", store.len());
     (0..200)
         .filter(|&i| check(&limiter, "per-user", &victim(i), 1).allowed)
         .count()
+}
+
+#[test]
+fn new_keys_under_another_period_never_evict_the_limits_spent_keys() {
+    let reset = spent_keys_reset_by(|limiter, clock| {
+        let plan = Quota::new(5, secs(3_600)).expect("a quota");
+        for i in 0..2_000 {
+            let key = Key::from(format!("plan-{i}").as_str());
+            assert!(check_with(limiter, "per-user", &key, plan).allowed);
+            clock.advance(Duration::from_micros(10));
+        }
+    });
+    assert_eq!(reset, 0, "{reset} of 200 spent keys got their quota back");
 }
 
 #[test]

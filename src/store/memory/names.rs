@@ -202,18 +202,15 @@ impl Shard {
         self.bytes = self.bytes.saturating_add_signed(bytes);
     }
 
-    /// The table of name `record` with the most states (bytes, with `by_bytes`).
-    /// At most [`MAX_TABLES_PER_NAME`] to compare.
-    fn largest_table(&self, record: u32, by_bytes: bool) -> Option<usize> {
+    /// The table of name `record` with the most bytes. At most
+    /// [`MAX_TABLES_PER_NAME`] to compare.
+    fn largest_table(&self, record: u32) -> Option<usize> {
         self.names
             .get(&record)?
             .tables
             .iter()
             .filter_map(|id| self.index_of(*id))
-            .max_by_key(|&i| {
-                let t = &self.tables[i];
-                if by_bytes { t.bytes } else { t.len() }
-            })
+            .max_by_key(|&i| self.tables[i].bytes)
     }
 
     /// The name furthest over `share` by `over`, if any is. Names are the limits in
@@ -227,34 +224,55 @@ impl Shard {
             .map(|(&record, _)| record)
     }
 
-    /// Frees room for one more entry in table `index`: within its name when the name
-    /// has reached its share, else from a name holding more than its own. Within a
-    /// name, from its largest table: a caller making new periods never takes room
-    /// from a smaller table than the one a flood of new keys would, and every
-    /// eviction picks, from a sample, the state whose loss forgives the least.
+    /// Frees room for one more entry in table `index`.
+    ///
+    /// - The name at its share makes room in that table only: a flood of new keys
+    ///   under one period (a plan's, a reloaded limit's) never evicts the states of
+    ///   another table of its name, where the keys that spent their quota may be all
+    ///   there is to sample. A table's first state (the table empty) evicts nothing
+    ///   and goes past the name's share: a name holds at most one state per table
+    ///   beyond its share (15 with 16 tables).
+    /// - The name within its share, the shard full: room comes from a name over its
+    ///   share, from that name's smallest table that has states (the tables whose
+    ///   first state took it past its share).
+    ///
+    /// Every eviction picks, from a sample, the state whose loss forgives the least.
     pub(super) fn make_room_for_one(&mut self, index: usize, now: u64) {
         let record = self.tables[index].name;
         loop {
             let share = self.key_share();
             let own = self.names.get(&record).map_or(0, |n| n.entries);
-            if own < share && self.entries < self.capacity {
-                break;
-            }
-            let victim_name = if own >= share {
-                record
-            } else {
-                match self.most_over_share(|n| n.entries, share) {
-                    Some(other) => other,
+            let victim = if own >= share {
+                if self.tables[index].len() == 0 {
+                    break;
+                }
+                index
+            } else if self.entries >= self.capacity {
+                match self
+                    .most_over_share(|n| n.entries, share)
+                    .and_then(|other| self.smallest_table(other))
+                {
+                    Some(table) => table,
                     None => break,
                 }
-            };
-            let Some(victim) = self.largest_table(victim_name, false) else {
+            } else {
                 break;
             };
             if !self.evict_one(victim, None, now) {
                 break;
             }
         }
+    }
+
+    /// The table of name `record` with the fewest states, of those that have any.
+    fn smallest_table(&self, record: u32) -> Option<usize> {
+        self.names
+            .get(&record)?
+            .tables
+            .iter()
+            .filter_map(|id| self.index_of(*id))
+            .filter(|&i| self.tables[i].len() > 0)
+            .min_by_key(|&i| self.tables[i].len())
     }
 
     /// After table `index` grew in bytes: evicts (never `keep`, the key just decided)
@@ -270,7 +288,7 @@ impl Shard {
         while self.bytes > self.max_bytes {
             let victim = self
                 .most_over_share(|n| n.bytes, share)
-                .and_then(|name| self.largest_table(name, true))
+                .and_then(|name| self.largest_table(name))
                 .unwrap_or(index);
             if !self.evict_one(victim, Some(keep), now) {
                 break;
