@@ -54,8 +54,8 @@ const MIN_KEYS_PER_SHARD: usize = 256;
 ///   one limit makes room among that limit's own states, never another's, and a
 ///   caller who makes many periods under one name (plans, reloads) competes only
 ///   within that name. A name has at most 16 tables (one per algorithm and period)
-///   in a shard, counted in the bytes; a table left empty is dropped at the next
-///   sweep. Past 16 with none empty, a charge under a plan's period that needs a new
+///   in a shard, counted in the bytes; a table left empty, with nothing stored in it
+///   for a second, is dropped at a sweep. Past 16 with none empty, a charge under a plan's period that needs a new
 ///   table is denied, never decided in another period's state nor made room for by
 ///   dropping live states ([`tables`](MemoryStore::tables)).
 /// - **Eviction an attacker cannot use:** a new key in a full share evicts, from a
@@ -592,7 +592,8 @@ impl MemoryStore {
     /// limit's own period always gets its table: only a reload makes a new one). A
     /// quota over another period ([`Limiter::check_with`](crate::Limiter::check_with))
     /// or a reload that changes a limit's algorithm or period adds one; a table left
-    /// empty is dropped at the shard's next sweep. Each costs a few hundred bytes,
+    /// empty, with nothing stored in it for a second, is dropped at a sweep of its
+    /// shard. Each costs a few hundred bytes,
     /// counted in [`bytes`](MemoryStore::bytes). Reads each shard in turn.
     ///
     /// ```

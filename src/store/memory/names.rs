@@ -9,8 +9,8 @@
 //! name competes only within that name.
 //!
 //! **Bounded tables.** A name has at most [`MAX_TABLES_PER_NAME`] tables in a shard.
-//! A table left empty is dropped at the next sweep (and reused at once when the
-//! bound is reached), so the tables of a period or algorithm no longer used, or of a
+//! A table left empty, with nothing stored in it for a sweep interval, is dropped at
+//! the next sweep (and reused at once when the bound is reached), so the tables of a period or algorithm no longer used, or of a
 //! name a reload removed, stop counting. Beyond the bound, with no table empty, a
 //! charge under a plan's period that needs a new table is denied (see
 //! [`Shard::no_table`]): the store never drops a table of live states (that would give
@@ -111,6 +111,7 @@ impl Shard {
             params,
             states: States::new(params.algorithm),
             bytes: 0,
+            stored: false,
         });
         let index = self.tables.len() - 1;
         self.index.insert(id, index);
@@ -194,6 +195,7 @@ impl Shard {
     pub(super) fn account(&mut self, index: usize, entries: isize, bytes: isize) {
         let table = &mut self.tables[index];
         table.bytes = table.bytes.saturating_add_signed(bytes);
+        table.stored |= entries > 0;
         if let Some(name) = self.names.get_mut(&table.name) {
             name.entries = name.entries.saturating_add_signed(entries);
             name.bytes = name.bytes.saturating_add_signed(bytes);
@@ -378,7 +380,8 @@ impl Shard {
     }
 
     /// Drops every state that is indistinguishable from a fresh one, every record that
-    /// says nothing, every table left empty and every name left with neither.
+    /// says nothing, every table left empty with nothing stored since the last sweep,
+    /// and every name left with neither tables nor records.
     pub(super) fn sweep(&mut self, now: u64) {
         *self.next_sweep.get_mut() = now.saturating_add(SWEEP_INTERVAL_US);
         self.warned = false;
@@ -389,14 +392,17 @@ impl Shard {
                 map.iter().map(|(_, cell)| entry_bytes(cell)).sum()
             });
         }
-        let empty: Vec<u32> = self
+        let unused: Vec<u32> = self
             .tables
             .iter()
-            .filter(|t| t.len() == 0)
+            .filter(|t| t.len() == 0 && !t.stored)
             .map(|t| t.id)
             .collect();
-        for id in empty {
+        for id in unused {
             self.drop_table(id);
+        }
+        for table in &mut self.tables {
+            table.stored = false;
         }
         for name in self.names.values_mut() {
             name.entries = 0;

@@ -106,6 +106,10 @@ pub(super) struct Table {
     pub(super) states: States,
     /// Bytes of this table's entries (see [`entry_bytes`](super::cells::entry_bytes)).
     pub(super) bytes: usize,
+    /// Whether a state was stored since the last sweep: a sweep drops a table found
+    /// empty only if not, so a table whose keys all go idle between sweeps (and come
+    /// back) keeps its allocation instead of growing it again every second.
+    pub(super) stored: bool,
 }
 
 impl Table {
