@@ -205,7 +205,7 @@ fn spent_keys_reset_by(attack: impl FnOnce(&Limiter, &ManualClock)) -> usize {
     assert!(store.tables() <= MAX_TABLES_PER_NAME);
     // At most one state per table past the name's share (its first).
     assert!(
-        store.len() <= 256 + MAX_TABLES_PER_NAME - 1,
+        store.len() < 256 + MAX_TABLES_PER_NAME,
         "{}",
         store.len()
     );
