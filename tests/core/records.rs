@@ -204,11 +204,7 @@ fn spent_keys_reset_by(attack: impl FnOnce(&Limiter, &ManualClock)) -> usize {
     attack(&limiter, &clock);
     assert!(store.tables() <= MAX_TABLES_PER_NAME);
     // At most one state per table past the name's share (its first).
-    assert!(
-        store.len() < 256 + MAX_TABLES_PER_NAME,
-        "{}",
-        store.len()
-    );
+    assert!(store.len() < 256 + MAX_TABLES_PER_NAME, "{}", store.len());
     (0..200)
         .filter(|&i| check(&limiter, "per-user", &victim(i), 1).allowed)
         .count()

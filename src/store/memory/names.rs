@@ -93,10 +93,10 @@ impl Shard {
         let record = policy.record();
         let name = self.names.entry(record).or_default();
         if name.tables.len() >= MAX_TABLES_PER_NAME {
-            let empty = name.tables.iter().copied().find(|table| {
-                self.index
-                    .get(table)
-                    .is_some_and(|&i| self.tables[i].len() == 0)
+            let name = &self.names[&record];
+            let empty = name.tables.iter().copied().find(|&table| {
+                self.index_of(table)
+                    .is_some_and(|i| self.tables[i].len() == 0)
             });
             match empty {
                 Some(table) => self.drop_table(table),
@@ -114,6 +114,7 @@ impl Shard {
             stored: false,
         });
         let index = self.tables.len() - 1;
+        self.ids.push(id);
         self.index.insert(id, index);
         if let Some(name) = self.names.get_mut(&record) {
             name.tables.push(id);
@@ -130,9 +131,8 @@ impl Shard {
             && self.names.get(&policy.record()).is_some_and(|name| {
                 name.tables.len() >= MAX_TABLES_PER_NAME
                     && name.tables.iter().all(|table| {
-                        self.index
-                            .get(table)
-                            .is_some_and(|&i| self.tables[i].len() > 0)
+                        self.index_of(*table)
+                            .is_some_and(|i| self.tables[i].len() > 0)
                     })
             })
     }
@@ -178,6 +178,7 @@ impl Shard {
             return;
         };
         let table = self.tables.swap_remove(index);
+        self.ids.swap_remove(index);
         if let Some(moved) = self.tables.get(index) {
             self.index.insert(moved.id, index);
         }

@@ -23,6 +23,8 @@ use crate::algorithm::{
 use crate::penalty::{Offences, Penalty};
 use crate::{Key, Limit};
 
+/// Up to this many tables, a shard finds a table by scanning their ids.
+const SCAN_TABLES: usize = 8;
 /// How often (µs of store time) a shard drops idle state as it is touched.
 pub(super) const SWEEP_INTERVAL_US: u64 = 1_000_000;
 
@@ -44,8 +46,11 @@ pub(super) const SWEEP_INTERVAL_US: u64 = 1_000_000;
 #[repr(align(64))]
 pub(crate) struct Shard {
     pub(super) tables: Vec<Table>,
+    /// The ids of `tables`, in the same order: a shard holding a few tables (one per
+    /// limit, the common case) finds one by scanning these, one cache line.
+    pub(super) ids: Vec<u32>,
     /// [`Limit::table`] → index in `tables`: one lookup per decision, however many
-    /// tables there are.
+    /// tables there are (used past [`SCAN_TABLES`]).
     pub(super) index: HashMap<u32, usize, RandomState>,
     /// [`Limit::record`] → the name's tables, totals and records.
     pub(super) names: HashMap<u32, Name, RandomState>,
@@ -183,6 +188,7 @@ impl Shard {
     pub(crate) fn new(capacity: usize, max_bytes: usize, hasher: RandomState) -> Self {
         Self {
             tables: Vec::new(),
+            ids: Vec::new(),
             index: HashMap::with_hasher(hasher),
             names: HashMap::with_hasher(hasher),
             capacity,
@@ -530,6 +536,11 @@ impl Shard {
     /// The index of table `id`, if the shard has it.
     #[inline]
     pub(super) fn index_of(&self, id: u32) -> Option<usize> {
+        // A scan of at most `SCAN_TABLES` ids is cheaper than hashing; past that the
+        // map keeps the work constant however many tables the shard holds.
+        if self.ids.len() <= SCAN_TABLES {
+            return self.ids.iter().position(|&t| t == id);
+        }
         self.index.get(&id).copied()
     }
 
