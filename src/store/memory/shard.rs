@@ -761,4 +761,86 @@ mod tests {
         run(&mut shard, &policy, 5, start + SWEEP_INTERVAL_US, 0);
         assert_eq!(shard.len(), 0);
     }
+
+    /// The shard's running totals equal what its tables and records hold.
+    fn assert_consistent(shard: &Shard) {
+        use super::super::names::MAX_TABLES_PER_NAME;
+        use super::super::tables::TABLE_BYTES;
+        let entries: usize = shard.tables.iter().map(Table::len).sum();
+        let bytes: usize = shard.tables.iter().map(|t| t.bytes + TABLE_BYTES).sum();
+        assert_eq!(shard.entries, entries);
+        assert_eq!(shard.bytes, bytes);
+        let records: usize = shard.names.values().map(|n| n.records.len()).sum();
+        assert_eq!(shard.records, records);
+        assert_eq!(shard.ids.len(), shard.tables.len());
+        assert_eq!(shard.index.len(), shard.tables.len());
+        for (i, table) in shard.tables.iter().enumerate() {
+            assert_eq!((shard.ids[i], shard.index[&table.id]), (table.id, i));
+        }
+        for (record, name) in &shard.names {
+            let mine: Vec<&Table> = shard.tables.iter().filter(|t| t.name == *record).collect();
+            assert_eq!(name.tables.len(), mine.len());
+            assert!(name.tables.len() <= MAX_TABLES_PER_NAME + 1);
+            assert_eq!(name.entries, mine.iter().map(|t| t.len()).sum::<usize>());
+            assert_eq!(
+                name.bytes,
+                mine.iter().map(|t| t.bytes + TABLE_BYTES).sum::<usize>()
+            );
+        }
+    }
+
+    #[test]
+    fn a_random_walk_of_every_operation_keeps_the_totals_exact() {
+        let penalty = Penalty::after(2)
+            .within(std::time::Duration::from_secs(10))
+            .block_for(std::time::Duration::from_secs(5));
+        let api = Limit::new("api", Quota::per_second(3))
+            .expect("policy")
+            .penalty(penalty);
+        let log = Limit::new("log", Quota::per_second(2))
+            .expect("policy")
+            .algorithm(crate::Algorithm::SlidingWindowLog);
+        let mut policies = vec![api.clone(), log.clone()];
+        for secs in 2..24 {
+            policies.push(
+                api.with_quota(Quota::new(3, std::time::Duration::from_secs(secs)).expect("quota")),
+            );
+        }
+        policies.push(log.with_quota(Quota::per_minute(5)));
+        let mut shard = Shard::new(32, 4_096, RandomState::default());
+        let mut rng = fastrand::Rng::with_seed(7);
+        let mut now = 1_000_000_000_u64;
+        for _ in 0..20_000 {
+            now += rng.u64(0..200_000);
+            let policy = &policies[rng.usize(..policies.len())];
+            let key = Key::from(rng.u64(0..64));
+            let key = Hashed {
+                key: &key,
+                hash: shard.hasher.hash_one(key),
+            };
+            match rng.u8(0..8) {
+                0 => {
+                    shard.block(policy, key, now, rng.u64(0..3) * 1_000_000);
+                }
+                1 => shard.reset(policy, key),
+                2 => {
+                    shard.penalize(policy, key, now, rng.u64(0..4));
+                }
+                3 => {
+                    shard.reserve(policy, key, now, 1, rng.u64(0..2_000_000));
+                }
+                4 => shard.refund(policy, key, now, 1),
+                _ => {
+                    let verdict = shard.run(policy, key, now, rng.u64(0..3), true);
+                    if let Some(penalty) = policy.get_penalty()
+                        && !verdict.allowed
+                        && verdict.blocked_us.is_none()
+                    {
+                        shard.offend(policy, key, now, &penalty, verdict);
+                    }
+                }
+            }
+            assert_consistent(&shard);
+        }
+    }
 }
