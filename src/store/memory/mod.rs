@@ -6,6 +6,7 @@ mod eviction;
 mod footprint;
 mod in_flight;
 mod names;
+mod operations;
 mod shard;
 mod tables;
 
