@@ -1,7 +1,8 @@
 //! One shard of the memory store: the states of the keys that hash to it, one table
 //! per (limit name, algorithm, period), and one record per (limit name, key) for
 //! blocks, penalty counts and reservations; bounded and swept of idle state as it is
-//! used. The bookkeeping of names, tables and shares is in `names.rs`.
+//! used. The bookkeeping of names, tables and shares is in `names.rs`; what operators
+//! and the penalty box do (blocks, resets, penalties, refunds) in `operations.rs`.
 
 use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
