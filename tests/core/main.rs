@@ -17,5 +17,6 @@ mod memory_store;
 mod operations;
 mod quota;
 mod quota_changes;
+mod records;
 mod scenarios;
 mod waiting;

@@ -1,19 +1,19 @@
-//! A shard's blocks and penalty counts: one record per (policy table, key) that was
-//! blocked or rejected under a penalty box, beside the rate states and bounded like
-//! them.
+//! One limit name's records in a shard: a caller's block, penalty count and queue of
+//! reservations, one record per (limit name, key), whatever quota, period or
+//! algorithm the key is decided under.
 //!
 //! Records live apart from the rate states because every rate state is typed by its
 //! algorithm and kept as small as it allows (GCRA: one word, changed by
 //! compare-and-swap); a block is rare, so keys that never had one pay nothing but a
-//! check that this table is empty.
+//! check that the shard holds no record.
 //!
-//! **Bounded:** at most as many records as the shard holds rate states (`capacity`),
-//! so the store's records number at most [`max_keys`](crate::MemoryStore::max_keys).
-//! A full table drops a record that says nothing any more (block over, window
-//! closed) or, of a random sample, the one whose loss forgives the least: a count
-//! before a block, the lowest count first, and of blocks the one ending soonest. A
-//! flood of distinct offending keys therefore recycles its own records; and since
-//! only a rejection makes a record, each of its keys must first spend its quota.
+//! **What may be evicted.** A record that still denies something is never evicted:
+//! not a block that has not ended (an operator's or a penalty's), not a queue of
+//! reservations still ahead of the clock (its charges run ahead of the clock in the
+//! key's state, and a request that does not wait must still be answered from behind
+//! it). Only a record that says nothing any more, or a mere count of rejections,
+//! makes room; when none is there, the caller (see `Shard::record_for`) refuses to
+//! make a new record rather than lift an existing one.
 
 use std::hash::BuildHasher;
 
@@ -27,9 +27,8 @@ use crate::penalty::Offences;
 /// How many records an eviction compares (as for rate states, see `eviction.rs`).
 const SAMPLE: usize = 16;
 
-/// One key's block and count under one policy table.
+/// One key's block, count and queue under one limit name.
 pub(super) struct Record {
-    table: u32,
     key: Key,
     pub(super) offences: Offences,
     /// From then on the record says nothing: dropped by sweeps and evicted first.
@@ -40,18 +39,21 @@ pub(super) struct Record {
     pub(super) queue_until: u64,
 }
 
-/// A shard's records.
+impl Record {
+    /// Whether losing the record at `now` would lift nothing: no block running, no
+    /// reservation pending (a count of rejections may go).
+    fn evictable(&self, now: u64) -> bool {
+        self.expires_at <= now || (self.offences.blocked_until <= now && self.queue_until <= now)
+    }
+}
+
+/// One limit name's records in a shard.
 #[derive(Default)]
-pub(super) struct Blocks {
+pub(super) struct Records {
     records: HashTable<Record>,
 }
 
-/// The record's hash: the key's (computed once per decision) mixed with its table.
-fn mix(key_hash: u64, table: u32) -> u64 {
-    key_hash ^ u64::from(table).wrapping_mul(0x9E37_79B9_7F4A_7C15)
-}
-
-impl Blocks {
+impl Records {
     pub(super) fn len(&self) -> usize {
         self.records.len()
     }
@@ -60,108 +62,91 @@ impl Blocks {
         self.records.is_empty()
     }
 
-    /// The record of `key` under `table`, if any.
-    pub(super) fn get(&self, table: u32, key: Hashed<'_>) -> Option<&Record> {
-        self.records.find(mix(key.hash, table), |r| {
-            r.table == table && r.key == *key.key
-        })
+    /// The record of `key`, if any.
+    #[inline]
+    pub(super) fn get(&self, key: Hashed<'_>) -> Option<&Record> {
+        self.records.find(key.hash, |r| r.key == *key.key)
     }
 
-    /// Drops the record of `key` under `table`.
-    pub(super) fn remove(&mut self, table: u32, key: Hashed<'_>) {
-        if let Ok(entry) = self.records.find_entry(mix(key.hash, table), |r| {
-            r.table == table && r.key == *key.key
-        }) {
-            entry.remove();
-        }
+    /// The record of `key`, if any, to change.
+    pub(super) fn get_mut(&mut self, key: Hashed<'_>) -> Option<&mut Record> {
+        self.records.find_mut(key.hash, |r| r.key == *key.key)
     }
 
-    /// The record of `key` under `table`, made (empty) if there is none; a full table
-    /// (`capacity` records) first makes room.
-    pub(super) fn entry(
-        &mut self,
-        table: u32,
-        key: Hashed<'_>,
-        (capacity, now): (usize, u64),
-        hasher: RandomState,
-        rng: &mut fastrand::Rng,
-    ) -> &mut Record {
-        let hash = mix(key.hash, table);
-        let found = self
-            .records
-            .find(hash, |r| r.table == table && r.key == *key.key)
-            .is_some();
-        if !found {
-            while self.records.len() >= capacity.max(1) {
-                if !self.evict_one(now, rng) {
-                    break;
-                }
+    /// Drops the record of `key`; whether there was one.
+    pub(super) fn remove(&mut self, key: Hashed<'_>) -> bool {
+        match self.records.find_entry(key.hash, |r| r.key == *key.key) {
+            Ok(entry) => {
+                entry.remove();
+                true
             }
+            Err(_) => false,
         }
+    }
+
+    /// Adds an empty record for `key`, which has none (no bound checked here: the
+    /// shard decides whether there is room).
+    pub(super) fn insert(&mut self, key: Hashed<'_>, hasher: RandomState) -> &mut Record {
         self.records
-            .entry(
-                hash,
-                |r| r.table == table && r.key == *key.key,
-                |r| mix(hasher.hash_one(r.key), r.table),
+            .insert_unique(
+                key.hash,
+                Record {
+                    key: *key.key,
+                    offences: Offences::default(),
+                    expires_at: 0,
+                    queue_until: 0,
+                },
+                |r| hasher.hash_one(r.key),
             )
-            .or_insert_with(|| Record {
-                table,
-                key: *key.key,
-                offences: Offences::default(),
-                expires_at: 0,
-                queue_until: 0,
-            })
             .into_mut()
     }
 
-    /// Drops every record that says nothing at `now`.
-    pub(super) fn sweep(&mut self, now: u64) {
+    /// Drops every record that says nothing at `now`; how many went.
+    pub(super) fn sweep(&mut self, now: u64) -> usize {
+        let before = self.records.len();
         self.records.retain(|r| r.expires_at > now);
+        before - self.records.len()
     }
 
-    /// Evicts one record: of a random sample, the one whose loss forgives the least.
-    fn evict_one(&mut self, now: u64, rng: &mut fastrand::Rng) -> bool {
+    /// Evicts one record that lifts nothing (see [`Record::evictable`]): of a random
+    /// sample, the one whose loss forgives the least (said nothing any more, then the
+    /// lowest count). False when the sample holds none: only blocks and pending
+    /// reservations, which are never evicted.
+    pub(super) fn evict_one(&mut self, now: u64, rng: &mut fastrand::Rng) -> bool {
         let buckets = self.records.num_buckets();
         if self.records.is_empty() || buckets == 0 {
             return false;
         }
-        // Greatest first: said nothing any more; then not blocked; then the lowest
-        // count; then the block that ends soonest.
-        let score = |r: &Record| {
-            (
-                r.expires_at <= now,
-                r.offences.blocked_until <= now && r.queue_until <= now,
-                u32::MAX - r.offences.count,
-                u64::MAX - r.offences.blocked_until,
-            )
-        };
+        // Greatest first: said nothing any more; then the lowest count.
+        let score = |r: &Record| (r.expires_at <= now, u32::MAX - r.offences.count);
         let mut best: Option<(_, usize)> = None;
         let mut consider = |index: usize, records: &HashTable<Record>| -> bool {
             match records.get_bucket(index) {
                 Some(r) => {
-                    let s = score(r);
-                    if best.is_none_or(|(b, _)| s > b) {
-                        best = Some((s, index));
+                    if r.evictable(now) {
+                        let s = score(r);
+                        if best.is_none_or(|(b, _)| s > b) {
+                            best = Some((s, index));
+                        }
                     }
                     true
                 }
                 None => false,
             }
         };
-        let mut sampled = 0;
-        let probes = (4 * SAMPLE * buckets.div_ceil(self.records.len())).min(4 * buckets);
-        for _ in 0..probes {
-            if sampled == SAMPLE {
-                break;
+        if buckets <= 4 * SAMPLE {
+            // A small table: look at every record (bounded work, no sampling luck).
+            for index in 0..buckets {
+                consider(index, &self.records);
             }
-            sampled += usize::from(consider(rng.usize(..buckets), &self.records));
-        }
-        if sampled == 0 {
-            let start = rng.usize(..buckets);
-            for offset in 0..buckets {
-                if consider((start + offset) % buckets, &self.records) {
+        } else {
+            let mut sampled = 0;
+            let probes = (4 * SAMPLE * buckets.div_ceil(self.records.len())).min(4 * buckets);
+            for _ in 0..probes {
+                if sampled == SAMPLE {
                     break;
                 }
+                sampled += usize::from(consider(rng.usize(..buckets), &self.records));
             }
         }
         let Some((_, index)) = best else {

@@ -5,6 +5,8 @@ mod cells;
 mod eviction;
 mod footprint;
 mod in_flight;
+mod names;
+mod operations;
 mod shard;
 mod tables;
 
@@ -47,23 +49,40 @@ const MIN_KEYS_PER_SHARD: usize = 256;
 /// - **Bounded in keys and bytes:** at most [`max_keys`](MemoryStore::max_keys) keys
 ///   (default [`DEFAULT_MAX_KEYS`], one million) and
 ///   [`max_bytes`](MemoryStore::max_bytes) bytes of state (default
-///   [`DEFAULT_MAX_BYTES`], 256 MiB) across all policies, split evenly over the
-///   shards, and within a shard evenly over the policies: a flood of new keys through
-///   one policy makes room among that policy's own states, never another's.
+///   [`DEFAULT_MAX_BYTES`], 256 MiB) across all limits, split evenly over the
+///   shards, and within a shard evenly over the limit *names* in use there, whatever
+///   quotas, periods or algorithms each is decided under: a flood of new keys through
+///   one limit makes room among that limit's own states, never another's, and a
+///   caller who makes many periods under one name (plans, reloads) competes only
+///   within that name. A name has at most 16 tables (one per algorithm and period)
+///   in a shard, counted in the bytes; a table left empty, with nothing stored in it
+///   for a second, is dropped at a sweep. Past 16 with none empty, a charge under a plan's period that needs a new
+///   table is denied, never decided in another period's state nor made room for by
+///   dropping live states ([`tables`](MemoryStore::tables)).
 /// - **Eviction an attacker cannot use:** a new key in a full share evicts, from a
-///   random sample of 16 of that policy's states, the one whose loss forgives the
+///   random sample of 16 of that limit's states (in its largest table), the one
+///   whose loss forgives the
 ///   least: an idle state first, then the one with the most capacity left, then (as
 ///   much left) the one that resets last. A key that has spent its quota is evicted
 ///   only when every state sampled has spent as much and earlier, so a flood must
 ///   spend the quota of each key it mints before it can reach one. Only a request
 ///   that is admitted and stores a new key evicts: denials and peeks never do. A
-///   flood costs each request the same constant work: nothing scans a whole shard
-///   per request.
-/// - **Blocks and penalty counts** ([`Limiter::block`](crate::Limiter::block), a
-///   [`Penalty`](crate::Penalty)) are records beside the rate states, at most as many
-///   per shard as its share of `max_keys` ([`block_records`](MemoryStore::block_records)):
-///   a full shard drops records that say nothing any more, then counts before blocks,
-///   so a flood of distinct offending keys recycles its own records.
+///   flood costs each request the same constant work: nothing scans a whole shard,
+///   nor a limit's tables, per request.
+/// - **One caller, one record.** A key's block ([`Limiter::block`](crate::Limiter::block),
+///   a tripped [`Penalty`](crate::Penalty)), penalty count and queue of reservations
+///   are one record per (limit name, key): they hold under every quota, period and
+///   algorithm the key is decided under (plans included), and a reload that keeps the
+///   name keeps them; [`Limiter::reset`](crate::Limiter::reset) clears the record
+///   and the key's state under every period.
+/// - **Records a flood cannot evict:** each limit name holds at most its share of
+///   the shard's keys in records ([`block_records`](MemoryStore::block_records)). A
+///   new record makes room only from records that lift nothing (ended, or a mere
+///   count): a block that has not ended and a reservation still pending are never
+///   evicted. When a limit's share holds only those, a new offender's trip is
+///   refused ([`refused_trips`](MemoryStore::refused_trips)): it gets its plain
+///   rejection, and every block stays. An operator's block is always stored, past the
+///   share if need be.
 /// - **Self-cleaning:** each shard drops idle state (state that equals a fresh key's)
 ///   at most once a second as it is used. No background thread, nothing to spawn.
 /// - **Shared:** clones share all state; one entry per (policy, key).
@@ -498,10 +517,11 @@ impl MemoryStore {
         decision(charge.limit, verdict)
     }
 
-    /// How many block and penalty records the store holds: at most
-    /// [`max_keys`](MemoryStore::max_keys) (each shard keeps at most as many as its
-    /// share of keys), besides the rate states [`len`](MemoryStore::len) counts.
-    /// Reads each shard in turn.
+    /// How many block, penalty and reservation records the store holds (one per
+    /// limit name and key): at most [`max_keys`](MemoryStore::max_keys), each limit
+    /// name holding at most its share of a shard's keys, besides the rate states
+    /// [`len`](MemoryStore::len) counts; only blocks held past a share go past the
+    /// bound (an operator's is always stored). Reads each shard in turn.
     ///
     /// ```
     /// use std::time::Duration;
@@ -523,6 +543,82 @@ impl MemoryStore {
             .shards
             .iter()
             .map(|s| read(&s.0).blocks_len())
+            .sum()
+    }
+
+    /// How many penalty-box offences the store refused to record since it was built:
+    /// a new offender's trip (or count toward one) that found its limit's share of
+    /// block records (see [`block_records`](MemoryStore::block_records)) holding only
+    /// blocks that have not ended and reservations still pending. Such a request gets
+    /// its plain rejection; no existing block is lifted and no pending reservation is
+    /// dropped to make room. A rising figure means a flood of offenders: each one is
+    /// logged (feature `tracing`, at most once per shard and second). Reads each shard
+    /// in turn.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{Key, Limit, Limiter, ManualClock, MemoryStore, Penalty, Quota};
+    /// # tokio::runtime::Builder::new_current_thread().build()?.block_on(async {
+    /// let clock = ManualClock::new(Duration::from_secs(1_700_000_000));
+    /// // One shard with room for one record: the first offender's block fills it.
+    /// let store = MemoryStore::with_clock(clock).max_keys(1)?;
+    /// let penalty = Penalty::after(1).within(Duration::from_secs(60)).block_for(Duration::from_secs(900));
+    /// let limiter = Limiter::builder()
+    ///     .limit(Limit::new("login", Quota::per_minute(1))?.penalty(penalty))
+    ///     .store(store.clone())
+    ///     .build()?;
+    /// for caller in ["mallory", "trudy"] {
+    ///     let key = Key::from(caller);
+    ///     limiter.check("login", &key, 1).await?;
+    ///     limiter.check("login", &key, 1).await?; // rejected: trips the box
+    /// }
+    /// // Mallory's block stays; trudy's trip found no room and was refused.
+    /// assert!(limiter.peek("login", &Key::from("mallory")).await?.blocked_for.is_some());
+    /// assert_eq!(limiter.peek("login", &Key::from("trudy")).await?.blocked_for, None);
+    /// assert_eq!(store.refused_trips(), 1);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// # })?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn refused_trips(&self) -> u64 {
+        self.inner
+            .shards
+            .iter()
+            .map(|s| read(&s.0).refused_trips())
+            .sum()
+    }
+
+    /// How many tables of rate states the store holds: one per (limit name,
+    /// algorithm, period) in use in each shard, at most 16 per name and shard (a
+    /// limit's own period always gets its table: only a reload makes a new one). A
+    /// quota over another period ([`Limiter::check_with`](crate::Limiter::check_with))
+    /// or a reload that changes a limit's algorithm or period adds one; a table left
+    /// empty, with nothing stored in it for a second, is dropped at a sweep of its
+    /// shard. Each costs a few hundred bytes,
+    /// counted in [`bytes`](MemoryStore::bytes). Reads each shard in turn.
+    ///
+    /// ```
+    /// use tollgate::{Key, Limit, Limiter, MemoryStore, Quota};
+    /// # tokio::runtime::Builder::new_current_thread().build()?.block_on(async {
+    /// let store = MemoryStore::new().max_keys(1)?; // one shard
+    /// let limiter = Limiter::builder()
+    ///     .limit(Limit::new("api", Quota::per_minute(100))?)
+    ///     .store(store.clone())
+    ///     .build()?;
+    /// assert_eq!(store.tables(), 0);
+    /// let key = Key::from("alice");
+    /// limiter.check("api", &key, 1).await?;
+    /// limiter.check_with("api", &key, 1, Quota::per_hour(10_000)).await?;
+    /// assert_eq!(store.tables(), 2);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// # })?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn tables(&self) -> usize {
+        self.inner
+            .shards
+            .iter()
+            .map(|s| read(&s.0).tables_len())
             .sum()
     }
 
@@ -632,15 +728,10 @@ impl fmt::Debug for MemoryStore {
 
 impl Store for MemoryStore {
     /// Refuses a policy one of whose keys could outgrow a shard's part of
-    /// [`max_bytes`](MemoryStore::max_bytes), and gives the policy its table in every
-    /// shard, so that each policy's share of the bounds is known from the start (see
-    /// [`max_keys`](MemoryStore::max_keys)).
+    /// [`max_bytes`](MemoryStore::max_bytes). Nothing is stored for it: a limit's
+    /// share of the bounds counts from its first stored state or record in a shard.
     fn validate(&self, policy: &Limit) -> Result<(), ConfigError> {
-        self.check_bytes(policy)?;
-        for shard in &self.inner.shards {
-            write(&shard.0).table_index(policy);
-        }
-        Ok(())
+        self.check_bytes(policy)
     }
 
     fn validate_quota(&self, policy: &Limit) -> Result<(), ConfigError> {

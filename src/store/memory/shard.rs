@@ -1,27 +1,33 @@
 //! One shard of the memory store: the states of the keys that hash to it, one table
-//! per policy, bounded and swept of idle state as it is used.
+//! per (limit name, algorithm, period), and one record per (limit name, key) for
+//! blocks, penalty counts and reservations; bounded and swept of idle state as it is
+//! used. The bookkeeping of names, tables and shares is in `names.rs`; what operators
+//! and the penalty box do (blocks, resets, penalties, refunds) in `operations.rs`.
 
 use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use foldhash::fast::RandomState;
+use hashbrown::HashMap;
 
-use super::blocks::{Blocks, Record};
+use super::blocks::Record;
 use super::cells::{AtomicTat, Cell, entry_bytes};
-use super::eviction::pick_victim;
 use super::footprint::Footprint;
+use super::names::{Claim, Name};
 use super::tables::{Map, States, Table, with_rule};
 use crate::algorithm::{
-    self, Params, Refund, Rule, Verdict, fixed_window::FixedWindow, gcra, gcra::Gcra,
+    self, Params, Rule, Verdict, fixed_window::FixedWindow, gcra, gcra::Gcra,
     leaky_bucket::LeakyBucket, sliding_window::SlidingWindow,
     sliding_window_counters::SlidingWindowCounters, sliding_window_log::SlidingWindowLog,
     token_bucket::TokenBucket,
 };
-use crate::penalty::Penalty;
 use crate::{Key, Limit};
 
+/// Up to this many tables, a shard finds a table by scanning their ids.
+const SCAN_TABLES: usize = 8;
 /// How often (µs of store time) a shard drops idle state as it is touched.
-const SWEEP_INTERVAL_US: u64 = 1_000_000;
+pub(super) const SWEEP_INTERVAL_US: u64 = 1_000_000;
+
 /// The states of one shard.
 ///
 /// Aligned to a cache line so that, behind its lock, it starts on a line of its own:
@@ -29,33 +35,50 @@ const SWEEP_INTERVAL_US: u64 = 1_000_000;
 /// the line holding `latest`, `next_sweep` and the tables away from each other's core.
 ///
 /// **Budgets.** The shard holds at most `capacity` entries and `max_bytes` bytes, and
-/// each table (policy) has an equal share of both: a table that has reached its share
-/// makes room among its own states only, so a flood of new keys through one policy
-/// never evicts another policy's state. Only a table holding more than its share
-/// (possible when a policy first used after the others shrinks every share) gives
-/// room to the others.
+/// each limit *name* in use here has an equal share of both, whatever number of
+/// tables (periods, algorithms) it counts in: a name that has reached its share makes
+/// room among its own states only, so a flood of new keys through one limit never
+/// evicts another limit's state, and a caller making many periods under one name
+/// competes only within that name. Only a name holding more than its share (possible
+/// when a name first used after the others shrinks every share) gives room to the
+/// others. Records (blocks, counts, reservations) have per-name shares of their own
+/// (see `record_for`).
 #[repr(align(64))]
 pub(crate) struct Shard {
-    tables: Vec<Table>,
-    capacity: usize,
-    max_bytes: usize,
+    pub(super) tables: Vec<Table>,
+    /// The ids of `tables`, in the same order: a shard holding a few tables (one per
+    /// limit, the common case) finds one by scanning these, one cache line.
+    pub(super) ids: Vec<u32>,
+    /// [`Limit::table`] → index in `tables`: one lookup per decision, however many
+    /// tables there are (used past [`SCAN_TABLES`]).
+    pub(super) index: HashMap<u32, usize, RandomState>,
+    /// [`Limit::record`] → the name's tables, totals and records.
+    pub(super) names: HashMap<u32, Name, RandomState>,
+    pub(super) capacity: usize,
+    pub(super) max_bytes: usize,
     /// States stored across all tables (kept here: summing the tables per decision
     /// showed up in profiles).
-    entries: usize,
-    /// Bytes across all tables.
-    bytes: usize,
+    pub(super) entries: usize,
+    /// Bytes across all tables, their overhead included.
+    pub(super) bytes: usize,
+    /// Records across all names: the hot path's one check while there is none.
+    pub(super) records: usize,
+    /// New records for penalty-box offences refused because the name's share held
+    /// only blocks and pending reservations.
+    pub(super) refused_trips: u64,
+    /// Whether this sweep interval has logged a refusal already (one line per shard
+    /// per second at most, however large the flood).
+    pub(super) warned: bool,
     /// When the next sweep is due. Atomic, like `latest`, so the read-locked path can
     /// see it; written under the write lock only.
-    next_sweep: AtomicU64,
+    pub(super) next_sweep: AtomicU64,
     /// The latest instant this shard has seen. Time never runs backwards for the keys
     /// in it: a clock that steps back is treated as standing still here.
     latest: AtomicU64,
-    hasher: RandomState,
-    /// Blocks and penalty counts of this shard's keys, at most `capacity` of them.
-    blocks: Blocks,
+    pub(super) hasher: RandomState,
     /// Picks eviction samples. Seeded from the OS-seeded generator of the thread that
     /// built the store: callers cannot predict which entries a sample will hold.
-    rng: fastrand::Rng,
+    pub(super) rng: fastrand::Rng,
 }
 
 /// A key and its hash under the store's hasher, computed once per decision: it picks
@@ -105,18 +128,6 @@ fn run_fresh<R: Rule>(
     (verdict, state)
 }
 
-fn refund_in<R: Rule, C: Cell<State = R::State>>(
-    map: &mut Map<C>,
-    p: &Params,
-    key: Hashed<'_>,
-    (now, floor): (u64, u64),
-    what: Refund,
-) {
-    if let Some((_, cell)) = map.find_mut(key.hash, |(k, _)| k == key.key) {
-        cell.with_mut(|state| algorithm::refund::<R>(p, state, now, floor, what));
-    }
-}
-
 /// Decides one charge for a stored key of a GCRA or leaky-bucket table under the
 /// shard's read lock: the new TAT is computed from the one read and installed by
 /// compare-and-swap, again from the fresh value when another thread got there first.
@@ -152,50 +163,74 @@ fn run_atomic<R: Rule<State = gcra::State>>(
     }
 }
 
+/// The verdict of a fresh state (a key with no state under these parameters).
+fn fresh_verdict(p: &Params, at: (u64, u64), cost: u64, charge: bool) -> Verdict {
+    // An empty `States` allocates nothing: it only names the rule.
+    with_rule!(&States::new(p.algorithm), |_map, R| run_fresh::<R>(
+        p, at, cost, charge
+    )
+    .0)
+}
+
 impl Shard {
     pub(crate) fn new(capacity: usize, max_bytes: usize, hasher: RandomState) -> Self {
         Self {
             tables: Vec::new(),
+            ids: Vec::new(),
+            index: HashMap::with_hasher(hasher),
+            names: HashMap::with_hasher(hasher),
             capacity,
             max_bytes,
             entries: 0,
             bytes: 0,
+            records: 0,
+            refused_trips: 0,
+            warned: false,
             next_sweep: AtomicU64::new(0),
             latest: AtomicU64::new(0),
             hasher,
-            blocks: Blocks::default(),
             rng: fastrand::Rng::new(),
         }
     }
 
-    /// How many block and penalty records the shard holds.
+    /// How many block, penalty and reservation records the shard holds.
     pub(crate) fn blocks_len(&self) -> usize {
-        self.blocks.len()
+        self.records
     }
 
-    /// The answer for `key` under `policy` at `now` if the key is blocked. Costs one
-    /// emptiness check while no key of the shard has a record.
+    /// How many tables of rate states the shard holds.
+    pub(crate) fn tables_len(&self) -> usize {
+        self.tables.len()
+    }
+
+    /// How many offences the shard refused to record (see `record_for`).
+    pub(crate) fn refused_trips(&self) -> u64 {
+        self.refused_trips
+    }
+
+    /// The record of `key` under `policy`'s name, if any. One check while the shard
+    /// holds no record at all.
     #[inline]
-    fn blocked(&self, policy: &Limit, key: Hashed<'_>, now: u64) -> Option<Verdict> {
-        if self.blocks.is_empty() {
+    fn record_of(&self, policy: &Limit, key: Hashed<'_>) -> Option<&Record> {
+        if self.records == 0 {
             return None;
         }
-        let left = self
-            .blocks
-            .get(policy.table(), key)?
-            .offences
-            .blocked_for(now)?;
+        self.names.get(&policy.record())?.records.get(key)
+    }
+
+    /// The answer for `key` under `policy` at `now` if the key is blocked (under any
+    /// quota, period or algorithm of the limit's name).
+    #[inline]
+    pub(super) fn blocked(&self, policy: &Limit, key: Hashed<'_>, now: u64) -> Option<Verdict> {
+        let left = self.record_of(policy, key)?.offences.blocked_for(now)?;
         Some(Verdict::blocked(left, false))
     }
 
-    /// The tail of `key`'s queue of reservations under `policy`, if it is still ahead
-    /// of `now`. One emptiness check while no key of the shard has a record.
+    /// The tail of `key`'s queue of reservations under `policy`'s name, if it is still
+    /// ahead of `now`.
     #[inline]
     fn queued(&self, policy: &Limit, key: Hashed<'_>, now: u64) -> Option<u64> {
-        if self.blocks.is_empty() {
-            return None;
-        }
-        let tail = self.blocks.get(policy.table(), key)?.queue_until;
+        let tail = self.record_of(policy, key)?.queue_until;
         (tail > now).then_some(tail)
     }
 
@@ -204,6 +239,10 @@ impl Shard {
     /// admits it; if that is within `max_wait_us`, it is charged there and then (the
     /// state runs ahead of the clock until then) and the verdict's delay is the wait.
     /// Otherwise nothing is charged and the denial's `retry_after` says when it could.
+    ///
+    /// A place ahead of the clock needs the key's record (the queue's tail), made
+    /// before anything is charged: when the name's share of records holds only blocks
+    /// and pending reservations, the reservation is refused and charges nothing.
     pub(crate) fn reserve(
         &mut self,
         policy: &Limit,
@@ -244,176 +283,43 @@ impl Shard {
         } else {
             at
         };
+        let refused = Verdict {
+            allowed: false,
+            remaining: 0,
+            reset_after_us,
+            retry_after_us: Some(served - now),
+            delay_us: 0,
+            receipt: None,
+            ..probe
+        };
         if served - now > max_wait_us {
             // Refused, charging nothing: a probe the rule admitted at the queue's
             // tail is still a refusal here (it used to be reported allowed, with
             // nothing charged: a caller that trusted it went uncounted).
             return Verdict {
-                allowed: false,
-                reset_after_us,
-                retry_after_us: Some(served - now),
-                delay_us: 0,
-                receipt: None,
-                ..probe
+                remaining: probe.remaining,
+                ..refused
             };
+        }
+        if at > now
+            && self
+                .record_for(policy, key, now, Claim::Reservation)
+                .is_none()
+        {
+            return refused;
         }
         let mut verdict = self.decide_at(policy, key, now, floor.max(at), cost, true);
         if !verdict.allowed {
             return verdict;
         }
         verdict.delay_us = verdict.delay_us.max(at - now);
-        if at > now {
-            let record = self.record(policy, key, now);
+        if at > now
+            && let Some(record) = self.record_mut(policy, key)
+        {
             record.queue_until = record.queue_until.max(at);
             record.expires_at = record.expires_at.max(at);
         }
         verdict
-    }
-
-    /// The block record of `key` under `policy`, made if there is none (within the
-    /// shard's bound, see `blocks.rs`).
-    fn record(&mut self, policy: &Limit, key: Hashed<'_>, now: u64) -> &mut Record {
-        self.blocks.entry(
-            policy.table(),
-            key,
-            (self.capacity, now),
-            self.hasher,
-            &mut self.rng,
-        )
-    }
-
-    /// Counts a rejection of `key` under `policy`'s `penalty` at `now`; the blocked
-    /// answer when it trips the box. `verdict` is the rejection, returned otherwise.
-    pub(crate) fn offend(
-        &mut self,
-        policy: &Limit,
-        key: Hashed<'_>,
-        now: u64,
-        penalty: &Penalty,
-        verdict: Verdict,
-    ) -> Verdict {
-        let record = self.record(policy, key, now);
-        if record.offences.blocked_for(now).is_some() {
-            // Blocked since the rejection was decided (another thread): not counted.
-            return verdict;
-        }
-        let tripped = record.offences.offend(penalty, now);
-        record.expires_at = record
-            .offences
-            .idle_at(penalty.within_us())
-            .max(record.queue_until);
-        if tripped {
-            Verdict::blocked(penalty.block_us(), true)
-        } else {
-            verdict
-        }
-    }
-
-    /// Blocks `key` under `policy` for `duration_us` from `now`, replacing its block
-    /// and its count; 0 lifts the block.
-    pub(crate) fn block(&mut self, policy: &Limit, key: Hashed<'_>, now: u64, duration_us: u64) {
-        if duration_us == 0 {
-            self.blocks.remove(policy.table(), key);
-            return;
-        }
-        let record = self.record(policy, key, now);
-        let until = now.saturating_add(duration_us);
-        record.offences = crate::penalty::Offences {
-            blocked_until: until,
-            count: 0,
-            first_at: 0,
-        };
-        record.expires_at = until.max(record.queue_until);
-    }
-
-    /// Makes `key` idle under `policy`: its state, block and count are gone.
-    pub(crate) fn reset(&mut self, policy: &Limit, key: Hashed<'_>) {
-        self.blocks.remove(policy.table(), key);
-        let index = self.table_index(policy);
-        let table = &mut self.tables[index];
-        let freed = with_rule!(&mut table.states, |map, R| {
-            map.find_entry(key.hash, |(k, _)| k == key.key)
-                .ok()
-                .map(|entry| entry_bytes(&entry.remove().0.1))
-        });
-        if let Some(bytes) = freed {
-            table.bytes -= bytes;
-            self.bytes -= bytes;
-            self.entries -= 1;
-        }
-    }
-
-    /// Charges `cost` to `key` under `policy` at `now` whether or not it fits, and
-    /// reports the key as a peek would (blocked, if it is).
-    pub(crate) fn penalize(
-        &mut self,
-        policy: &Limit,
-        key: Hashed<'_>,
-        now: u64,
-        cost: u64,
-    ) -> Verdict {
-        let floor = self.advance_and_sweep(now);
-        let index = self.table_index(policy);
-        let params = policy.params();
-        let found = with_rule!(&mut self.tables[index].states, |map, R| {
-            map.find(key.hash, |(k, _)| k == key.key).is_some()
-        });
-        if !found && cost > 0 {
-            self.make_room_for_one(index, floor);
-            let hasher = self.hasher;
-            let table = &mut self.tables[index];
-            let bytes = with_rule!(&mut table.states, |map, R| {
-                let (_, cell) = map
-                    .insert_unique(
-                        key.hash,
-                        (*key.key, Cell::new(<R as Rule>::State::default())),
-                        |(k, _)| hasher.hash_one(k),
-                    )
-                    .into_mut();
-                entry_bytes(cell)
-            });
-            table.bytes += bytes;
-            self.entries += 1;
-            self.bytes += bytes;
-        }
-        let table = &mut self.tables[index];
-        let outcome = with_rule!(&mut table.states, |map, R| {
-            map.find_mut(key.hash, |(k, _)| k == key.key)
-                .map(|(_, cell)| {
-                    let before = entry_bytes(cell);
-                    let verdict = cell.with_mut(|state| {
-                        let verdict = algorithm::penalize::<R>(params, state, now, floor, cost);
-                        state.compact();
-                        verdict
-                    });
-                    if cost > 0 {
-                        cell.stamp(floor);
-                    }
-                    (
-                        verdict,
-                        entry_bytes(cell).cast_signed() - before.cast_signed(),
-                    )
-                })
-        });
-        let verdict = match outcome {
-            Some((verdict, grown)) => {
-                if grown != 0 {
-                    self.tables[index].bytes =
-                        self.tables[index].bytes.saturating_add_signed(grown);
-                    self.bytes = self.bytes.saturating_add_signed(grown);
-                    if grown > 0 {
-                        self.fit_bytes(index, key.key, floor);
-                    }
-                }
-                verdict
-            }
-            // Nothing charged to a key with no state: a peek of a fresh one.
-            None => with_rule!(&self.tables[index].states, |_map, R| {
-                let mut fresh = <R as Rule>::State::default();
-                algorithm::penalize::<R>(params, &mut fresh, now, floor, 0)
-            }),
-        };
-        self.blocked(policy, key, now).unwrap_or(verdict)
     }
 
     pub(crate) fn len(&self) -> usize {
@@ -424,20 +330,15 @@ impl Shard {
         self.bytes
     }
 
-    /// The table of `policy`, created (empty) if the shard has none yet.
-    pub(crate) fn table_index(&mut self, policy: &Limit) -> usize {
-        let id = policy.table();
-        if let Some(i) = self.tables.iter().position(|t| t.id == id) {
-            return i;
+    /// The index of table `id`, if the shard has it.
+    #[inline]
+    pub(super) fn index_of(&self, id: u32) -> Option<usize> {
+        // A scan of at most `SCAN_TABLES` ids is cheaper than hashing; past that the
+        // map keeps the work constant however many tables the shard holds.
+        if self.ids.len() <= SCAN_TABLES {
+            return self.ids.iter().position(|&t| t == id);
         }
-        let params = *policy.params();
-        self.tables.push(Table {
-            id,
-            params,
-            states: States::new(params.algorithm),
-            bytes: 0,
-        });
-        self.tables.len() - 1
+        self.index.get(&id).copied()
     }
 
     /// Decides a charge of `cost` for `key` under `policy` at `now` with only the
@@ -455,11 +356,9 @@ impl Shard {
         if floor >= self.next_sweep.load(Relaxed) {
             return None;
         }
-        // One look at the key's record (none in the common case, an empty table): a
-        // block answers, a queue of reservations needs the write lock.
-        if !self.blocks.is_empty()
-            && let Some(record) = self.blocks.get(policy.table(), key)
-        {
+        // One look at the key's record (none in the common case, no record at all):
+        // a block answers, a queue of reservations needs the write lock.
+        if let Some(record) = self.record_of(policy, key) {
             if let Some(left) = record.offences.blocked_for(now) {
                 return Some(Verdict::blocked(left, false));
             }
@@ -467,8 +366,7 @@ impl Shard {
                 return None;
             }
         }
-        let id = policy.table();
-        let table = self.tables.iter().find(|t| t.id == id)?;
+        let table = &self.tables[self.index_of(policy.table())?];
         match &table.states {
             States::Gcra(map) => run_atomic::<Gcra>(map, policy.params(), key, (now, floor), cost),
             States::LeakyBucket(map) => {
@@ -480,9 +378,9 @@ impl Shard {
 
     /// Decides `cost` for `key` under `policy` at `now`, with the write lock held.
     ///
-    /// A key with no state is decided on a fresh one first; only an admitted charge
+    /// A key with no state is decided on a fresh state first; only an admitted charge
     /// stores it, and only then is room made, so a request that is denied (or peeks)
-    /// never evicts anything.
+    /// never evicts anything (and never makes a table).
     pub(crate) fn run(
         &mut self,
         policy: &Limit,
@@ -534,31 +432,27 @@ impl Shard {
         cost: u64,
         charge: bool,
     ) -> Verdict {
-        let index = self.table_index(policy);
         let at = (now, floor);
-        let table = &mut self.tables[index];
         // The charge's own parameters, not the table's: a caller's quota may differ from
         // the limit's (a plan), and its state carries its usage over between them.
         let params = policy.params();
-        let stored = with_rule!(&mut table.states, |map, R| run_stored::<R, _>(
-            map, params, key, at, cost, charge
-        ));
-        if let Some((verdict, grown)) = stored {
-            if grown != 0 {
-                self.tables[index].bytes = self.tables[index].bytes.saturating_add_signed(grown);
-                self.bytes = self.bytes.saturating_add_signed(grown);
-                if grown > 0 {
-                    self.fit_bytes(index, key.key, floor);
-                }
+        if let Some(index) = self.index_of(policy.table()) {
+            let table = &mut self.tables[index];
+            let stored = with_rule!(&mut table.states, |map, R| run_stored::<R, _>(
+                map, params, key, at, cost, charge
+            ));
+            if let Some((verdict, grown)) = stored {
+                self.grown(index, grown, key.key, floor);
+                return verdict;
             }
-            return verdict;
         }
-        let verdict = with_rule!(&self.tables[index].states, |_map, R| {
-            run_fresh::<R>(params, at, cost, false).0
-        });
+        let verdict = fresh_verdict(params, at, cost, false);
         if !(charge && cost > 0 && verdict.allowed) {
             return verdict;
         }
+        let Some(index) = self.table_for(policy, false) else {
+            return self.no_table(policy);
+        };
         self.make_room_for_one(index, floor);
         let hasher = self.hasher;
         let table = &mut self.tables[index];
@@ -572,11 +466,20 @@ impl Shard {
             cell.stamp(floor);
             (verdict, entry_bytes(cell))
         });
-        table.bytes += bytes;
-        self.entries += 1;
-        self.bytes += bytes;
+        self.account(index, 1, bytes.cast_signed());
         self.fit_bytes(index, key.key, floor);
         verdict
+    }
+
+    /// After an entry of table `index` changed by `grown` bytes: counts it, and makes
+    /// room when it grew (never evicting `keep`, the key just decided).
+    pub(super) fn grown(&mut self, index: usize, grown: isize, keep: &Key, now: u64) {
+        if grown != 0 {
+            self.account(index, 0, grown);
+            if grown > 0 {
+                self.fit_bytes(index, keep, now);
+            }
+        }
     }
 
     /// Records `now` and returns the latest instant seen, `max(now, latest)`.
@@ -590,7 +493,7 @@ impl Shard {
     /// under the read lock) is stricter, never more lenient. Under the write lock
     /// nobody else is in the shard.
     #[inline]
-    fn advance(&self, now: u64) -> u64 {
+    pub(super) fn advance(&self, now: u64) -> u64 {
         let latest = self.latest.load(Relaxed);
         if now <= latest {
             return latest;
@@ -599,133 +502,21 @@ impl Shard {
         now
     }
 
-    /// Refunds `amount` of `key`'s newest charges under `policy` at `now`.
-    pub(crate) fn refund(&mut self, policy: &Limit, key: Hashed<'_>, now: u64, amount: u64) {
-        self.refund_as(policy, key, now, Refund::Newest(amount));
-    }
-
-    /// Refunds to `key` under `policy` at `now`: its newest charges or one charge.
-    pub(crate) fn refund_as(&mut self, policy: &Limit, key: Hashed<'_>, now: u64, what: Refund) {
-        let floor = self.advance(now);
-        let index = self.table_index(policy);
-        let table = &mut self.tables[index];
-        with_rule!(&mut table.states, |map, R| refund_in::<R, _>(
-            map,
-            policy.params(),
-            key,
-            (now, floor),
-            what
-        ));
-    }
-
-    /// Each table's share of the shard's keys (at least one).
-    fn key_share(&self) -> usize {
-        (self.capacity / self.tables.len().max(1)).max(1)
-    }
-
-    /// Each table's share of the shard's bytes.
-    fn byte_share(&self) -> usize {
-        self.max_bytes / self.tables.len().max(1)
-    }
-
-    /// Frees room for one more entry in table `index`: from the table itself when it
-    /// has reached its share, else from a table holding more than its own.
-    fn make_room_for_one(&mut self, index: usize, now: u64) {
-        let share = self.key_share();
-        while self.entries >= self.capacity || self.tables[index].len() >= share {
-            let victim_table = if self.tables[index].len() >= share {
-                index
-            } else {
-                match self.most_over_share(|t, share| t.len() > share, share) {
-                    Some(other) => other,
-                    None => break,
-                }
-            };
-            if !self.evict_one(victim_table, None, now) {
-                break;
-            }
-        }
-    }
-
-    /// After table `index` grew in bytes: evicts (never `keep`, the key just decided)
-    /// until the table is within its byte share and the shard within its bound.
-    fn fit_bytes(&mut self, index: usize, keep: &Key, now: u64) {
-        let share = self.byte_share();
-        while self.tables[index].bytes > share {
-            if !self.evict_one(index, Some(keep), now) {
-                break;
-            }
-        }
-        while self.bytes > self.max_bytes {
-            let victim_table = self
-                .most_over_share(|t, share| t.bytes > share, share)
-                .unwrap_or(index);
-            if !self.evict_one(victim_table, Some(keep), now) {
-                break;
-            }
-        }
-    }
-
-    /// The table furthest over its share by `over`, if any is.
-    fn most_over_share(&self, over: impl Fn(&Table, usize) -> bool, share: usize) -> Option<usize> {
-        self.tables
-            .iter()
-            .enumerate()
-            .filter(|(_, t)| over(t, share))
-            .max_by_key(|(_, t)| (t.len(), t.bytes))
-            .map(|(i, _)| i)
-    }
-
-    /// Evicts one entry of table `index` (never `keep`): of a random sample, the one
-    /// whose loss forgives the least. False when there is nothing to evict.
-    fn evict_one(&mut self, index: usize, keep: Option<&Key>, now: u64) -> bool {
-        let rng = &mut self.rng;
-        let table = &mut self.tables[index];
-        let p = table.params;
-        let freed = with_rule!(&mut table.states, |map, R| {
-            pick_victim::<R, _>(map, &p, now, keep, rng)
-                .and_then(|bucket| map.get_bucket_entry(bucket).ok())
-                .map(|entry| entry_bytes(&entry.remove().0.1))
-        });
-        let Some(bytes) = freed else {
-            return false;
-        };
-        table.bytes -= bytes;
-        self.bytes -= bytes;
-        self.entries -= 1;
-        true
-    }
-
     /// [`advance`](Shard::advance), then a sweep if one is due: how every write-locked
     /// decision starts. Returns the latest instant seen.
-    fn advance_and_sweep(&mut self, now: u64) -> u64 {
+    pub(super) fn advance_and_sweep(&mut self, now: u64) -> u64 {
         let floor = self.advance(now);
         if floor >= *self.next_sweep.get_mut() {
             self.sweep(floor);
         }
         floor
     }
-
-    /// Drops every state that is indistinguishable from a fresh one.
-    fn sweep(&mut self, now: u64) {
-        *self.next_sweep.get_mut() = now.saturating_add(SWEEP_INTERVAL_US);
-        for table in &mut self.tables {
-            let p = &table.params;
-            table.bytes = with_rule!(&mut table.states, |map, R| {
-                map.retain(|(_, cell)| cell.with(|s| <R as Rule>::idle_at(p, s)) > now);
-                map.iter().map(|(_, cell)| entry_bytes(cell)).sum()
-            });
-        }
-        self.entries = self.tables.iter().map(Table::len).sum();
-        self.bytes = self.tables.iter().map(|t| t.bytes).sum();
-        self.blocks.sweep(now);
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::Quota;
+    use crate::{Penalty, Quota};
 
     fn run(shard: &mut Shard, policy: &Limit, key: u64, now: u64, cost: u64) -> Verdict {
         let key = Key::from(key);
@@ -751,5 +542,87 @@ mod tests {
         // The sweep, when due, drops what is idle.
         run(&mut shard, &policy, 5, start + SWEEP_INTERVAL_US, 0);
         assert_eq!(shard.len(), 0);
+    }
+
+    /// The shard's running totals equal what its tables and records hold.
+    fn assert_consistent(shard: &Shard) {
+        use super::super::names::MAX_TABLES_PER_NAME;
+        use super::super::tables::TABLE_BYTES;
+        let entries: usize = shard.tables.iter().map(Table::len).sum();
+        let bytes: usize = shard.tables.iter().map(|t| t.bytes + TABLE_BYTES).sum();
+        assert_eq!(shard.entries, entries);
+        assert_eq!(shard.bytes, bytes);
+        let records: usize = shard.names.values().map(|n| n.records.len()).sum();
+        assert_eq!(shard.records, records);
+        assert_eq!(shard.ids.len(), shard.tables.len());
+        assert_eq!(shard.index.len(), shard.tables.len());
+        for (i, table) in shard.tables.iter().enumerate() {
+            assert_eq!((shard.ids[i], shard.index[&table.id]), (table.id, i));
+        }
+        for (record, name) in &shard.names {
+            let mine: Vec<&Table> = shard.tables.iter().filter(|t| t.name == *record).collect();
+            assert_eq!(name.tables.len(), mine.len());
+            assert!(name.tables.len() <= MAX_TABLES_PER_NAME + 1);
+            assert_eq!(name.entries, mine.iter().map(|t| t.len()).sum::<usize>());
+            assert_eq!(
+                name.bytes,
+                mine.iter().map(|t| t.bytes + TABLE_BYTES).sum::<usize>()
+            );
+        }
+    }
+
+    #[test]
+    fn a_random_walk_of_every_operation_keeps_the_totals_exact() {
+        let penalty = Penalty::after(2)
+            .within(std::time::Duration::from_secs(10))
+            .block_for(std::time::Duration::from_secs(5));
+        let api = Limit::new("api", Quota::per_second(3))
+            .expect("policy")
+            .penalty(penalty);
+        let log = Limit::new("log", Quota::per_second(2))
+            .expect("policy")
+            .algorithm(crate::Algorithm::SlidingWindowLog);
+        let mut policies = vec![api.clone(), log.clone()];
+        for secs in 2..24 {
+            policies.push(
+                api.with_quota(Quota::new(3, std::time::Duration::from_secs(secs)).expect("quota")),
+            );
+        }
+        policies.push(log.with_quota(Quota::per_minute(5)));
+        let mut shard = Shard::new(32, 4_096, RandomState::default());
+        let mut rng = fastrand::Rng::with_seed(7);
+        let mut now = 1_000_000_000_u64;
+        for _ in 0..20_000 {
+            now += rng.u64(0..200_000);
+            let policy = &policies[rng.usize(..policies.len())];
+            let key = Key::from(rng.u64(0..64));
+            let key = Hashed {
+                key: &key,
+                hash: shard.hasher.hash_one(key),
+            };
+            match rng.u8(0..8) {
+                0 => {
+                    shard.block(policy, key, now, rng.u64(0..3) * 1_000_000);
+                }
+                1 => shard.reset(policy, key),
+                2 => {
+                    shard.penalize(policy, key, now, rng.u64(0..4));
+                }
+                3 => {
+                    shard.reserve(policy, key, now, 1, rng.u64(0..2_000_000));
+                }
+                4 => shard.refund(policy, key, now, 1),
+                _ => {
+                    let verdict = shard.run(policy, key, now, rng.u64(0..3), true);
+                    if let Some(penalty) = policy.get_penalty()
+                        && !verdict.allowed
+                        && verdict.blocked_us.is_none()
+                    {
+                        shard.offend(policy, key, now, &penalty, verdict);
+                    }
+                }
+            }
+            assert_consistent(&shard);
+        }
     }
 }

@@ -1,5 +1,7 @@
-//! One policy's states in a shard: a hash table typed by algorithm, so each entry is
-//! as small as its algorithm allows.
+//! One table of rate states in a shard (one (limit name, algorithm, period)): a hash
+//! table typed by algorithm, so each entry is as small as its algorithm allows.
+
+use std::mem::size_of;
 
 use hashbrown::HashTable;
 
@@ -90,13 +92,24 @@ impl States {
     }
 }
 
+/// What a table costs the shard in bytes besides its entries: the table itself (its
+/// parameters and the hash table's header) and its place in the shard's index.
+pub(super) const TABLE_BYTES: usize =
+    size_of::<Table>() + size_of::<(u32, usize)>() + size_of::<u32>();
+
 pub(super) struct Table {
-    /// [`Limit::table`]: equal (name, parameters) share a table.
+    /// [`Limit::table`](crate::Limit): equal (name, algorithm, period) share a table.
     pub(super) id: u32,
+    /// [`Limit::record`](crate::Limit): the limit name the table counts toward.
+    pub(super) name: u32,
     pub(super) params: Params,
     pub(super) states: States,
     /// Bytes of this table's entries (see [`entry_bytes`](super::cells::entry_bytes)).
     pub(super) bytes: usize,
+    /// Whether a state was stored since the last sweep: a sweep drops a table found
+    /// empty only if not, so a table whose keys all go idle between sweeps (and come
+    /// back) keeps its allocation instead of growing it again every second.
+    pub(super) stored: bool,
 }
 
 impl Table {

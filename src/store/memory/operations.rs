@@ -1,0 +1,257 @@
+//! What operators and the penalty box do to a shard: offences, blocks, resets,
+//! penalties and refunds. One caller, one record: each reaches the key under every
+//! quota, period and algorithm of the limit's name (see `names.rs`).
+
+use std::hash::BuildHasher;
+
+use super::blocks::Record;
+use super::cells::{Cell, entry_bytes};
+use super::footprint::Footprint;
+use super::names::Claim;
+use super::shard::{Hashed, Shard};
+use super::tables::{Map, States, with_rule};
+use crate::Limit;
+use crate::algorithm::{
+    self, Params, Refund, Rule, Verdict, fixed_window::FixedWindow, gcra::Gcra,
+    leaky_bucket::LeakyBucket, sliding_window::SlidingWindow,
+    sliding_window_counters::SlidingWindowCounters, sliding_window_log::SlidingWindowLog,
+    token_bucket::TokenBucket,
+};
+use crate::penalty::{Offences, Penalty};
+
+fn refund_in<R: Rule, C: Cell<State = R::State>>(
+    map: &mut Map<C>,
+    p: &Params,
+    key: Hashed<'_>,
+    (now, floor): (u64, u64),
+    what: Refund,
+) {
+    if let Some((_, cell)) = map.find_mut(key.hash, |(k, _)| k == key.key) {
+        cell.with_mut(|state| algorithm::refund::<R>(p, state, now, floor, what));
+    }
+}
+
+impl Shard {
+    /// The record of `key` under `policy`'s name, to change, if there is one.
+    pub(super) fn record_mut(&mut self, policy: &Limit, key: Hashed<'_>) -> Option<&mut Record> {
+        self.names.get_mut(&policy.record())?.records.get_mut(key)
+    }
+
+    /// Counts a rejection of `key` under `policy`'s `penalty` at `now`; the blocked
+    /// answer when it trips the box. `verdict` is the rejection, returned otherwise.
+    ///
+    /// A key with no record needs a new one: when the name's share of records holds
+    /// only blocks and pending reservations, the offence is refused (counted in
+    /// [`refused_trips`](crate::MemoryStore::refused_trips), logged): the request gets
+    /// its plain rejection, and no existing block is lifted to make room.
+    pub(crate) fn offend(
+        &mut self,
+        policy: &Limit,
+        key: Hashed<'_>,
+        now: u64,
+        penalty: &Penalty,
+        verdict: Verdict,
+    ) -> Verdict {
+        if self.over_table_bound(policy) {
+            // Denied because the name has no room for another table, not by its quota:
+            // not the caller's offence.
+            return verdict;
+        }
+        let Some(record) = self.record_for(policy, key, now, Claim::Offence) else {
+            self.refused_trips += 1;
+            self.warn(policy, "a penalty-box offence was not recorded: the limit's share of block records holds only blocks and pending reservations");
+            return verdict;
+        };
+        if record.offences.blocked_for(now).is_some() {
+            // Blocked since the rejection was decided (another thread): not counted.
+            return verdict;
+        }
+        let tripped = record.offences.offend(penalty, now);
+        record.expires_at = record
+            .offences
+            .idle_at(penalty.within_us())
+            .max(record.queue_until);
+        if tripped {
+            Verdict::blocked(penalty.block_us(), true)
+        } else {
+            verdict
+        }
+    }
+
+    /// Blocks `key` under `policy`'s name (every quota, period and algorithm of it) for
+    /// `duration_us` from `now`, replacing its block and its count; 0 lifts the block
+    /// (a pending queue of reservations stays).
+    ///
+    /// An operator's block is always stored: it may evict a record that lifts nothing,
+    /// and goes past the name's share of records when there is none (operators are not
+    /// attackers; their blocks number what they block).
+    pub(crate) fn block(&mut self, policy: &Limit, key: Hashed<'_>, now: u64, duration_us: u64) {
+        if duration_us == 0 {
+            if let Some(record) = self.record_mut(policy, key) {
+                record.offences = Offences::default();
+                record.expires_at = record.queue_until;
+            }
+            return;
+        }
+        if let Some(record) = self.record_for(policy, key, now, Claim::Operator) {
+            let until = now.saturating_add(duration_us);
+            record.offences = Offences {
+                blocked_until: until,
+                count: 0,
+                first_at: 0,
+            };
+            record.expires_at = until.max(record.queue_until);
+        }
+    }
+
+    /// Makes `key` idle under `policy`'s name: its record (block, count, queue) and
+    /// its rate state in every table of the name are gone, whatever quota, period or
+    /// algorithm they were counted under.
+    pub(crate) fn reset(&mut self, policy: &Limit, key: Hashed<'_>) {
+        let Some(name) = self.names.get_mut(&policy.record()) else {
+            return;
+        };
+        if name.records.remove(key) {
+            self.records -= 1;
+        }
+        let ids = name.tables.clone();
+        for id in ids {
+            if let Some(index) = self.index_of(id) {
+                let table = &mut self.tables[index];
+                let freed = with_rule!(&mut table.states, |map, R| {
+                    map.find_entry(key.hash, |(k, _)| k == key.key)
+                        .ok()
+                        .map(|entry| entry_bytes(&entry.remove().0.1))
+                });
+                if let Some(bytes) = freed {
+                    self.account(index, -1, -bytes.cast_signed());
+                }
+            }
+        }
+    }
+
+    /// Charges `cost` to `key` under `policy` at `now` whether or not it fits, and
+    /// reports the key as a peek would (blocked, if it is).
+    ///
+    /// One caller, one record: the charge also goes to every state the key already
+    /// has under the limit's name in another table (a plan caller's quota over another
+    /// period, an algorithm a reload replaced), `cost` requests each, so a plan caller
+    /// is penalised too. No state is made there: a key first seen under another
+    /// period later starts fresh, as a change of period does.
+    pub(crate) fn penalize(
+        &mut self,
+        policy: &Limit,
+        key: Hashed<'_>,
+        now: u64,
+        cost: u64,
+    ) -> Verdict {
+        let floor = self.advance_and_sweep(now);
+        let params = policy.params();
+        let mut index = self.index_of(policy.table());
+        let found = index.is_some_and(|i| {
+            with_rule!(&self.tables[i].states, |map, R| {
+                map.find(key.hash, |(k, _)| k == key.key).is_some()
+            })
+        });
+        if !found && cost > 0 {
+            // An operator's charge: made even past the name's bound on tables.
+            let i = self.table_for(policy, true).unwrap_or_default();
+            index = Some(i);
+            self.make_room_for_one(i, floor);
+            let hasher = self.hasher;
+            let table = &mut self.tables[i];
+            let bytes = with_rule!(&mut table.states, |map, R| {
+                let (_, cell) = map
+                    .insert_unique(
+                        key.hash,
+                        (*key.key, Cell::new(<R as Rule>::State::default())),
+                        |(k, _)| hasher.hash_one(k),
+                    )
+                    .into_mut();
+                entry_bytes(cell)
+            });
+            self.account(i, 1, bytes.cast_signed());
+        }
+        let verdict = index
+            .and_then(|i| self.penalize_stored(i, params, key, (now, floor), cost))
+            // Nothing charged to a key with no state: a peek of a fresh one.
+            .unwrap_or_else(|| {
+                with_rule!(&States::new(params.algorithm), |_map, R| {
+                    let mut fresh = <R as Rule>::State::default();
+                    algorithm::penalize::<R>(params, &mut fresh, now, floor, 0)
+                })
+            });
+        if cost > 0
+            && let Some(name) = self.names.get(&policy.record())
+        {
+            let others: Vec<u32> = name
+                .tables
+                .iter()
+                .copied()
+                .filter(|&id| id != policy.table())
+                .collect();
+            for id in others {
+                if let Some(i) = self.index_of(id) {
+                    // In the table's own parameters: its algorithm, and a count whose
+                    // usage carries over to the caller's.
+                    let p = self.tables[i].params;
+                    self.penalize_stored(i, &p, key, (now, floor), cost);
+                }
+            }
+        }
+        self.blocked(policy, key, now).unwrap_or(verdict)
+    }
+
+    /// Charges `cost` to `key`'s state in table `index` under `params`, if it has one.
+    fn penalize_stored(
+        &mut self,
+        index: usize,
+        params: &Params,
+        key: Hashed<'_>,
+        (now, floor): (u64, u64),
+        cost: u64,
+    ) -> Option<Verdict> {
+        let table = &mut self.tables[index];
+        let (verdict, grown) = with_rule!(&mut table.states, |map, R| {
+            map.find_mut(key.hash, |(k, _)| k == key.key)
+                .map(|(_, cell)| {
+                    let before = entry_bytes(cell);
+                    let verdict = cell.with_mut(|state| {
+                        let verdict = algorithm::penalize::<R>(params, state, now, floor, cost);
+                        state.compact();
+                        verdict
+                    });
+                    if cost > 0 {
+                        cell.stamp(floor);
+                    }
+                    (
+                        verdict,
+                        entry_bytes(cell).cast_signed() - before.cast_signed(),
+                    )
+                })
+        })?;
+        self.grown(index, grown, key.key, floor);
+        Some(verdict)
+    }
+
+    /// Refunds `amount` of `key`'s newest charges under `policy` at `now`.
+    pub(crate) fn refund(&mut self, policy: &Limit, key: Hashed<'_>, now: u64, amount: u64) {
+        self.refund_as(policy, key, now, Refund::Newest(amount));
+    }
+
+    /// Refunds to `key` under `policy` at `now`: its newest charges or one charge.
+    pub(crate) fn refund_as(&mut self, policy: &Limit, key: Hashed<'_>, now: u64, what: Refund) {
+        let floor = self.advance(now);
+        let Some(index) = self.index_of(policy.table()) else {
+            return;
+        };
+        let table = &mut self.tables[index];
+        with_rule!(&mut table.states, |map, R| refund_in::<R, _>(
+            map,
+            policy.params(),
+            key,
+            (now, floor),
+            what
+        ));
+    }
+}
