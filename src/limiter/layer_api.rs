@@ -3,14 +3,16 @@
 
 use std::sync::Arc;
 
-use super::{Backend, Limiter, Resolved, Set, missing_decision};
+use super::{Backend, Limiter, Resolved, Set, Taking, missing_decision};
 use crate::store::{Charge, InFlightSlot, StoreFuture};
 use crate::{Decision, Key, Quota, StoreError};
 
-/// A decision the layer can take without awaiting (memory store), or a future for it.
+/// A decision the layer can take without awaiting (memory store), or the store call
+/// for it, which gives back what it took if the request goes away while it is on its
+/// way.
 pub(crate) enum Pending {
     Ready(Result<Vec<Decision>, StoreError>),
-    Waiting(StoreFuture<'static, Vec<Decision>>),
+    Waiting(Taking),
 }
 
 /// One policy's part of a request: its index in the set, the key, the cost, and the
@@ -112,10 +114,11 @@ impl Limiter {
                 Pending::Ready(result)
             }
             Backend::Other(store) => {
-                let (limiter, store, set) = (self.clone(), store.clone(), set.clone());
+                let (limiter, store, owned) = (self.clone(), store.clone(), set.clone());
                 let checks = checks.to_vec();
-                Pending::Waiting(Box::pin(async move {
-                    let limits = limiter.limits_of(&set, &checks)?;
+                let targets = targets(&checks);
+                let call: StoreFuture<'static, Vec<Decision>> = Box::pin(async move {
+                    let limits = limiter.limits_of(&owned, &checks)?;
                     let charges = charges(&checks, &limits);
                     let decisions = store.acquire(&charges).await?;
                     if decisions.len() == charges.len() {
@@ -123,7 +126,8 @@ impl Limiter {
                     } else {
                         Err(missing_decision(charges.len(), decisions.len()))
                     }
-                }))
+                });
+                Pending::Waiting(Taking::new(self.clone(), set.clone(), targets, call))
             }
         }
     }
@@ -151,23 +155,32 @@ impl Limiter {
                 }))
             }
             Backend::Other(store) => {
-                let (limiter, store, set) = (self.clone(), store.clone(), set.clone());
+                let (limiter, store, owned) = (self.clone(), store.clone(), set.clone());
                 let (index, key, cost, quota) = (*index, *key, *cost, *quota);
-                Pending::Waiting(Box::pin(async move {
-                    let limit = limiter.with_quota(&set.limits[index], quota)?;
+                let call: StoreFuture<'static, Vec<Decision>> = Box::pin(async move {
+                    let limit = limiter.with_quota(&owned.limits[index], quota)?;
                     let charge = Charge {
                         limit: &limit,
                         key: &key,
                         cost,
                     };
                     Ok(vec![store.reserve(charge, max_wait).await?])
-                }))
+                });
+                let targets = vec![(index, key)];
+                Pending::Waiting(Taking::new(self.clone(), set.clone(), targets, call))
             }
         }
     }
 }
 
-/// One attempt at every slot of `claims` on the memory store.
+/// Where each of `checks` charges: its limit's index and its key.
+pub(crate) fn targets(checks: &[LayerCheck]) -> super::give_back::Targets {
+    checks
+        .iter()
+        .map(|(index, key, _, _)| (*index, *key))
+        .collect()
+}
+
 /// The charges of `checks`, each under its limit in `limits` (`Limiter::limits_of`).
 fn charges<'c>(checks: &'c [LayerCheck], limits: &'c [Resolved<'_>]) -> Vec<Charge<'c>> {
     checks
@@ -181,6 +194,7 @@ fn charges<'c>(checks: &'c [LayerCheck], limits: &'c [Resolved<'_>]) -> Vec<Char
         .collect()
 }
 
+/// One attempt at every slot of `claims` on the memory store.
 fn enter_memory(store: &crate::MemoryStore, set: &Set, claims: &[(usize, Key, u32)]) -> Entry {
     let mut slots = Vec::with_capacity(claims.len());
     for &(index, key, max) in claims {
