@@ -206,8 +206,9 @@ impl RequestContext {
             .iter()
             .zip(decisions)
             .max_by_key(|(_, d)| d.delay)
-            .map(|((index, key, _, _), _)| (policies[*index].name(), *key))
-            .unwrap_or(("", Key::from("")))
+            .map_or(("", Key::from("")), |((index, key, _, _), _)| {
+                (policies[*index].name(), *key)
+            })
     }
 
     /// The store failed: pass the request on uncounted (fail open) or answer 503.

@@ -114,7 +114,9 @@ impl Taken {
     }
 
     /// Gives back what was taken now (what dropping does; named for the reader).
-    pub(crate) fn give_back(self) {}
+    pub(crate) fn give_back(self) {
+        drop(self);
+    }
 }
 
 impl Drop for Taken {
