@@ -2,9 +2,10 @@
 //! processes (a stall pauses every client of a server, and its script calls are one
 //! test's alone), at a `ManualClock`'s instants:
 //!
-//! - a waiter (`until_ready`, `reserve`) cancelled while its reserve call is on the
-//!   wire to a stalled Redis (`CLIENT PAUSE`, 600 ms; cancelled 100 ms in) gives its
-//!   place back when the reply arrives, by receipt: never someone else's charge;
+//! - a waiter (`until_ready`, `reserve`) or a check cancelled while its call is on
+//!   the wire to a stalled Redis (`CLIENT PAUSE`, 600 ms; cancelled 100 ms in) gives
+//!   what it took back when the reply arrives, by receipt: never someone else's
+//!   charge;
 //! - plan callers wait and peek under their own quota (`reserve_with`,
 //!   `until_ready_with`, `peek_with`);
 //! - `block` and `reset` through a `LeasedStore` drop the calling process's leases of
@@ -123,6 +124,28 @@ async fn a_reserve_dropped_on_the_wire_gives_its_place_back() {
     let next = limiter.reserve("upstream", &host, 1, DAY).await;
     let next = next.expect("redis");
     assert_eq!((next.allowed, next.delay), (true, MINUTE));
+}
+
+/// A plain check cancelled while its call is on the wire (a caller's timeout) gives
+/// its charge back when the reply arrives: the caller never learned it was admitted.
+#[tokio::test]
+async fn a_check_cancelled_on_the_wire_gives_its_charge_back() {
+    let (server, store) = private_redis();
+    let window = Limit::new("api", Quota::per_minute(2))
+        .expect("limit")
+        .algorithm(Algorithm::FixedWindow);
+    let limiter = limiter(window, store);
+    let key = Key::from("alice");
+    assert!(limiter.check("api", &key, 1).await.expect("redis").allowed);
+    let calls = script_calls(server.port());
+    stall(&server);
+    let check = limiter.check("api", &key, 1);
+    let cancelled = tokio::time::timeout(Duration::from_millis(100), check).await;
+    assert!(cancelled.is_err(), "cancelled on the wire");
+    given_back(&server, calls + 2).await;
+    assert_eq!(limiter.peek("api", &key).await.expect("redis").remaining, 1);
+    assert!(limiter.check("api", &key, 1).await.expect("redis").allowed);
+    assert!(!limiter.check("api", &key, 1).await.expect("redis").allowed);
 }
 
 /// A give-back that lands late, after the charge's window has rolled over and another
