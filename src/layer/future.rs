@@ -191,7 +191,10 @@ where
             .map(|(index, _, _)| shared.wait_of(&context.view().policies()[*index]))
             .collect::<Option<Vec<_>>>()
             .and_then(|waits| waits.into_iter().min());
-        match shared.limiter.enter(&context.view().set, &claims, wait) {
+        match shared
+            .limiter
+            .enter(&context.view().set, &claims, wait, &shared.slot_lines)
+        {
             Entering::Ready(result) => {
                 if let Some(response) = context.enter(result) {
                     return Self::answered(response);

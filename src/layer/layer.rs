@@ -100,6 +100,7 @@ impl RateLimitLayer {
                 held: Arc::default(),
                 max_held_per_key: Self::DEFAULT_MAX_HELD_PER_KEY,
                 held_per_key: Arc::default(),
+                slot_lines: Arc::default(),
             }),
         }
     }

@@ -11,7 +11,7 @@ use http::request::Parts;
 use crate::layer::fail_mode::FailMode;
 use crate::layer::headers::{HeaderPlan, HeaderStyle};
 use crate::layer::rejection::Rejection;
-use crate::limiter::{Pending, Set, Taken};
+use crate::limiter::{Pending, Set, SlotLines, Taken};
 use crate::{Key, Limiter, Policy};
 
 /// A request predicate of `allow` / `deny`.
@@ -43,6 +43,8 @@ pub(crate) struct Shared {
     /// How many are held now per (policy, key), shared by every clone; a key with
     /// none held has no entry, so it never holds more entries than `max_held`.
     pub(crate) held_per_key: Arc<Mutex<HeldPerKey>>,
+    /// Requests waiting for an in-flight slot, in line per key (wait mode).
+    pub(crate) slot_lines: Arc<SlotLines>,
 }
 
 /// Held requests per (policy name, key).

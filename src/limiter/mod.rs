@@ -13,7 +13,7 @@ pub use builder::LimiterBuilder;
 pub use entry::CheckEntry;
 pub(crate) use give_back::{Taken, Taking, spawn_refund};
 #[cfg(feature = "layer")]
-pub(crate) use layer_api::{Entering, Entry, LayerCheck, Pending, targets};
+pub(crate) use layer_api::{Entering, Entry, LayerCheck, Pending, SlotLines, targets};
 pub(crate) use set::Set;
 
 use std::collections::HashMap;

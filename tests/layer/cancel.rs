@@ -399,3 +399,58 @@ async fn a_request_whose_client_leaves_while_its_decision_is_on_the_wire_takes_n
 fn limiter_for_queue(store: impl Store) -> Limiter {
     limiter(queue(Quota::per_minute(1)), store)
 }
+
+/// Requests waiting for an in-flight slot of one key (wait mode) get it in the order
+/// they came: one that arrives at the instant a slot frees, while others wait, joins
+/// the line behind them instead of taking the slot first.
+#[tokio::test(start_paused = true)]
+async fn waiters_for_an_in_flight_slot_are_served_in_arrival_order() {
+    let policy = Policy::in_flight_only("reports", 1)
+        .expect("policy")
+        .wait(Duration::from_secs(30));
+    let limiter = Limiter::builder()
+        .policy(policy)
+        .store(MemoryStore::new())
+        .build()
+        .expect("limiter");
+    let service =
+        RateLimitLayer::new(limiter).layer(tower::service_fn(|_: Request<Full<Bytes>>| async {
+            Ok::<_, Infallible>(Response::new(Full::new(Bytes::from_static(b"ok"))))
+        }));
+    let get = || Request::get("/").body(Full::default()).expect("request");
+    // Its slot is held while its body lives.
+    let holder = service.clone().oneshot(get()).await.expect("infallible");
+    let (done, mut served) = tokio::sync::mpsc::unbounded_channel();
+    let send = |name: &'static str| {
+        let (service, done) = (service.clone(), done.clone());
+        tokio::spawn(async move {
+            let response = service.oneshot(get()).await.expect("infallible");
+            let _ = done.send((name, response));
+        })
+    };
+    let first = send("first");
+    // The first has waited long enough to poll every 25 ms.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let second = send("second");
+    tokio::task::yield_now().await;
+    drop(holder);
+    // Arrives as the slot frees, before the first's next try.
+    let late = send("late");
+    let mut order = Vec::new();
+    for _ in 0..3 {
+        let (name, response) = tokio::time::timeout(HANG, served.recv())
+            .await
+            .expect("served")
+            .expect("a response");
+        assert_eq!(response.status(), StatusCode::OK);
+        order.push(name);
+        // The next is served only once this one's body ends.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(served.try_recv().is_err(), "one slot, one at a time");
+        drop(response);
+    }
+    assert_eq!(order, ["first", "second", "late"]);
+    for task in [first, second, late] {
+        task.await.expect("task");
+    }
+}
