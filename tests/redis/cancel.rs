@@ -175,6 +175,82 @@ async fn a_late_give_back_never_returns_another_callers_charge() {
     assert_eq!(now.remaining, 2);
 }
 
+/// 300 callers (checks, `reserve`s and `until_ready`s of cost 1 to 3) against a
+/// Redis that stalls for 300 ms every 400 ms, each cancelled at a random point (before
+/// its call is sent, on the wire, after the reply) or not at all: once every
+/// give-back has landed, the store counts exactly what the callers that got their
+/// decision hold, not a unit more or less. Fixed window 100 000/min on a clock that
+/// stands still: every call is admitted at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn callers_cancelled_at_random_points_leave_exactly_what_the_others_hold() {
+    const CAPACITY: u64 = 100_000;
+    let (server, store) = private_redis();
+    let window = Limit::new("api", Quota::per_minute(CAPACITY))
+        .expect("limit")
+        .algorithm(Algorithm::FixedWindow);
+    let limiter = limiter(window, store);
+    let key = Key::from("hot");
+    let port = server.port();
+    let stalls = tokio::task::spawn_blocking(move || {
+        for _ in 0..5 {
+            support::redis_server::cli(port, &["CLIENT", "PAUSE", "300", "ALL"]);
+            std::thread::sleep(Duration::from_millis(400));
+        }
+    });
+    let mut rng = support::rng::Rng(0x5eed_cafe_f00d);
+    let mut callers = Vec::new();
+    for i in 0..300_u64 {
+        let (limiter, op, cost) = (limiter.clone(), rng.below(3), rng.below(3) + 1);
+        // A quarter are never cancelled; the rest within 0 to 499 ms.
+        let patience = match rng.below(4) {
+            0 => HANG,
+            _ => Duration::from_millis(rng.below(500)),
+        };
+        let start = Duration::from_millis(rng.below(2_000));
+        callers.push(tokio::spawn(async move {
+            tokio::time::sleep(start).await;
+            let cost = u32::try_from(cost).expect("small");
+            let call = async {
+                match op {
+                    0 => limiter.check("api", &key, cost).await,
+                    1 => limiter.reserve("api", &key, cost, DAY).await,
+                    _ => limiter.until_ready("api", &key, cost, DAY).await,
+                }
+            };
+            match tokio::time::timeout(patience, call).await {
+                Ok(decision) => {
+                    let decision = decision.expect("redis");
+                    assert!(decision.allowed, "caller {i}");
+                    u64::from(cost)
+                }
+                Err(_) => 0,
+            }
+        }));
+    }
+    let mut held = 0;
+    for caller in callers {
+        held += caller.await.expect("caller");
+    }
+    stalls.await.expect("stalls");
+    let started = std::time::Instant::now();
+    loop {
+        let counted = CAPACITY - limiter.peek("api", &key).await.expect("redis").remaining;
+        if counted == held {
+            break;
+        }
+        assert!(
+            started.elapsed() < HANG,
+            "the store counts {counted}, the callers hold {held}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // Nothing more lands later.
+    tokio::time::sleep(SETTLE).await;
+    let counted = CAPACITY - limiter.peek("api", &key).await.expect("redis").remaining;
+    assert_eq!(counted, held);
+    assert!(held > 0);
+}
+
 /// A plan caller (2/min on a 1/min limit) waits and peeks under its own quota, on
 /// Redis as on memory.
 #[tokio::test]
