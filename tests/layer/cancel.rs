@@ -20,8 +20,7 @@ use support::redis_server::script_calls;
 use tokio::io::AsyncWriteExt as _;
 use tokio::net::TcpStream;
 use tollgate::{
-    Algorithm, Decision, Key, Limiter, ManualClock, MemoryStore, Policy, Quota, RateLimitLayer,
-    Store, key,
+    Algorithm, Key, Limiter, ManualClock, MemoryStore, Policy, Quota, RateLimitLayer, Store, key,
 };
 use tower::{Layer as _, Service as _, ServiceExt as _};
 
@@ -206,35 +205,48 @@ async fn ten_dropped_held_requests_leave_the_next_place_one_period_away_on_redis
     assert_eq!(next, Duration::from_secs(60));
 }
 
-/// A request held for its leaky-bucket turn (not wait mode) whose caller leaves gives
-/// its charge back too: the bucket is as it was.
-#[tokio::test]
-async fn a_dropped_leaky_bucket_hold_gives_its_charge_back() {
+/// A request held for its leaky-bucket turn (not wait mode) whose client leaves gives
+/// its charge back too: the bucket is as it was. Leaky bucket 1/h, burst 10.
+async fn a_dropped_leaky_bucket_hold_gives_its_charge_back(
+    store: impl Store,
+    redis_port: Option<u16>,
+) {
     let policy = Policy::new("slow", Quota::per_hour(1).with_burst(10).expect("burst"))
         .expect("policy")
         .algorithm(Algorithm::LeakyBucket)
         .max_delay(DAY)
         .key(key::header("x-user").expect("a header name"));
-    let limiter = limiter(policy, MemoryStore::with_clock(ManualClock::new(BASE)));
+    let limiter = limiter(policy, store);
     let layer = RateLimitLayer::new(limiter.clone());
-    let mut service = layer.layer(tower::service_fn(|_: Request<Full<Bytes>>| async {
-        Ok::<_, Infallible>(Response::new(Full::new(Bytes::from_static(b"ok"))))
-    }));
-    let first = service
-        .ready()
-        .await
-        .expect("ready")
-        .call(from("alice"))
-        .await;
-    assert_eq!(first.expect("infallible").status(), StatusCode::OK);
+    let server = Server::start(app(layer.clone())).await;
+    assert_eq!(server.send(from("alice")).await.status, StatusCode::OK);
     let key = key_of(&limiter, "slow", "alice");
     let remaining = async || limiter.peek("slow", &key).await.expect("peek").remaining;
     assert_eq!(remaining().await, 9);
-    // The memory store decides in `call`: held (an hour) from then on.
-    let held = service.ready().await.expect("ready").call(from("alice"));
-    assert_eq!((layer.held(), remaining().await), (1, 8));
-    drop(held);
-    assert_eq!((layer.held(), remaining().await), (0, 9));
+    // Held an hour for its turn.
+    let gone = client(&server, "alice").await;
+    wait_until("held", async || layer.held() == 1).await;
+    assert_eq!(remaining().await, 8);
+    let calls = redis_port.map(script_calls);
+    drop(gone);
+    wait_until("dropped", async || layer.held() == 0).await;
+    if let (Some(port), Some(calls)) = (redis_port, calls) {
+        given_back(port, calls + 1).await;
+    }
+    assert_eq!(remaining().await, 9);
+}
+
+#[tokio::test]
+async fn a_dropped_leaky_bucket_hold_gives_its_charge_back_on_memory() {
+    let store = MemoryStore::with_clock(ManualClock::new(BASE));
+    a_dropped_leaky_bucket_hold_gives_its_charge_back(store, None).await;
+}
+
+#[cfg(feature = "redis")]
+#[tokio::test]
+async fn a_dropped_leaky_bucket_hold_gives_its_charge_back_on_redis() {
+    let (redis, store) = private_redis(ManualClock::new(BASE));
+    a_dropped_leaky_bucket_hold_gives_its_charge_back(store, Some(redis.port())).await;
 }
 
 /// One caller in wait mode holds at most `max_held_per_key`; past it, its delayed
@@ -324,7 +336,7 @@ async fn by_default_one_key_holds_at_most_an_eighth_of_the_places() {
 /// The decisions `limiter` makes under "api" for `user`'s next request, charging
 /// nothing.
 #[cfg(feature = "redis")]
-async fn peek_api(limiter: &Limiter, user: &str) -> Decision {
+async fn peek_api(limiter: &Limiter, user: &str) -> tollgate::Decision {
     let key = key_of(limiter, "api", user);
     limiter.peek("api", &key).await.expect("a peek")
 }
