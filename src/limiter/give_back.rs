@@ -135,23 +135,35 @@ impl Drop for Taken {
     }
 }
 
-/// A store call that takes something (a charge, a reservation), owned with what it
-/// needs to give it back from before it is sent. Resolves to the [`Taken`]. Dropped
-/// while the call is on its way (its caller went away), the call runs on in the
-/// background and what it took goes back when its reply arrives; a call never polled
-/// was never sent and is just dropped.
+/// A store call that takes something (a charge, a reservation, an in-flight slot),
+/// owned from before it is sent. What it resolves to gives back what was taken when
+/// dropped (a [`Taken`], an in-flight slot); dropped while the call is on its way (its
+/// caller went away), the call runs on in the background and what it returns is
+/// dropped there, so it comes back when the reply arrives. A call never polled was
+/// never sent and is just dropped.
 ///
 /// Without a Tokio runtime at the drop, the call cannot run on: it is dropped, and a
-/// store that had received it keeps the charge (no Tower or async caller drops a
+/// store that had received it keeps what it took (no Tower or async caller drops a
 /// future outside its runtime).
-pub(crate) struct Taking {
-    call: Option<StoreFuture<'static, Vec<Decision>>>,
+pub(crate) struct OnTheWire<T: Send + 'static> {
+    call: Option<StoreFuture<'static, T>>,
     sent: bool,
-    /// `None` once resolved.
-    owner: Option<(Limiter, Arc<Set>, Targets)>,
 }
 
-impl Taking {
+/// A call that charges or reserves, resolving to what it took.
+pub(crate) type Taking = OnTheWire<Taken>;
+
+impl<T: Send + 'static> OnTheWire<T> {
+    /// `call`, not sent yet.
+    pub(crate) fn call(call: StoreFuture<'static, T>) -> Self {
+        Self {
+            call: Some(call),
+            sent: false,
+        }
+    }
+}
+
+impl OnTheWire<Taken> {
     /// `call`, whose decisions charge `targets` under `set`.
     pub(crate) fn new(
         limiter: Limiter,
@@ -159,45 +171,39 @@ impl Taking {
         targets: Targets,
         call: StoreFuture<'static, Vec<Decision>>,
     ) -> Self {
-        Self {
-            call: Some(call),
-            sent: false,
-            owner: Some((limiter, set, targets)),
-        }
+        Self::call(Box::pin(async move {
+            let decisions = call.await?;
+            Ok(Taken::new(limiter, set, targets, decisions))
+        }))
     }
 }
 
-impl Future for Taking {
-    type Output = Result<Taken, StoreError>;
+impl<T: Send + 'static> Future for OnTheWire<T> {
+    type Output = Result<T, StoreError>;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = &mut *self;
         let call = this
             .call
             .as_mut()
-            .expect("a taking call polled after it completed");
+            .expect("a store call polled after it completed");
         this.sent = true;
         let result = std::task::ready!(call.as_mut().poll(cx));
         this.call = None;
-        let (limiter, set, targets) = this.owner.take().expect("owned until resolved");
-        Poll::Ready(result.map(|decisions| Taken::new(limiter, set, targets, decisions)))
+        Poll::Ready(result)
     }
 }
 
-impl Drop for Taking {
+impl<T: Send + 'static> Drop for OnTheWire<T> {
     fn drop(&mut self) {
-        let (Some(call), true, Some((limiter, set, targets))) =
-            (self.call.take(), self.sent, self.owner.take())
-        else {
+        let (Some(call), true) = (self.call.take(), self.sent) else {
             return;
         };
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            // Nobody is left to use it: what it took goes back as it is dropped. (A
+            // call that failed took nothing this process can name.)
             runtime.spawn(async move {
-                // Nobody is left to use it: back it goes. (A call that failed took
-                // nothing this process can name.)
-                if let Ok(decisions) = call.await {
-                    Taken::new(limiter, set, targets, decisions).give_back();
-                }
+                drop(call.await);
             });
         }
     }

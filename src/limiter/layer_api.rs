@@ -6,6 +6,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use tokio::sync::Notify;
 
+use super::give_back::OnTheWire;
 use super::{Backend, Limiter, Resolved, Set, Taking, missing_decision};
 use crate::store::{Charge, InFlightSlot, StoreFuture};
 use crate::{Decision, Key, Quota, StoreError};
@@ -100,7 +101,7 @@ impl Limiter {
                     }
                     let mut tries = until.map(Retries::until);
                     loop {
-                        let entry = enter_store(store.as_ref(), &set, &claims).await?;
+                        let entry = enter_store(&store, &set, &claims).await?;
                         let again = match (&entry, &mut tries) {
                             (Err(_), Some(tries)) => {
                                 if ticket.is_none()
@@ -251,18 +252,22 @@ fn enter_memory(store: &crate::MemoryStore, set: &Set, claims: &[(usize, Key, u3
     Ok(slots)
 }
 
-/// One attempt at every slot of `claims` on another store.
+/// One attempt at every slot of `claims` on another store. Each slot's call is
+/// owned from before it is sent: a request dropped while one is on its way (its client
+/// left) lets it run on, and the slot it gets is given back at once, not kept until
+/// its lease expires; the slots taken before it go back as they are dropped.
 async fn enter_store(
-    store: &dyn crate::store::Store,
-    set: &Set,
+    store: &Arc<dyn crate::store::Store>,
+    set: &Arc<Set>,
     claims: &[(usize, Key, u32)],
 ) -> Result<Entry, StoreError> {
     let mut slots = Vec::with_capacity(claims.len());
     for &(index, key, max) in claims {
-        match store
-            .acquire_in_flight(&set.limits[index], &key, max)
-            .await?
-        {
+        let (store, set) = (store.clone(), set.clone());
+        let call = OnTheWire::call(Box::pin(async move {
+            store.acquire_in_flight(&set.limits[index], &key, max).await
+        }));
+        match call.await? {
             Some(slot) => slots.push(slot),
             None => return Ok(Err(index)),
         }

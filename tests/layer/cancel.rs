@@ -466,3 +466,48 @@ async fn waiters_for_an_in_flight_slot_are_served_in_arrival_order() {
         task.await.expect("task");
     }
 }
+
+/// Calls of `command` (lower case, e.g. "zrem") the Redis server at `port` has run.
+#[cfg(feature = "redis")]
+fn command_calls(port: u16, command: &str) -> u64 {
+    let prefix = format!("cmdstat_{command}:calls=");
+    support::redis_server::cli(port, &["INFO", "commandstats"])
+        .lines()
+        .find_map(|line| line.strip_prefix(prefix.as_str()))
+        .and_then(|rest| rest.split(',').next())
+        .and_then(|calls| calls.parse().ok())
+        .unwrap_or(0)
+}
+
+/// A request whose client leaves 100 ms into a 600 ms stall of Redis, its in-flight
+/// slot's call on the wire: when the reply arrives, the slot it took is given back at
+/// once (before the fix: kept until its lease expired, 10 s by default, every request
+/// meanwhile a 429).
+#[cfg(feature = "redis")]
+#[tokio::test]
+async fn a_request_whose_client_leaves_while_its_slot_call_is_on_the_wire_leaves_the_slot_free() {
+    let (redis, store) = private_redis(ManualClock::new(BASE));
+    let limiter = Limiter::builder()
+        .policy(Policy::in_flight_only("reports", 1).expect("policy"))
+        .store(store)
+        .build()
+        .expect("limiter");
+    let server = Server::start(app(RateLimitLayer::new(limiter))).await;
+    assert_eq!(server.get("/").await.status, StatusCode::OK);
+    let port = redis.port();
+    wait_until("its slot given back", async || {
+        command_calls(port, "zrem") == 1
+    })
+    .await;
+    let calls = script_calls(port);
+    assert_eq!(redis.cli(&["CLIENT", "PAUSE", "600", "ALL"]), "OK");
+    let gone = client(&server, "alice").await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    drop(gone);
+    // Its slot taken when the stall ends, then given back.
+    wait_until("the slot taken and given back", async || {
+        script_calls(port) > calls && command_calls(port, "zrem") == 2
+    })
+    .await;
+    assert_eq!(server.get("/").await.status, StatusCode::OK);
+}
