@@ -114,6 +114,7 @@ impl Taken {
     }
 
     /// Gives back what was taken now (what dropping does; named for the reader).
+    #[cfg(feature = "layer")]
     pub(crate) fn give_back(self) {
         drop(self);
     }
