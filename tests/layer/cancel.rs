@@ -415,14 +415,13 @@ fn limiter_for_queue(store: impl Store) -> Limiter {
 /// Requests waiting for an in-flight slot of one key (wait mode) get it in the order
 /// they came: one that arrives at the instant a slot frees, while others wait, joins
 /// the line behind them instead of taking the slot first.
-#[tokio::test(start_paused = true)]
-async fn waiters_for_an_in_flight_slot_are_served_in_arrival_order() {
+async fn waiters_for_an_in_flight_slot_are_served_in_arrival_order(store: impl Store) {
     let policy = Policy::in_flight_only("reports", 1)
         .expect("policy")
         .wait(Duration::from_secs(30));
     let limiter = Limiter::builder()
         .policy(policy)
-        .store(MemoryStore::new())
+        .store(store)
         .build()
         .expect("limiter");
     let service =
@@ -510,4 +509,18 @@ async fn a_request_whose_client_leaves_while_its_slot_call_is_on_the_wire_leaves
     })
     .await;
     assert_eq!(server.get("/").await.status, StatusCode::OK);
+}
+
+#[tokio::test(start_paused = true)]
+async fn waiters_for_an_in_flight_slot_are_served_in_arrival_order_on_memory() {
+    waiters_for_an_in_flight_slot_are_served_in_arrival_order(MemoryStore::new()).await;
+}
+
+/// The same within one process on Redis (real time: each waiter first in line asks
+/// Redis again within 25 ms; the others wait their turn here).
+#[cfg(feature = "redis")]
+#[tokio::test]
+async fn waiters_for_an_in_flight_slot_are_served_in_arrival_order_on_redis() {
+    let store = crate::shared_redis::redis_store("slot-line", ManualClock::new(BASE));
+    waiters_for_an_in_flight_slot_are_served_in_arrival_order(store).await;
 }
