@@ -14,10 +14,10 @@ use crate::layer::grpc::{GrpcContentType, grpc_http_status, grpc_response};
 use crate::layer::headers::GRPC_STATUS;
 use crate::layer::refunds::{refund_charges, refund_uncounted};
 use crate::layer::rejection::{RejectReason, RejectionInfo};
-use crate::layer::shared::{HeldSlot, Shared, View};
-use crate::limiter::{Entry, Pending};
+use crate::layer::shared::{HeldSlot, Holder, Shared, View};
+use crate::limiter::{Entry, Pending, Taken, targets};
 use crate::observe::{self, Outcome};
-use crate::{Decision, FailMode, InFlightSlot, Rejection, StoreError};
+use crate::{Decision, FailMode, InFlightSlot, Key, Rejection, StoreError};
 
 /// What the future needs besides its state.
 pub(crate) struct RequestContext {
@@ -163,7 +163,16 @@ impl RequestContext {
         };
         let mut slot = None;
         if !delay.is_zero() {
-            slot = HeldSlot::take(&self.shared);
+            slot = HeldSlot::take(&self.shared, self.holder(&decisions)).map(|slot| {
+                // The held request owns its charge: given back if its caller leaves
+                // before its turn.
+                slot.holding(Taken::new(
+                    self.shared.limiter.clone(),
+                    self.view.set.clone(),
+                    targets(&self.checks),
+                    decisions.clone(),
+                ))
+            });
             if slot.is_none() {
                 if !self.shared.shadow {
                     observe::decided(&decisions, Outcome::QueueFull);
@@ -187,6 +196,19 @@ impl RequestContext {
             Some(slot) => Next::Delay(delay, slot, request),
             None => Next::Call(request),
         }
+    }
+
+    /// Whom a held request counts for in `max_held_per_key`: the policy whose delay
+    /// holds it longest, and its key.
+    fn holder(&self, decisions: &[Decision]) -> Holder {
+        let policies = self.view.policies();
+        self.checks
+            .iter()
+            .zip(decisions)
+            .max_by_key(|(_, d)| d.delay)
+            .map_or(("", Key::from("")), |((index, key, _, _), _)| {
+                (policies[*index].name(), *key)
+            })
     }
 
     /// The store failed: pass the request on uncounted (fail open) or answer 503.

@@ -19,7 +19,7 @@ use crate::layer::context::{Next, RequestContext};
 use crate::layer::few::{Checks, Claims};
 use crate::layer::grpc::GrpcContentType;
 use crate::layer::shared::{HeldSlot, Shared, View};
-use crate::limiter::{Entering, Entry, Pending};
+use crate::limiter::{Entering, Entry, Pending, Taken, Taking};
 use crate::store::StoreFuture;
 use crate::{Decision, StoreError};
 
@@ -47,14 +47,16 @@ pin_project! {
             service: Option<S>,
             request: Option<Request<ReqBody>>,
         },
-        /// Waiting for a remote store's decision.
+        /// Waiting for a remote store's decision; dropped on the way (the client
+        /// left), what the call took goes back when its reply arrives.
         Deciding {
-            decision: StoreFuture<'static, Vec<Decision>>,
+            decision: Taking,
             service: Option<S>,
             request: Option<Request<ReqBody>>,
         },
-        /// Holding an admitted leaky-bucket request until its turn, in one of the
-        /// layer's places for held requests.
+        /// Holding an admitted request until its turn (a leaky-bucket delay, a place
+        /// in wait mode), in one of the layer's places for held requests, which owns
+        /// the charge made for it: dropped before its turn, both go back.
         Delaying {
             sleep: Pin<Box<Sleep>>,
             service: Option<S>,
@@ -189,7 +191,10 @@ where
             .map(|(index, _, _)| shared.wait_of(&context.view().policies()[*index]))
             .collect::<Option<Vec<_>>>()
             .and_then(|waits| waits.into_iter().min());
-        match shared.limiter.enter(&context.view().set, &claims, wait) {
+        match shared
+            .limiter
+            .enter(&context.view().set, &claims, wait, &shared.slot_lines)
+        {
             Entering::Ready(result) => {
                 if let Some(response) = context.enter(result) {
                     return Self::answered(response);
@@ -231,7 +236,7 @@ where
         request: Request<ReqBody>,
         checks: Checks,
         grpc: Option<GrpcContentType>,
-        decision: StoreFuture<'static, Vec<Decision>>,
+        decision: Taking,
     ) -> Self {
         Self {
             state: State::Deciding {
@@ -265,7 +270,9 @@ where
                     service,
                     request,
                 } => {
-                    let result = ready!(decision.as_mut().poll(cx));
+                    // Settled with no await in between: from here the context (a
+                    // held request's slot) owns what the call took.
+                    let result = ready!(Pin::new(decision).poll(cx)).map(Taken::keep);
                     let (Some(context), Some(service), Some(request)) =
                         (this.context.as_mut(), service.take(), request.take())
                     else {
@@ -307,9 +314,11 @@ where
                     sleep,
                     service,
                     request,
-                    ..
+                    slot,
                 } => {
                     ready!(sleep.as_mut().poll(cx));
+                    // Its turn: the charge stands; the place is freed with the state.
+                    slot.serve();
                     match (service.take(), request.take()) {
                         (Some(mut service), Some(request)) => State::Calling {
                             future: service.call(request),

@@ -61,6 +61,15 @@ impl RateLimitLayer {
     /// ```
     pub const DEFAULT_MAX_HELD: usize = 1024;
 
+    /// The default of [`max_held_per_key`](RateLimitLayer::max_held_per_key): 128, an
+    /// eighth of [`DEFAULT_MAX_HELD`](RateLimitLayer::DEFAULT_MAX_HELD), so that it
+    /// takes at least eight callers to fill the layer's places.
+    ///
+    /// ```
+    /// assert_eq!(tollgate::RateLimitLayer::DEFAULT_MAX_HELD_PER_KEY, 128);
+    /// ```
+    pub const DEFAULT_MAX_HELD_PER_KEY: usize = Self::DEFAULT_MAX_HELD / 8;
+
     /// A layer deciding with `limiter`, writing draft-11 headers, rejecting with a text
     /// 429, failing open.
     ///
@@ -89,6 +98,9 @@ impl RateLimitLayer {
                 max_held: Self::DEFAULT_MAX_HELD,
                 wait: None,
                 held: Arc::default(),
+                max_held_per_key: Self::DEFAULT_MAX_HELD_PER_KEY,
+                held_per_key: Arc::default(),
+                slot_lines: Arc::default(),
             }),
         }
     }
@@ -204,13 +216,42 @@ impl RateLimitLayer {
         self
     }
 
+    /// The most requests the layer holds at once for one caller: one key of the
+    /// policy that holds them (default
+    /// [`DEFAULT_MAX_HELD_PER_KEY`](RateLimitLayer::DEFAULT_MAX_HELD_PER_KEY)), within
+    /// [`max_held`](RateLimitLayer::max_held) for all.
+    ///
+    /// [`max_held`](RateLimitLayer::max_held) is one budget for every key: without
+    /// this bound one caller in wait mode (10/s held for 2 min: 1 200 requests) would
+    /// take every place, and every other caller's delayed requests would be 429s. Past
+    /// it, that caller's next delayed request is rejected as past `max_held` is (429,
+    /// `Retry-After` its delay, its charge given back); other callers still find
+    /// places. A request held by several policies counts for the one whose delay holds
+    /// it longest. A client layer whose one key (one upstream host) should hold more
+    /// raises it, up to `max_held`.
+    ///
+    /// ```
+    /// # let limiter = tollgate::Limiter::builder().policy(tollgate::Policy::new("api", tollgate::Quota::per_second(10))?).build()?;
+    /// let layer = tollgate::RateLimitLayer::new(limiter).max_held(1_000).max_held_per_key(10);
+    /// assert_eq!(layer.held(), 0);
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    #[must_use]
+    pub fn max_held_per_key(mut self, max: usize) -> Self {
+        self.shared().max_held_per_key = max;
+        self
+    }
+
     /// Wait mode: every policy holds a request that will fit within `max_wait`
     /// instead of rejecting it (a policy's own [`Policy::wait`](crate::Policy::wait)
     /// overrides this). The request's place is reserved at once, behind the key's
     /// earlier waiters, in one store call; it is served when its place comes; beyond
     /// `max_wait` it is rejected at once and charged nothing. Held requests count toward
-    /// [`max_held`](RateLimitLayer::max_held); a caller that goes away while held gives
-    /// its place back. On a client, this keeps outgoing calls under an upstream's limit.
+    /// [`max_held`](RateLimitLayer::max_held) and
+    /// [`max_held_per_key`](RateLimitLayer::max_held_per_key); a caller that goes away
+    /// while held gives its place back, the layer's and the queue's: the charge made
+    /// for it is given back by its receipt, also when the caller left while the
+    /// reservation was still on its way to the store. On a client, this keeps outgoing calls under an upstream's limit.
     ///
     /// ```
     /// use std::time::Duration;
@@ -310,6 +351,7 @@ impl fmt::Debug for RateLimitLayer {
             .field("shadow", &self.shared.shadow)
             .field("decisions_extension", &self.shared.decisions_extension)
             .field("max_held", &self.shared.max_held)
+            .field("max_held_per_key", &self.shared.max_held_per_key)
             .finish_non_exhaustive()
     }
 }

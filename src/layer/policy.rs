@@ -230,9 +230,19 @@ impl Policy {
     /// [`Limiter::reserve`](crate::Limiter::reserve)). Beyond `max_wait` it is rejected
     /// at once and charged nothing. Overrides the layer's
     /// [`RateLimitLayer::wait`](crate::RateLimitLayer::wait). Held requests count
-    /// toward the layer's [`max_held`](crate::RateLimitLayer::max_held); a caller that
-    /// goes away while held gives its place back. Applies to requests this policy
-    /// limits alone (a request several policies limit is decided all-or-nothing, now).
+    /// toward the layer's [`max_held`](crate::RateLimitLayer::max_held) and, per key,
+    /// [`max_held_per_key`](crate::RateLimitLayer::max_held_per_key); a caller that
+    /// goes away while held, or while its reservation is on its way to the store,
+    /// gives back the charge made for its place, by its receipt. Applies to requests
+    /// this policy limits alone (a request several policies limit is decided
+    /// all-or-nothing, now).
+    ///
+    /// With an [`in_flight`](Policy::in_flight) limit, a request that finds no slot
+    /// free waits for one, up to `max_wait`: within one process, the requests
+    /// waiting for one key's slots get them in the order they came; across
+    /// processes sharing a store, a freed slot goes to whichever asks first (each
+    /// waiter asks again within 25 ms), so a waiter can be overtaken by other
+    /// processes' requests, at most until its `max_wait` runs out (then a 429).
     ///
     /// ```
     /// use std::time::Duration;

@@ -6,7 +6,7 @@ use http::StatusCode;
 use crate::Decision;
 use crate::layer::few::Checks;
 use crate::layer::shared::{Shared, View};
-use crate::limiter::spawn_refund;
+use crate::limiter::{Taken, spawn_refund, targets};
 
 /// Takes back, for each checked policy whose `count_when` does not count `status`,
 /// what the request's decision charged, by its receipt: a refund that arrives after
@@ -45,14 +45,11 @@ pub(super) fn refund_charges(
     checks: &Checks,
     decisions: &[Decision],
 ) {
-    for ((index, key, _, _), decision) in checks.iter().zip(decisions) {
-        if let Some(receipt) = decision.receipt
-            && let Some(refund) =
-                shared
-                    .limiter
-                    .refund_charge_later(&view.set, *index, *key, receipt, decision.quota)
-        {
-            spawn_refund(refund);
-        }
-    }
+    Taken::new(
+        shared.limiter.clone(),
+        view.set.clone(),
+        targets(checks),
+        decisions.to_vec(),
+    )
+    .give_back();
 }

@@ -1,8 +1,9 @@
 //! What every clone of the layer and of its service shares: the limiter and the
 //! options, and the count of requests held for their turn.
 
-use std::sync::Arc;
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use arc_swap::ArcSwap;
 use http::request::Parts;
@@ -10,8 +11,8 @@ use http::request::Parts;
 use crate::layer::fail_mode::FailMode;
 use crate::layer::headers::{HeaderPlan, HeaderStyle};
 use crate::layer::rejection::Rejection;
-use crate::limiter::{Pending, Set};
-use crate::{Limiter, Policy};
+use crate::limiter::{Pending, Set, SlotLines, Taken};
+use crate::{Key, Limiter, Policy};
 
 /// A request predicate of `allow` / `deny`.
 pub(crate) type Predicate = dyn Fn(&Parts) -> bool + Send + Sync;
@@ -37,7 +38,20 @@ pub(crate) struct Shared {
     pub(crate) wait: Option<std::time::Duration>,
     /// How many are held now, shared by every clone.
     pub(crate) held: Arc<AtomicUsize>,
+    /// The most requests held at once for one (policy, key).
+    pub(crate) max_held_per_key: usize,
+    /// How many are held now per (policy, key), shared by every clone; a key with
+    /// none held has no entry, so it never holds more entries than `max_held`.
+    pub(crate) held_per_key: Arc<Mutex<HeldPerKey>>,
+    /// Requests waiting for an in-flight slot, in line per key (wait mode).
+    pub(crate) slot_lines: Arc<SlotLines>,
 }
+
+/// Held requests per (policy name, key).
+pub(crate) type HeldPerKey = HashMap<Holder, usize, foldhash::fast::RandomState>;
+
+/// Whom a held request is held for: the policy that holds it and its key.
+pub(crate) type Holder = (&'static str, Key);
 
 /// What the layer decides one request with: one set of the limiter's policies (a
 /// reload while the request runs does not change it) and the headers planned for it.
@@ -94,12 +108,31 @@ impl Shared {
 }
 
 /// One of the layer's places for a held request, given back when dropped: when the
-/// request is passed on, or when its caller goes away while it waits.
-pub(crate) struct HeldSlot(Arc<AtomicUsize>);
+/// request is passed on, or when its caller goes away while it waits. It owns the
+/// charge made for the request's place: a request dropped before it is
+/// [`served`](HeldSlot::serve) (its client left) gives that back too, by its
+/// receipts.
+pub(crate) struct HeldSlot {
+    held: Arc<AtomicUsize>,
+    per_key: Arc<Mutex<HeldPerKey>>,
+    holder: Holder,
+    charge: Option<Taken>,
+}
 
 impl HeldSlot {
-    /// A place, if fewer than `shared.max_held` are taken.
-    pub(crate) fn take(shared: &Shared) -> Option<Self> {
+    /// A place for a request of `holder`, if fewer than `shared.max_held` are taken
+    /// and fewer than `shared.max_held_per_key` by `holder`.
+    pub(crate) fn take(shared: &Shared, holder: Holder) -> Option<Self> {
+        // The per-key count and the total change together under the map's lock: a
+        // held request is rare next to a decision, and waits far longer than this.
+        let mut per_key = shared
+            .held_per_key
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let mine = per_key.get(&holder).copied().unwrap_or(0);
+        if mine >= shared.max_held_per_key {
+            return None;
+        }
         // Only the count matters, not what other memory it orders: relaxed is enough
         // for a compare-and-swap to never let two requests take the last place.
         shared
@@ -108,12 +141,40 @@ impl HeldSlot {
                 (held < shared.max_held).then_some(held + 1)
             })
             .ok()?;
-        Some(Self(shared.held.clone()))
+        per_key.insert(holder, mine + 1);
+        Some(Self {
+            held: shared.held.clone(),
+            per_key: shared.held_per_key.clone(),
+            holder,
+            charge: None,
+        })
+    }
+
+    /// Owns `charge`, the charge made for the held request's place.
+    pub(crate) fn holding(mut self, charge: Taken) -> Self {
+        self.charge = Some(charge);
+        self
+    }
+
+    /// The request's turn came and it is passed on: its charge stands.
+    pub(crate) fn serve(&mut self) {
+        if let Some(charge) = self.charge.take() {
+            charge.keep();
+        }
     }
 }
 
 impl Drop for HeldSlot {
     fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::Relaxed);
+        // Not served: the caller left while held; its place goes back (`Taken`'s drop).
+        drop(self.charge.take());
+        let mut per_key = self.per_key.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(count) = per_key.get_mut(&self.holder) {
+            *count -= 1;
+            if *count == 0 {
+                per_key.remove(&self.holder);
+            }
+        }
+        self.held.fetch_sub(1, Ordering::Relaxed);
     }
 }

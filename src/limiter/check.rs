@@ -1,11 +1,13 @@
 //! The future of [`Limiter::check`](super::Limiter::check): on the memory store the
-//! decision is made and returned by its first poll.
+//! decision is made and returned by its first poll; on another, the store call is a
+//! [`Taking`]: a check dropped while its call is on the wire (a timeout, a cancelled
+//! task) gives back what the call charged when its reply arrives.
 
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
-use super::{Backend, Limiter, missing_decision, unknown_policy};
+use super::{Backend, Limiter, Taken, Taking, missing_decision, unknown_policy};
 use crate::store::{Charge, StoreFuture};
 use crate::{Decision, Key, Quota, StoreError};
 
@@ -22,8 +24,8 @@ pub(super) struct Check<'a> {
 
 pub(super) enum CheckState<'a> {
     Start,
-    /// A store that does I/O: its future, polled until it is ready.
-    Store(StoreFuture<'a, Decision>),
+    /// A store that does I/O: its call, polled until it is ready.
+    Store(Taking, std::marker::PhantomData<&'a ()>),
     Done,
 }
 
@@ -33,8 +35,8 @@ impl Future for Check<'_> {
     #[inline]
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = &mut *self;
-        if let CheckState::Store(future) = &mut this.state {
-            let poll = future.as_mut().poll(cx);
+        if let CheckState::Store(call, _) = &mut this.state {
+            let poll = Pin::new(call).poll(cx).map(only);
             if poll.is_ready() {
                 this.state = CheckState::Done;
             }
@@ -70,25 +72,44 @@ impl Future for Check<'_> {
                 })
             }
             Backend::Other(store) => {
-                // The future holds its set: a reload while it awaits the store does
-                // not change the limit it decides under.
+                // The call holds its set: a reload while it awaits the store does not
+                // change the limit it decides under. It owns what it needs, so that
+                // dropped on the wire it can run on and give its charge back.
                 let set = limiter.snapshot();
-                let mut future: StoreFuture<'_, Decision> = Box::pin(async move {
-                    let limit = limiter.resolve(&set, policy, quota)?;
+                let Some(index) = set.index_of(policy) else {
+                    return Poll::Ready(Err(unknown_policy(policy)));
+                };
+                let (caller, store, set_of_call, key) =
+                    (limiter.clone(), store.clone(), set.clone(), *key);
+                let call: StoreFuture<'static, Vec<Decision>> = Box::pin(async move {
+                    let limit = caller.with_quota(&set_of_call.limits[index], quota)?;
                     let charge = Charge {
                         limit: &limit,
-                        key,
+                        key: &key,
                         cost,
                     };
-                    let mut decisions = store.acquire(std::slice::from_ref(&charge)).await?;
-                    decisions.pop().ok_or_else(|| missing_decision(1, 0))
+                    let decisions = store.acquire(std::slice::from_ref(&charge)).await?;
+                    if decisions.len() == 1 {
+                        Ok(decisions)
+                    } else {
+                        Err(missing_decision(1, decisions.len()))
+                    }
                 });
-                let poll = future.as_mut().poll(cx);
+                let mut call = Taking::new(limiter.clone(), set, vec![(index, key)], call);
+                let poll = Pin::new(&mut call).poll(cx).map(only);
                 if poll.is_pending() {
-                    this.state = CheckState::Store(future);
+                    this.state = CheckState::Store(call, std::marker::PhantomData);
                 }
                 poll
             }
         }
     }
+}
+
+/// The one decision of a check, which its caller now owns.
+fn only(result: Result<Taken, StoreError>) -> Result<Decision, StoreError> {
+    result.and_then(|taken| {
+        let mut decisions = taken.keep();
+        decisions.pop().ok_or_else(|| missing_decision(1, 0))
+    })
 }

@@ -1,12 +1,24 @@
-//! Giving a charge back by its receipt, from the layer (`count_when`, held-cap
-//! refunds) and from a waiter that went away ([`Limiter::until_ready`]): at once on
-//! the memory store, in the background on another.
+//! Giving back what a store call took, by the receipts of its decisions: from the
+//! layer (`count_when`, held-cap refunds, a held request whose caller left) and from a
+//! waiter that went away ([`Limiter::until_ready`]): at once on the memory store, in
+//! the background on another.
+//!
+//! One mechanism for every call that takes something for a caller who may leave: the
+//! call is a [`Taking`] from before it is sent, and what it took a [`Taken`] from the
+//! instant its reply is read. Dropped while the call is on its way, a `Taking` lets the
+//! call finish in the background and gives back what it took; dropped before
+//! [`keep`](Taken::keep), a `Taken` gives it back. Each gives back once, by receipt:
+//! the store takes back only what of *that* charge it still counts, so a late give-back
+//! never returns a charge made since by someone else.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 
 use super::{Backend, Limiter, Set};
 use crate::store::{Charge, StoreFuture};
-use crate::{Key, Quota, Receipt};
+use crate::{Decision, Key, Quota, Receipt, StoreError};
 
 impl Limiter {
     /// Takes back the whole charge of `receipt`, made to `key` under the limit at
@@ -57,5 +69,143 @@ pub(crate) fn spawn_refund(refund: StoreFuture<'static, ()>) {
                 crate::observe::refund_failed(&error);
             }
         });
+    }
+}
+
+/// Where a taking call charges: for each of its decisions, in order, the limit's
+/// index in the set and the key.
+pub(crate) type Targets = Vec<(usize, Key)>;
+
+/// What a store call took for a caller, given back by its receipts when dropped
+/// before [`keep`](Taken::keep): the caller went away (a waiter cancelled, a held
+/// request whose client left) or will not use it (a request past the held cap).
+pub(crate) struct Taken {
+    limiter: Limiter,
+    set: Arc<Set>,
+    targets: Targets,
+    /// Empty once kept or given back: each charge goes back at most once.
+    decisions: Vec<Decision>,
+}
+
+impl Taken {
+    /// What `decisions` took, charged to `targets` under `set`.
+    pub(crate) fn new(
+        limiter: Limiter,
+        set: Arc<Set>,
+        targets: Targets,
+        decisions: Vec<Decision>,
+    ) -> Self {
+        Self {
+            limiter,
+            set,
+            targets,
+            decisions,
+        }
+    }
+
+    /// The decisions.
+    pub(crate) fn decisions(&self) -> &[Decision] {
+        &self.decisions
+    }
+
+    /// The caller uses what was taken: nothing goes back.
+    pub(crate) fn keep(mut self) -> Vec<Decision> {
+        std::mem::take(&mut self.decisions)
+    }
+
+    /// Gives back what was taken now (what dropping does; named for the reader).
+    #[cfg(feature = "layer")]
+    pub(crate) fn give_back(self) {
+        drop(self);
+    }
+}
+
+impl Drop for Taken {
+    fn drop(&mut self) {
+        let decisions = std::mem::take(&mut self.decisions);
+        for (&(index, key), decision) in self.targets.iter().zip(&decisions) {
+            // A denial charged nothing and has no receipt: nothing goes back.
+            if let Some(receipt) = decision.receipt
+                && let Some(refund) =
+                    self.limiter
+                        .refund_charge_later(&self.set, index, key, receipt, decision.quota)
+            {
+                spawn_refund(refund);
+            }
+        }
+    }
+}
+
+/// A store call that takes something (a charge, a reservation, an in-flight slot),
+/// owned from before it is sent. What it resolves to gives back what was taken when
+/// dropped (a [`Taken`], an in-flight slot); dropped while the call is on its way (its
+/// caller went away), the call runs on in the background and what it returns is
+/// dropped there, so it comes back when the reply arrives. A call never polled was
+/// never sent and is just dropped.
+///
+/// Without a Tokio runtime at the drop, the call cannot run on: it is dropped, and a
+/// store that had received it keeps what it took (no Tower or async caller drops a
+/// future outside its runtime).
+pub(crate) struct OnTheWire<T: Send + 'static> {
+    call: Option<StoreFuture<'static, T>>,
+    sent: bool,
+}
+
+/// A call that charges or reserves, resolving to what it took.
+pub(crate) type Taking = OnTheWire<Taken>;
+
+impl<T: Send + 'static> OnTheWire<T> {
+    /// `call`, not sent yet.
+    pub(crate) fn call(call: StoreFuture<'static, T>) -> Self {
+        Self {
+            call: Some(call),
+            sent: false,
+        }
+    }
+}
+
+impl OnTheWire<Taken> {
+    /// `call`, whose decisions charge `targets` under `set`.
+    pub(crate) fn new(
+        limiter: Limiter,
+        set: Arc<Set>,
+        targets: Targets,
+        call: StoreFuture<'static, Vec<Decision>>,
+    ) -> Self {
+        Self::call(Box::pin(async move {
+            let decisions = call.await?;
+            Ok(Taken::new(limiter, set, targets, decisions))
+        }))
+    }
+}
+
+impl<T: Send + 'static> Future for OnTheWire<T> {
+    type Output = Result<T, StoreError>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = &mut *self;
+        let call = this
+            .call
+            .as_mut()
+            .expect("a store call polled after it completed");
+        this.sent = true;
+        let result = std::task::ready!(call.as_mut().poll(cx));
+        this.call = None;
+        Poll::Ready(result)
+    }
+}
+
+impl<T: Send + 'static> Drop for OnTheWire<T> {
+    fn drop(&mut self) {
+        let (Some(call), true) = (self.call.take(), self.sent) else {
+            return;
+        };
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            // Nobody is left to use it: what it took goes back as it is dropped. (A
+            // call that failed took nothing this process can name.)
+            runtime.spawn(async move {
+                drop(call.await);
+            });
+        }
     }
 }

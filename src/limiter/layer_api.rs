@@ -1,16 +1,22 @@
 //! What the Tower layer asks of the limiter: decisions by limit index in one set of
 //! limits, without a future on the memory store, and refunds it runs in the background.
 
-use std::sync::Arc;
+use std::collections::{BTreeSet, HashMap};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use super::{Backend, Limiter, Resolved, Set, missing_decision};
+use tokio::sync::Notify;
+
+use super::give_back::OnTheWire;
+use super::{Backend, Limiter, Resolved, Set, Taking, missing_decision};
 use crate::store::{Charge, InFlightSlot, StoreFuture};
 use crate::{Decision, Key, Quota, StoreError};
 
-/// A decision the layer can take without awaiting (memory store), or a future for it.
+/// A decision the layer can take without awaiting (memory store), or the store call
+/// for it, which gives back what it took if the request goes away while it is on its
+/// way.
 pub(crate) enum Pending {
     Ready(Result<Vec<Decision>, StoreError>),
-    Waiting(StoreFuture<'static, Vec<Decision>>),
+    Waiting(Taking),
 }
 
 /// One policy's part of a request: its index in the set, the key, the cost, and the
@@ -33,41 +39,83 @@ impl Limiter {
     /// Takes one in-flight slot for each of `claims` (policy index in `set`, key,
     /// bound), all or none: synchronously on the memory store, else through a
     /// `'static` future. With `wait` (the layer's wait mode), a request that finds no
-    /// slot free tries again, backing off from 1 ms to 25 ms, until one frees or the
-    /// wait is over.
+    /// slot free waits in `lines`, this process's line for its first claim's key, and
+    /// once first in it tries again, backing off from 1 ms to 25 ms, until a slot
+    /// frees or its wait is over. A request that arrives while others wait for that
+    /// key joins the line behind them rather than try first: within one process,
+    /// waiters get slots in the order they came. Across processes sharing a store
+    /// nothing orders them: a freed slot goes to whichever process asks first, so a
+    /// waiter may be overtaken by another process's requests, never beyond its
+    /// `wait` (then it is refused).
     pub(crate) fn enter(
         &self,
         set: &Arc<Set>,
         claims: &[(usize, Key, u32)],
         wait: Option<std::time::Duration>,
+        lines: &Arc<SlotLines>,
     ) -> Entering {
+        let line = claims.first().map(|&(index, key, _)| (index, key));
+        // Others wait for this key here: behind them, not ahead.
+        let queued = wait.is_some() && line.is_some_and(|line| lines.waiting(&line));
         match &self.inner.backend {
             Backend::Memory(store) => {
-                let first = enter_memory(store, set, claims);
-                match (first, wait) {
-                    (Err(_), Some(wait)) => {
+                let first = if queued {
+                    Err(claims[0].0)
+                } else {
+                    enter_memory(store, set, claims)
+                };
+                match (first, wait, line) {
+                    (Err(_), Some(wait), Some(line)) => {
                         let (store, set, claims) = (store.clone(), set.clone(), claims.to_vec());
+                        let ticket = lines.join(line);
                         Entering::Waiting(Box::pin(async move {
-                            let mut tries = Retries::new(wait);
+                            let until = tokio::time::Instant::now() + wait;
+                            if !ticket.turn(until).await {
+                                return Ok(Err(claims[0].0));
+                            }
+                            let mut tries = Retries::until(until);
                             loop {
                                 let entry = enter_memory(&store, &set, &claims);
                                 if entry.is_ok() || !tries.wait().await {
+                                    // The ticket goes with this future: the next in
+                                    // line is first now.
                                     return Ok(entry);
                                 }
                             }
                         }))
                     }
-                    (entry, _) => Entering::Ready(Ok(entry)),
+                    (entry, _, _) => Entering::Ready(Ok(entry)),
                 }
             }
             Backend::Other(store) => {
                 let (store, set, claims) = (store.clone(), set.clone(), claims.to_vec());
+                // In line from the start when others wait; else after a first try.
+                let mut ticket = line.filter(|_| queued).map(|line| lines.join(line));
+                let lines = lines.clone();
                 Entering::Waiting(Box::pin(async move {
-                    let mut tries = wait.map(Retries::new);
+                    let until = wait.map(|wait| tokio::time::Instant::now() + wait);
+                    if let (Some(ticket), Some(until)) = (&ticket, until)
+                        && !ticket.turn(until).await
+                    {
+                        return Ok(Err(claims[0].0));
+                    }
+                    let mut tries = until.map(Retries::until);
                     loop {
-                        let entry = enter_store(store.as_ref(), &set, &claims).await?;
+                        let entry = enter_store(&store, &set, &claims).await?;
                         let again = match (&entry, &mut tries) {
-                            (Err(_), Some(tries)) => tries.wait().await,
+                            (Err(_), Some(tries)) => {
+                                if ticket.is_none()
+                                    && let Some(line) = line
+                                {
+                                    // No slot at the first try: in line, and wait
+                                    // for a turn behind any who came before.
+                                    let joined = ticket.insert(lines.join(line));
+                                    if !joined.turn(tries.until).await {
+                                        return Ok(entry);
+                                    }
+                                }
+                                tries.wait().await
+                            }
                             _ => false,
                         };
                         if !again {
@@ -112,10 +160,11 @@ impl Limiter {
                 Pending::Ready(result)
             }
             Backend::Other(store) => {
-                let (limiter, store, set) = (self.clone(), store.clone(), set.clone());
+                let (limiter, store, owned) = (self.clone(), store.clone(), set.clone());
                 let checks = checks.to_vec();
-                Pending::Waiting(Box::pin(async move {
-                    let limits = limiter.limits_of(&set, &checks)?;
+                let targets = targets(&checks);
+                let call: StoreFuture<'static, Vec<Decision>> = Box::pin(async move {
+                    let limits = limiter.limits_of(&owned, &checks)?;
                     let charges = charges(&checks, &limits);
                     let decisions = store.acquire(&charges).await?;
                     if decisions.len() == charges.len() {
@@ -123,7 +172,8 @@ impl Limiter {
                     } else {
                         Err(missing_decision(charges.len(), decisions.len()))
                     }
-                }))
+                });
+                Pending::Waiting(Taking::new(self.clone(), set.clone(), targets, call))
             }
         }
     }
@@ -151,23 +201,32 @@ impl Limiter {
                 }))
             }
             Backend::Other(store) => {
-                let (limiter, store, set) = (self.clone(), store.clone(), set.clone());
+                let (limiter, store, owned) = (self.clone(), store.clone(), set.clone());
                 let (index, key, cost, quota) = (*index, *key, *cost, *quota);
-                Pending::Waiting(Box::pin(async move {
-                    let limit = limiter.with_quota(&set.limits[index], quota)?;
+                let call: StoreFuture<'static, Vec<Decision>> = Box::pin(async move {
+                    let limit = limiter.with_quota(&owned.limits[index], quota)?;
                     let charge = Charge {
                         limit: &limit,
                         key: &key,
                         cost,
                     };
                     Ok(vec![store.reserve(charge, max_wait).await?])
-                }))
+                });
+                let targets = vec![(index, key)];
+                Pending::Waiting(Taking::new(self.clone(), set.clone(), targets, call))
             }
         }
     }
 }
 
-/// One attempt at every slot of `claims` on the memory store.
+/// Where each of `checks` charges: its limit's index and its key.
+pub(crate) fn targets(checks: &[LayerCheck]) -> super::give_back::Targets {
+    checks
+        .iter()
+        .map(|(index, key, _, _)| (*index, *key))
+        .collect()
+}
+
 /// The charges of `checks`, each under its limit in `limits` (`Limiter::limits_of`).
 fn charges<'c>(checks: &'c [LayerCheck], limits: &'c [Resolved<'_>]) -> Vec<Charge<'c>> {
     checks
@@ -181,6 +240,7 @@ fn charges<'c>(checks: &'c [LayerCheck], limits: &'c [Resolved<'_>]) -> Vec<Char
         .collect()
 }
 
+/// One attempt at every slot of `claims` on the memory store.
 fn enter_memory(store: &crate::MemoryStore, set: &Set, claims: &[(usize, Key, u32)]) -> Entry {
     let mut slots = Vec::with_capacity(claims.len());
     for &(index, key, max) in claims {
@@ -192,18 +252,22 @@ fn enter_memory(store: &crate::MemoryStore, set: &Set, claims: &[(usize, Key, u3
     Ok(slots)
 }
 
-/// One attempt at every slot of `claims` on another store.
+/// One attempt at every slot of `claims` on another store. Each slot's call is
+/// owned from before it is sent: a request dropped while one is on its way (its client
+/// left) lets it run on, and the slot it gets is given back at once, not kept until
+/// its lease expires; the slots taken before it go back as they are dropped.
 async fn enter_store(
-    store: &dyn crate::store::Store,
-    set: &Set,
+    store: &Arc<dyn crate::store::Store>,
+    set: &Arc<Set>,
     claims: &[(usize, Key, u32)],
 ) -> Result<Entry, StoreError> {
     let mut slots = Vec::with_capacity(claims.len());
     for &(index, key, max) in claims {
-        match store
-            .acquire_in_flight(&set.limits[index], &key, max)
-            .await?
-        {
+        let (store, set) = (store.clone(), set.clone());
+        let call = OnTheWire::call(Box::pin(async move {
+            store.acquire_in_flight(&set.limits[index], &key, max).await
+        }));
+        match call.await? {
             Some(slot) => slots.push(slot),
             None => return Ok(Err(index)),
         }
@@ -212,17 +276,17 @@ async fn enter_store(
 }
 
 /// The waits between a waiting request's tries for an in-flight slot: 1 ms, doubling
-/// up to 25 ms, until `wait` is over. A slot frees when a response body ends, which no
-/// store announces (on Redis, in another process), so the request asks again.
+/// up to 25 ms, until its wait is over. A slot frees when a response body ends, which
+/// no store announces (on Redis, in another process), so the request asks again.
 struct Retries {
     until: tokio::time::Instant,
     next: std::time::Duration,
 }
 
 impl Retries {
-    fn new(wait: std::time::Duration) -> Self {
+    fn until(until: tokio::time::Instant) -> Self {
         Self {
-            until: tokio::time::Instant::now() + wait,
+            until,
             next: std::time::Duration::from_millis(1),
         }
     }
@@ -236,5 +300,110 @@ impl Retries {
         tokio::time::sleep(self.next.min(self.until - now)).await;
         self.next = (self.next * 2).min(std::time::Duration::from_millis(25));
         true
+    }
+}
+
+/// This process's requests waiting for an in-flight slot, in line per (policy index,
+/// key): each line serves its tickets in the order they were taken. Shared by every
+/// clone of a layer; a key with nobody waiting has no line.
+#[derive(Debug, Default)]
+pub(crate) struct SlotLines(Mutex<HashMap<(usize, Key), Line, foldhash::fast::RandomState>>);
+
+/// One key's line.
+#[derive(Debug)]
+struct Line {
+    /// The next ticket to hand out.
+    next: u64,
+    /// The ticket whose turn it is.
+    serving: u64,
+    /// Tickets given up before their turn (their waiters left or ran out of time):
+    /// skipped when the line moves.
+    gone: BTreeSet<u64>,
+    /// Wakes the line when it moves.
+    moved: Arc<Notify>,
+}
+
+impl SlotLines {
+    fn lock(&self) -> MutexGuard<'_, HashMap<(usize, Key), Line, foldhash::fast::RandomState>> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Whether requests wait in `line`.
+    fn waiting(&self, line: &(usize, Key)) -> bool {
+        self.lock().contains_key(line)
+    }
+
+    /// A ticket at the end of `line`.
+    fn join(self: &Arc<Self>, line: (usize, Key)) -> Ticket {
+        let mut lines = self.lock();
+        let entry = lines.entry(line).or_insert_with(|| Line {
+            next: 0,
+            serving: 0,
+            gone: BTreeSet::new(),
+            moved: Arc::new(Notify::new()),
+        });
+        let number = entry.next;
+        entry.next += 1;
+        Ticket {
+            lines: self.clone(),
+            line,
+            number,
+            moved: entry.moved.clone(),
+        }
+    }
+}
+
+/// A place in a key's line for an in-flight slot; dropped (served, refused, or its
+/// request gone), the line moves past it.
+struct Ticket {
+    lines: Arc<SlotLines>,
+    line: (usize, Key),
+    number: u64,
+    moved: Arc<Notify>,
+}
+
+impl Ticket {
+    fn first(&self) -> bool {
+        self.lines
+            .lock()
+            .get(&self.line)
+            .is_some_and(|line| line.serving == self.number)
+    }
+
+    /// Waits until this ticket is first in its line; `false` if `until` came first.
+    async fn turn(&self, until: tokio::time::Instant) -> bool {
+        loop {
+            let moved = self.moved.notified();
+            let mut moved = std::pin::pin!(moved);
+            // Registered before looking: a move between the look and the wait wakes it.
+            moved.as_mut().enable();
+            if self.first() {
+                return true;
+            }
+            if tokio::time::timeout_at(until, moved).await.is_err() {
+                return self.first();
+            }
+        }
+    }
+}
+
+impl Drop for Ticket {
+    fn drop(&mut self) {
+        let mut lines = self.lines.lock();
+        let Some(line) = lines.get_mut(&self.line) else {
+            return;
+        };
+        if line.serving != self.number {
+            line.gone.insert(self.number);
+            return;
+        }
+        line.serving += 1;
+        while line.gone.remove(&line.serving) {
+            line.serving += 1;
+        }
+        if line.serving == line.next {
+            lines.remove(&self.line);
+        }
+        self.moved.notify_waiters();
     }
 }

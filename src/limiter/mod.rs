@@ -11,9 +11,11 @@ mod wait;
 
 pub use builder::LimiterBuilder;
 pub use entry::CheckEntry;
-pub(crate) use give_back::spawn_refund;
 #[cfg(feature = "layer")]
-pub(crate) use layer_api::{Entering, Entry, LayerCheck, Pending};
+pub(crate) use give_back::spawn_refund;
+pub(crate) use give_back::{Taken, Taking};
+#[cfg(feature = "layer")]
+pub(crate) use layer_api::{Entering, Entry, LayerCheck, Pending, SlotLines, targets};
 pub(crate) use set::Set;
 
 use std::collections::HashMap;

@@ -1,13 +1,13 @@
 //! Waiting instead of rejecting: [`Limiter::reserve`] takes a request's place in its
 //! key's queue, [`Limiter::until_ready`] also waits for it, and gives the place back
-//! if it is dropped while waiting.
+//! if it is dropped while waiting, or while its reserve call is on its way; the `_with`
+//! forms do the same, and [`Limiter::peek_with`] peeks, under a caller's own quota.
 
-use std::sync::Arc;
 use std::time::Duration;
 
-use super::{Backend, Limiter, Set, spawn_refund, unknown_policy};
+use super::{Backend, Limiter, Taken, Taking, missing_decision, unknown_policy};
 use crate::store::Charge;
-use crate::{Decision, Key, StoreError};
+use crate::{Decision, Key, Quota, StoreError};
 
 impl Limiter {
     /// Reserves `cost` for `key` under `policy`, to proceed within `max_wait`.
@@ -25,7 +25,9 @@ impl Limiter {
     /// them. A reservation the caller no longer wants goes back with
     /// [`refund_charge`](Limiter::refund_charge) of its decision; [`until_ready`](
     /// Limiter::until_ready) does that by itself when it is dropped. The capacity comes
-    /// back; the queue does not move its later places earlier.
+    /// back; the queue does not move its later places earlier. A `reserve` dropped
+    /// before it returned (its call on its way to a remote store) gives its place back
+    /// by itself when the reply arrives: the caller never saw the decision to refund.
     ///
     /// ```
     /// use std::time::Duration;
@@ -60,17 +62,51 @@ impl Limiter {
         cost: u32,
         max_wait: Duration,
     ) -> Result<Decision, StoreError> {
-        let set = self.snapshot();
-        let limit = set.find(policy).ok_or_else(|| unknown_policy(policy))?;
-        let charge = Charge {
-            limit,
-            key,
-            cost: u64::from(cost),
-        };
-        match &self.inner.backend {
-            Backend::Memory(store) => Ok(store.reserve_now(&charge, max_wait)),
-            Backend::Other(store) => store.reserve(charge, max_wait).await,
-        }
+        let taken = self.take_place(policy, key, cost, None, max_wait).await?;
+        only(taken.keep())
+    }
+
+    /// [`reserve`](Limiter::reserve) under the caller's own `quota` (a plan's, as
+    /// [`check_with`](Limiter::check_with) takes it): the place is in the queue the
+    /// caller's checks count in, so a plan caller waits by its plan, not by the
+    /// limit's quota. A quota the limit's algorithm or the store cannot count exactly
+    /// is an error, as for `check_with`.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{Key, Limit, Limiter, ManualClock, MemoryStore, Quota};
+    /// # tokio::runtime::Builder::new_current_thread().build()?.block_on(async {
+    /// let clock = ManualClock::new(Duration::from_secs(1_700_000_000));
+    /// let limiter = Limiter::builder()
+    ///     .limit(Limit::new("api", Quota::per_second(1))?) // the free tier
+    ///     .store(MemoryStore::with_clock(clock))
+    ///     .build()?;
+    /// let key = Key::from("customer-42");
+    /// let pro = Quota::per_second(10); // this caller's plan
+    /// let wait = Duration::from_secs(1);
+    /// let mut delays = Vec::new();
+    /// for _ in 0..12 {
+    ///     delays.push(limiter.reserve_with("api", &key, 1, pro, wait).await?.delay);
+    /// }
+    /// // Its plan's burst of 10 at once, then one place every 100 ms.
+    /// assert_eq!(delays[9], Duration::ZERO);
+    /// assert_eq!(delays[10..], [100, 200].map(Duration::from_millis));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// # })?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub async fn reserve_with(
+        &self,
+        policy: &str,
+        key: &Key,
+        cost: u32,
+        quota: Quota,
+        max_wait: Duration,
+    ) -> Result<Decision, StoreError> {
+        let taken = self
+            .take_place(policy, key, cost, Some(quota), max_wait)
+            .await?;
+        only(taken.keep())
     }
 
     /// Waits until `cost` may proceed for `key` under `policy`, at most `max_wait`:
@@ -79,7 +115,12 @@ impl Limiter {
     /// says when it could, if that is beyond `max_wait` (nothing charged).
     ///
     /// A waiter that is dropped before its time (a cancelled task, a `select!` that
-    /// took another branch) gives its reservation back. For a client staying under a
+    /// took another branch, a timeout) gives its reservation back, by its receipt, so
+    /// no one else's charge: while it sleeps at once (memory) or in the background
+    /// (another store); while its reserve call is still on its way to the store, the
+    /// call runs on in the background and its place goes back when the reply arrives.
+    /// The capacity comes back; later places are not moved earlier. For a client
+    /// staying under a
     /// third party's limit, say:
     ///
     /// ```
@@ -107,53 +148,141 @@ impl Limiter {
         cost: u32,
         max_wait: Duration,
     ) -> Result<Decision, StoreError> {
+        self.wait_for_place(policy, key, cost, None, max_wait).await
+    }
+
+    /// [`until_ready`](Limiter::until_ready) under the caller's own `quota` (see
+    /// [`reserve_with`](Limiter::reserve_with)); cancelled, it gives its place back
+    /// just the same.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{Key, Limit, Limiter, Quota};
+    /// # tokio::runtime::Builder::new_current_thread().enable_time().start_paused(true).build()?.block_on(async {
+    /// let limiter = Limiter::builder().limit(Limit::new("upstream", Quota::per_second(1))?).build()?;
+    /// let host = Key::from("api.example.com");
+    /// let contract = Quota::per_second(10); // what this host allows us
+    /// let started = tokio::time::Instant::now();
+    /// for _ in 0..12 {
+    ///     let d = limiter.until_ready_with("upstream", &host, 1, contract, Duration::from_secs(5)).await?;
+    ///     assert!(d.allowed);
+    /// }
+    /// // 10 at once, then one every 100 ms: by the contract, not by 1/s.
+    /// assert!(started.elapsed() >= Duration::from_millis(200));
+    /// assert!(started.elapsed() < Duration::from_secs(1));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// # })?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub async fn until_ready_with(
+        &self,
+        policy: &str,
+        key: &Key,
+        cost: u32,
+        quota: Quota,
+        max_wait: Duration,
+    ) -> Result<Decision, StoreError> {
+        self.wait_for_place(policy, key, cost, Some(quota), max_wait)
+            .await
+    }
+
+    /// [`peek`](Limiter::peek) under the caller's own `quota`: what a cost-0
+    /// [`check_with`](Limiter::check_with) returns, its numbers those of the caller's
+    /// plan, charging nothing.
+    ///
+    /// ```
+    /// use tollgate::{Key, Limiter, Limit, Quota};
+    /// # tokio::runtime::Builder::new_current_thread().build()?.block_on(async {
+    /// let limiter = Limiter::builder().limit(Limit::new("api", Quota::per_minute(10))?).build()?;
+    /// let key = Key::from("customer-42");
+    /// let pro = Quota::per_minute(1_000);
+    /// limiter.check_with("api", &key, 3, pro).await?;
+    /// let d = limiter.peek_with("api", &key, pro).await?;
+    /// assert_eq!((d.allowed, d.limit, d.remaining), (true, 1_000, 997));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// # })?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub async fn peek_with(
+        &self,
+        policy: &str,
+        key: &Key,
+        quota: Quota,
+    ) -> Result<Decision, StoreError> {
         let set = self.snapshot();
-        let decision = self.reserve(policy, key, cost, max_wait).await?;
-        if !decision.allowed || decision.delay.is_zero() {
-            return Ok(decision);
+        let limit = self.resolve(&set, policy, Some(quota))?;
+        match &self.inner.backend {
+            Backend::Memory(store) => Ok(store.peek_now(&limit, key)),
+            Backend::Other(store) => store.peek(&limit, key).await,
         }
-        let place = Place {
-            limiter: self,
-            set,
-            key: *key,
-            decision: Some(decision.clone()),
+    }
+
+    /// Reserves a place (under `quota` when given) and sleeps until it comes. What
+    /// the reservation took is owned from before its call is sent: dropped on the
+    /// way, or while asleep, it goes back.
+    async fn wait_for_place(
+        &self,
+        policy: &str,
+        key: &Key,
+        cost: u32,
+        quota: Option<Quota>,
+        max_wait: Duration,
+    ) -> Result<Decision, StoreError> {
+        let taken = self.take_place(policy, key, cost, quota, max_wait).await?;
+        let delay = match taken.decisions() {
+            [decision] if decision.allowed => decision.delay,
+            _ => Duration::ZERO,
         };
-        tokio::time::sleep(decision.delay).await;
-        place.keep();
-        Ok(decision)
+        if !delay.is_zero() {
+            tokio::time::sleep(delay).await;
+        }
+        only(taken.keep())
     }
 
-    /// Gives back what `decision` reserved for `key` in `set`: at once on the memory
-    /// store, in the background on another.
-    fn give_back(&self, set: &Arc<Set>, key: Key, decision: &Decision) {
-        let (Some(receipt), Some(index)) = (decision.receipt(), set.index_of(decision.policy))
-        else {
-            return;
-        };
-        if let Some(refund) = self.refund_charge_later(set, index, key, receipt, decision.quota) {
-            spawn_refund(refund);
+    /// Reserves `cost` for `key` under `policy` (under `quota` when given) within
+    /// `max_wait`: on the memory store at once, on another through a [`Taking`] call,
+    /// which gives back what it took if it is dropped on its way.
+    async fn take_place(
+        &self,
+        policy: &str,
+        key: &Key,
+        cost: u32,
+        quota: Option<Quota>,
+        max_wait: Duration,
+    ) -> Result<Taken, StoreError> {
+        let set = self.snapshot();
+        let index = set.index_of(policy).ok_or_else(|| unknown_policy(policy))?;
+        let targets = vec![(index, *key)];
+        match &self.inner.backend {
+            Backend::Memory(store) => {
+                let limit = self.with_quota(&set.limits[index], quota)?;
+                let charge = Charge {
+                    limit: &limit,
+                    key,
+                    cost: u64::from(cost),
+                };
+                let decision = store.reserve_now(&charge, max_wait);
+                drop(limit);
+                Ok(Taken::new(self.clone(), set, targets, vec![decision]))
+            }
+            Backend::Other(store) => {
+                let (limiter, store, owned, key) = (self.clone(), store.clone(), set.clone(), *key);
+                let call = Box::pin(async move {
+                    let limit = limiter.with_quota(&owned.limits[index], quota)?;
+                    let charge = Charge {
+                        limit: &limit,
+                        key: &key,
+                        cost: u64::from(cost),
+                    };
+                    Ok(vec![store.reserve(charge, max_wait).await?])
+                });
+                Taking::new(self.clone(), set, targets, call).await
+            }
         }
     }
 }
 
-/// A reservation being waited for: given back if dropped before [`keep`](Place::keep).
-struct Place<'a> {
-    limiter: &'a Limiter,
-    set: Arc<Set>,
-    key: Key,
-    decision: Option<Decision>,
-}
-
-impl Place<'_> {
-    fn keep(mut self) {
-        self.decision = None;
-    }
-}
-
-impl Drop for Place<'_> {
-    fn drop(&mut self) {
-        if let Some(decision) = self.decision.take() {
-            self.limiter.give_back(&self.set, self.key, &decision);
-        }
-    }
+/// The one decision of a reservation.
+fn only(mut decisions: Vec<Decision>) -> Result<Decision, StoreError> {
+    decisions.pop().ok_or_else(|| missing_decision(1, 0))
 }

@@ -321,3 +321,122 @@ fn a_flood_of_keys_cannot_grow_the_lease_table_past_its_bound() {
         assert!(store.leases() <= 64, "{} leases", store.leases());
     }
 }
+
+// ---------------------------------------------------------------------------------------
+// Operators reach leases at once: a block, reset or penalty through a `LeasedStore`
+// drops the key's local slices in the calling process before it returns.
+// ---------------------------------------------------------------------------------------
+
+/// 1000/h fixed window on one leased memory store, slices of 64 (the cap with one
+/// process), and the store; the clock stands still.
+fn operated() -> (LeasedStore<MemoryStore>, Limiter) {
+    let clock = ManualClock::new(Duration::from_micros(BASE_US));
+    let store = LeasedStore::builder(MemoryStore::with_clock(clock.clone()))
+        .clock(clock)
+        .processes(1)
+        .expect("processes")
+        .sizing(SliceSizing::Fixed(64))
+        .expect("sizing")
+        .build();
+    let limiter = Limiter::builder()
+        .policy(
+            Policy::new("api", Quota::per_hour(1_000))
+                .expect("policy")
+                .algorithm(Algorithm::FixedWindow),
+        )
+        .store(store.clone())
+        .build()
+        .expect("limiter");
+    (store, limiter)
+}
+
+/// Nine requests: one slice of 64 charged, 55 parked in the lease.
+fn park_55(store: &LeasedStore<MemoryStore>, limiter: &Limiter, key: &Key) {
+    for _ in 0..9 {
+        assert!(
+            immediate(limiter.check("api", key, 1))
+                .expect("memory")
+                .allowed
+        );
+    }
+    assert_eq!(store.held(), 55);
+}
+
+fn admitted(limiter: &Limiter, key: &Key, tries: usize) -> usize {
+    (0..tries)
+        .filter(|_| {
+            immediate(limiter.check("api", key, 1))
+                .expect("memory")
+                .allowed
+        })
+        .count()
+}
+
+#[test]
+fn a_leased_block_admits_nothing_more_in_the_process_that_set_it() {
+    let (store, limiter) = operated();
+    let key = Key::from("mallory");
+    park_55(&store, &limiter, &key);
+    immediate(limiter.block("api", &key, Duration::from_secs(3_600))).expect("memory");
+    assert_eq!(store.held(), 0);
+    // Before the fix: the 55 parked units were admitted at the same instant.
+    assert_eq!(admitted(&limiter, &key, 100), 0);
+}
+
+#[test]
+fn a_leased_reset_admits_a_fresh_quota_and_no_parked_unit_on_top() {
+    let (store, limiter) = operated();
+    let key = Key::from("alice");
+    park_55(&store, &limiter, &key);
+    immediate(limiter.reset("api", &key)).expect("memory");
+    assert_eq!(store.held(), 0);
+    // Before the fix: 1 055 at the reset instant.
+    assert_eq!(admitted(&limiter, &key, 2_000), 1_000);
+}
+
+#[test]
+fn a_leased_penalty_is_not_spent_around_from_the_lease() {
+    let (store, limiter) = operated();
+    let key = Key::from("mallory");
+    park_55(&store, &limiter, &key);
+    // 64 counted + 1 000 owed: nothing left in this window.
+    let after = immediate(limiter.penalize("api", &key, 1_000)).expect("memory");
+    assert_eq!(after.remaining, 0);
+    assert_eq!(store.held(), 0);
+    assert_eq!(admitted(&limiter, &key, 100), 0);
+}
+
+#[test]
+fn a_leased_block_drops_the_leases_of_plan_callers_too() {
+    let (store, limiter) = operated();
+    let key = Key::from("mallory");
+    let plan = Quota::per_hour(10_000);
+    for _ in 0..9 {
+        assert!(
+            immediate(limiter.check_with("api", &key, 1, plan))
+                .expect("memory")
+                .allowed
+        );
+    }
+    assert_eq!(store.held(), 55);
+    immediate(limiter.block("api", &key, Duration::from_secs(3_600))).expect("memory");
+    // The plan caller's lease (another quota, another lease) is gone too; whether
+    // the store's block reaches the plan caller's own record is the store's part.
+    assert_eq!(store.held(), 0);
+}
+
+#[test]
+fn other_keys_keep_their_leases_through_an_operators_call() {
+    let (store, limiter) = operated();
+    let (mallory, alice) = (Key::from("mallory"), Key::from("alice"));
+    park_55(&store, &limiter, &alice);
+    immediate(limiter.block("api", &mallory, Duration::from_secs(3_600))).expect("memory");
+    assert_eq!(store.held(), 55);
+    let calls = store.store_calls();
+    assert_eq!(admitted(&limiter, &alice, 55), 55);
+    assert_eq!(
+        store.store_calls(),
+        calls,
+        "spent from the lease, no store call"
+    );
+}

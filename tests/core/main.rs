@@ -6,6 +6,7 @@
 //! `cargo test --test core eviction::`.
 
 mod bounds;
+mod cancel;
 mod clock_faults;
 mod concurrency;
 mod eviction;

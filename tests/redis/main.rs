@@ -15,6 +15,7 @@
 //! memory and HTTP tests also run in builds without the `redis` feature.
 
 mod block_cache;
+mod cancel;
 mod clock_faults;
 mod exactness;
 mod faults;

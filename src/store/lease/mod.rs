@@ -293,9 +293,20 @@ impl<S: Store> LeaseBuilder<S> {
 /// looser, than asking. A `check_all` of several policies, a cost-0 peek, and the
 /// sliding log go to `S` as they would without leases.
 ///
-/// Blocks set by another process (or an operator's refund there) reach this one when
-/// its lease ends, within `max_lease`. Nothing is returned on drop (a return is a
-/// store call): call [`release_all`](LeasedStore::release_all) at shutdown.
+/// An operator's [`block`](crate::Limiter::block), [`reset`](crate::Limiter::reset)
+/// or [`penalize`](crate::Limiter::penalize) through this store drops the key's
+/// leases here (under every quota of the limit, plan callers' too) before it
+/// returns: after a block this process admits nothing more for the key, after a
+/// reset at most a fresh quota. The dropped units are not returned (they are blocked,
+/// forgotten by the store, or owed). Other processes see the call when their leases
+/// end, within their `max_lease`: until then each may still spend the units it held
+/// when the call was made, so right after a reset the key may admit a fresh quota
+/// plus the units other processes had parked (each slice at most
+/// `capacity / (4 × processes)`, together under a quarter of the capacity with
+/// [`processes`](LeaseBuilder::processes) set right). Blocks set by another process
+/// (or an operator's refund there) likewise reach this one within `max_lease`.
+/// Nothing is returned on drop (a return is a store call): call
+/// [`release_all`](LeasedStore::release_all) at shutdown.
 ///
 /// ```
 /// use std::time::Duration;
@@ -573,9 +584,28 @@ impl<S: Store> LeasedStore<S> {
         self.inner.latest.fetch_max(now, Ordering::Relaxed).max(now)
     }
 
+    /// The shard of `slot`: chosen by its name and key only, so that every lease of
+    /// one (limit name, key), whatever quota it was charged under (a plan caller's
+    /// own), lives in one shard, where an operator's call finds them all.
     fn shard(&self, slot: &Slot) -> &Mutex<Shard> {
-        let hash = self.inner.hasher.hash_one(slot);
+        self.shard_of(slot.name, &slot.key)
+    }
+
+    fn shard_of(&self, name: &str, key: &Key) -> &Mutex<Shard> {
+        let hash = self.inner.hasher.hash_one((name, key));
         &self.inner.shards[(hash >> 32) as usize % SHARDS]
+    }
+
+    /// Drops every local lease, cached denial and slice on its way for `key` under the
+    /// limit named `name` (any quota it was charged under), without returning their
+    /// units: an operator's block, reset or penalty makes them wrong to spend (blocked,
+    /// forgotten by the store, or owed), and returning units by a receipt from before a
+    /// reset could take back charges made after it. A slice still on its way finds its
+    /// entry gone and installs nothing (see [`install`](Self::install)).
+    fn forget(&self, name: &str, key: &Key) {
+        lock(self.shard_of(name, key))
+            .entries
+            .retain(|slot, _| !(slot.key == *key && slot.name == name));
     }
 
     /// Returns a window lease's unused units to the backing store; how many it sent
@@ -656,7 +686,9 @@ impl<S: Store> LeasedStore<S> {
                         notify,
                         done: false,
                     };
-                    let decision = self.charge_slice(charge, slice, &slot).await;
+                    let decision = self
+                        .charge_slice(charge, slice, &slot, &refill.notify)
+                        .await;
                     refill.done = true;
                     refill.finish();
                     return decision;
@@ -790,6 +822,7 @@ impl<S: Store> LeasedStore<S> {
         charge: &Charge<'_>,
         slice: u64,
         slot: &Slot,
+        refill: &Arc<Notify>,
     ) -> Result<Decision, StoreError> {
         let cost = charge.cost;
         let sent = self.now();
@@ -800,12 +833,22 @@ impl<S: Store> LeasedStore<S> {
             decision = self.acquire_one(charge, cost).await?;
         }
         let answered = self.now();
-        if self.install(&mut decision, charge, charged, (sent, answered), slot) {
+        if self.install(
+            &mut decision,
+            charge,
+            charged,
+            (sent, answered),
+            (slot, refill),
+        ) {
             Ok(decision)
         } else {
-            // Evicted meanwhile: nothing to install; unused units go straight back.
-            self.unlease(decision, charge, charged, (sent, answered))
-                .await
+            // Forgotten meanwhile by an operator's call (block, reset, penalize): the
+            // request keeps its cost, decided before the call reached the store; the
+            // rest of the slice is neither installed nor returned (see `forget`).
+            if let Some(receipt) = decision.receipt {
+                decision.receipt = receipt.with_cost(charge.cost);
+            }
+            Ok(decision)
         }
     }
 
@@ -834,19 +877,25 @@ impl<S: Store> LeasedStore<S> {
     }
 
     /// Installs the lease (or the denial) a charge of `charged` units answered, and
-    /// turns the store's decision into the request's; `false` if the key has left the
-    /// table meanwhile.
+    /// turns the store's decision into the request's; `false` if the key's entry this
+    /// charge refills has left the table meanwhile (an operator's call forgot it; a
+    /// new entry for the key is not this charge's to fill).
     fn install(
         &self,
         decision: &mut Decision,
         charge: &Charge<'_>,
         charged: u64,
         (sent, answered): (u64, u64),
-        slot: &Slot,
+        (slot, refill): (&Slot, &Arc<Notify>),
     ) -> bool {
         let cost = charge.cost;
         let mut shard = lock(self.shard(slot));
-        let Some(entry) = shard.entries.get_mut(slot) else {
+        let Some(entry) = shard.entries.get_mut(slot).filter(|entry| {
+            entry
+                .refill
+                .as_ref()
+                .is_some_and(|r| Arc::ptr_eq(r, refill))
+        }) else {
             return false;
         };
         entry.left = Some(decision.remaining);
@@ -869,38 +918,6 @@ impl<S: Store> LeasedStore<S> {
             entry.denied = Some(denial);
         }
         true
-    }
-
-    /// A slice charged for a key evicted while the charge was in flight: the request
-    /// keeps its cost, the rest goes back at once.
-    async fn unlease(
-        &self,
-        mut decision: Decision,
-        charge: &Charge<'_>,
-        charged: u64,
-        (sent, answered): (u64, u64),
-    ) -> Result<Decision, StoreError> {
-        let cost = charge.cost;
-        if let (true, Some(receipt)) = (decision.allowed && charged > cost, decision.receipt)
-            && let Some(kind) = Kind::of(charge.limit.params(), receipt.at_us())
-        {
-            let lease = Lease::new(
-                kind,
-                receipt,
-                cost,
-                (sent, answered),
-                0,
-                self.inner.max_lease_us,
-            );
-            let release = Release {
-                limit: charge.limit.clone(),
-                key: *charge.key,
-                lease,
-            };
-            let _ = self.give_back(release, answered).await;
-            decision.receipt = receipt.with_cost(cost);
-        }
-        Ok(decision)
     }
 
     async fn acquire_one(&self, charge: &Charge<'_>, cost: u64) -> Result<Decision, StoreError> {
@@ -1118,15 +1135,23 @@ impl<S: Store> Store for LeasedStore<S> {
     }
 
     // Operators' calls, reservations and in-flight slots go to the store itself: they
-    // are not spent from leases. A block reaches this process's leases within
-    // `max_lease`, as any block set elsewhere does.
+    // are not spent from leases. A block, reset or penalty made through this store
+    // drops the key's leases here before it returns (`forget`): before the call, so
+    // that nothing more is spent from them, and after it, for a slice charged while
+    // the call was on its way. Other processes' leases see it when they end, within
+    // their `max_lease`.
 
     fn peek<'a>(&'a self, limit: &'a Limit, key: &'a Key) -> StoreFuture<'a, Decision> {
         self.inner.store.peek(limit, key)
     }
 
     fn reset<'a>(&'a self, limit: &'a Limit, key: &'a Key) -> StoreFuture<'a, ()> {
-        self.inner.store.reset(limit, key)
+        Box::pin(async move {
+            self.forget(limit.name(), key);
+            let result = self.inner.store.reset(limit, key).await;
+            self.forget(limit.name(), key);
+            result
+        })
     }
 
     fn block<'a>(
@@ -1135,11 +1160,22 @@ impl<S: Store> Store for LeasedStore<S> {
         key: &'a Key,
         duration: Duration,
     ) -> StoreFuture<'a, Decision> {
-        self.inner.store.block(limit, key, duration)
+        Box::pin(async move {
+            self.forget(limit.name(), key);
+            let result = self.inner.store.block(limit, key, duration).await;
+            self.forget(limit.name(), key);
+            result
+        })
     }
 
     fn penalize<'a>(&'a self, charge: Charge<'a>) -> StoreFuture<'a, Decision> {
-        self.inner.store.penalize(charge)
+        Box::pin(async move {
+            let (name, key) = (charge.limit.name(), *charge.key);
+            self.forget(name, &key);
+            let result = self.inner.store.penalize(charge).await;
+            self.forget(name, &key);
+            result
+        })
     }
 
     fn reserve<'a>(&'a self, charge: Charge<'a>, max_wait: Duration) -> StoreFuture<'a, Decision> {
