@@ -184,12 +184,10 @@ async fn a_dropped_held_request_gives_its_place_back_on_redis() {
 /// and the next place is one period away, as before they came (the figure;
 /// before the fix: eleven periods).
 ///
-/// Ignored until the stores move a key's queue tail back when the reservations at
-/// its end are given back: today both keep the tail at the last place ever
-/// reserved (+10 periods) and decide a refund at that instant, so the next place is
-/// +10 periods however many places came back (see the report of this change).
+/// The clients leave in whatever order their connections close: a place given back
+/// while a later one is still reserved waits in the key's record until those after
+/// it are back too (see `Limiter::refund_charge`), on either store.
 #[tokio::test]
-#[ignore = "needs the stores to move the queue tail back when its reservations are given back"]
 async fn ten_dropped_held_requests_leave_the_next_place_one_period_away_on_memory() {
     let store = MemoryStore::with_clock(ManualClock::new(BASE));
     let next = dropped_held_requests(store, Quota::per_second(1), 10, None).await;
@@ -198,7 +196,6 @@ async fn ten_dropped_held_requests_leave_the_next_place_one_period_away_on_memor
 
 #[cfg(feature = "redis")]
 #[tokio::test]
-#[ignore = "needs the stores to move the queue tail back when its reservations are given back"]
 async fn ten_dropped_held_requests_leave_the_next_place_one_period_away_on_redis() {
     let (redis, store) = private_redis(ManualClock::new(BASE));
     let next = dropped_held_requests(store, Quota::per_minute(1), 10, Some(redis.port())).await;

@@ -249,6 +249,36 @@ pub async fn cancelled_places_never_stack_waiters<S: Store>(
     Ok(())
 }
 
+/// Regression (issue 24, item 3): places given back in any order all come back. Ten
+/// places (10/s, burst 1) at +0 … +900 ms; the nine still waiting give theirs back
+/// in a shuffled order (a place given back while later ones are reserved waits for
+/// them); the next reservation is +100 ms, right behind the one that went ahead, as
+/// if the nine had never come.
+pub async fn places_given_back_in_any_order_all_come_back<S: Store>(
+    make_store: impl Fn(ManualClock) -> S,
+) -> Result<(), Box<dyn Error>> {
+    for algorithm in [Algorithm::Gcra, Algorithm::LeakyBucket] {
+        let clock = ManualClock::new(BASE + START);
+        let limiter = burst_one(algorithm, make_store(clock))?;
+        let key = Key::from("shuffled");
+        let max_wait = Duration::from_secs(5);
+        let mut places = Vec::new();
+        for _ in 0..10 {
+            places.push(limiter.reserve("wait", &key, 1, max_wait).await?);
+        }
+        for i in [3, 1, 9, 5, 2, 8, 4, 6, 7] {
+            limiter.refund_charge(&places[i], &key, 1).await?;
+        }
+        let next = limiter.reserve("wait", &key, 1, max_wait).await?;
+        assert_eq!(
+            next.delay,
+            Duration::from_millis(100),
+            "{algorithm}: every place given back came back"
+        );
+    }
+    Ok(())
+}
+
 /// Expands to one `#[tokio::test]` per shared waiting test, each on stores built by
 /// `$make_store`.
 #[macro_export]
@@ -268,6 +298,12 @@ macro_rules! waiting_tests {
         #[tokio::test]
         async fn cancelled_places_never_stack_waiters() -> Result<(), Box<dyn std::error::Error>> {
             $crate::waiting::cancelled_places_never_stack_waiters($make_store).await
+        }
+
+        #[tokio::test]
+        async fn places_given_back_in_any_order_all_come_back()
+        -> Result<(), Box<dyn std::error::Error>> {
+            $crate::waiting::places_given_back_in_any_order_all_come_back($make_store).await
         }
     };
 }

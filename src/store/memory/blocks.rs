@@ -21,8 +21,8 @@ use foldhash::fast::RandomState;
 use hashbrown::HashTable;
 
 use super::shard::Hashed;
-use crate::Key;
 use crate::penalty::Offences;
+use crate::{Key, Receipt};
 
 /// How many records an eviction compares (as for rate states, see `eviction.rs`).
 const SAMPLE: usize = 16;
@@ -37,7 +37,16 @@ pub(super) struct Record {
     /// tail of its queue; 0 when it has none. Until then the key's state runs ahead of
     /// the clock, and a request that does not wait is answered from behind the queue.
     pub(super) queue_until: u64,
+    /// Places given back while a later one was still reserved (GCRA and the leaky
+    /// bucket, whose queue is one TAT): each waits here, by its receipt, until the
+    /// places after it are given back too, then comes off the TAT's end (see
+    /// `Shard::refund_place`). At most [`MAX_PARKED`]; more are lost, which only
+    /// keeps their places spent until their time.
+    pub(super) parked: Vec<(Receipt, u64)>,
 }
+
+/// The most places a record keeps given back out of order.
+pub(super) const MAX_PARKED: usize = 64;
 
 impl Record {
     /// Whether losing the record at `now` would lift nothing: no block running, no
@@ -95,6 +104,7 @@ impl Records {
                     offences: Offences::default(),
                     expires_at: 0,
                     queue_until: 0,
+                    parked: Vec::new(),
                 },
                 |r| hasher.hash_one(r.key),
             )

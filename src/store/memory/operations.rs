@@ -4,13 +4,15 @@
 
 use std::hash::BuildHasher;
 
-use super::blocks::Record;
+use std::sync::atomic::Ordering::Relaxed;
+
+use super::blocks::{MAX_PARKED, Record};
 use super::cells::{Cell, entry_bytes};
 use super::footprint::Footprint;
 use super::names::Claim;
 use super::shard::{Hashed, Shard};
 use super::tables::{Map, States, with_rule};
-use crate::Limit;
+use crate::algorithm::gcra::NS_PER_US;
 use crate::algorithm::{
     self, Params, Refund, Rule, Verdict, fixed_window::FixedWindow, gcra::Gcra,
     leaky_bucket::LeakyBucket, sliding_window::SlidingWindow,
@@ -18,6 +20,7 @@ use crate::algorithm::{
     token_bucket::TokenBucket,
 };
 use crate::penalty::{Offences, Penalty};
+use crate::{Limit, Receipt};
 
 fn refund_in<R: Rule, C: Cell<State = R::State>>(
     map: &mut Map<C>,
@@ -245,6 +248,19 @@ impl Shard {
         let Some(index) = self.index_of(policy.table()) else {
             return;
         };
+        if let Refund::Charge { amount, receipt } = what
+            && let Some(ahead_ns) = queue_ahead_ns(policy.params())
+        {
+            self.refund_place(
+                policy,
+                index,
+                key,
+                (now, floor),
+                (amount, receipt),
+                ahead_ns,
+            );
+            return;
+        }
         let table = &mut self.tables[index];
         with_rule!(&mut table.states, |map, R| refund_in::<R, _>(
             map,
@@ -253,5 +269,91 @@ impl Shard {
             (now, floor),
             what
         ));
+    }
+
+    /// Gives back the charge of `receipt` to a GCRA or leaky-bucket key, whose places
+    /// ahead of the clock are one TAT (`ahead_ns`: how far past the clock the TAT is
+    /// before a place is ahead; see `gcra::refund_charge_behind`).
+    ///
+    /// Only the newest charge can come off the TAT's end; an older place given back
+    /// while later ones are reserved is parked in the key's record, by its receipt.
+    /// Once the places after it are given back (in any order), the TAT's end is a
+    /// parked place again and it comes off too: ten held requests dropped in any order
+    /// give all ten places back. The queue's tail then moves back to the place the
+    /// TAT's end admits, so the next reservation is not sent behind places nobody
+    /// holds.
+    fn refund_place(
+        &mut self,
+        policy: &Limit,
+        index: usize,
+        key: Hashed<'_>,
+        (now, floor): (u64, u64),
+        (amount, receipt): (u64, Receipt),
+        ahead_ns: u64,
+    ) {
+        let p = *policy.params();
+        let t = now.max(floor);
+        let Some(tat) = self.tat_of(index, key) else {
+            return;
+        };
+        let newest = receipt.until_us() == tat.div_ceil(NS_PER_US);
+        if tat > (t * NS_PER_US).saturating_add(ahead_ns) && !newest {
+            if let Some(record) = self.record_mut(policy, key)
+                && record.parked.len() < MAX_PARKED
+            {
+                record.parked.push((receipt, amount));
+            }
+            return;
+        }
+        let mut next = Some((receipt, amount));
+        while let Some((receipt, amount)) = next.take() {
+            let what = Refund::Charge { amount, receipt };
+            let table = &mut self.tables[index];
+            with_rule!(&mut table.states, |map, R| refund_in::<R, _>(
+                map,
+                &p,
+                key,
+                (now, floor),
+                what
+            ));
+            let Some(tat) = self.tat_of(index, key) else {
+                return;
+            };
+            let end = tat.div_ceil(NS_PER_US);
+            let Some(record) = self.record_mut(policy, key) else {
+                return;
+            };
+            // Places whose time has come are served, not given back.
+            record.parked.retain(|(r, _)| r.until_us() > t);
+            if let Some(at) = record.parked.iter().position(|(r, _)| r.until_us() == end) {
+                next = Some(record.parked.swap_remove(at));
+            } else {
+                // The latest place still reserved is where the TAT's end admits.
+                let tail = tat.saturating_sub(p.tolerance_ns).div_ceil(NS_PER_US);
+                record.queue_until = record.queue_until.min(tail);
+            }
+        }
+    }
+
+    /// The TAT (ns) of `key` in the GCRA or leaky-bucket table at `index`.
+    fn tat_of(&self, index: usize, key: Hashed<'_>) -> Option<u64> {
+        match &self.tables[index].states {
+            States::Gcra(map) | States::LeakyBucket(map) => map
+                .find(key.hash, |(k, _)| k == key.key)
+                .map(|(_, cell)| cell.tat.load(Relaxed)),
+            _ => None,
+        }
+    }
+}
+
+/// For GCRA and the leaky bucket, whose reservations are places on one TAT: how far
+/// past the clock the TAT is before a place is reserved ahead (GCRA: its burst; the
+/// leaky bucket: the request being served). `None` for the other algorithms, whose
+/// charges are given back where they were counted.
+fn queue_ahead_ns(p: &Params) -> Option<u64> {
+    match p.algorithm {
+        crate::Algorithm::Gcra => Some(p.tolerance_ns),
+        crate::Algorithm::LeakyBucket => Some(p.emission_ns),
+        _ => None,
     }
 }

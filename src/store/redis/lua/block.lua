@@ -4,7 +4,8 @@
 -- (limit name, caller key), whatever quota, period or algorithm the caller is decided
 -- under. It holds "<blocked_until> <count> <first_at> <queue_until>" (µs) with a TTL
 -- to the instant it says nothing any more; `queue_until` is the place of the key's
--- latest reservation (`Limiter::reserve`), the tail of its queue. It shares the
+-- latest reservation (`Limiter::reserve`), the tail of its queue; places given back
+-- out of order may follow (gcra/steps.lua, `gcra_refund_place`). It shares the
 -- state's hash tag, so it is read and written in the same call as the rate decision:
 -- a block or a penalty costs no round trip of its own, and every process sees it.
 --
@@ -18,14 +19,16 @@
 -- it writes a record, and the base state too for a charge under another period (a
 -- plan), whose own state an operator's block through the limit does not mark.
 
--- The record's four numbers (zeros when there is none), and whether there is one.
+-- The record's four numbers (zeros when there is none), whether there is one, and
+-- what follows them: the places given back out of order (" <till>/<at>/<cost>,…",
+-- gcra/steps.lua), kept by a writer that passes it back to `pb_write`.
 local function pb_read(keys)
   local v = redis.call('GET', keys[#keys])
   if not v then
-    return 0, 0, 0, 0, false
+    return 0, 0, 0, 0, false, ''
   end
-  local u, c, f, q = string.match(v, '^(%S+) (%S+) (%S+) (%S+)$')
-  return tonumber(u), tonumber(c), tonumber(f), tonumber(q), true
+  local u, c, f, q, rest = string.match(v, '^(%S+) (%S+) (%S+) (%S+)(.*)$')
+  return tonumber(u), tonumber(c), tonumber(f), tonumber(q), true, rest
 end
 
 -- Marks the state at `key`, when there is one (prelude.lua): its decisions read the
@@ -47,9 +50,9 @@ end
 
 -- Writes the record; it lives until `idle_at` or the queue's tail `q`, the later. The
 -- state, and `base` when given, are marked, so that decisions read the record.
-local function pb_write(keys, u, c, f, q, idle_at, now, base)
-  redis.call('SET', keys[#keys], string.format('%.0f %.0f %.0f %.0f', u, c, f, q), 'PX',
-    ttl_ms(math.max(idle_at, q), now))
+local function pb_write(keys, u, c, f, q, idle_at, now, base, rest)
+  redis.call('SET', keys[#keys], string.format('%.0f %.0f %.0f %.0f', u, c, f, q) .. (rest or ''),
+    'PX', ttl_ms(math.max(idle_at, q), now))
   pb_mark(keys[1])
   if base then
     pb_mark(base)
@@ -138,7 +141,7 @@ end
 -- it is charged now (the state runs ahead of the clock until then) and the verdict's
 -- delay is the wait. Beyond `max_wait`, a denial that charges nothing.
 local function reserve(keys, now, args, i, max_wait)
-  local u, c, f, q = pb_read(keys)
+  local u, c, f, q, _, parked = pb_read(keys)
   if u > now then
     return pb_blocked(u - now, false)
   end
@@ -178,7 +181,8 @@ local function reserve(keys, now, args, i, max_wait)
     v[3] = v[3] + ahead
     v[5] = math.max(v[5] + ahead, ahead)
     if ahead > 0 then
-      pb_write(keys, u, c, f, math.max(q, at), f + args[i + 11] + 0, now, pb_base(keys, args, i))
+      pb_write(keys, u, c, f, math.max(q, at), f + args[i + 11] + 0, now, pb_base(keys, args, i),
+        parked)
     end
   else
     v[3] = v[3] + ahead

@@ -73,7 +73,9 @@ local function refund(c, amount, receipt)
   local floor = s.s
   local t = c.alg.normalize(c.p, s, math.max(now, floor))
   s.s = math.max(now, floor)
-  if receipt then
+  if receipt and c.alg.refund_place then
+    c.alg.refund_place(c.keys, c.p, s, amount, receipt)
+  elseif receipt then
     c.alg.refund_charge(c.p, s, t, amount, receipt)
   else
     c.alg.refund(c.p, s, t, amount)

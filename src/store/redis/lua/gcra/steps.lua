@@ -37,6 +37,77 @@ local function gcra_refund_charge(p, s, t, amount, r, ahead_us, ahead_ns)
   take_back(s, r_us, r_ns, t)
 end
 
+-- The most places a record keeps given back out of order (blocks.rs MAX_PARKED).
+local MAX_PARKED = 64
+
+-- Gives back the place of receipt `r` (`amount` of it) on a GCRA or leaky-bucket
+-- state `s` whose caller's record is keys[#keys]: the twin of the memory store's
+-- `Shard::refund_place`. Only the newest charge comes off the TAT's end; an older
+-- place given back while later ones are reserved is parked in the record, and comes
+-- off once the places after it have (in any order). The queue's tail, and the
+-- state's latest instant (a reservation left its place there), then move back to
+-- the place the TAT's end admits. Decided on the script's clock `now`.
+local function gcra_refund_place(keys, p, s, amount, r, ahead_us, ahead_ns)
+  local v = redis.call('GET', keys[#keys])
+  local u, c, f, q, rest = 0, 0, 0, 0, ''
+  if v then
+    u, c, f, q, rest = string.match(v, '^(%S+) (%S+) (%S+) (%S+)(.*)$')
+    u, c, f, q = tonumber(u), tonumber(c), tonumber(f), tonumber(q)
+  end
+  local parked = {}
+  for till, at, cost in string.gmatch(rest, '(%d+)/(%d+)/(%d+)') do
+    parked[#parked + 1] = { till = tonumber(till), at = tonumber(at), cost = tonumber(cost) }
+  end
+  local function save()
+    local out = {}
+    for _, x in ipairs(parked) do
+      out[#out + 1] = string.format('%.0f/%.0f/%.0f', x.till, x.at, x.cost)
+    end
+    local tail = ''
+    if #out > 0 then
+      tail = ' ' .. table.concat(out, ',')
+    end
+    redis.call('SET', keys[#keys], string.format('%.0f %.0f %.0f %.0f', u, c, f, q) .. tail,
+      'KEEPTTL')
+  end
+  local ahead = not ns_le(s.a, s.b, now + ahead_us, ahead_ns)
+  if ahead and r.till ~= ns_ceil_us(s.a, s.b) then
+    if v and #parked < MAX_PARKED then
+      parked[#parked + 1] = { till = r.till, at = r.at, cost = amount }
+      save()
+    end
+    return
+  end
+  local e = { till = r.till, at = r.at, cost = amount }
+  while e do
+    gcra_refund_charge(p, s, now, e.cost, e, ahead_us, ahead_ns)
+    e = nil
+    local last = ns_ceil_us(s.a, s.b)
+    local kept = {}
+    for _, x in ipairs(parked) do
+      -- Places whose time has come are served, not given back.
+      if x.till > now then
+        if not e and x.till == last then
+          e = x
+        else
+          kept[#kept + 1] = x
+        end
+      end
+    end
+    parked = kept
+  end
+  if v then
+    -- The latest place still reserved is where the TAT's end admits.
+    local tail = 0
+    if ns_le(p.b_us, p.b_ns, s.a, s.b) then
+      tail = ns_ceil_us(ns_sub(s.a, s.b, p.b_us, p.b_ns))
+    end
+    q = math.min(q, tail)
+    save()
+    s.s = math.max(now, math.min(s.s, q))
+  end
+end
+
 A.gcra = {
   nkeys = 1,
   load = function(keys)
@@ -73,6 +144,9 @@ A.gcra = {
   -- 999 ns). In ns, as pairs.
   refund_charge = function(p, s, t, amount, r)
     gcra_refund_charge(p, s, t, amount, r, p.b_us, p.b_ns)
+  end,
+  refund_place = function(keys, p, s, amount, r)
+    gcra_refund_place(keys, p, s, amount, r, p.b_us, p.b_ns)
   end,
   idle_at = function(_, s)
     return ns_ceil_us(s.a, s.b)
