@@ -566,12 +566,37 @@ impl Limiter {
         match &self.inner.backend {
             Backend::Memory(store) => Ok(store.acquire_all(&charges)),
             Backend::Other(store) => {
-                let decisions = store.acquire(&charges).await?;
-                if decisions.len() == charges.len() {
-                    Ok(decisions)
-                } else {
-                    Err(missing_decision(charges.len(), decisions.len()))
+                // Owned from before it is sent (as `check`'s): dropped on the wire, the
+                // call runs on and gives back what it charged when its reply arrives.
+                let mut targets = Vec::with_capacity(checks.len());
+                let mut owned = Vec::with_capacity(checks.len());
+                for (entry, limit) in checks.iter().zip(&limits) {
+                    let (name, key, cost, _) = entry.parts();
+                    let index = set.index_of(name).ok_or_else(|| unknown_policy(name))?;
+                    targets.push((index, *key));
+                    owned.push((Limit::clone(limit), *key, u64::from(cost)));
                 }
+                let store = store.clone();
+                let call: crate::store::StoreFuture<'static, Vec<Decision>> =
+                    Box::pin(async move {
+                        let charges: Vec<Charge<'_>> = owned
+                            .iter()
+                            .map(|(limit, key, cost)| Charge {
+                                limit,
+                                key,
+                                cost: *cost,
+                            })
+                            .collect();
+                        let decisions = store.acquire(&charges).await?;
+                        if decisions.len() == charges.len() {
+                            Ok(decisions)
+                        } else {
+                            Err(missing_decision(charges.len(), decisions.len()))
+                        }
+                    });
+                Ok(Taking::new(self.clone(), set.clone(), targets, call)
+                    .await?
+                    .keep())
             }
         }
     }

@@ -148,6 +148,37 @@ async fn a_check_cancelled_on_the_wire_gives_its_charge_back() {
     assert!(!limiter.check("api", &key, 1).await.expect("redis").allowed);
 }
 
+/// The same for an all-or-nothing `check_all` over two limits: cancelled on the wire,
+/// both charges come back when the reply arrives.
+#[tokio::test]
+async fn a_check_all_cancelled_on_the_wire_gives_every_charge_back() {
+    let (server, store) = private_redis();
+    let limiter = Limiter::builder()
+        .limit(
+            Limit::new("api", Quota::per_minute(2))
+                .expect("limit")
+                .algorithm(Algorithm::FixedWindow),
+        )
+        .limit(Limit::new("global", Quota::per_minute(10)).expect("limit"))
+        .store(store)
+        .build()
+        .expect("limiter");
+    let (key, all) = (Key::from("alice"), Key::from(""));
+    let calls = script_calls(server.port());
+    stall(&server);
+    let batch = [("api", &key, 1), ("global", &all, 1)];
+    let check = limiter.check_all(&batch);
+    let cancelled = tokio::time::timeout(Duration::from_millis(100), check).await;
+    assert!(cancelled.is_err(), "cancelled on the wire");
+    // The batch, then one give-back per charge.
+    given_back(&server, calls + 3).await;
+    assert_eq!(limiter.peek("api", &key).await.expect("redis").remaining, 2);
+    assert_eq!(
+        limiter.peek("global", &all).await.expect("redis").remaining,
+        10
+    );
+}
+
 /// A give-back that lands late, after the charge's window has rolled over and another
 /// caller has charged the new one, takes back only what of its own charge still
 /// counts (by receipt): nothing, never the other caller's charge. Fixed window 3/min.
