@@ -198,8 +198,9 @@ pub(crate) fn micros_up(d: Duration) -> u64 {
 }
 
 /// A key's block and its count of rejections, in µs since the epoch: what the memory
-/// store keeps beside a key's rate state, and the Redis store in `<state key>:b` as
-/// "`<blocked_until> <count> <first_at>`".
+/// store keeps in the caller's record (one per limit name and key), and the Redis
+/// store in the record key `<prefix>:<limit>:{<fingerprint>}:b` as
+/// "`<blocked_until> <count> <first_at> <queue_until>`".
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) struct Offences {
     /// Denied while `now < blocked_until`.
