@@ -384,3 +384,13 @@ fn a_denial_for_want_of_a_table_is_not_an_offence() -> TestResult {
     assert_eq!(store.block_records(), 0);
     Ok(())
 }
+
+/// Regression (issue 23, item 4): a reload that adds or removes a penalty box reaches
+/// plan callers at once.
+#[tokio::test]
+async fn a_reload_that_changes_a_penalty_reaches_plan_callers() -> TestResult {
+    support::reload_penalty::a_reload_that_changes_a_penalty_reaches_plan_callers(
+        MemoryStore::with_clock,
+    )
+    .await
+}

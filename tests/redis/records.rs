@@ -496,3 +496,20 @@ async fn the_common_call_still_reads_one_key_and_a_plan_call_reads_the_record_to
     }
     Ok(())
 }
+
+/// Regression (issue 23, item 4): a reload that adds or removes a penalty box reaches
+/// plan callers at once, on Redis.
+#[tokio::test]
+async fn a_reload_that_changes_a_penalty_reaches_plan_callers()
+-> Result<(), Box<dyn std::error::Error>> {
+    support::reload_penalty::a_reload_that_changes_a_penalty_reaches_plan_callers(|clock| {
+        tollgate::RedisStore::from_url(&support::redis_server::shared_server().url())
+            .expect("a valid url")
+            .prefix(&support::redis_server::unique_prefix("reload-penalty"))
+            .block_cache(0)
+            .deadline(Duration::from_secs(5))
+            .expect("a deadline")
+            .with_clock(clock)
+    })
+    .await
+}

@@ -35,6 +35,7 @@ pub mod in_flight;
 pub mod leases;
 pub mod redis_cluster;
 pub mod redis_server;
+pub mod reload_penalty;
 pub mod rng;
 pub mod scenarios;
 pub mod waiting;
