@@ -60,9 +60,9 @@ pub async fn a_reload_that_changes_a_penalty_reaches_plan_callers<S: Store>(
         assert!(limiter.check_with("api", &key, 1, plan).await?.allowed);
     }
     for _ in 0..3 {
-        let plain = limiter.check_with("api", &key, 1, plan).await?;
-        assert!(!plain.allowed);
-        assert_eq!(plain.blocked_for, None, "no box any more: no block");
+        let rejection = limiter.check_with("api", &key, 1, plan).await?;
+        assert!(!rejection.allowed);
+        assert_eq!(rejection.blocked_for, None, "no box any more: no block");
     }
     clock.advance(Duration::from_secs(60));
     assert!(
