@@ -1,0 +1,827 @@
+//! Attacks on the promises of issues 23 and 24 (one caller, one record; cancel-safe
+//! waiting, held requests, leases, in-flight slots, fair holding), through the public
+//! API only, counted exactly against each documented bound.
+//!
+//! Tests that expose a broken promise are `#[ignore = "BROKEN: …"]` and fail when run:
+//!
+//! ```text
+//! cargo test --all-features --test attack -- --ignored
+//! ```
+
+use std::time::Duration;
+
+use tollgate::{Algorithm, Decision, Key, Limit, Limiter, ManualClock, MemoryStore, Quota, Store};
+
+type TestResult = Result<(), Box<dyn std::error::Error>>;
+
+const BASE: Duration = Duration::from_secs(1_699_920_000);
+const HOUR: Duration = Duration::from_secs(3_600);
+
+fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+fn limiter_on(store: impl Store, limits: impl IntoIterator<Item = Limit>) -> Limiter {
+    let mut builder = Limiter::builder();
+    for limit in limits {
+        builder = builder.limit(limit);
+    }
+    builder.store(store).build().expect("limiter")
+}
+
+/// GCRA 10/s with burst 1: places are T = 100 ms apart.
+fn spaced(algorithm: Algorithm) -> Limit {
+    Limit::new("wait", Quota::per_second(10).with_burst(1).expect("burst"))
+        .expect("limit")
+        .algorithm(algorithm)
+        .max_delay(Duration::from_secs(10))
+}
+
+/// The instants (µs from the start) of places still ahead, sorted.
+fn too_close(places: &[u64], t_us: u64) -> Option<(u64, u64)> {
+    let mut sorted = places.to_vec();
+    sorted.sort_unstable();
+    sorted
+        .windows(2)
+        .find(|w| w[1] - w[0] < t_us)
+        .map(|w| (w[0], w[1]))
+}
+
+fn us(d: Duration) -> u64 {
+    u64::try_from(d.as_micros()).expect("fits")
+}
+
+// ---------------------------------------------------------------------------------
+// Reservations across a reset: give-backs of places reserved before the reset.
+// ---------------------------------------------------------------------------------
+
+/// Four places at 0, 100, 200, 300 ms; a reset; three new places (fresh quota: 0, 100,
+/// 200 ms); then the three old places still ahead are cancelled. The next reservation
+/// must not land on a place already given (the new ones at 0..200 ms), and every place
+/// reserved after the reset must stay T apart.
+async fn give_backs_after_a_reset(
+    store: impl Store,
+    algorithm: Algorithm,
+) -> Result<Option<String>, Box<dyn std::error::Error>> {
+    let limiter = limiter_on(store, [spaced(algorithm)]);
+    let key = Key::from("victim");
+    let wait = Duration::from_secs(5);
+    let mut old = Vec::new();
+    for _ in 0..4 {
+        old.push(limiter.reserve("wait", &key, 1, wait).await?);
+    }
+    let old_at: Vec<u64> = old.iter().map(|d| us(d.delay)).collect();
+    assert_eq!(old_at, [0, 100_000, 200_000, 300_000], "{algorithm}");
+    limiter.reset("wait", &key).await?;
+    let mut new_at = Vec::new();
+    for _ in 0..3 {
+        let d = limiter.reserve("wait", &key, 1, wait).await?;
+        assert!(d.allowed);
+        new_at.push(us(d.delay));
+    }
+    // The old places given back, latest first (as clients that leave in any order).
+    for d in old[1..].iter().rev() {
+        limiter.refund_charge(d, &key, 1).await?;
+    }
+    for _ in 0..3 {
+        let d = limiter.reserve("wait", &key, 1, wait).await?;
+        assert!(d.allowed);
+        new_at.push(us(d.delay));
+    }
+    let close = too_close(&new_at, 100_000);
+    eprintln!("{algorithm}: places reserved after the reset {new_at:?}");
+    Ok(close.map(|_| format!("{algorithm}: places reserved after the reset {new_at:?}")))
+}
+
+#[tokio::test]
+#[ignore = "BROKEN: places reserved before a reset, given back after it, move new places back: two waiters share one place with burst 1"]
+async fn old_places_given_back_after_a_reset_never_double_book_new_places_on_memory() -> TestResult
+{
+    let mut broken = Vec::new();
+    for algorithm in [
+        Algorithm::Gcra,
+        Algorithm::LeakyBucket,
+        Algorithm::TokenBucket,
+    ] {
+        let clock = ManualClock::new(BASE);
+        broken.extend(give_backs_after_a_reset(MemoryStore::with_clock(clock), algorithm).await?);
+    }
+    assert!(broken.is_empty(), "{broken:#?}");
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------
+// A blocked key admits nothing: reserve / until_ready / plan variants.
+// ---------------------------------------------------------------------------------
+
+async fn reserve_on_a_blocked_key(store: impl Store, algorithm: Algorithm) -> TestResult {
+    let limit = Limit::new("api", Quota::per_minute(100))?.algorithm(algorithm);
+    let limiter = limiter_on(store, [limit]);
+    let key = Key::from("mallory");
+    let plan_same = Quota::per_minute(1_000);
+    let plan_other = Quota::per_hour(10_000);
+    limiter.block("api", &key, HOUR).await?;
+    let day = Duration::from_secs(86_400);
+    for (what, d) in [
+        ("reserve", limiter.reserve("api", &key, 1, day).await?),
+        (
+            "reserve_with same period",
+            limiter.reserve_with("api", &key, 1, plan_same, day).await?,
+        ),
+        (
+            "reserve_with other period",
+            limiter
+                .reserve_with("api", &key, 1, plan_other, day)
+                .await?,
+        ),
+    ] {
+        // Either refused, or its place is at or after the block's end.
+        assert!(
+            !d.allowed || d.delay >= HOUR,
+            "{algorithm}: {what} on a key blocked for 1 h: {d:?}"
+        );
+    }
+    for (what, d) in [
+        (
+            "reserve short",
+            limiter.reserve("api", &key, 1, ms(10)).await?,
+        ),
+        (
+            "reserve_with short",
+            limiter
+                .reserve_with("api", &key, 1, plan_other, ms(10))
+                .await?,
+        ),
+    ] {
+        assert!(
+            !d.allowed,
+            "{algorithm}: {what} admitted while blocked: {d:?}"
+        );
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_blocked_key_gets_no_place_before_its_block_ends_on_memory() -> TestResult {
+    for algorithm in ALL {
+        let clock = ManualClock::new(BASE);
+        reserve_on_a_blocked_key(MemoryStore::with_clock(clock), algorithm).await?;
+    }
+    Ok(())
+}
+
+const ALL: [Algorithm; 7] = [
+    Algorithm::Gcra,
+    Algorithm::LeakyBucket,
+    Algorithm::TokenBucket,
+    Algorithm::FixedWindow,
+    Algorithm::SlidingWindow,
+    Algorithm::SlidingWindowCounters { buckets: 5 },
+    Algorithm::SlidingWindowLog,
+];
+
+#[allow(dead_code)]
+fn admitted(decisions: &[Decision]) -> usize {
+    decisions.iter().filter(|d| d.allowed).count()
+}
+
+// ---------------------------------------------------------------------------------
+// A flood of new keys against a key with pending reservations (memory store bounds).
+// ---------------------------------------------------------------------------------
+
+/// "api" 5/min; the victim (an attacker's own key) spends its 5 and reserves 5 more
+/// places ahead, then `flood` new keys spend their whole quota each. Returns how many
+/// of 10 plain checks of the victim are admitted right after: its quota and its
+/// queue are both spoken for, so the bound is 0.
+async fn admitted_after_a_flood_over_pending_reservations(
+    algorithm: Algorithm,
+    max_keys: usize,
+    flood: usize,
+) -> Result<usize, Box<dyn std::error::Error>> {
+    let clock = ManualClock::new(BASE + Duration::from_secs(30));
+    let store = MemoryStore::with_clock(clock.clone()).max_keys(max_keys)?;
+    let limit = Limit::new("api", Quota::per_minute(5))?
+        .algorithm(algorithm)
+        .max_delay(Duration::from_secs(600));
+    let limiter = limiter_on(store, [limit]);
+    let victim = Key::from("victim");
+    let minutes = Duration::from_secs(600);
+    assert!(
+        limiter.check("api", &victim, 5).await?.allowed,
+        "{algorithm}"
+    );
+    for _ in 0..5 {
+        let d = limiter.reserve("api", &victim, 1, minutes).await?;
+        assert!(d.allowed && d.delay > Duration::ZERO, "{algorithm}: {d:?}");
+    }
+    clock.advance(ms(1));
+    for i in 0..flood {
+        let key = Key::from(format!("flood-{i}").as_str());
+        limiter.check("api", &key, 5).await?;
+    }
+    let mut admitted = 0;
+    for _ in 0..10 {
+        if limiter.check("api", &victim, 1).await?.allowed {
+            admitted += 1;
+        }
+    }
+    Ok(admitted)
+}
+
+#[tokio::test]
+async fn a_flood_of_new_keys_never_frees_a_key_with_pending_reservations_one_key_store()
+-> TestResult {
+    let mut broken = Vec::new();
+    for algorithm in ALL {
+        let n = admitted_after_a_flood_over_pending_reservations(algorithm, 1, 1).await?;
+        if n > 0 {
+            broken.push(format!("{algorithm}: {n} of 10 admitted"));
+        }
+    }
+    assert!(broken.is_empty(), "{broken:#?}");
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_flood_of_new_keys_never_frees_a_key_with_pending_reservations() -> TestResult {
+    let mut broken = Vec::new();
+    for algorithm in ALL {
+        let n = admitted_after_a_flood_over_pending_reservations(algorithm, 256, 4_000).await?;
+        if n > 0 {
+            broken.push(format!("{algorithm}: {n} of 10 admitted"));
+        }
+    }
+    assert!(broken.is_empty(), "{broken:#?}");
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------
+// Receipts from before a reset: a fresh quota after a reset admits at most the quota.
+// ---------------------------------------------------------------------------------
+
+/// 5/min (burst 5): five requests charged one by one, a reset, a fresh quota of 5
+/// spent, then the five old receipts handed back. Returns how many of 10 further
+/// requests are admitted: the fresh quota is spent, so the bound is 0.
+async fn admitted_after_old_receipts_come_back(
+    store: impl Store,
+    algorithm: Algorithm,
+) -> Result<usize, Box<dyn std::error::Error>> {
+    let limit = Limit::new("api", Quota::per_minute(5))?.algorithm(algorithm);
+    let limiter = limiter_on(store, [limit]);
+    let key = Key::from("mallory");
+    let mut old = Vec::new();
+    for _ in 0..5 {
+        let d = limiter.check("api", &key, 1).await?;
+        assert!(d.allowed);
+        old.push(d);
+    }
+    limiter.reset("api", &key).await?;
+    for _ in 0..5 {
+        assert!(limiter.check("api", &key, 1).await?.allowed, "{algorithm}");
+    }
+    for d in &old {
+        limiter.refund_charge(d, &key, 1).await?;
+    }
+    let mut admitted = 0;
+    for _ in 0..10 {
+        if limiter.check("api", &key, 1).await?.allowed {
+            admitted += 1;
+        }
+    }
+    Ok(admitted)
+}
+
+#[tokio::test]
+#[ignore = "BROKEN: refund_charge of a pre-reset decision refunds the fresh quota: 10 admitted in a 5/min window"]
+async fn receipts_from_before_a_reset_give_nothing_back_on_memory() -> TestResult {
+    let mut broken = Vec::new();
+    for algorithm in ALL {
+        let clock = ManualClock::new(BASE + Duration::from_secs(10));
+        let n = admitted_after_old_receipts_come_back(MemoryStore::with_clock(clock), algorithm)
+            .await?;
+        if n > 0 {
+            broken.push(format!(
+                "{algorithm}: {n} of 10 admitted past a spent fresh quota"
+            ));
+        }
+    }
+    assert!(broken.is_empty(), "{broken:#?}");
+    Ok(())
+}
+
+#[cfg(feature = "redis")]
+mod redis {
+    use super::*;
+    use support::redis_server::{shared_server, unique_prefix};
+    use tollgate::RedisStore;
+
+    pub(super) fn store(clock: &ManualClock, cache: bool) -> RedisStore {
+        let store = RedisStore::from_url(&shared_server().url())
+            .expect("url")
+            .prefix(&unique_prefix("attack"))
+            .deadline(Duration::from_secs(10))
+            .expect("deadline")
+            .with_clock(clock.clone());
+        if cache { store } else { store.block_cache(0) }
+    }
+
+    #[tokio::test]
+    #[ignore = "BROKEN: places reserved before a reset, given back after it, move new places back: two waiters share one place with burst 1"]
+    async fn old_places_given_back_after_a_reset_never_double_book_new_places_on_redis()
+    -> TestResult {
+        let mut broken = Vec::new();
+        for algorithm in [
+            Algorithm::Gcra,
+            Algorithm::LeakyBucket,
+            Algorithm::TokenBucket,
+        ] {
+            let clock = ManualClock::new(BASE);
+            broken.extend(give_backs_after_a_reset(store(&clock, true), algorithm).await?);
+        }
+        assert!(broken.is_empty(), "{broken:#?}");
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn a_blocked_key_gets_no_place_before_its_block_ends_on_redis() -> TestResult {
+        for algorithm in ALL {
+            let clock = ManualClock::new(BASE);
+            reserve_on_a_blocked_key(store(&clock, true), algorithm).await?;
+            let clock = ManualClock::new(BASE);
+            reserve_on_a_blocked_key(store(&clock, false), algorithm).await?;
+        }
+        Ok(())
+    }
+
+    #[tokio::test]
+    #[ignore = "BROKEN: refund_charge of a pre-reset decision refunds the fresh quota: 10 admitted in a 5/min window"]
+    async fn receipts_from_before_a_reset_give_nothing_back_on_redis() -> TestResult {
+        let mut broken = Vec::new();
+        for algorithm in ALL {
+            let clock = ManualClock::new(BASE + Duration::from_secs(10));
+            let n = admitted_after_old_receipts_come_back(store(&clock, true), algorithm).await?;
+            if n > 0 {
+                broken.push(format!(
+                    "{algorithm}: {n} of 10 admitted past a spent fresh quota"
+                ));
+            }
+        }
+        assert!(broken.is_empty(), "{broken:#?}");
+        Ok(())
+    }
+}
+
+// ---------------------------------------------------------------------------------
+// Memory and Redis give identical decisions: random walks over every operation.
+// ---------------------------------------------------------------------------------
+
+/// A small deterministic generator (xorshift64*).
+struct Walk(u64);
+
+impl Walk {
+    fn next(&mut self, below: u64) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D) % below
+    }
+}
+
+#[cfg(feature = "redis")]
+fn walk_limit(algorithm: Algorithm) -> Limit {
+    use tollgate::Penalty;
+    let fluid = matches!(
+        algorithm,
+        Algorithm::Gcra | Algorithm::LeakyBucket | Algorithm::TokenBucket
+    );
+    let quota = if fluid {
+        Quota::per_second(10).with_burst(3).expect("burst")
+    } else {
+        Quota::per_second(10)
+    };
+    Limit::new("walk", quota)
+        .expect("limit")
+        .algorithm(algorithm)
+        .max_delay(Duration::from_secs(5))
+        .penalty(
+            Penalty::after(4)
+                .within(Duration::from_secs(1))
+                .block_for(Duration::from_secs(2)),
+        )
+}
+
+/// One walk of operations on two limiters; the first step whose decisions differ.
+#[cfg(feature = "redis")]
+#[allow(clippy::too_many_arguments, clippy::too_many_lines)]
+async fn differential_walk(
+    memory: &Limiter,
+    redis: &Limiter,
+    clock: &ManualClock,
+    algorithm: Algorithm,
+    seed: u64,
+    steps: usize,
+    other_periods: bool,
+    plans: bool,
+) -> Result<Option<String>, Box<dyn std::error::Error>> {
+    let fluid = matches!(
+        algorithm,
+        Algorithm::Gcra | Algorithm::LeakyBucket | Algorithm::TokenBucket
+    );
+    let same_period = if fluid {
+        Quota::per_second(20).with_burst(5)?
+    } else {
+        Quota::per_second(20)
+    };
+    let other_period = Quota::per_minute(100);
+    let key = Key::from("walker");
+    let mut walk = Walk(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
+    let mut receipts: Vec<Decision> = Vec::new();
+    let mut log = Vec::new();
+    for step in 0..steps {
+        let mut what = walk.next(16);
+        if !other_periods && (what == 4 || what == 13) {
+            what = 0;
+        }
+        if !plans && (what == 3 || what == 4 || what == 7 || what == 13) {
+            what = 5;
+        }
+        let cost = 1 + u32::try_from(walk.next(3))?;
+        let wait = ms(100 * walk.next(30));
+        let (op, m, r) = match what {
+            0..=2 => (
+                format!("check {cost}"),
+                memory.check("walk", &key, cost).await?,
+                redis.check("walk", &key, cost).await?,
+            ),
+            3 => (
+                format!("check_with same-period {cost}"),
+                memory.check_with("walk", &key, cost, same_period).await?,
+                redis.check_with("walk", &key, cost, same_period).await?,
+            ),
+            4 => (
+                format!("check_with other-period {cost}"),
+                memory.check_with("walk", &key, cost, other_period).await?,
+                redis.check_with("walk", &key, cost, other_period).await?,
+            ),
+            5 | 6 => (
+                format!("reserve {cost} within {wait:?}"),
+                memory.reserve("walk", &key, cost, wait).await?,
+                redis.reserve("walk", &key, cost, wait).await?,
+            ),
+            7 => (
+                format!("reserve_with same-period {cost} within {wait:?}"),
+                memory
+                    .reserve_with("walk", &key, cost, same_period, wait)
+                    .await?,
+                redis
+                    .reserve_with("walk", &key, cost, same_period, wait)
+                    .await?,
+            ),
+            8 => {
+                if receipts.is_empty() {
+                    continue;
+                }
+                let i = usize::try_from(walk.next(receipts.len() as u64))?;
+                let d = receipts.remove(i);
+                memory.refund_charge(&d, &key, cost).await?;
+                redis.refund_charge(&d, &key, cost).await?;
+                log.push(format!("{step}: refund_charge {cost} of {d:?}"));
+                continue;
+            }
+            9 => {
+                memory.refund("walk", &key, cost).await?;
+                redis.refund("walk", &key, cost).await?;
+                log.push(format!("{step}: refund {cost}"));
+                continue;
+            }
+            10 => {
+                let d = ms(500 * walk.next(5));
+                (
+                    format!("block {d:?}"),
+                    memory.block("walk", &key, d).await?,
+                    redis.block("walk", &key, d).await?,
+                )
+            }
+            11 => {
+                if walk.next(3) != 0 {
+                    continue;
+                }
+                memory.reset("walk", &key).await?;
+                redis.reset("walk", &key).await?;
+                log.push(format!("{step}: reset"));
+                continue;
+            }
+            12 => {
+                let n = 1 + u32::try_from(walk.next(20))?;
+                (
+                    format!("penalize {n}"),
+                    memory.penalize("walk", &key, n).await?,
+                    redis.penalize("walk", &key, n).await?,
+                )
+            }
+            13 => (
+                "peek_with other-period".to_owned(),
+                memory.peek_with("walk", &key, other_period).await?,
+                redis.peek_with("walk", &key, other_period).await?,
+            ),
+            _ => {
+                let by = walk.next(400_000);
+                clock.advance(Duration::from_micros(by));
+                log.push(format!("{step}: advance {by} µs"));
+                continue;
+            }
+        };
+        log.push(format!("{step}: {op} -> {m:?}"));
+        if m != r {
+            let tail =
+                log[log
+                    .len()
+                    .saturating_sub(if std::env::var_os("ATTACK_FULL").is_some() {
+                        1000
+                    } else {
+                        12
+                    })..]
+                    .join("\n");
+            return Ok(Some(format!(
+                "{algorithm} seed {seed} step {step}: {op}\n memory {m:?}\n redis  {r:?}\nlast steps:\n{tail}"
+            )));
+        }
+        if m.receipt().is_some() {
+            receipts.push(m);
+        }
+        let (pm, pr) = (
+            memory.peek("walk", &key).await?,
+            redis.peek("walk", &key).await?,
+        );
+        if pm != pr {
+            let tail =
+                log[log
+                    .len()
+                    .saturating_sub(if std::env::var_os("ATTACK_FULL").is_some() {
+                        1000
+                    } else {
+                        12
+                    })..]
+                    .join("\n");
+            return Ok(Some(format!(
+                "{algorithm} seed {seed} step {step}: peek after {op}\n memory {pm:?}\n redis  {pr:?}\nlast steps:\n{tail}"
+            )));
+        }
+    }
+    Ok(None)
+}
+
+#[cfg(feature = "redis")]
+async fn differential_walks(
+    seeds: std::ops::RangeInclusive<u64>,
+    other_periods: bool,
+    plans: bool,
+) -> Vec<String> {
+    let mut broken = Vec::new();
+    for algorithm in ALL {
+        for seed in seeds.clone() {
+            let clock = ManualClock::new(BASE);
+            let memory = limiter_on(
+                MemoryStore::with_clock(clock.clone()),
+                [walk_limit(algorithm)],
+            );
+            let redis = limiter_on(redis::store(&clock, false), [walk_limit(algorithm)]);
+            match differential_walk(
+                &memory,
+                &redis,
+                &clock,
+                algorithm,
+                seed,
+                150,
+                other_periods,
+                plans,
+            )
+            .await
+            {
+                Ok(None) => {}
+                Ok(Some(diff)) => {
+                    broken.push(diff);
+                    break;
+                }
+                Err(e) => {
+                    broken.push(format!("{algorithm} seed {seed}: error {e}"));
+                    break;
+                }
+            }
+        }
+    }
+    broken
+}
+
+#[cfg(feature = "redis")]
+#[tokio::test]
+#[ignore = "BROKEN: memory and Redis disagree on all 7 algorithms (e.g. a penalty after a reset charges a plan caller's other period on Redis, 87 of 100 left, not on memory)"]
+async fn memory_and_redis_agree_on_random_walks_of_every_operation() {
+    let broken = differential_walks(1..=12, true, true).await;
+    for b in &broken {
+        eprintln!("{b}\n");
+    }
+    assert!(broken.is_empty(), "{} algorithms disagree", broken.len());
+}
+
+#[cfg(feature = "redis")]
+#[tokio::test]
+#[ignore = "BROKEN: memory and Redis disagree on all 7 algorithms with same-period plans (memory waits/denies, Redis admits at once)"]
+async fn memory_and_redis_agree_on_random_walks_within_one_period() {
+    let broken = differential_walks(1..=12, false, true).await;
+    for b in &broken {
+        eprintln!("{b}\n");
+    }
+    assert!(broken.is_empty(), "{} algorithms disagree", broken.len());
+}
+
+/// A plan caller over another period spends 13 of 100/min; a reset through the limit;
+/// what the plan caller has left.
+async fn plan_usage_after_a_reset(
+    store: impl Store,
+) -> Result<Decision, Box<dyn std::error::Error>> {
+    let limiter = limiter_on(store, [Limit::new("api", Quota::per_second(10))?]);
+    let key = Key::from("pro");
+    let plan = Quota::per_minute(100);
+    assert!(limiter.check_with("api", &key, 13, plan).await?.allowed);
+    limiter.check("api", &key, 1).await?;
+    limiter.reset("api", &key).await?;
+    Ok(limiter.peek_with("api", &key, plan).await?)
+}
+
+#[tokio::test]
+async fn a_reset_forgets_a_plan_callers_usage_over_another_period_on_memory() -> TestResult {
+    let d = plan_usage_after_a_reset(MemoryStore::with_clock(ManualClock::new(BASE))).await?;
+    assert_eq!(d.remaining, 100, "{d:?}");
+    Ok(())
+}
+
+#[cfg(feature = "redis")]
+#[tokio::test]
+async fn a_reset_forgets_a_plan_callers_usage_over_another_period_on_redis() -> TestResult {
+    let clock = ManualClock::new(BASE);
+    let d = plan_usage_after_a_reset(redis::store(&clock, false)).await?;
+    assert_eq!(d.remaining, 100, "{d:?}");
+    Ok(())
+}
+
+/// "api" 100/min; the operator penalizes a key by 1000 (ten minutes of its quota);
+/// then `before` ran or not; how many of 10 requests a plan caller over another
+/// period (1000/h) gets admitted. "penalize through the limit reaches its plan
+/// callers": the bound is 0.
+async fn plan_admitted_after_penalize(
+    store: impl Store,
+    seen_before: bool,
+) -> Result<usize, Box<dyn std::error::Error>> {
+    let limiter = limiter_on(store, [Limit::new("api", Quota::per_minute(100))?]);
+    let key = Key::from("pro");
+    let plan = Quota::per_hour(1_000);
+    if seen_before {
+        limiter.check_with("api", &key, 1, plan).await?;
+        limiter.reset("api", &key).await?;
+    }
+    let d = limiter.penalize("api", &key, 1_000).await?;
+    assert_eq!(d.remaining, 0);
+    let mut admitted = 0;
+    for _ in 0..10 {
+        if limiter.check_with("api", &key, 1, plan).await?.allowed {
+            admitted += 1;
+        }
+    }
+    Ok(admitted)
+}
+
+#[tokio::test]
+#[ignore = "BROKEN: penalize(1000) misses a plan caller over another period with no state yet: 10 of 10 admitted (memory)"]
+async fn penalize_reaches_a_plan_caller_not_seen_yet_on_memory() -> TestResult {
+    let n = plan_admitted_after_penalize(MemoryStore::with_clock(ManualClock::new(BASE)), false)
+        .await?;
+    assert_eq!(n, 0, "{n} of 10 admitted");
+    Ok(())
+}
+
+#[tokio::test]
+#[ignore = "BROKEN: penalize(1000) after a reset misses a plan caller over another period: 10 of 10 admitted (memory; Redis 0)"]
+async fn penalize_after_a_reset_reaches_a_plan_caller_on_memory() -> TestResult {
+    let n =
+        plan_admitted_after_penalize(MemoryStore::with_clock(ManualClock::new(BASE)), true).await?;
+    assert_eq!(n, 0, "{n} of 10 admitted");
+    Ok(())
+}
+
+#[cfg(feature = "redis")]
+#[tokio::test]
+#[ignore = "BROKEN: penalize(1000) misses a plan caller over another period with no state yet: 10 of 10 admitted (Redis)"]
+async fn penalize_reaches_a_plan_caller_not_seen_yet_on_redis() -> TestResult {
+    let clock = ManualClock::new(BASE);
+    let n = plan_admitted_after_penalize(redis::store(&clock, false), false).await?;
+    assert_eq!(n, 0, "{n} of 10 admitted");
+    Ok(())
+}
+
+#[cfg(feature = "redis")]
+#[tokio::test]
+async fn penalize_after_a_reset_reaches_a_plan_caller_on_redis() -> TestResult {
+    let clock = ManualClock::new(BASE);
+    let n = plan_admitted_after_penalize(redis::store(&clock, false), true).await?;
+    assert_eq!(n, 0, "{n} of 10 admitted");
+    Ok(())
+}
+
+#[cfg(feature = "redis")]
+#[tokio::test]
+#[ignore = "BROKEN: memory and Redis disagree on all 7 algorithms under one quota (a plain check Redis admits, memory denies behind a queue)"]
+async fn memory_and_redis_agree_on_random_walks_under_the_limits_own_quota() {
+    let broken = differential_walks(1..=24, false, false).await;
+    for b in &broken {
+        eprintln!("{b}\n");
+    }
+    assert!(broken.is_empty(), "{} algorithms disagree", broken.len());
+}
+
+/// GCRA 10/s, burst 1 (T = 100 ms): one request now, places at +100 and +200 ms
+/// reserved; an operator blocks the key and lifts the block (`lift`), or leaves it;
+/// then plain requests at once. Returns the instants (µs from now) of every admitted
+/// request and reserved place: with burst 1, no two closer than T.
+async fn places_after_a_lifted_block(
+    store: impl Store,
+    algorithm: Algorithm,
+    how: u8,
+) -> Result<Vec<u64>, Box<dyn std::error::Error>> {
+    let limit = spaced(algorithm).penalty(
+        tollgate::Penalty::after(4)
+            .within(Duration::from_secs(1))
+            .block_for(Duration::from_secs(2)),
+    );
+    let limiter = limiter_on(store, [limit]);
+    let key = Key::from("k");
+    let mut at = Vec::new();
+    let d = limiter.check("wait", &key, 1).await?;
+    assert!(d.allowed);
+    at.push(us(d.delay));
+    for _ in 0..2 {
+        let d = limiter
+            .reserve("wait", &key, 1, Duration::from_secs(5))
+            .await?;
+        assert!(d.allowed);
+        at.push(us(d.delay));
+    }
+    match how {
+        0 => {
+            limiter.block("wait", &key, Duration::from_secs(1)).await?;
+            limiter.block("wait", &key, Duration::ZERO).await?;
+        }
+        1 => {
+            limiter.penalize("wait", &key, 1).await?;
+        }
+        3 => {
+            for _ in 0..4 {
+                assert!(!limiter.check("wait", &key, 1).await?.allowed);
+            }
+            assert!(limiter.peek("wait", &key).await?.blocked_for.is_some());
+            limiter.block("wait", &key, Duration::ZERO).await?;
+        }
+        4 => {
+            for _ in 0..4 {
+                assert!(!limiter.check("wait", &key, 1).await?.allowed);
+            }
+        }
+        _ => {
+            limiter.refund("wait", &key, 1).await?;
+        }
+    }
+    for _ in 0..3 {
+        let d = limiter.check("wait", &key, 1).await?;
+        if d.allowed {
+            at.push(us(d.delay));
+        }
+    }
+    Ok(at)
+}
+
+/// A lifted block, a penalty, an operator's refund or a tripped penalty box
+/// (lifted or not) never lets a plain request jump places already reserved, and both
+/// stores answer alike.
+#[tokio::test]
+async fn operators_calls_never_let_a_request_jump_reserved_places() -> TestResult {
+    for how in 0..5 {
+        for algorithm in [
+            Algorithm::Gcra,
+            Algorithm::LeakyBucket,
+            Algorithm::TokenBucket,
+        ] {
+            let clock = ManualClock::new(BASE);
+            let m =
+                places_after_a_lifted_block(MemoryStore::with_clock(clock), algorithm, how).await?;
+            assert_eq!(too_close(&m, 100_000), None, "{how} {algorithm}: {m:?}");
+            #[cfg(feature = "redis")]
+            {
+                let clock = ManualClock::new(BASE);
+                let r = places_after_a_lifted_block(redis::store(&clock, false), algorithm, how)
+                    .await?;
+                assert_eq!(m, r, "{how} {algorithm}");
+            }
+        }
+    }
+    Ok(())
+}
