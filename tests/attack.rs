@@ -1088,3 +1088,252 @@ async fn a_zero_block_never_forgives_a_penalty() -> TestResult {
     );
     Ok(())
 }
+
+// ---------------------------------------------------------------------------------
+// The layer over real TCP: wait mode, fair holding, in-flight slot waiting.
+// ---------------------------------------------------------------------------------
+
+mod layer {
+    use super::*;
+    use axum::Router;
+    use axum::routing::get;
+    use bytes::Bytes;
+    use http::{Request, StatusCode};
+    use http_body_util::Full;
+    use std::sync::Arc;
+    use support::http::Server;
+    use tokio::io::AsyncWriteExt as _;
+    use tokio::net::TcpStream;
+    use tokio::sync::Semaphore;
+    use tollgate::{Policy, RateLimitLayer, key};
+
+    const DAY: Duration = Duration::from_secs(86_400);
+    const HANG: Duration = Duration::from_secs(20);
+
+    fn from(user: &str) -> Request<Full<Bytes>> {
+        Request::get("/")
+            .header("x-user", user)
+            .body(Full::default())
+            .expect("request")
+    }
+
+    async fn client(server: &Server, user: &str, extra: &str) -> TcpStream {
+        let mut stream = TcpStream::connect(server.addr).await.expect("connect");
+        let request = format!("GET / HTTP/1.1\r\nhost: localhost\r\nx-user: {user}\r\n{extra}\r\n");
+        stream.write_all(request.as_bytes()).await.expect("send");
+        stream
+    }
+
+    async fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
+        let started = std::time::Instant::now();
+        while !done() {
+            assert!(started.elapsed() < HANG, "still waiting: {what}");
+            tokio::time::sleep(ms(5)).await;
+        }
+    }
+
+    /// `in_flight_only(1)` in wait mode (30 s): a request holds the slot; a second
+    /// waits for it and its client leaves; a third waits. When the first ends, the
+    /// third is served at once (not after the leaver's slot times out, nor never).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_waiter_that_leaves_never_keeps_the_slot_from_the_next() {
+        let gate = Arc::new(Semaphore::new(0));
+        let handler_gate = gate.clone();
+        let limiter = Limiter::builder()
+            .policy(
+                Policy::in_flight_only("reports", 1)
+                    .expect("policy")
+                    .key(key::header("x-user").expect("header"))
+                    .wait(Duration::from_secs(30)),
+            )
+            .build()
+            .expect("limiter");
+        let app = Router::new()
+            .route(
+                "/",
+                get(move || {
+                    let gate = handler_gate.clone();
+                    async move {
+                        gate.acquire().await.expect("open").forget();
+                        "ok"
+                    }
+                }),
+            )
+            .layer(RateLimitLayer::new(limiter));
+        let server = Arc::new(Server::start(app).await);
+        let holder = {
+            let server = server.clone();
+            tokio::spawn(async move { server.send(from("alice")).await.status })
+        };
+        tokio::time::sleep(ms(200)).await;
+        let leaver = client(&server, "alice", "").await;
+        tokio::time::sleep(ms(200)).await;
+        let next = {
+            let server = server.clone();
+            tokio::spawn(async move {
+                let started = std::time::Instant::now();
+                (server.send(from("alice")).await.status, started.elapsed())
+            })
+        };
+        tokio::time::sleep(ms(200)).await;
+        drop(leaver);
+        tokio::time::sleep(ms(200)).await;
+        gate.add_permits(1); // the holder ends
+        assert_eq!(holder.await.expect("holder"), StatusCode::OK);
+        let started = std::time::Instant::now();
+        gate.add_permits(1); // let the next one finish once it runs
+        let (status, _) = tokio::time::timeout(HANG, next)
+            .await
+            .expect("the next waiter is served")
+            .expect("task");
+        assert_eq!(status, StatusCode::OK);
+        assert!(
+            started.elapsed() < Duration::from_secs(2),
+            "{:?}",
+            started.elapsed()
+        );
+        // Nothing leaked: one more request runs at once.
+        gate.add_permits(1);
+        let status = tokio::time::timeout(Duration::from_secs(5), server.send(from("alice")))
+            .await
+            .expect("served")
+            .status;
+        assert_eq!(status, StatusCode::OK);
+    }
+
+    /// A plan caller in wait mode (10/s on a 1/s limit, burst 1) is held under its
+    /// own plan: four held requests take places 100 ms apart, not 1 s.
+    #[tokio::test]
+    async fn a_plan_caller_in_wait_mode_waits_under_its_own_quota() {
+        let pro = Quota::per_second(10).with_burst(1).expect("burst");
+        let base = Quota::per_second(1).with_burst(1).expect("burst");
+        let limiter = Limiter::builder()
+            .policy(
+                Policy::new("api", base)
+                    .expect("policy")
+                    .key(key::header("x-user").expect("header"))
+                    .quota_from(move |parts: &http::request::Parts| {
+                        parts.headers.get("x-plan").map(|_| pro)
+                    }),
+            )
+            .store(MemoryStore::with_clock(ManualClock::new(BASE)))
+            .build()
+            .expect("limiter");
+        let layer = RateLimitLayer::new(limiter.clone()).wait(DAY);
+        let app = Router::new()
+            .route("/", get(|| async { "ok" }))
+            .layer(layer.clone());
+        let server = Server::start(app).await;
+        let mut clients = Vec::new();
+        for _ in 0..5 {
+            clients.push(client(&server, "pro", "x-plan: pro\r\n").await);
+        }
+        wait_until("four held", || layer.held() == 4).await;
+        let (parts, ()) = Request::get("/")
+            .header("x-user", "pro")
+            .body(())
+            .expect("request")
+            .into_parts();
+        let key = limiter
+            .policy("api")
+            .and_then(|p| p.key_of(&parts))
+            .expect("key");
+        let d = limiter.peek_with("api", &key, pro).await.expect("peek");
+        assert_eq!(d.reset_after, ms(500), "{d:?}");
+        drop(clients);
+        wait_until("dropped", || layer.held() == 0).await;
+    }
+
+    /// A leaky bucket with a deep queue (burst 1000, 1/s, max_delay 1 h), not in wait
+    /// mode: one key's delayed requests are held too, and are bounded per key
+    /// (`DEFAULT_MAX_HELD_PER_KEY`, 128).
+    #[tokio::test]
+    async fn one_key_holds_at_most_max_held_per_key_leaky_bucket_turns() {
+        let limiter = Limiter::builder()
+            .policy(
+                Policy::new("queue", Quota::per_second(1).with_burst(1_000).expect("b"))
+                    .expect("policy")
+                    .algorithm(Algorithm::LeakyBucket)
+                    .max_delay(HOUR)
+                    .key(key::header("x-user").expect("header")),
+            )
+            .store(MemoryStore::with_clock(ManualClock::new(BASE)))
+            .build()
+            .expect("limiter");
+        let layer = RateLimitLayer::new(limiter);
+        let app = Router::new()
+            .route("/", get(|| async { "ok" }))
+            .layer(layer.clone());
+        let server = Arc::new(Server::start(app).await);
+        let mut clients = Vec::new();
+        for _ in 0..200 {
+            clients.push(client(&server, "mallory", "").await);
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let held = layer.held();
+        assert!(
+            held <= RateLimitLayer::DEFAULT_MAX_HELD_PER_KEY,
+            "{held} held for one key"
+        );
+        eprintln!("{held} of mallory's 200 held");
+        // Another caller's second request is still held, not refused (its first is
+        // served at once).
+        let alice = (
+            client(&server, "alice", "").await,
+            client(&server, "alice", "").await,
+        );
+        wait_until("alice held", || layer.held() == held + 1).await;
+        drop((clients, alice));
+    }
+
+    /// `in_flight_only(1)` in wait mode: how many requests of one key wait for the
+    /// slot at once. README: one caller cannot take every held place (128 per key).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    #[ignore = "BROKEN: 299 requests of one key wait at once for its one in-flight slot; held() = 0, neither max_held nor max_held_per_key (128) bounds them"]
+    async fn one_key_waiting_for_a_slot_is_bounded_per_key() {
+        let gate = Arc::new(Semaphore::new(0));
+        let handler_gate = gate.clone();
+        let limiter = Limiter::builder()
+            .policy(
+                Policy::in_flight_only("reports", 1)
+                    .expect("policy")
+                    .key(key::header("x-user").expect("header"))
+                    .wait(Duration::from_secs(60)),
+            )
+            .build()
+            .expect("limiter");
+        let layer = RateLimitLayer::new(limiter);
+        let app = Router::new()
+            .route(
+                "/",
+                get(move || {
+                    let gate = handler_gate.clone();
+                    async move {
+                        gate.acquire().await.expect("open").forget();
+                        "ok"
+                    }
+                }),
+            )
+            .layer(layer.clone());
+        let server = Arc::new(Server::start(app).await);
+        let mut tasks = Vec::new();
+        for _ in 0..300 {
+            let server = server.clone();
+            tasks.push(tokio::spawn(async move {
+                server.send(from("mallory")).await.status
+            }));
+        }
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let answered = tasks.iter().filter(|t| t.is_finished()).count();
+        eprintln!("held() = {}, answered = {answered} of 300", layer.held());
+        let waiting = 300 - 1 - answered;
+        gate.add_permits(10_000);
+        for t in tasks {
+            t.abort();
+        }
+        assert!(
+            waiting <= RateLimitLayer::DEFAULT_MAX_HELD_PER_KEY,
+            "{waiting} requests of one key wait for its slot at once"
+        );
+    }
+}
