@@ -1244,7 +1244,7 @@ mod layer {
         wait_until("dropped", || layer.held() == 0).await;
     }
 
-    /// A leaky bucket with a deep queue (burst 1000, 1/s, max_delay 1 h), not in wait
+    /// A leaky bucket with a deep queue (burst 1000, 1/s, `max_delay` 1 h), not in wait
     /// mode: one key's delayed requests are held too, and are bounded per key
     /// (`DEFAULT_MAX_HELD_PER_KEY`, 128).
     #[tokio::test]
@@ -1336,4 +1336,214 @@ mod layer {
             "{waiting} requests of one key wait for its slot at once"
         );
     }
+}
+
+// ---------------------------------------------------------------------------------
+// LeasedStore: operators reach plan callers' leases in the process that acts.
+// ---------------------------------------------------------------------------------
+
+mod leases {
+    use super::*;
+    use tollgate::{LeasedStore, SliceSizing};
+
+    fn leased<S: Store>(store: S, clock: &ManualClock) -> (LeasedStore<S>, Limiter) {
+        let leases = LeasedStore::builder(store)
+            .clock(clock.clone())
+            .max_lease(Duration::from_secs(10))
+            .expect("max lease")
+            .processes(1)
+            .expect("processes")
+            .sizing(SliceSizing::Fixed(64))
+            .expect("sizing")
+            .build();
+        let limiter = limiter_on(
+            leases.clone(),
+            [Limit::new("api", Quota::per_hour(1_000))
+                .expect("limit")
+                .algorithm(Algorithm::FixedWindow)],
+        );
+        (leases, limiter)
+    }
+
+    async fn admitted_with(limiter: &Limiter, key: &Key, plan: Quota, n: usize) -> usize {
+        let mut admitted = 0;
+        for _ in 0..n {
+            if limiter
+                .check_with("api", key, 1, plan)
+                .await
+                .expect("check")
+                .allowed
+            {
+                admitted += 1;
+            }
+        }
+        admitted
+    }
+
+    /// Returns (admitted after a block, admitted after a reset) for a plan caller
+    /// with units parked in this process's lease.
+    async fn plan_caller<S: Store>(store: S, clock: &ManualClock, plan: Quota) -> (usize, usize) {
+        let (leases, limiter) = leased(store, clock);
+        let key = Key::from("pro");
+        assert_eq!(admitted_with(&limiter, &key, plan, 9).await, 9);
+        let parked = leases.held();
+        limiter.block("api", &key, HOUR).await.expect("block");
+        let after_block = admitted_with(&limiter, &key, plan, 100).await;
+        limiter.reset("api", &key).await.expect("reset");
+        let fresh = usize::try_from(plan.limit()).expect("small");
+        let after_reset = admitted_with(&limiter, &key, plan, fresh + 200).await;
+        eprintln!("{plan}: parked {parked}, after block {after_block}, after reset {after_reset}");
+        (after_block, after_reset.saturating_sub(fresh))
+    }
+
+    #[tokio::test]
+    async fn a_leased_block_and_reset_reach_plan_callers_on_memory() {
+        for plan in [Quota::per_hour(2_000), Quota::per_day(20_000)] {
+            let clock = ManualClock::new(BASE);
+            let got = plan_caller(MemoryStore::with_clock(clock.clone()), &clock, plan).await;
+            assert_eq!(
+                got,
+                (0, 0),
+                "{plan}: (admitted while blocked, beyond a fresh quota)"
+            );
+        }
+    }
+
+    #[cfg(feature = "redis")]
+    #[tokio::test]
+    async fn a_leased_block_and_reset_reach_plan_callers_on_redis() {
+        for plan in [Quota::per_hour(2_000), Quota::per_day(20_000)] {
+            let clock = ManualClock::new(BASE);
+            let got = plan_caller(redis::store(&clock, true), &clock, plan).await;
+            assert_eq!(
+                got,
+                (0, 0),
+                "{plan}: (admitted while blocked, beyond a fresh quota)"
+            );
+        }
+    }
+
+    /// Receipts of leased decisions from before a reset, refunded after it.
+    #[tokio::test]
+    #[ignore = "BROKEN: leased receipts from before a reset refunded after it: 1001 admitted where a fresh quota is 1000"]
+    async fn leased_receipts_from_before_a_reset_give_nothing_back() {
+        let clock = ManualClock::new(BASE);
+        let (_leases, limiter) = leased(MemoryStore::with_clock(clock.clone()), &clock);
+        let key = Key::from("k");
+        let mut old = Vec::new();
+        for _ in 0..100 {
+            old.push(limiter.check("api", &key, 1).await.expect("check"));
+        }
+        limiter.reset("api", &key).await.expect("reset");
+        let mut admitted = 0;
+        for _ in 0..1_000 {
+            admitted += usize::from(limiter.check("api", &key, 1).await.expect("c").allowed);
+        }
+        for d in &old {
+            limiter.refund_charge(d, &key, 1).await.expect("refund");
+        }
+        for _ in 0..200 {
+            admitted += usize::from(limiter.check("api", &key, 1).await.expect("c").allowed);
+        }
+        assert!(
+            admitted <= 1_000,
+            "{admitted} admitted after a reset, fresh quota 1000"
+        );
+    }
+}
+
+// ---------------------------------------------------------------------------------
+// A reload that adds or removes a penalty box reaches plan callers at once.
+// ---------------------------------------------------------------------------------
+
+/// "api" 1/min, no box; a plan caller (2/h) spends its plan; a reload adds a box
+/// (1st rejection blocks 900 s): its next rejection blocks it, and 2 minutes later
+/// it is still denied. A reload that removes the box keeps that block.
+async fn reload_adds_a_box(store: impl Store, clock: &ManualClock, plan: bool) -> TestResult {
+    use tollgate::Penalty;
+    let plain = Limit::new("api", Quota::per_minute(1))?;
+    let boxed = plain.clone().penalty(
+        Penalty::after(1)
+            .within(Duration::from_secs(60))
+            .block_for(Duration::from_secs(900)),
+    );
+    let limiter = limiter_on(store, [plain.clone()]);
+    let key = Key::from("pro");
+    let quota = if plan {
+        Quota::per_hour(2)
+    } else {
+        Quota::per_minute(1)
+    };
+    let spend = if plan { 2 } else { 1 };
+    for _ in 0..spend {
+        assert!(limiter.check_with("api", &key, 1, quota).await?.allowed);
+    }
+    assert_eq!(
+        limiter.check_with("api", &key, 1, quota).await?.blocked_for,
+        None
+    );
+    limiter.reload([boxed])?;
+    let d = limiter.check_with("api", &key, 1, quota).await?;
+    assert_eq!(d.blocked_for, Some(Duration::from_secs(900)), "{d:?}");
+    limiter.reload([plain])?;
+    clock.advance(Duration::from_secs(120));
+    // The limit's own minute has refilled; the block (a reload that keeps the name
+    // keeps it) has not ended.
+    let d = limiter.check("api", &key, 1).await?;
+    assert!(!d.allowed, "after a reload that removes the box: {d:?}");
+    clock.advance(Duration::from_secs(900));
+    assert!(limiter.check("api", &key, 1).await?.allowed);
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_reload_that_adds_a_box_reaches_plan_callers_on_memory() -> TestResult {
+    let clock = ManualClock::new(BASE);
+    reload_adds_a_box(MemoryStore::with_clock(clock.clone()), &clock, true).await?;
+    let clock = ManualClock::new(BASE);
+    reload_adds_a_box(MemoryStore::with_clock(clock.clone()), &clock, false).await
+}
+
+#[cfg(feature = "redis")]
+#[tokio::test]
+async fn a_reload_that_adds_a_box_reaches_plan_callers_on_redis() -> TestResult {
+    let clock = ManualClock::new(BASE);
+    reload_adds_a_box(redis::store(&clock, false), &clock, true).await?;
+    let clock = ManualClock::new(BASE);
+    reload_adds_a_box(redis::store(&clock, false), &clock, false).await
+}
+
+#[cfg(feature = "redis")]
+#[tokio::test]
+#[ignore = "BROKEN: with the blocked-key cache (default), the first rejection after a reload adds after(1) is answered from a pre-reload cached denial: blocked_for None (without the cache: 900 s)"]
+async fn a_reload_that_adds_a_box_reaches_plan_callers_on_redis_with_the_block_cache() -> TestResult
+{
+    let clock = ManualClock::new(BASE);
+    reload_adds_a_box(redis::store(&clock, true), &clock, false).await?;
+    let clock = ManualClock::new(BASE);
+    reload_adds_a_box(redis::store(&clock, true), &clock, true).await
+}
+
+/// "login" 1/min, 3rd rejection within a minute blocks 900 s, on Redis with the
+/// blocked-key cache on (the default): ten rejected attempts trip the box.
+#[cfg(feature = "redis")]
+#[tokio::test]
+async fn rejections_answered_from_the_block_cache_still_trip_the_box() -> TestResult {
+    use tollgate::Penalty;
+    let clock = ManualClock::new(BASE);
+    let limit = Limit::new("login", Quota::per_minute(1))?.penalty(
+        Penalty::after(3)
+            .within(Duration::from_secs(60))
+            .block_for(Duration::from_secs(900)),
+    );
+    let limiter = limiter_on(redis::store(&clock, true), [limit]);
+    let key = Key::from("mallory");
+    assert!(limiter.check("login", &key, 1).await?.allowed);
+    for _ in 0..10 {
+        limiter.check("login", &key, 1).await?;
+    }
+    clock.advance(Duration::from_secs(120));
+    let d = limiter.check("login", &key, 1).await?;
+    assert!(!d.allowed, "two minutes later: {d:?}");
+    Ok(())
 }
