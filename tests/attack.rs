@@ -1459,7 +1459,11 @@ mod leases {
 /// "api" 1/min, no box; a plan caller (2/h) spends its plan; a reload adds a box
 /// (1st rejection blocks 900 s): its next rejection blocks it, and 2 minutes later
 /// it is still denied. A reload that removes the box keeps that block.
-async fn reload_adds_a_box(store: impl Store, clock: &ManualClock, plan: bool) -> TestResult {
+async fn reload_adds_a_box(
+    store: impl Store,
+    clock: &ManualClock,
+    plan_caller: bool,
+) -> TestResult {
     use tollgate::Penalty;
     let plain = Limit::new("api", Quota::per_minute(1))?;
     let boxed = plain.clone().penalty(
@@ -1469,12 +1473,12 @@ async fn reload_adds_a_box(store: impl Store, clock: &ManualClock, plan: bool) -
     );
     let limiter = limiter_on(store, [plain.clone()]);
     let key = Key::from("pro");
-    let quota = if plan {
+    let quota = if plan_caller {
         Quota::per_hour(2)
     } else {
         Quota::per_minute(1)
     };
-    let spend = if plan { 2 } else { 1 };
+    let spend = if plan_caller { 2 } else { 1 };
     for _ in 0..spend {
         assert!(limiter.check_with("api", &key, 1, quota).await?.allowed);
     }
