@@ -626,7 +626,7 @@ async fn memory_and_redis_agree_on_random_walks_of_every_operation() {
 
 #[cfg(feature = "redis")]
 #[tokio::test]
-#[ignore = "BROKEN: memory and Redis disagree on all 7 algorithms with same-period plans (memory waits/denies, Redis admits at once)"]
+#[ignore = "BROKEN: memory and Redis disagree on all 7 algorithms with same-period plans (ATTACK_PLANS=1 shrunk_disagreements: memory queues, Redis admits at once)"]
 async fn memory_and_redis_agree_on_random_walks_within_one_period() {
     let broken = differential_walks(1..=12, false, true).await;
     for b in &broken {
@@ -730,7 +730,7 @@ async fn penalize_after_a_reset_reaches_a_plan_caller_on_redis() -> TestResult {
 
 #[cfg(feature = "redis")]
 #[tokio::test]
-#[ignore = "BROKEN: memory and Redis disagree on all 7 algorithms under one quota (a plain check Redis admits, memory denies behind a queue)"]
+#[ignore = "BROKEN: memory and Redis disagree on all 7 algorithms under one quota; shrunk (run shrunk_disagreements): after block(0) with places queued, Redis admits at once what memory queues"]
 async fn memory_and_redis_agree_on_random_walks_under_the_limits_own_quota() {
     let broken = differential_walks(1..=24, false, false).await;
     for b in &broken {
@@ -842,15 +842,32 @@ enum Op {
     Reset,
     Penalize(u32),
     Advance(u64),
+    /// Under a plan of the same period (20/s, burst 5 where it takes one).
+    CheckWith(u32),
+    ReserveWith(u32, u64),
 }
 
 #[cfg(feature = "redis")]
-fn ops_of(seed: u64, steps: usize) -> Vec<Op> {
+fn same_period_plan(algorithm: Algorithm) -> Quota {
+    if matches!(
+        algorithm,
+        Algorithm::Gcra | Algorithm::LeakyBucket | Algorithm::TokenBucket
+    ) {
+        Quota::per_second(20).with_burst(5).expect("burst")
+    } else {
+        Quota::per_second(20)
+    }
+}
+
+#[cfg(feature = "redis")]
+fn ops_of(seed: u64, steps: usize, plans: bool) -> Vec<Op> {
     let mut walk = Walk(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
     (0..steps)
         .map(|_| {
             let cost = 1 + u32::try_from(walk.next(3)).expect("small");
-            match walk.next(11) {
+            match walk.next(if plans { 13 } else { 11 }) {
+                11 => Op::CheckWith(cost),
+                12 => Op::ReserveWith(cost, 100 * walk.next(30)),
                 0..=2 => Op::Check(cost),
                 3 | 4 => Op::Reserve(cost, 100 * walk.next(30)),
                 5 => Op::RefundCharge(walk.next(64), cost),
@@ -872,7 +889,12 @@ fn ops_of(seed: u64, steps: usize) -> Vec<Op> {
 
 /// Runs `ops` on one limiter; every decision (and a peek after each step).
 #[cfg(feature = "redis")]
-async fn run_ops(limiter: &Limiter, clock: &ManualClock, ops: &[Op]) -> Vec<Option<Decision>> {
+async fn run_ops(
+    limiter: &Limiter,
+    clock: &ManualClock,
+    ops: &[Op],
+    plan: Quota,
+) -> Vec<Option<Decision>> {
     let key = Key::from("shrunk");
     let mut held: Vec<Decision> = Vec::new();
     let mut out = Vec::new();
@@ -906,6 +928,18 @@ async fn run_ops(limiter: &Limiter, clock: &ManualClock, ops: &[Op]) -> Vec<Opti
                 clock.advance(Duration::from_micros(by));
                 None
             }
+            Op::CheckWith(c) => Some(
+                limiter
+                    .check_with("walk", &key, c, plan)
+                    .await
+                    .expect("check"),
+            ),
+            Op::ReserveWith(c, w) => Some(
+                limiter
+                    .reserve_with("walk", &key, c, plan, ms(w))
+                    .await
+                    .expect("reserve"),
+            ),
         };
         if let Some(d) = d.as_ref().filter(|d| d.receipt().is_some()) {
             held.push(d.clone());
@@ -923,10 +957,10 @@ async fn disagree(algorithm: Algorithm, ops: &[Op]) -> Option<(usize, Decision, 
         MemoryStore::with_clock(clock.clone()),
         [walk_limit(algorithm)],
     );
-    let m = run_ops(&memory, &clock, ops).await;
+    let m = run_ops(&memory, &clock, ops, same_period_plan(algorithm)).await;
     let clock = ManualClock::new(BASE);
     let redis = limiter_on(redis::store(&clock, false), [walk_limit(algorithm)]);
-    let r = run_ops(&redis, &clock, ops).await;
+    let r = run_ops(&redis, &clock, ops, same_period_plan(algorithm)).await;
     m.into_iter()
         .zip(r)
         .enumerate()
@@ -958,21 +992,25 @@ async fn shrink(algorithm: Algorithm, mut ops: Vec<Op>) -> Vec<Op> {
 
 #[cfg(feature = "redis")]
 #[tokio::test]
-#[ignore = "diagnostic: prints the smallest walks on which memory and Redis disagree"]
+#[ignore = "BROKEN: memory and Redis disagree; prints the smallest such walks (ATTACK_PLANS=1 adds same-period plans)"]
 async fn shrunk_disagreements() {
+    let mut found = 0;
+    let plans = std::env::var_os("ATTACK_PLANS").is_some();
     for algorithm in ALL {
         for seed in 1..=40 {
-            let ops = ops_of(seed, 150);
+            let ops = ops_of(seed, 150, plans);
             if let Some((at, ..)) = disagree(algorithm, &ops).await {
                 let ops = shrink(algorithm, ops[..=at].to_vec()).await;
                 let (step, m, r) = disagree(algorithm, &ops).await.expect("still");
                 eprintln!(
                     "{algorithm} seed {seed}: {ops:?}\n  step {step}\n  memory {m:?}\n  redis  {r:?}\n"
                 );
+                found += 1;
                 break;
             }
         }
     }
+    assert_eq!(found, 0, "algorithms on which memory and Redis disagree");
 }
 
 /// Replays `ops` at one frozen instant (nothing advances the clock) on a limit of
@@ -1014,7 +1052,7 @@ async fn admitted_in_the_first_second(
             Op::Penalize(n) => {
                 limiter.penalize("walk", &key, n).await?;
             }
-            _ => unreachable!(),
+            _ => unreachable!("not at one instant"),
         }
     }
     for _ in 0..10 {
@@ -1550,4 +1588,149 @@ async fn rejections_answered_from_the_block_cache_still_trip_the_box() -> TestRe
     let d = limiter.check("login", &key, 1).await?;
     assert!(!d.allowed, "two minutes later: {d:?}");
     Ok(())
+}
+
+// ---------------------------------------------------------------------------------
+// Extremes: a century of debt or block, then waiting with no bound on the wait.
+// ---------------------------------------------------------------------------------
+
+#[cfg(feature = "redis")]
+async fn extremes(store: impl Store, algorithm: Algorithm) -> Vec<Decision> {
+    let limit = Limit::new("api", Quota::per_minute(1))
+        .expect("limit")
+        .algorithm(algorithm)
+        .max_delay(Duration::MAX);
+    let limiter = limiter_on(store, [limit]);
+    let plan = Quota::per_day(10);
+    let (a, b) = (Key::from("a"), Key::from("b"));
+    let mut out = vec![
+        limiter
+            .penalize("api", &a, u32::MAX)
+            .await
+            .expect("penalize"),
+    ];
+    out.push(
+        limiter
+            .reserve("api", &a, 1, Duration::MAX)
+            .await
+            .expect("reserve"),
+    );
+    out.push(
+        limiter
+            .reserve_with("api", &a, 1, plan, Duration::MAX)
+            .await
+            .expect("reserve_with"),
+    );
+    out.push(
+        limiter
+            .block("api", &b, Duration::MAX)
+            .await
+            .expect("block"),
+    );
+    out.push(
+        limiter
+            .reserve("api", &b, 1, Duration::MAX)
+            .await
+            .expect("reserve"),
+    );
+    out.push(
+        limiter
+            .reserve_with("api", &b, u32::MAX, plan, Duration::MAX)
+            .await
+            .expect("reserve_with"),
+    );
+    out.push(
+        limiter
+            .penalize("api", &b, u32::MAX)
+            .await
+            .expect("penalize"),
+    );
+    out.push(limiter.peek_with("api", &a, plan).await.expect("peek"));
+    out
+}
+
+/// `penalize(u32::MAX)` and `block(Duration::MAX)`, then reservations with no bound
+/// on the wait, under the limit's quota and a plan's: no panic, no error, nothing
+/// admitted sooner than a century, and both stores alike.
+#[cfg(feature = "redis")]
+#[tokio::test]
+async fn a_century_of_debt_or_block_then_unbounded_waits_answer_alike() {
+    for algorithm in ALL {
+        let clock = ManualClock::new(BASE);
+        let m = extremes(MemoryStore::with_clock(clock), algorithm).await;
+        let clock = ManualClock::new(BASE);
+        let r = extremes(redis::store(&clock, false), algorithm).await;
+        // Window algorithms carry a penalty one window only: see
+        // `a_window_penalty_lasts_until_enough_windows_have_passed_*`.
+        let fluid = matches!(
+            algorithm,
+            Algorithm::Gcra | Algorithm::LeakyBucket | Algorithm::TokenBucket
+        );
+        for d in m.iter().filter(|_| fluid) {
+            assert!(
+                !d.allowed
+                    || d.delay >= Duration::from_secs(99 * 365 * 86_400)
+                    || d.receipt().is_none(),
+                "{algorithm}: {d:?}"
+            );
+        }
+        assert_eq!(m, r, "{algorithm}");
+    }
+}
+
+/// `penalize(100)` on 1/min: "a debt ... remaining stays 0 until time repays it
+/// (window algorithms: until enough windows have passed)": 100 minutes. Returns how
+/// many of ten requests, one a minute from the 2nd minute on, are admitted.
+async fn admitted_after_penalize_100(
+    store: impl Store,
+    clock: &ManualClock,
+    algorithm: Algorithm,
+) -> usize {
+    let limit = Limit::new("api", Quota::per_minute(1))
+        .expect("limit")
+        .algorithm(algorithm);
+    let limiter = limiter_on(store, [limit]);
+    let key = Key::from("k");
+    limiter.penalize("api", &key, 100).await.expect("penalize");
+    let mut admitted = 0;
+    for _ in 0..10 {
+        clock.advance(Duration::from_secs(61));
+        admitted += usize::from(limiter.check("api", &key, 1).await.expect("check").allowed);
+    }
+    admitted
+}
+
+#[tokio::test]
+#[ignore = "BROKEN: penalize(100) on a 1/min window algorithm denies about one window: 9-10 of 10 admitted over the next 10 min (memory)"]
+async fn a_window_penalty_lasts_until_enough_windows_have_passed_on_memory() {
+    let mut broken = Vec::new();
+    for algorithm in ALL {
+        let clock = ManualClock::new(BASE);
+        let n =
+            admitted_after_penalize_100(MemoryStore::with_clock(clock.clone()), &clock, algorithm)
+                .await;
+        if n > 0 {
+            broken.push(format!(
+                "{algorithm}: {n} of 10 admitted within 11 min of penalize(100)"
+            ));
+        }
+    }
+    assert!(broken.is_empty(), "{broken:#?}");
+}
+
+#[cfg(feature = "redis")]
+#[tokio::test]
+#[ignore = "BROKEN: penalize(100) on a 1/min window algorithm denies about one window: 9-10 of 10 admitted over the next 10 min (Redis)"]
+async fn a_window_penalty_lasts_until_enough_windows_have_passed_on_redis() {
+    let mut broken = Vec::new();
+    for algorithm in ALL {
+        let clock = ManualClock::new(BASE);
+        let n = admitted_after_penalize_100(redis::store(&clock, false), &clock, algorithm).await;
+        if n > 0 {
+            broken.push(format!(
+                "{algorithm}: {n} of 10 admitted within 11 min of penalize(100)"
+            ));
+        }
+    }
+    assert!(broken.is_empty(), "{broken:#?}");
 }
