@@ -1324,6 +1324,93 @@ mod layer {
         drop((clients, alice));
     }
 
+    /// "login" 5/min (fixed window) counting only failed logins (`count_when` 401).
+    /// Five slow successful logins are in flight (charged, to be refunded); the
+    /// operator resets the key (an account unlock); the caller then fails 5 logins
+    /// (its fresh quota); the slow ones end with 200 and are refunded into the fresh
+    /// window. Failed logins counted in that window must stay at most 5.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    #[ignore = "BROKEN: count_when refunds of requests charged before a reset land in the fresh window: 10 failed logins answered in a 5/min window"]
+    async fn refunds_of_requests_from_before_a_reset_never_widen_the_fresh_quota() {
+        let gate = Arc::new(Semaphore::new(0));
+        let handler_gate = gate.clone();
+        let limiter = Limiter::builder()
+            .policy(
+                Policy::new("login", Quota::per_minute(5))
+                    .expect("policy")
+                    .algorithm(Algorithm::FixedWindow)
+                    .key(key::header("x-user").expect("header"))
+                    .count_when(|status| status == StatusCode::UNAUTHORIZED),
+            )
+            .store(MemoryStore::with_clock(ManualClock::new(
+                BASE + Duration::from_secs(5),
+            )))
+            .build()
+            .expect("limiter");
+        let app = Router::new()
+            .route(
+                "/",
+                get(move |headers: http::HeaderMap| {
+                    let gate = handler_gate.clone();
+                    async move {
+                        if headers.contains_key("x-slow") {
+                            gate.acquire().await.expect("open").forget();
+                            (StatusCode::OK, "welcome")
+                        } else {
+                            (StatusCode::UNAUTHORIZED, "wrong password")
+                        }
+                    }
+                }),
+            )
+            .layer(RateLimitLayer::new(limiter.clone()));
+        let server = Arc::new(Server::start(app).await);
+        let mut slow = Vec::new();
+        for _ in 0..5 {
+            let server = server.clone();
+            slow.push(tokio::spawn(async move {
+                let request = Request::get("/")
+                    .header("x-user", "mallory")
+                    .header("x-slow", "1")
+                    .body(Full::default())
+                    .expect("request");
+                server.send(request).await.status
+            }));
+        }
+        tokio::time::sleep(ms(300)).await;
+        let (parts, ()) = Request::get("/")
+            .header("x-user", "mallory")
+            .body(())
+            .expect("request")
+            .into_parts();
+        let key = limiter
+            .policy("login")
+            .and_then(|p| p.key_of(&parts))
+            .expect("key");
+        assert_eq!(
+            limiter.peek("login", &key).await.expect("peek").remaining,
+            0
+        );
+        limiter.reset("login", &key).await.expect("reset");
+        let mut failed = 0;
+        for _ in 0..5 {
+            failed +=
+                usize::from(server.send(from("mallory")).await.status == StatusCode::UNAUTHORIZED);
+        }
+        gate.add_permits(5);
+        for task in slow {
+            assert_eq!(task.await.expect("task"), StatusCode::OK);
+        }
+        tokio::time::sleep(ms(200)).await;
+        for _ in 0..10 {
+            failed +=
+                usize::from(server.send(from("mallory")).await.status == StatusCode::UNAUTHORIZED);
+        }
+        assert_eq!(
+            failed, 5,
+            "{failed} failed logins answered in one 5/min window"
+        );
+    }
+
     /// `in_flight_only(1)` in wait mode: how many requests of one key wait for the
     /// slot at once. README: one caller cannot take every held place (128 per key).
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
