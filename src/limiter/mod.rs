@@ -813,11 +813,19 @@ impl Limiter {
 
     /// Charges `cost` to `key` under `policy` whether or not it fits: usage may
     /// exceed the capacity (a debt), and `remaining` stays 0 until time repays it
-    /// (window algorithms: until enough windows have passed; token bucket, GCRA and
-    /// leaky bucket: until the refill covers it). Returns the key's decision
+    /// (token bucket, GCRA and leaky bucket: until the refill covers it; the window
+    /// algorithms count it in the window it is charged in, so it ends with that
+    /// window — the sliding window's weighs on the next one too, the log's lasts one
+    /// period: for a longer denial, [`block`](Limiter::block)). Returns the key's decision
     /// afterwards, as [`peek`](Limiter::peek) would. Not a rejection: it never counts
     /// toward a [`Penalty`](crate::Penalty). Any `cost` is safe: one penalty charges
-    /// at most the capacity plus [`MAX_DENIAL`](crate::MAX_DENIAL) of refill.
+    /// at most a century of debt ([`MAX_DENIAL`](crate::MAX_DENIAL)).
+    ///
+    /// It reaches the key under the limit's own quota and under every period the
+    /// limit has been decided under (plans: the memory store's tables in the key's
+    /// shard, the Redis store's periods seen by this process); a plan caller under a
+    /// period never decided under starts without the debt. A
+    /// [`block`](Limiter::block) reaches every caller, whatever its plan.
     ///
     /// ```
     /// use std::time::Duration;

@@ -29,7 +29,7 @@ use foldhash::fast::RandomState;
 
 use super::{Charge, decision};
 use crate::algorithm::{Params, Verdict};
-use crate::{Decision, Key};
+use crate::{Decision, Key, Penalty};
 
 /// What a denial said, in µs of the store's local clock.
 #[derive(Debug, Clone, Copy)]
@@ -51,7 +51,10 @@ struct Block {
     blocked: bool,
 }
 
-type Slot = (&'static str, Params, Key);
+/// A cached denial answers only the same name, parameters, penalty box and key: a
+/// reload that adds a box must see the next rejection (a denial cached before it,
+/// under no box, would answer it locally, uncounted).
+type Slot = (&'static str, Params, Option<Penalty>, Key);
 
 /// The map and the order its entries were recorded in.
 struct Blocks {
@@ -150,7 +153,12 @@ impl BlockCache {
     }
 
     fn slot(charge: &Charge<'_>) -> Slot {
-        (charge.limit.name(), *charge.limit.params(), *charge.key)
+        (
+            charge.limit.name(),
+            *charge.limit.params(),
+            charge.limit.get_penalty(),
+            *charge.key,
+        )
     }
 
     fn lock(&self) -> MutexGuard<'_, Blocks> {
@@ -254,7 +262,7 @@ impl BlockCache {
         let name = charge.limit.name();
         self.lock()
             .map
-            .retain(|(policy, _, key), _| !(*policy == name && key == charge.key));
+            .retain(|(policy, _, _, key), _| !(*policy == name && key == charge.key));
     }
 
     pub(crate) fn len(&self) -> usize {

@@ -160,20 +160,7 @@ impl Shard {
             // An operator's charge: made even past the name's bound on tables.
             let i = self.table_for(policy, true).unwrap_or_default();
             index = Some(i);
-            self.make_room_for_one(i, floor);
-            let hasher = self.hasher;
-            let table = &mut self.tables[i];
-            let bytes = with_rule!(&mut table.states, |map, R| {
-                let (_, cell) = map
-                    .insert_unique(
-                        key.hash,
-                        (*key.key, Cell::new(<R as Rule>::State::default())),
-                        |(k, _)| hasher.hash_one(k),
-                    )
-                    .into_mut();
-                entry_bytes(cell)
-            });
-            self.account(i, 1, bytes.cast_signed());
+            self.store_fresh(i, key, floor);
         }
         let verdict = index
             .and_then(|i| self.penalize_stored(i, params, key, (now, floor), cost))
@@ -196,9 +183,18 @@ impl Shard {
             for id in others {
                 if let Some(i) = self.index_of(id) {
                     // In the table's own parameters: its algorithm, and a count whose
-                    // usage carries over to the caller's.
+                    // usage carries over to the caller's. Charged whether or not the
+                    // key has state there yet, as the Redis store charges every period
+                    // it has seen the limit decided under: a plan caller whose first
+                    // request under that period comes later owes it too.
                     let p = self.tables[i].params;
-                    self.penalize_stored(i, &p, key, (now, floor), cost);
+                    if self
+                        .penalize_stored(i, &p, key, (now, floor), cost)
+                        .is_none()
+                    {
+                        self.store_fresh(i, key, floor);
+                        self.penalize_stored(i, &p, key, (now, floor), cost);
+                    }
                 }
             }
         }
@@ -333,6 +329,25 @@ impl Shard {
                 record.queue_until = record.queue_until.min(tail);
             }
         }
+    }
+
+    /// Stores a fresh state for `key` (which has none) in the table at `index`, making
+    /// room for it first.
+    fn store_fresh(&mut self, index: usize, key: Hashed<'_>, floor: u64) {
+        self.make_room_for_one(index, floor);
+        let hasher = self.hasher;
+        let table = &mut self.tables[index];
+        let bytes = with_rule!(&mut table.states, |map, R| {
+            let (_, cell) = map
+                .insert_unique(
+                    key.hash,
+                    (*key.key, Cell::new(<R as Rule>::State::default())),
+                    |(k, _)| hasher.hash_one(k),
+                )
+                .into_mut();
+            entry_bytes(cell)
+        });
+        self.account(index, 1, bytes.cast_signed());
     }
 
     /// The TAT (ns) of `key` in the GCRA or leaky-bucket table at `index`.

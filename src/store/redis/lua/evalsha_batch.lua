@@ -115,15 +115,21 @@ elseif mode == 'k' then
   -- An operator's block: replaces the caller's block and its count, in the one record
   -- every charge (each a state of the key) shares; every state is marked.
   local first = charges[1]
+  local _, _, _, q, record, parked = pb_read(first.keys)
   if first.cost > 0 then
-    local _, _, _, q = pb_read(first.keys)
-    pb_write(first.keys, now + first.cost, 0, 0, q, now + first.cost, now)
+    pb_write(first.keys, now + first.cost, 0, 0, q, now + first.cost, now, nil, parked)
     for _, c in ipairs(charges) do
       pb_mark(c.keys[1])
       emit({ pb_blocked(first.cost, false) })
     end
   else
-    redis.call('DEL', first.keys[#first.keys])
+    -- Lifted: the block and the count go, a queue of reservations stays (the memory
+    -- store's `block(0)`): its places are still taken.
+    if record and q > now then
+      pb_write(first.keys, 0, 0, 0, q, q, now, nil, parked)
+    else
+      redis.call('DEL', first.keys[#first.keys])
+    end
     for _, c in ipairs(charges) do
       emit({ guarded(c.keys, now, with_cost(c, 0), 1, false, false) })
     end
