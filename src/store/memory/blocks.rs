@@ -43,6 +43,10 @@ pub(super) struct Record {
     /// `Shard::refund_place`). At most [`MAX_PARKED`]; more are lost, which only
     /// keeps their places spent until their time.
     pub(super) parked: Vec<(Receipt, u64)>,
+    /// When an operator last reset the key (0: never, or long enough ago that no
+    /// charge from before it still counts): a receipt decided at or before then names
+    /// a charge the reset already forgot, and gives nothing back.
+    pub(super) reset_at: u64,
 }
 
 /// The most places a record keeps given back out of order.
@@ -52,7 +56,8 @@ impl Record {
     /// Whether losing the record at `now` would lift nothing: no block running, no
     /// reservation pending (a count of rejections may go).
     fn evictable(&self, now: u64) -> bool {
-        self.expires_at <= now || (self.offences.blocked_until <= now && self.queue_until <= now)
+        self.expires_at <= now
+            || (self.offences.blocked_until <= now && self.queue_until <= now && self.reset_at == 0)
     }
 }
 
@@ -105,6 +110,7 @@ impl Records {
                     expires_at: 0,
                     queue_until: 0,
                     parked: Vec::new(),
+                    reset_at: 0,
                 },
                 |r| hasher.hash_one(r.key),
             )

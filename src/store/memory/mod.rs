@@ -479,7 +479,8 @@ impl MemoryStore {
     /// Makes `key` idle under `limit`: state, block and penalty count gone.
     pub(crate) fn reset_now(&self, limit: &Limit, key: &Key) {
         let key = self.hashed(key);
-        write(self.shard(key)).reset(limit, key);
+        let now = self.now();
+        write(self.shard(key)).reset(limit, key, now);
     }
 
     /// Blocks `key` under `limit` for `duration` from now (0 lifts the block).

@@ -110,7 +110,13 @@ impl Shard {
     /// Makes `key` idle under `policy`'s name: its record (block, count, queue) and
     /// its rate state in every table of the name are gone, whatever quota, period or
     /// algorithm they were counted under.
-    pub(crate) fn reset(&mut self, policy: &Limit, key: Hashed<'_>) {
+    ///
+    /// Decisions made before the reset keep their receipts; their charges are gone with
+    /// the state, so a give-back by such a receipt (a `count_when` refund of a slow
+    /// request, a cancelled waiter) must not take from the fresh quota: the key's
+    /// record remembers the reset's instant until every forgotten charge would have
+    /// stopped counting anyway (the latest instant a removed state was idle at).
+    pub(crate) fn reset(&mut self, policy: &Limit, key: Hashed<'_>, now: u64) {
         let Some(name) = self.names.get_mut(&policy.record()) else {
             return;
         };
@@ -118,18 +124,32 @@ impl Shard {
             self.records -= 1;
         }
         let ids = name.tables.clone();
+        let mut forgotten_until = 0;
         for id in ids {
             if let Some(index) = self.index_of(id) {
                 let table = &mut self.tables[index];
+                let p = table.params;
                 let freed = with_rule!(&mut table.states, |map, R| {
                     map.find_entry(key.hash, |(k, _)| k == key.key)
                         .ok()
-                        .map(|entry| entry_bytes(&entry.remove().0.1))
+                        .map(|entry| {
+                            let (_, cell) = entry.remove().0;
+                            let idle = cell.with(|s| <R as Rule>::idle_at(&p, s));
+                            (entry_bytes(&cell), idle)
+                        })
                 });
-                if let Some(bytes) = freed {
+                if let Some((bytes, idle)) = freed {
                     self.account(index, -1, -bytes.cast_signed());
+                    forgotten_until = forgotten_until.max(idle);
                 }
             }
+        }
+        let floor = self.advance(now);
+        if forgotten_until > floor
+            && let Some(record) = self.record_for(policy, key, floor, Claim::Operator)
+        {
+            record.reset_at = floor;
+            record.expires_at = record.expires_at.max(forgotten_until);
         }
     }
 
@@ -139,8 +159,9 @@ impl Shard {
     /// One caller, one record: the charge also goes to every state the key already
     /// has under the limit's name in another table (a plan caller's quota over another
     /// period, an algorithm a reload replaced), `cost` requests each, so a plan caller
-    /// is penalised too. No state is made there: a key first seen under another
-    /// period later starts fresh, as a change of period does.
+    /// is penalised too. A state is made there when the key has none yet (a plan
+    /// caller whose first request under that period comes later owes it too); a
+    /// period no caller has been decided under in this shard is not reached.
     pub(crate) fn penalize(
         &mut self,
         policy: &Limit,
@@ -244,6 +265,14 @@ impl Shard {
         let Some(index) = self.index_of(policy.table()) else {
             return;
         };
+        if let Refund::Charge { receipt, .. } = what
+            && self
+                .record_of(policy, key)
+                .is_some_and(|r| r.reset_at > 0 && receipt.at_us() <= r.reset_at)
+        {
+            // Charged before an operator's reset, which forgot it already.
+            return;
+        }
         if let Refund::Charge { amount, receipt } = what
             && let Some(ahead_ns) = queue_ahead_ns(policy.params())
         {

@@ -211,7 +211,7 @@ impl Shard {
     /// The record of `key` under `policy`'s name, if any. One check while the shard
     /// holds no record at all.
     #[inline]
-    fn record_of(&self, policy: &Limit, key: Hashed<'_>) -> Option<&Record> {
+    pub(super) fn record_of(&self, policy: &Limit, key: Hashed<'_>) -> Option<&Record> {
         if self.records == 0 {
             return None;
         }
@@ -604,7 +604,7 @@ mod tests {
                 0 => {
                     shard.block(policy, key, now, rng.u64(0..3) * 1_000_000);
                 }
-                1 => shard.reset(policy, key),
+                1 => shard.reset(policy, key, now),
                 2 => {
                     shard.penalize(policy, key, now, rng.u64(0..4));
                 }

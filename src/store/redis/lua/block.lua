@@ -67,7 +67,7 @@ end
 
 -- Counts the rejection `v` of the charge at args[i..], whose record read (c, f)
 -- (Offences::offend): the blocked verdict when it trips the box, else `v`.
-local function pb_offend(keys, now, args, i, v, c, f, q)
+local function pb_offend(keys, now, args, i, v, c, f, q, rest)
   -- A call without a penalty box may leave its three arguments out (evalsha.lua).
   local n = tonumber(args[i + 10] or 0)
   if n == 0 or args[i + 1] + 0 == 0 then
@@ -81,11 +81,11 @@ local function pb_offend(keys, now, args, i, v, c, f, q)
   end
   local base = pb_base(keys, args, i)
   if c < n then
-    pb_write(keys, 0, c, f, q, f + within, now, base)
+    pb_write(keys, 0, c, f, q, f + within, now, base, rest)
     return v
   end
   -- Tripped: blocked from now, and the count starts again.
-  pb_write(keys, now + block, 0, 0, q, now + block, now, base)
+  pb_write(keys, now + block, 0, 0, q, now + block, now, base, rest)
   return pb_blocked(block, true)
 end
 
@@ -98,9 +98,9 @@ end
 -- algorithm's `decide`.
 local function guarded(keys, now, args, i, charge, count)
   local state, mark_byte = read_state(keys[1])
-  local u, c, f, q, record = 0, 0, 0, 0, false
+  local u, c, f, q, record, rest = 0, 0, 0, 0, false, ''
   if not state or mark_byte == MARK_BYTE or args[i + 13] + 0 > 0 then
-    u, c, f, q, record = pb_read(keys)
+    u, c, f, q, record, rest = pb_read(keys)
     if u > now then
       return pb_blocked(u - now, false)
     end
@@ -124,7 +124,7 @@ local function guarded(keys, now, args, i, charge, count)
     v = D[args[i]](keys, now, args, i, charge, false, state, mark)
   end
   if count and v[1] == 0 then
-    return pb_offend(keys, now, args, i, v, c, f, q)
+    return pb_offend(keys, now, args, i, v, c, f, q, rest)
   end
   return v
 end

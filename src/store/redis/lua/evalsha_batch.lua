@@ -66,6 +66,14 @@ end
 -- Refunds `amount` of the key's newest charges, or, with a `receipt`, of the one
 -- charge it names (the twin of algorithm::refund).
 local function refund(c, amount, receipt)
+  if receipt then
+    -- Decided before an operator's reset, which forgot the charge already.
+    local r = redis.call('GET', c.keys[#c.keys])
+    local reset_at = r and tonumber(string.match(r, ' r(%d+)'))
+    if reset_at and receipt.at <= reset_at then
+      return
+    end
+  end
   local s = c.alg.load(c.keys)
   if not s then
     return
@@ -108,8 +116,21 @@ if mode == 'r' or mode == 'c' then
     refund(c, c.cost, c.receipt)
   end
 elseif mode == 'x' then
+  -- The key's states under every period go, and its block, count and queue; the
+  -- record stays as long as the latest forgotten charge would have counted, saying
+  -- when the reset was: a receipt decided by then gives nothing back (`refund`).
+  local forgotten = 0
+  local record = charges[1].keys[#charges[1].keys]
   for _, c in ipairs(charges) do
-    redis.call('DEL', unpack(c.keys))
+    for k = 1, #c.keys - 1 do
+      forgotten = math.max(forgotten, redis.call('PTTL', c.keys[k]))
+      redis.call('DEL', c.keys[k])
+    end
+  end
+  if forgotten > 0 then
+    redis.call('SET', record, string.format('0 0 0 0 r%.0f', now), 'PX', forgotten)
+  else
+    redis.call('DEL', record)
   end
 elseif mode == 'k' then
   -- An operator's block: replaces the caller's block and its count, in the one record
@@ -181,8 +202,8 @@ else
     for i, c in ipairs(charges) do
       local v = verdicts[i]
       if v[1] == 0 and v[6] < 0 then
-        local _, count, first, q = pb_read(c.keys)
-        verdicts[i] = pb_offend(c.keys, now, ARGV, c.argi, v, count, first, q)
+        local _, count, first, q, _, rest = pb_read(c.keys)
+        verdicts[i] = pb_offend(c.keys, now, ARGV, c.argi, v, count, first, q, rest)
       end
     end
   end

@@ -67,6 +67,11 @@ local function gcra_refund_place(keys, p, s, amount, r, ahead_us, ahead_ns)
     if #out > 0 then
       tail = ' ' .. table.concat(out, ',')
     end
+    -- An operator's reset's instant (evalsha_batch.lua, mode 'x') stays.
+    local reset_mark = string.match(rest, ' (r%d+)')
+    if reset_mark then
+      tail = ' ' .. reset_mark .. tail
+    end
     redis.call('SET', keys[#keys], string.format('%.0f %.0f %.0f %.0f', u, c, f, q) .. tail,
       'KEEPTTL')
   end
