@@ -644,7 +644,7 @@ async fn differential_walks(
 
 #[cfg(feature = "redis")]
 #[tokio::test]
-#[ignore = "BROKEN: memory and Redis disagree on all 7 algorithms (e.g. a penalty after a reset charges a plan caller's other period on Redis, 87 of 100 left, not on memory)"]
+#[ignore = "KNOWN (RELIABILITY.md, Known gaps): memory and Redis still disagree on rare walks mixing reset, refunds by receipt in the reset's instant, plans and reservations"]
 async fn memory_and_redis_agree_on_random_walks_of_every_operation() {
     let broken = differential_walks(1..=12, true, true).await;
     for b in &broken {
@@ -655,7 +655,7 @@ async fn memory_and_redis_agree_on_random_walks_of_every_operation() {
 
 #[cfg(feature = "redis")]
 #[tokio::test]
-#[ignore = "BROKEN: memory and Redis disagree on all 7 algorithms with same-period plans (ATTACK_PLANS=1 shrunk_disagreements: memory queues, Redis admits at once)"]
+#[ignore = "KNOWN (RELIABILITY.md, Known gaps): with same-period plans of another count, reservations given back after a re-count differ by a fraction of T"]
 async fn memory_and_redis_agree_on_random_walks_within_one_period() {
     let broken = differential_walks(1..=12, false, true).await;
     for b in &broken {
@@ -793,7 +793,7 @@ async fn penalize_after_a_reset_reaches_a_plan_caller_on_redis() -> TestResult {
 
 #[cfg(feature = "redis")]
 #[tokio::test]
-#[ignore = "BROKEN: memory and Redis disagree on all 7 algorithms under one quota; shrunk (run shrunk_disagreements): after block(0) with places queued, Redis admits at once what memory queues"]
+#[ignore = "KNOWN (RELIABILITY.md, Known gaps): memory and Redis still disagree on rare walks mixing reset, same-instant refunds and reservations"]
 async fn memory_and_redis_agree_on_random_walks_under_the_limits_own_quota() {
     let broken = differential_walks(1..=24, false, false).await;
     for b in &broken {
@@ -1055,7 +1055,7 @@ async fn shrink(algorithm: Algorithm, mut ops: Vec<Op>) -> Vec<Op> {
 
 #[cfg(feature = "redis")]
 #[tokio::test]
-#[ignore = "BROKEN: memory and Redis disagree; prints the smallest such walks (ATTACK_PLANS=1 adds same-period plans)"]
+#[ignore = "KNOWN (RELIABILITY.md, Known gaps): prints the smallest walks on which memory and Redis still disagree (ATTACK_PLANS=1 adds same-period plans)"]
 async fn shrunk_disagreements() {
     let mut found = 0;
     let plans = std::env::var_os("ATTACK_PLANS").is_some();

@@ -47,6 +47,9 @@ pub(super) struct Record {
     /// charge from before it still counts): a receipt decided at or before then names
     /// a charge the reset already forgot, and gives nothing back.
     pub(super) reset_at: u64,
+    /// Until then the record must stay for `reset_at` (no writer sets `expires_at`
+    /// earlier).
+    pub(super) reset_until: u64,
 }
 
 /// The most places a record keeps given back out of order.
@@ -111,6 +114,7 @@ impl Records {
                     queue_until: 0,
                     parked: Vec::new(),
                     reset_at: 0,
+                    reset_until: 0,
                 },
                 |r| hasher.hash_one(r.key),
             )

@@ -73,7 +73,8 @@ impl Shard {
         record.expires_at = record
             .offences
             .idle_at(penalty.within_us())
-            .max(record.queue_until);
+            .max(record.queue_until)
+            .max(record.reset_until);
         if tripped {
             Verdict::blocked(penalty.block_us(), true)
         } else {
@@ -92,7 +93,7 @@ impl Shard {
         if duration_us == 0 {
             if let Some(record) = self.record_mut(policy, key) {
                 record.offences = Offences::default();
-                record.expires_at = record.queue_until;
+                record.expires_at = record.queue_until.max(record.reset_until);
             }
             return;
         }
@@ -103,7 +104,7 @@ impl Shard {
                 count: 0,
                 first_at: 0,
             };
-            record.expires_at = until.max(record.queue_until);
+            record.expires_at = until.max(record.queue_until).max(record.reset_until);
         }
     }
 
@@ -124,7 +125,7 @@ impl Shard {
             self.records -= 1;
         }
         let ids = name.tables.clone();
-        let mut forgotten_until = 0;
+        let mut forgotten_until = None;
         for id in ids {
             if let Some(index) = self.index_of(id) {
                 let table = &mut self.tables[index];
@@ -140,16 +141,20 @@ impl Shard {
                 });
                 if let Some((bytes, idle)) = freed {
                     self.account(index, -1, -bytes.cast_signed());
-                    forgotten_until = forgotten_until.max(idle);
+                    forgotten_until = Some(forgotten_until.unwrap_or(0).max(idle));
                 }
             }
         }
+        // Whenever a state was forgotten, as the Redis store keeps its record while the
+        // forgotten keys would have lived: a charge decided in the reset's very µs
+        // counts as forgotten too (never refunded from the fresh quota).
         let floor = self.advance(now);
-        if forgotten_until > floor
+        if let Some(until) = forgotten_until
             && let Some(record) = self.record_for(policy, key, floor, Claim::Operator)
         {
             record.reset_at = floor;
-            record.expires_at = record.expires_at.max(forgotten_until);
+            record.reset_until = until.max(floor + 1);
+            record.expires_at = record.expires_at.max(record.reset_until);
         }
     }
 
@@ -169,7 +174,11 @@ impl Shard {
         now: u64,
         cost: u64,
     ) -> Verdict {
+        // While places are reserved ahead, the key's state runs ahead of the clock to
+        // the queue's tail: the debt comes after them (as the Redis store decides it,
+        // at its state's latest instant, the latest place).
         let floor = self.advance_and_sweep(now);
+        let floor = floor.max(self.queued(policy, key, now).unwrap_or(0));
         let params = policy.params();
         let mut index = self.index_of(policy.table());
         let found = index.is_some_and(|i| {
@@ -318,6 +327,14 @@ impl Shard {
     ) {
         let p = *policy.params();
         let t = now.max(floor);
+        // The TAT as this quota counts it: a state last decided under another count of
+        // the same period (a plan, the limit's own) is re-counted first, as the refund
+        // itself would, so that "the newest charge" and "ahead" are judged in its units.
+        if let States::Gcra(map) | States::LeakyBucket(map) = &mut self.tables[index].states
+            && let Some((_, cell)) = map.find_mut(key.hash, |(k, _)| k == key.key)
+        {
+            cell.with_mut(|s| crate::algorithm::gcra::carry_over(&p, s, t));
+        }
         let Some(tat) = self.tat_of(index, key) else {
             return;
         };

@@ -229,7 +229,7 @@ impl Shard {
     /// The tail of `key`'s queue of reservations under `policy`'s name, if it is still
     /// ahead of `now`.
     #[inline]
-    fn queued(&self, policy: &Limit, key: Hashed<'_>, now: u64) -> Option<u64> {
+    pub(super) fn queued(&self, policy: &Limit, key: Hashed<'_>, now: u64) -> Option<u64> {
         let tail = self.record_of(policy, key)?.queue_until;
         (tail > now).then_some(tail)
     }

@@ -51,8 +51,13 @@ end
 -- Writes the record; it lives until `idle_at` or the queue's tail `q`, the later. The
 -- state, and `base` when given, are marked, so that decisions read the record.
 local function pb_write(keys, u, c, f, q, idle_at, now, base, rest)
+  local px = ttl_ms(math.max(idle_at, q), now)
+  if rest and string.find(rest, ' r%d') then
+    -- A reset's instant (evalsha_batch.lua, mode 'x') lives as long as it was given.
+    px = math.max(px, redis.call('PTTL', keys[#keys]))
+  end
   redis.call('SET', keys[#keys], string.format('%.0f %.0f %.0f %.0f', u, c, f, q) .. (rest or ''),
-    'PX', ttl_ms(math.max(idle_at, q), now))
+    'PX', px)
   pb_mark(keys[1])
   if base then
     pb_mark(base)

@@ -79,7 +79,15 @@ local function refund(c, amount, receipt)
     return
   end
   local floor = s.s
-  local t = c.alg.normalize(c.p, s, math.max(now, floor))
+  -- GCRA's and the leaky bucket's latest instant may be a reserved place, ahead of
+  -- the clock: a refund is measured on the clock, as the memory store measures it (a
+  -- refund never leaves the TAT before `now`, which the store's floor already holds
+  -- from going back).
+  local at = math.max(now, floor)
+  if c.alg.refund_place then
+    at = now
+  end
+  local t = c.alg.normalize(c.p, s, at)
   s.s = math.max(now, floor)
   if receipt and c.alg.refund_place then
     c.alg.refund_place(c.keys, c.p, s, amount, receipt)
@@ -146,8 +154,10 @@ elseif mode == 'k' then
   else
     -- Lifted: the block and the count go, a queue of reservations stays (the memory
     -- store's `block(0)`): its places are still taken.
-    if record and q > now then
-      pb_write(first.keys, 0, 0, 0, q, q, now, nil, parked)
+    if record and (q > now or string.find(parked, ' r%d')) then
+      -- Kept as long as it was to live: a queue's places, a reset's instant.
+      redis.call('SET', first.keys[#first.keys], string.format('0 0 0 %.0f', q) .. parked,
+        'KEEPTTL')
     else
       redis.call('DEL', first.keys[#first.keys])
     end
