@@ -12,12 +12,11 @@ use bytes::Bytes;
 use http::{Request, Response};
 use http_body_util::Full;
 use support::in_flight::{
-    crash_holding, crash_spec, every_way_a_request_ends, hold_until_killed, stall, until_free,
+    crash_holding, crash_spec, every_way_a_request_ends, hold_until_killed, stall, take_each,
+    until_free,
 };
 use support::redis_server::{RedisServer, free_port, shared_server, unique_prefix};
-use tollgate::{
-    FailMode, InFlightSlot, Key, Limit, Limiter, Policy, Quota, RateLimitLayer, RedisStore, Store,
-};
+use tollgate::{FailMode, Key, Limit, Limiter, Policy, Quota, RateLimitLayer, RedisStore, Store};
 use tower::{Layer, ServiceExt};
 
 type TestResult = Result<(), Box<dyn std::error::Error>>;
@@ -197,30 +196,6 @@ fn private_store(server: &RedisServer) -> RedisStore {
         .expect("a valid url")
         .deadline(Duration::from_secs(5))
         .expect("a deadline")
-}
-
-/// Takes one slot (bound 1) of each key on `store`, many calls at once.
-async fn take_each(store: &RedisStore, limit: &Limit, keys: &[Key]) -> Vec<Option<InFlightSlot>> {
-    let mut calls = tokio::task::JoinSet::new();
-    for (i, key) in keys.iter().enumerate() {
-        let (store, limit, key) = (store.clone(), limit.clone(), *key);
-        calls.spawn(async move { (i, store.acquire_in_flight(&limit, &key, 1).await) });
-        if calls.len() >= 64 {
-            break;
-        }
-    }
-    let mut slots: Vec<Option<InFlightSlot>> = keys.iter().map(|_| None).collect();
-    let mut next = calls.len();
-    while let Some(done) = calls.join_next().await {
-        let (i, slot) = done.expect("an acquire task");
-        slots[i] = slot.expect("the store answers");
-        if let Some(key) = keys.get(next) {
-            let (store, limit, key, at) = (store.clone(), limit.clone(), *key, next);
-            calls.spawn(async move { (at, store.acquire_in_flight(&limit, &key, 1).await) });
-            next += 1;
-        }
-    }
-    slots
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

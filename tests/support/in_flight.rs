@@ -30,7 +30,7 @@ use tokio::net::TcpStream;
 use tokio::sync::Semaphore;
 use tokio::task::JoinHandle;
 use tokio::time::{Instant, Interval, sleep};
-use tollgate::{Key, Limit, Store};
+use tollgate::{InFlightSlot, Key, Limit, Store};
 
 use crate::http::{Reply, Server};
 
@@ -390,5 +390,29 @@ pub async fn stall(port: u16, length: Duration) -> std::thread::JoinHandle<()> {
         }
         assert!(Instant::now() < deadline, "the stall never began");
         assert!(!busy.is_finished(), "the stall ended before it was seen");
+    }
+}
+
+/// Takes one slot (bound 1) of each of `keys` under `limit` on `store`, 64 calls at
+/// a time; the slots in the keys' order.
+pub async fn take_each<S: Store + Clone + 'static>(
+    store: &S,
+    limit: &Limit,
+    keys: &[Key],
+) -> Vec<Option<InFlightSlot>> {
+    let mut calls = tokio::task::JoinSet::new();
+    let mut slots: Vec<Option<InFlightSlot>> = keys.iter().map(|_| None).collect();
+    let mut next = 0;
+    loop {
+        while calls.len() < 64 && next < keys.len() {
+            let (store, limit, key, at) = (store.clone(), limit.clone(), keys[next], next);
+            calls.spawn(async move { (at, store.acquire_in_flight(&limit, &key, 1).await) });
+            next += 1;
+        }
+        let Some(done) = calls.join_next().await else {
+            return slots;
+        };
+        let (at, slot) = done.expect("an acquire task");
+        slots[at] = slot.expect("the store answers");
     }
 }
