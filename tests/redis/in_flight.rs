@@ -406,3 +406,75 @@ async fn a_request_whose_client_gives_up_during_a_stall_leaves_no_slot() -> Test
     assert_eq!(call().await?.status(), http::StatusCode::OK);
     Ok(())
 }
+
+/// A measurement, not part of the suite (over a minute): `TOLLGATE_RUNNING_KEYS`
+/// keys (100,000 unless set), each running one request, on a store at the default
+/// in-flight TTL; 3.5 lifetimes later another process must get no second slot on
+/// any of them. Prints how long the last renewal round took (the spread of the
+/// renewed leases' expiries) and Redis's time in the renewal script.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a measurement of a minute or more: run with -- --ignored --nocapture"]
+async fn running_keys_stay_renewed_at_the_default_ttl() -> TestResult {
+    let n: u64 = std::env::var("TOLLGATE_RUNNING_KEYS").map_or(Ok(100_000), |v| v.parse())?;
+    let server = RedisServer::start();
+    let holder = private_store(&server);
+    let ttl = holder.get_in_flight_ttl();
+    let limit = limit();
+    let keys: Vec<Key> = (0..n).map(Key::from).collect();
+    let started = tokio::time::Instant::now();
+    let held = take_each(&holder, &limit, &keys).await;
+    let taken = held.iter().filter(|s| s.is_some()).count();
+    println!("{taken} keys running after {:?}", started.elapsed());
+    tokio::time::sleep(ttl * 3 + ttl / 2).await;
+    let other = private_store(&server);
+    let second = take_each(&other, &limit, &keys).await;
+    let doubled = second.iter().filter(|s| s.is_some()).count();
+    println!("{doubled} of {n} keys double-slotted");
+    // The newest round's expiries: from the latest back to TTL/6 before it.
+    let spread = "local newest, oldest = 0, math.huge \
+         local scores = {} \
+         for i = 1, #KEYS do \
+           local s = redis.call('ZRANGE', KEYS[i], 0, 0, 'WITHSCORES')[2] \
+           if s then s = tonumber(s); scores[#scores + 1] = s; \
+             if s > newest then newest = s end end \
+         end \
+         for _, s in ipairs(scores) do \
+           if s >= newest - tonumber(ARGV[1]) and s < oldest then oldest = s end \
+         end \
+         return {#scores, newest - oldest}";
+    let sets: Vec<String> = keys
+        .iter()
+        .map(|k| holder.in_flight_key(&limit, k))
+        .collect();
+    let client = redis::Client::open(server.url())?;
+    // A script over every key takes longer than redis-rs's 500 ms default.
+    let config = redis::AsyncConnectionConfig::new().set_response_timeout(None);
+    let mut conn = client
+        .get_multiplexed_async_connection_with_config(&config)
+        .await?;
+    let sixth = u64::try_from((ttl / 6).as_millis())?;
+    let (leases, round_ms): (u64, u64) = redis::cmd("EVAL")
+        .arg(spread)
+        .arg(sets.len())
+        .arg(&sets)
+        .arg(sixth)
+        .query_async(&mut conn)
+        .await?;
+    let stats = server.cli(&["INFO", "commandstats"]);
+    let evalsha = stats
+        .lines()
+        .find(|l| l.starts_with("cmdstat_evalsha:"))
+        .unwrap_or_default();
+    println!(
+        "{n} running keys, TTL {ttl:?}: {doubled} double-slotted, {} lost, {} added back; \
+         {leases} leases live, last round {round_ms} ms; {evalsha}",
+        holder.in_flight_leases_lost(),
+        holder.in_flight_leases_readded(),
+    );
+    assert_eq!(taken, keys.len());
+    assert_eq!(doubled, 0);
+    assert_eq!(holder.in_flight_leases_lost(), 0);
+    assert_eq!(holder.in_flight_leases_readded(), 0);
+    drop(held);
+    Ok(())
+}

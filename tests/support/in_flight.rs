@@ -164,8 +164,15 @@ impl App {
             match self.try_fill(n).await {
                 Ok(requests) => return requests,
                 Err(requests) => {
-                    // Let the ones that got in finish, and try again.
-                    self.gate.open(self.gate.entered() - before);
+                    // Let the ones that got in finish, and try again. One may still be
+                    // on its way in: keep opening for late comers until all ended.
+                    let mut opened = 0;
+                    while !requests.iter().all(JoinHandle::is_finished) {
+                        let entered = self.gate.entered() - before;
+                        self.gate.open(entered - opened);
+                        opened = entered;
+                        sleep(Duration::from_millis(2)).await;
+                    }
                     for request in requests {
                         request.await.expect("request task");
                     }

@@ -24,7 +24,7 @@
 //! than TTL/3, the usual case, are never renewed.
 //!
 //! A round is batched: up to [`LEASES_PER_CALL`] leases (over many keys) per script
-//! call, and the calls sent together (up to [`CALLS_AT_ONCE`] on the wire), so they
+//! call, and the calls sent together (up to [`LEASES_AT_ONCE`] leases on the wire), so they
 //! are pipelined on the store's multiplexed connection: one round trip per batch of
 //! calls, not one per key. On a cluster a call names the keys of one hash slot, and
 //! redis-rs pipelines each node's calls on that node's connection. A lease found
@@ -56,9 +56,11 @@ static RENEW: LazyLock<Script> =
 /// The most leases one renewal call names: enough that 100 000 running keys take
 /// 200 calls, few enough that one call holds Redis for a millisecond or so.
 pub(super) const LEASES_PER_CALL: usize = 500;
-/// The most renewal calls on the wire at once: they pipeline on one connection, and
-/// the bound keeps a huge round from queueing megabytes at once.
-pub(super) const CALLS_AT_ONCE: usize = 32;
+/// The most leases in renewal calls on the wire at once (32 full calls, or on a
+/// cluster, where a call names one hash slot's keys, thousands of small ones): they
+/// pipeline on the connection(s), and the bound keeps a huge round from queueing
+/// megabytes at once.
+pub(super) const LEASES_AT_ONCE: usize = 32 * LEASES_PER_CALL;
 
 /// A store's live leases, shared by its clones, its slots and its renewer.
 pub(super) struct Leases {
@@ -101,8 +103,10 @@ struct Lease {
     lost: bool,
 }
 
-/// One renewal call's leases: per key, its bound and lease numbers.
-type Batch = Vec<(Arc<str>, u32, Vec<u64>)>;
+/// One key's leases to renew: its lease set, its bound and the lease numbers.
+type Due = (Arc<str>, u32, Vec<u64>);
+/// One renewal call's leases.
+type Batch = Vec<Due>;
 
 impl Leases {
     pub(super) fn new(ttl: Duration) -> Self {
@@ -178,7 +182,7 @@ impl Leases {
 
     /// The leases to renew now, or `None` (and the renewer ends) when there is
     /// nothing left to do.
-    fn due(&self) -> Option<Vec<(Arc<str>, u32, Vec<u64>)>> {
+    fn due(&self) -> Option<Vec<Due>> {
         let mut live = self.lock();
         if live.by_key.is_empty() && live.orphans.is_empty() {
             live.renewing = false;
@@ -440,15 +444,17 @@ impl RedisStore {
 
     /// One renewal round over `due`: batched, the calls sent together (see the
     /// module's doc).
-    async fn renew(&self, due: Vec<(Arc<str>, u32, Vec<u64>)>) -> RenewalRound {
+    async fn renew(&self, due: Vec<Due>) -> RenewalRound {
         let batches = self.batches(due);
-        let at_once = Arc::new(Semaphore::new(CALLS_AT_ONCE));
+        let at_once = Arc::new(Semaphore::new(LEASES_AT_ONCE));
         let mut calls = JoinSet::new();
         for batch in batches {
             let store = self.clone();
             let at_once = at_once.clone();
+            let leases: usize = batch.iter().map(|(_, _, numbers)| numbers.len()).sum();
+            let leases = u32::try_from(leases).unwrap_or(u32::MAX);
             calls.spawn(async move {
-                let _permit = at_once.acquire_owned().await;
+                let _permits = at_once.acquire_many_owned(leases).await;
                 store.renew_batch(batch).await
             });
         }
@@ -467,8 +473,8 @@ impl RedisStore {
 
     /// Splits `due` into calls of at most [`LEASES_PER_CALL`] leases; on a cluster,
     /// each call's keys share one hash slot.
-    fn batches(&self, due: Vec<(Arc<str>, u32, Vec<u64>)>) -> Vec<Batch> {
-        let groups: Vec<Vec<(Arc<str>, u32, Vec<u64>)>> = if self.is_cluster() {
+    fn batches(&self, due: Vec<Due>) -> Vec<Batch> {
+        let groups: Vec<Vec<Due>> = if self.is_cluster() {
             let mut by_slot: HashMap<Slot, Vec<_>> = HashMap::new();
             for entry in due {
                 by_slot
@@ -476,8 +482,13 @@ impl RedisStore {
                     .or_default()
                     .push(entry);
             }
-            by_slot.into_values().collect()
+            // The same order every round (a new map's order is random), so that each
+            // lease is renewed about every TTL/3, not up to a round later.
+            let mut groups: Vec<_> = by_slot.into_values().collect();
+            groups.sort_unstable_by(|a, b| a[0].0.cmp(&b[0].0));
+            groups
         } else {
+            // The registry's order, the same from round to round while its keys stay.
             vec![due]
         };
         let mut batches = Vec::new();

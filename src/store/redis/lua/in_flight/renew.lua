@@ -13,7 +13,8 @@
 -- acquire drops expired leases first, so nobody took its place.
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
-local expiry = now + tonumber(ARGV[1])
+local ttl = tonumber(ARGV[1])
+local expiry = now + ttl
 local out = {}
 local a = 2
 for k = 1, #KEYS do
@@ -24,8 +25,11 @@ for k = 1, #KEYS do
   local pruned = false
   for i = a, a + n - 1 do
     local id = ARGV[i]
-    if redis.call('ZSCORE', set, id) then
-      redis.call('ZADD', set, expiry, id)
+    -- The usual case in one call: the lease is there and its expiry moves (CH
+    -- counts it); a lease renewed within the millisecond it was set moves nowhere,
+    -- and ZSCORE tells it from an absent one.
+    if redis.call('ZADD', set, 'XX', 'CH', expiry, id) == 1
+        or redis.call('ZSCORE', set, id) then
       out[#out + 1] = '1'
     else
       if not pruned then
@@ -41,10 +45,12 @@ for k = 1, #KEYS do
     end
   end
   a = a + n
-  -- The set lives as long as its latest lease (see acquire.lua).
-  local last = redis.call('ZRANGE', set, -1, -1, 'WITHSCORES')
-  if last[2] then
-    redis.call('PEXPIRE', set, math.max(1, tonumber(last[2]) - now))
+  -- The set lives as long as its latest lease (see acquire.lua): its TTL covers
+  -- every lease already, so only a TTL shorter than these leases' needs raising.
+  -- (PTTL, not the latest score: reading a score back costs Redis several times
+  -- more.)
+  if redis.call('PTTL', set) < ttl then
+    redis.call('PEXPIRE', set, ttl)
   end
 end
 return table.concat(out)
