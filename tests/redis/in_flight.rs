@@ -285,6 +285,23 @@ async fn a_connection_made_on_an_ended_runtime_does_not_fail_the_next_call() -> 
     Ok(())
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slot_dropped_outside_any_runtime_is_given_back() -> TestResult {
+    let prefix = unique_prefix("outside");
+    let (limit, key) = (limit(), Key::from("alice"));
+    // A TTL far beyond `until_free`'s bound: the slot comes back given, not expired.
+    let ttl = Duration::from_secs(600);
+    let holder = store(&prefix).in_flight_ttl(ttl)?;
+    let slot = holder.acquire_in_flight(&limit, &key, 1).await?;
+    let slot = slot.expect("a free slot");
+    // No runtime on this thread to send the ZREM: the store's renewer sends it.
+    std::thread::spawn(move || drop(slot))
+        .join()
+        .expect("the dropping thread");
+    until_free(&store(&prefix).in_flight_ttl(ttl)?, &limit, &key, 1).await;
+    Ok(())
+}
+
 /// Polls (with a bound) until `done`.
 async fn until(what: &str, mut done: impl FnMut() -> bool) {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
