@@ -8,6 +8,10 @@
 //! The crate knows no layer (it builds tollgate without features): the caller puts
 //! its `RateLimitLayer`, with one policy of bound `n` and a global key, on the router
 //! it is handed.
+//!
+//! Also: a process that crashes holding slots (a child process of the test binary,
+//! killed), a Redis stall (a busy Lua loop on a connection of its own), and many
+//! keys' slots taken at once.
 
 use std::convert::Infallible;
 use std::io::{BufRead, BufReader, Write};
