@@ -2,6 +2,8 @@
 //! back when dropped.
 
 use std::fmt;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 /// What gives a slot back to its store.
 type Release = Box<dyn FnOnce() + Send + Sync>;
@@ -14,6 +16,18 @@ type Release = Box<dyn FnOnce() + Send + Sync>;
 /// caller went away, a task was cancelled or unwound. A store that lost track of a
 /// slot (a process that crashed holding it) gets it back by other means: the Redis
 /// store's slots are leases that expire unless renewed.
+///
+/// A lease can also expire while its request still runs: the process was paused (a
+/// stopped container, a VM migration, a debugger, a long GC-like stall of the host)
+/// or cut off from Redis for longer than the lease's TTL. Other processes may then
+/// take its place, and the request runs on uncounted once the process resumes. The
+/// Redis store's next renewal notices: it adds the lease back if the key still has
+/// room, or else counts it lost
+/// ([`RedisStore::in_flight_leases_lost`](crate::RedisStore::in_flight_leases_lost),
+/// a `tracing` warning) and keeps trying each renewal; either way
+/// [`ran_uncounted`](InFlightSlot::ran_uncounted) says so. A crash and a pause differ
+/// only in whether the request goes on: the bound holds for the requests the store
+/// counts, and a paused process's requests are not counted while they are away.
 ///
 /// ```
 /// use tollgate::{Key, Limit, MemoryStore, Quota, Store};
@@ -32,6 +46,8 @@ type Release = Box<dyn FnOnce() + Send + Sync>;
 #[must_use = "the slot is given back as soon as it is dropped"]
 pub struct InFlightSlot {
     release: Option<Release>,
+    /// Set by the store when it found the slot's lease expired while it was held.
+    uncounted: Option<Arc<AtomicBool>>,
 }
 
 impl InFlightSlot {
@@ -53,7 +69,46 @@ impl InFlightSlot {
     pub fn new(release: impl FnOnce() + Send + Sync + 'static) -> Self {
         Self {
             release: Some(Box::new(release)),
+            uncounted: None,
         }
+    }
+
+    /// A slot whose store sets `uncounted` once it finds the slot's lease expired
+    /// while the request ran (see [`ran_uncounted`](InFlightSlot::ran_uncounted)).
+    #[cfg(feature = "redis")]
+    pub(crate) fn leased(
+        release: impl FnOnce() + Send + Sync + 'static,
+        uncounted: Arc<AtomicBool>,
+    ) -> Self {
+        Self {
+            release: Some(Box::new(release)),
+            uncounted: Some(uncounted),
+        }
+    }
+
+    /// Whether this slot's request ran, for a while at least, without being counted
+    /// by its store: the store found the slot's lease expired (its process paused or
+    /// cut off from Redis longer than the lease's TTL), so other requests may have
+    /// run beside it beyond the bound. The lease is added back when the key has room
+    /// (from then on the request counts again); this stays `true`. Always `false` on
+    /// stores whose slots cannot expire, such as the
+    /// [`MemoryStore`](crate::MemoryStore).
+    ///
+    /// ```
+    /// use tollgate::{Key, Limit, MemoryStore, Quota, Store};
+    /// # tokio::runtime::Builder::new_current_thread().build()?.block_on(async {
+    /// let store = MemoryStore::new();
+    /// let uploads = Limit::new("uploads", Quota::per_second(100))?;
+    /// let slot = store.acquire_in_flight(&uploads, &Key::from("alice"), 1).await?.expect("free");
+    /// assert!(!slot.ran_uncounted());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// # })?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn ran_uncounted(&self) -> bool {
+        self.uncounted
+            .as_ref()
+            .is_some_and(|flag| flag.load(Ordering::Relaxed))
     }
 }
 
@@ -67,6 +122,8 @@ impl Drop for InFlightSlot {
 
 impl fmt::Debug for InFlightSlot {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("InFlightSlot").finish_non_exhaustive()
+        f.debug_struct("InFlightSlot")
+            .field("ran_uncounted", &self.ran_uncounted())
+            .finish_non_exhaustive()
     }
 }

@@ -8,9 +8,15 @@
 //! The crate knows no layer (it builds tollgate without features): the caller puts
 //! its `RateLimitLayer`, with one policy of bound `n` and a global key, on the router
 //! it is handed.
+//!
+//! Also: a process that crashes holding slots (a child process of the test binary,
+//! killed), a Redis stall (a busy Lua loop on a connection of its own), and many
+//! keys' slots taken at once.
 
 use std::convert::Infallible;
+use std::io::{BufRead, BufReader, Write};
 use std::pin::Pin;
+use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::task::{Context, Poll};
@@ -23,12 +29,12 @@ use bytes::Bytes;
 use http::{Request, StatusCode};
 use http_body::Frame;
 use http_body_util::Full;
-use tokio::io::AsyncWriteExt;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::Semaphore;
 use tokio::task::JoinHandle;
 use tokio::time::{Instant, Interval, sleep};
-use tollgate::{Key, Limit, Store};
+use tollgate::{InFlightSlot, Key, Limit, Store};
 
 use crate::http::{Reply, Server};
 
@@ -162,8 +168,15 @@ impl App {
             match self.try_fill(n).await {
                 Ok(requests) => return requests,
                 Err(requests) => {
-                    // Let the ones that got in finish, and try again.
-                    self.gate.open(self.gate.entered() - before);
+                    // Let the ones that got in finish, and try again. One may still be
+                    // on its way in: keep opening for late comers until all ended.
+                    let mut opened = 0;
+                    while !requests.iter().all(JoinHandle::is_finished) {
+                        let entered = self.gate.entered() - before;
+                        self.gate.open(entered - opened);
+                        opened = entered;
+                        sleep(Duration::from_millis(2)).await;
+                    }
                     for request in requests {
                         request.await.expect("request task");
                     }
@@ -270,35 +283,69 @@ pub async fn every_way_a_request_ends(n: usize, limited: impl FnOnce(Router) -> 
     app.finish(running).await;
 }
 
-/// Takes `n` slots of `key` under `limit` on a store built by `make` in a runtime of
-/// its own, then ends that runtime without giving them back: a process that crashed
-/// holding them (its tasks, the lease renewal among them, are gone with it).
-pub fn crash_holding<S, F>(make: F, limit: Limit, key: Key, n: u32)
-where
-    S: Store,
-    F: FnOnce() -> S + Send + 'static,
-{
+/// The environment variable that makes a test binary's crashing-process test (see
+/// [`crash_holding`]) hold slots; it carries that test's spec.
+pub const CRASH_SPEC: &str = "TOLLGATE_CRASH_HOLDING";
+
+/// What the crashing process prints once it holds its slots.
+const HOLDING: &str = "tollgate-crash-child: holding";
+
+/// A process that crashes holding in-flight slots: runs `test` (an ignored test of
+/// this same test binary that calls [`crash_spec`], takes the slots, then
+/// [`hold_until_killed`]) in a child process with `spec` in [`CRASH_SPEC`], waits
+/// until it holds them, and kills it (`SIGKILL`): its leases stay behind, renewed by
+/// nobody. A process of its own, as a crash is: a store renews its leases on a
+/// thread of its own, which nothing in one process can stop from outside.
+pub fn crash_holding(test: &str, spec: &str) {
+    // This very binary, even if a build has replaced its file since it started.
+    let this = if std::path::Path::new("/proc/self/exe").exists() {
+        std::path::PathBuf::from("/proc/self/exe")
+    } else {
+        std::env::current_exe().expect("the test binary")
+    };
+    let mut child = Command::new(this)
+        .args([
+            test,
+            "--exact",
+            "--ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(CRASH_SPEC, spec)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("start the crashing process");
+    let stdout = child.stdout.take().expect("its stdout");
+    let (said, heard) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .expect("runtime");
-        runtime.block_on(async {
-            let store = make();
-            for _ in 0..n {
-                let slot = store
-                    .acquire_in_flight(&limit, &key, n)
-                    .await
-                    .expect("the store answers")
-                    .expect("a free slot");
-                // Never given back, as by a process that died.
-                std::mem::forget(slot);
+        for line in BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            // libtest may have begun the line with the test's name.
+            if line.ends_with(HOLDING) {
+                let _ = said.send(());
             }
-        });
-        drop(runtime);
-    })
-    .join()
-    .expect("the crashing process's thread");
+        }
+    });
+    let held = heard.recv_timeout(BOUND);
+    child.kill().expect("kill the crashing process");
+    child.wait().expect("reap the crashing process");
+    held.unwrap_or_else(|_| panic!("the crashing process held no slots within {BOUND:?}"));
+}
+
+/// In a test binary's crashing-process test: the spec [`crash_holding`] gave it, or
+/// `None` when the test runs as a test (it then does nothing).
+pub fn crash_spec() -> Option<String> {
+    std::env::var(CRASH_SPEC).ok()
+}
+
+/// In the crashing process, once it holds its slots: says so to [`crash_holding`]
+/// and waits to be killed.
+pub async fn hold_until_killed() {
+    println!("{HOLDING}");
+    std::io::stdout().flush().expect("flush stdout");
+    sleep(BOUND * 3).await;
+    panic!("the crashing process was not killed");
 }
 
 /// Polls `store` (with a bound) until `key` has a free slot under `limit` of bound
@@ -321,5 +368,62 @@ pub async fn until_free<S: Store>(store: &S, limit: &Limit, key: &Key, max: u32)
             "no slot came free within {BOUND:?}"
         );
         sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// A Redis stall: a busy Lua loop of `length` run on a connection of its own (by
+/// `redis-cli`) on the server at `port`, which answers nothing else meanwhile.
+/// Returns once the stall is seen (a `PING` on another connection goes unanswered
+/// for 50 ms); join the handle to wait for its end.
+pub async fn stall(port: u16, length: Duration) -> std::thread::JoinHandle<()> {
+    let ms = length.as_millis().to_string();
+    let busy = std::thread::spawn(move || {
+        let loop_for = "local t = redis.call('TIME') \
+             local start = t[1] * 1000000 + t[2] \
+             while true do \
+               local n = redis.call('TIME') \
+               if n[1] * 1000000 + n[2] - start > tonumber(ARGV[1]) * 1000 then break end \
+             end \
+             return 1";
+        let out = crate::redis_server::cli(port, &["EVAL", loop_for, "0", &ms]);
+        assert_eq!(out, "1", "the stall script failed");
+    });
+    let deadline = Instant::now() + BOUND;
+    loop {
+        let mut ping = TcpStream::connect(("127.0.0.1", port))
+            .await
+            .expect("connect");
+        ping.write_all(b"PING\r\n").await.expect("send PING");
+        let mut reply = [0_u8; 16];
+        let answered = tokio::time::timeout(Duration::from_millis(50), ping.read(&mut reply)).await;
+        if answered.is_err() {
+            return busy;
+        }
+        assert!(Instant::now() < deadline, "the stall never began");
+        assert!(!busy.is_finished(), "the stall ended before it was seen");
+    }
+}
+
+/// Takes one slot (bound 1) of each of `keys` under `limit` on `store`, 64 calls at
+/// a time; the slots in the keys' order.
+pub async fn take_each<S: Store + Clone + 'static>(
+    store: &S,
+    limit: &Limit,
+    keys: &[Key],
+) -> Vec<Option<InFlightSlot>> {
+    let mut calls = tokio::task::JoinSet::new();
+    let mut slots: Vec<Option<InFlightSlot>> = keys.iter().map(|_| None).collect();
+    let mut next = 0;
+    loop {
+        while calls.len() < 64 && next < keys.len() {
+            let (store, limit, key, at) = (store.clone(), limit.clone(), keys[next], next);
+            calls.spawn(async move { (at, store.acquire_in_flight(&limit, &key, 1).await) });
+            next += 1;
+        }
+        let Some(done) = calls.join_next().await else {
+            return slots;
+        };
+        let (at, slot) = done.expect("an acquire task");
+        slots[at] = slot.expect("the store answers");
     }
 }

@@ -22,6 +22,12 @@
 //!   least [`MIN_AGE`] old; a call that is merely slow while others get answers keeps
 //!   it. So a stalled server costs at most one new connection per [`MIN_AGE`], however
 //!   many calls time out.
+//! - **A connection dies with the runtime that made it.** redis-rs drives a
+//!   connection from a task on the runtime that connected it; once that runtime
+//!   ends (a test's, a `block_on` in a CLI, the in-flight renewer's thread), every
+//!   call on it would fail with "broken pipe". A watcher task on the same runtime
+//!   drops the connection when the runtime drops the watcher, so the next call, on
+//!   any runtime, connects anew instead of failing.
 //! - **A cluster connection is replaced beside the old one.** It serves every node,
 //!   and one silent node must not take the others down with it: a timeout keeps it
 //!   and starts a replacement (at most one per [`MIN_AGE`]), which takes over once it
@@ -40,7 +46,7 @@ use deadpool_redis::redis::{
     ServerErrorKind,
 };
 use deadpool_redis::{Manager, Pool, Runtime};
-use tokio::sync::Notify;
+use tokio::sync::{Notify, oneshot};
 use tokio::time::Instant;
 
 use crate::{StoreError, StoreErrorKind};
@@ -159,6 +165,9 @@ struct Current {
     /// a newer one another call already made.
     generation: u64,
     conn: Option<(Conn, Arc<Health>)>,
+    /// Ends the current connection's runtime watcher when the connection is dropped
+    /// (see [`RuntimeWatch`]).
+    watch: Option<oneshot::Sender<()>>,
     /// Connect attempts started; the latest is under way while `connecting`.
     attempts: u64,
     connecting: bool,
@@ -183,6 +192,7 @@ impl Connections {
             current: Mutex::new(Current {
                 generation: 0,
                 conn: None,
+                watch: None,
                 attempts: 0,
                 connecting: false,
                 failed: None,
@@ -262,7 +272,7 @@ impl Connections {
         };
         ending.result = Some(
             match tokio::time::timeout(CONNECT_TIMEOUT, self.source.connect()).await {
-                Ok(result) => result,
+                Ok(result) => result.map(|conn| (conn, watch_runtime(&self))),
                 Err(_) => Err(StoreError::new(
                     StoreErrorKind::Timeout,
                     format!("no redis connection within {CONNECT_TIMEOUT:?}"),
@@ -272,19 +282,27 @@ impl Connections {
     }
 
     /// Records how connect `attempt` ended and wakes the calls waiting for it.
-    fn finish_connect(&self, attempt: u64, result: Result<Conn, StoreError>) {
+    fn finish_connect(&self, attempt: u64, result: Result<(Conn, Watched), StoreError>) {
         {
             let mut current = self.lock();
             current.connecting = false;
             match result {
-                Ok(conn) => {
+                Ok((conn, (watch, made_on))) => {
                     current.generation += 1;
                     let health = Arc::new(Health {
                         replies: AtomicU64::new(0),
                         made: Instant::now(),
                     });
                     current.conn = Some((conn, health));
+                    current.watch = Some(watch);
                     current.failed = None;
+                    // Names the connection the watcher may drop, now that its
+                    // generation is known. A watcher already gone went with its
+                    // runtime, and so did this connection's driver.
+                    if made_on.send(current.generation).is_err() {
+                        current.conn = None;
+                        current.watch = None;
+                    }
                 }
                 Err(error) => current.failed = Some((attempt, Arc::new(error))),
             }
@@ -295,9 +313,15 @@ impl Connections {
     /// Drops the lease's connection after an error that broke it; the next call
     /// reconnects.
     pub(super) fn discard(&self, lease: &Lease) {
+        self.discard_generation(lease.generation);
+    }
+
+    /// Drops connection `generation` if it is still the current one.
+    fn discard_generation(&self, generation: u64) {
         let mut current = self.lock();
-        if current.generation == lease.generation {
+        if current.generation == generation {
             current.conn = None;
+            current.watch = None;
         }
     }
 
@@ -334,7 +358,51 @@ impl Connections {
 struct ConnectEnd<'a> {
     connections: &'a Connections,
     attempt: u64,
-    result: Option<Result<Conn, StoreError>>,
+    result: Option<Result<(Conn, Watched), StoreError>>,
+}
+
+/// A new connection's end of its runtime watcher: the sender that ends the watcher
+/// when the connection is dropped, and the one that tells it the connection's
+/// generation.
+type Watched = (oneshot::Sender<()>, oneshot::Sender<u64>);
+
+/// Starts the watcher of a connection made on the current runtime (see the module's
+/// doc): a task that waits until the connection is dropped, and, if its runtime drops
+/// it first, drops the connection.
+fn watch_runtime(connections: &Arc<Connections>) -> Watched {
+    let (watch, dropped) = oneshot::channel::<()>();
+    let (made_on, generation) = oneshot::channel::<u64>();
+    let watcher = RuntimeWatch {
+        connections: Arc::downgrade(connections),
+        generation: None,
+    };
+    tokio::spawn(async move {
+        let mut watcher = watcher;
+        if let Ok(generation) = generation.await {
+            watcher.generation = Some(generation);
+            // Resolves when the connection is dropped or replaced: nothing to do then.
+            let _ = dropped.await;
+        }
+        watcher.generation = None;
+    });
+    (watch, made_on)
+}
+
+/// Drops its connection when dropped with a generation set: the watcher task was
+/// dropped before the connection was, so its runtime is shutting down and takes the
+/// connection's driver with it.
+struct RuntimeWatch {
+    connections: std::sync::Weak<Connections>,
+    generation: Option<u64>,
+}
+
+impl Drop for RuntimeWatch {
+    fn drop(&mut self) {
+        if let (Some(generation), Some(connections)) = (self.generation, self.connections.upgrade())
+        {
+            connections.discard_generation(generation);
+        }
+    }
 }
 
 impl Drop for ConnectEnd<'_> {

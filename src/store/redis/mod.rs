@@ -445,13 +445,20 @@ impl RedisStore {
     /// milliseconds, at least 3 ms).
     ///
     /// Each slot is a lease that the store renews every `ttl / 3` while its request
-    /// runs, and gives back when the request ends. A process that dies holding slots
-    /// renews them no more: they are free again within `ttl`. Shorter frees a dead
-    /// process's slots sooner and renews more often (one call per key with requests
-    /// running, every `ttl / 3`); a renewal that cannot reach Redis for longer than
-    /// `ttl` loses its lease, and its request runs on uncounted. Keep it well above the
-    /// store's [`deadline`](RedisStore::deadline). Clones made after this call share
-    /// its leases; call it before use.
+    /// runs (on a thread of the store's own, in batched, pipelined rounds: 100,000
+    /// running keys per process stay renewed at the default TTL), and gives back when
+    /// the request ends. A process that dies holding slots renews them no more: they
+    /// are free again within `ttl`. A process paused longer than `ttl` (a stopped
+    /// container, a suspended VM, a debugger), or cut off from Redis that long, finds
+    /// its leases expired when it resumes: its requests ran uncounted meanwhile, and
+    /// other processes may have taken their places. Its next renewal adds each lease
+    /// back if the key has room, or else counts it lost
+    /// ([`in_flight_leases_lost`](RedisStore::in_flight_leases_lost)) and that request
+    /// runs on uncounted; either way the slot's
+    /// [`ran_uncounted`](crate::InFlightSlot::ran_uncounted) says so. Shorter frees a
+    /// dead process's slots sooner and renews more often; keep it well above the
+    /// store's [`deadline`](RedisStore::deadline) and above the pauses your processes
+    /// may take. Clones made after this call share its leases; call it before use.
     ///
     /// ```
     /// use std::time::Duration;

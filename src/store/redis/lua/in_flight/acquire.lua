@@ -14,9 +14,13 @@ redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
 if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[2]) then
   return 0
 end
-redis.call('ZADD', KEYS[1], now + tonumber(ARGV[3]), ARGV[1])
+local ttl = tonumber(ARGV[3])
+redis.call('ZADD', KEYS[1], now + ttl, ARGV[1])
 -- The set lives as long as its latest lease (leases of other processes may have
--- other lifetimes): nothing is left behind once every holder is gone.
-local last = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
-redis.call('PEXPIRE', KEYS[1], math.max(1, tonumber(last[2]) - now))
+-- other lifetimes): nothing is left behind once every holder is gone. Its TTL covers
+-- every other lease already, so it is raised only if shorter than this one's (PTTL
+-- is several times cheaper for Redis than reading the latest score back).
+if redis.call('PTTL', KEYS[1]) < ttl then
+  redis.call('PEXPIRE', KEYS[1], ttl)
+end
 return 1

@@ -1,23 +1,56 @@
--- tollgate: renew this process's live leases of one key.
+-- tollgate: renew a batch of this process's live leases, over one or more keys.
 --
--- KEYS[1]  the key's sorted set of leases (see acquire.lua)
+-- KEYS[k]  the keys' sorted sets of leases (see acquire.lua); on a cluster, all in
+--          one hash slot
 -- ARGV[1]  the leases' new time to live, ms
--- ARGV[2…] the lease ids
+-- then, for each key in order: its bound, the number n of its leases named here, and
+--          those n lease ids
 --
--- Returns how many leases were renewed. A lease that already expired and was
--- dropped is not brought back (XX): its request runs on uncounted, as if the store
--- had failed open.
+-- Returns one character per lease, in order: '1' renewed; '2' added back (it had
+-- expired and been dropped, its holder paused or cut off longer than the TTL, and the
+-- key still had room); '0' lost (expired, dropped, and the key is full: its request
+-- runs on uncounted). A lease still in the set is renewed even past its expiry: every
+-- acquire drops expired leases first, so nobody took its place.
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
-local expiry = now + tonumber(ARGV[1])
-local scored = {}
-for i = 2, #ARGV do
-  scored[#scored + 1] = expiry
-  scored[#scored + 1] = ARGV[i]
+local ttl = tonumber(ARGV[1])
+local expiry = now + ttl
+local out = {}
+local a = 2
+for k = 1, #KEYS do
+  local set = KEYS[k]
+  local bound = tonumber(ARGV[a])
+  local n = tonumber(ARGV[a + 1])
+  a = a + 2
+  local pruned = false
+  for i = a, a + n - 1 do
+    local id = ARGV[i]
+    -- The usual case in one call: the lease is there and its expiry moves (CH
+    -- counts it); a lease renewed within the millisecond it was set moves nowhere,
+    -- and ZSCORE tells it from an absent one.
+    if redis.call('ZADD', set, 'XX', 'CH', expiry, id) == 1
+        or redis.call('ZSCORE', set, id) then
+      out[#out + 1] = '1'
+    else
+      if not pruned then
+        redis.call('ZREMRANGEBYSCORE', set, '-inf', now)
+        pruned = true
+      end
+      if redis.call('ZCARD', set) < bound then
+        redis.call('ZADD', set, expiry, id)
+        out[#out + 1] = '2'
+      else
+        out[#out + 1] = '0'
+      end
+    end
+  end
+  a = a + n
+  -- The set lives as long as its latest lease (see acquire.lua): its TTL covers
+  -- every lease already, so only a TTL shorter than these leases' needs raising.
+  -- (PTTL, not the latest score: reading a score back costs Redis several times
+  -- more.)
+  if redis.call('PTTL', set) < ttl then
+    redis.call('PEXPIRE', set, ttl)
+  end
 end
-local renewed = redis.call('ZADD', KEYS[1], 'XX', 'CH', unpack(scored))
-local last = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
-if last[2] then
-  redis.call('PEXPIRE', KEYS[1], math.max(1, tonumber(last[2]) - now))
-end
-return renewed
+return table.concat(out)
