@@ -9,7 +9,7 @@ use std::sync::atomic::Ordering::Relaxed;
 use super::blocks::{MAX_PARKED, Record};
 use super::cells::{Cell, entry_bytes};
 use super::footprint::Footprint;
-use super::names::Claim;
+use super::names::{Claim, is_own_period};
 use super::shard::{Hashed, Shard};
 use super::tables::{Map, States, with_rule};
 use crate::algorithm::gcra::NS_PER_US;
@@ -187,10 +187,13 @@ impl Shard {
             })
         });
         if !found && cost > 0 {
-            // An operator's charge: made even past the name's bound on tables.
-            let i = self.table_for(policy, true).unwrap_or_default();
-            index = Some(i);
-            self.store_fresh(i, key, floor);
+            // An operator's charge through the limit: made even past the name's bound
+            // on tables (at most one table more: the limit's own period). Another
+            // period's table is made only within the bound.
+            index = self.table_for(policy, is_own_period(policy));
+            if let Some(i) = index {
+                self.store_fresh(i, key, floor);
+            }
         }
         let verdict = index
             .and_then(|i| self.penalize_stored(i, params, key, (now, floor), cost))
