@@ -1474,7 +1474,6 @@ mod layer {
     /// `in_flight_only(1)` in wait mode: how many requests of one key wait for the
     /// slot at once. README: one caller cannot take every held place (128 per key).
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    #[ignore = "BROKEN: 299 requests of one key wait at once for its one in-flight slot; held() = 0, neither max_held nor max_held_per_key (128) bounds them"]
     async fn one_key_waiting_for_a_slot_is_bounded_per_key() {
         let gate = Arc::new(Semaphore::new(0));
         let handler_gate = gate.clone();

@@ -191,10 +191,13 @@ where
             .map(|(index, _, _)| shared.wait_of(&context.view().policies()[*index]))
             .collect::<Option<Vec<_>>>()
             .and_then(|waits| waits.into_iter().min());
-        match shared
-            .limiter
-            .enter(&context.view().set, &claims, wait, &shared.slot_lines)
-        {
+        match shared.limiter.enter(
+            &context.view().set,
+            &claims,
+            wait,
+            &shared.slot_lines,
+            (shared.max_held, shared.max_held_per_key),
+        ) {
             Entering::Ready(result) => {
                 if let Some(response) = context.enter(result) {
                     return Self::answered(response);

@@ -53,6 +53,7 @@ impl Limiter {
         claims: &[(usize, Key, u32)],
         wait: Option<std::time::Duration>,
         lines: &Arc<SlotLines>,
+        bounds: (usize, usize),
     ) -> Entering {
         let line = claims.first().map(|&(index, key, _)| (index, key));
         // Others wait for this key here: behind them, not ahead.
@@ -67,7 +68,11 @@ impl Limiter {
                 match (first, wait, line) {
                     (Err(_), Some(wait), Some(line)) => {
                         let (store, set, claims) = (store.clone(), set.clone(), claims.to_vec());
-                        let ticket = lines.join(line);
+                        let Some(ticket) = lines.join(line, bounds) else {
+                            // The line is full: refused at once, as a held request
+                            // past the cap is.
+                            return Entering::Ready(Ok(Err(claims[0].0)));
+                        };
                         Entering::Waiting(Box::pin(async move {
                             let until = tokio::time::Instant::now() + wait;
                             if !ticket.turn(until).await {
@@ -90,7 +95,14 @@ impl Limiter {
             Backend::Other(store) => {
                 let (store, set, claims) = (store.clone(), set.clone(), claims.to_vec());
                 // In line from the start when others wait; else after a first try.
-                let mut ticket = line.filter(|_| queued).map(|line| lines.join(line));
+                let mut ticket = None;
+                if let Some(line) = line.filter(|_| queued) {
+                    match lines.join(line, bounds) {
+                        Some(joined) => ticket = Some(joined),
+                        // The line is full: refused at once.
+                        None => return Entering::Ready(Ok(Err(claims[0].0))),
+                    }
+                }
                 let lines = lines.clone();
                 Entering::Waiting(Box::pin(async move {
                     let until = wait.map(|wait| tokio::time::Instant::now() + wait);
@@ -108,8 +120,12 @@ impl Limiter {
                                     && let Some(line) = line
                                 {
                                     // No slot at the first try: in line, and wait
-                                    // for a turn behind any who came before.
-                                    let joined = ticket.insert(lines.join(line));
+                                    // for a turn behind any who came before (or
+                                    // refused now when the line is full).
+                                    let Some(joined) = lines.join(line, bounds) else {
+                                        return Ok(entry);
+                                    };
+                                    let joined = ticket.insert(joined);
                                     if !joined.turn(tries.until).await {
                                         return Ok(entry);
                                     }
@@ -333,9 +349,22 @@ impl SlotLines {
         self.lock().contains_key(line)
     }
 
-    /// A ticket at the end of `line`.
-    fn join(self: &Arc<Self>, line: (usize, Key)) -> Ticket {
+    /// A ticket at the end of `line`; `None` when `line` already holds `per_key`
+    /// waiters or every line together holds `total` (the layer's `max_held_per_key`
+    /// and `max_held`: waiting for a slot is holding a request too, and one caller
+    /// must not queue without bound).
+    fn join(
+        self: &Arc<Self>,
+        line: (usize, Key),
+        (total, per_key): (usize, usize),
+    ) -> Option<Ticket> {
         let mut lines = self.lock();
+        let waiting =
+            |l: &Line| usize::try_from(l.next - l.serving).unwrap_or(usize::MAX) - l.gone.len();
+        let here = lines.get(&line).map_or(0, waiting);
+        if here >= per_key || lines.values().map(waiting).sum::<usize>() >= total {
+            return None;
+        }
         let entry = lines.entry(line).or_insert_with(|| Line {
             next: 0,
             serving: 0,
@@ -344,12 +373,12 @@ impl SlotLines {
         });
         let number = entry.next;
         entry.next += 1;
-        Ticket {
+        Some(Ticket {
             lines: self.clone(),
             line,
             number,
             moved: entry.moved.clone(),
-        }
+        })
     }
 }
 
