@@ -1891,7 +1891,6 @@ async fn a_penalty_lasts_as_documented_on_redis() {
 /// key admits nothing once Redis serves again.
 #[cfg(feature = "redis")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "BROKEN: a block set while the Redis primary was down reaches only the insurance store: once Redis serves again the blocked key is admitted, 5 of 5"]
 async fn a_block_set_while_the_primary_is_down_holds_once_it_is_back() -> TestResult {
     use support::redis_server::RedisServer;
     use tollgate::{Fallback, RedisStore};

@@ -1,5 +1,7 @@
 //! [`Fallback`]: a primary store with an insurance store for when it fails.
 
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -55,7 +57,31 @@ pub struct Fallback<P, I> {
     probe_interval: Duration,
     /// When the primary is down: the instant it may be tried again.
     down_until: std::sync::Arc<Mutex<Option<Instant>>>,
+    /// Operators' resets and blocks the primary missed (down, or failing them), to
+    /// replay on it before it decides again.
+    missed: std::sync::Arc<Missed>,
 }
+
+/// Resets and blocks a `Fallback`'s primary missed, by (limit name, key): the latest
+/// of each, at most [`MAX_MISSED`] keys (beyond, one is dropped with a warning).
+#[derive(Debug, Default)]
+struct Missed {
+    /// Whether any is waiting: the one load a decision pays while none is.
+    any: AtomicBool,
+    ops: Mutex<HashMap<(&'static str, Key), MissedOp>>,
+}
+
+/// What the primary missed for one key: a reset, then a block (or its lifting) until
+/// an instant of this process's monotonic clock.
+#[derive(Debug)]
+struct MissedOp {
+    limit: Limit,
+    reset: bool,
+    block_until: Option<Instant>,
+}
+
+/// The most keys whose missed operations a `Fallback` keeps for its primary.
+const MAX_MISSED: usize = 10_000;
 
 impl<P: Store, I: Store> Fallback<P, I> {
     /// Serves from `primary`, falling back to `insurance` while `primary` fails.
@@ -71,6 +97,7 @@ impl<P: Store, I: Store> Fallback<P, I> {
             insurance,
             probe_interval: Duration::from_millis(200),
             down_until: std::sync::Arc::default(),
+            missed: std::sync::Arc::default(),
         }
     }
 
@@ -142,6 +169,79 @@ impl<P: Store, I: Store> Fallback<P, I> {
     }
 }
 
+/// Replaying what the primary missed.
+impl<P: Store, I: Store> Fallback<P, I> {
+    /// Remembers that the primary missed `op` for `key` under `limit`.
+    fn missed(&self, limit: &Limit, key: &Key, reset: bool, block_until: Option<Instant>) {
+        let mut ops = self
+            .missed
+            .ops
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let slot = (limit.name(), *key);
+        if !ops.contains_key(&slot) && ops.len() >= MAX_MISSED {
+            #[cfg(feature = "tracing")]
+            tracing::warn!(target: "tollgate", limit = limit.name(), "too many operators' calls missed by the primary store: this one is not replayed");
+            return;
+        }
+        let op = ops.entry(slot).or_insert_with(|| MissedOp {
+            limit: limit.clone(),
+            reset: false,
+            block_until: None,
+        });
+        op.limit = limit.clone();
+        if reset {
+            // A reset lifts any block before it.
+            op.reset = true;
+            op.block_until = None;
+        }
+        if block_until.is_some() {
+            op.block_until = block_until;
+        }
+        self.missed.any.store(true, Ordering::Release);
+    }
+
+    /// Replays on the primary what it missed, before it decides again: a block made
+    /// while it was down holds on it once it is back. What fails stays for the next
+    /// try (and fails this call over to the insurance store).
+    async fn replay_missed(&self) -> Result<(), StoreError> {
+        if !self.missed.any.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        let ops: Vec<((&'static str, Key), MissedOp)> = {
+            let mut ops = self
+                .missed
+                .ops
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            self.missed.any.store(false, Ordering::Release);
+            ops.drain().collect()
+        };
+        let mut ops = ops.into_iter();
+        while let Some((slot, op)) = ops.next() {
+            let replayed = async {
+                if op.reset {
+                    self.primary.reset(&op.limit, &slot.1).await?;
+                }
+                if let Some(until) = op.block_until {
+                    let left = until.saturating_duration_since(Instant::now());
+                    self.primary.block(&op.limit, &slot.1, left).await?;
+                }
+                Ok::<(), StoreError>(())
+            }
+            .await;
+            if let Err(error) = replayed {
+                // Kept, with the rest, for the next time the primary answers.
+                for (slot, op) in std::iter::once((slot, op)).chain(ops) {
+                    self.missed(&op.limit, &slot.1, op.reset, op.block_until);
+                }
+                return Err(error);
+            }
+        }
+        Ok(())
+    }
+}
+
 /// Records on each receipt which of a `Fallback`'s stores took the charge.
 impl<P: Store, I: Store> Fallback<P, I> {
     /// Runs an operation that goes to both stores on the primary, unless it is known
@@ -173,7 +273,8 @@ impl<P: Store, I: Store> Store for Fallback<P, I> {
     fn acquire<'a>(&'a self, charges: &'a [Charge<'a>]) -> StoreFuture<'a, Vec<Decision>> {
         Box::pin(async move {
             if self.try_primary() {
-                match self.primary.acquire(charges).await {
+                let replayed = self.replay_missed().await;
+                match replayed.and(self.primary.acquire(charges).await) {
                     Ok(decisions) => {
                         self.primary_answered();
                         return Ok(routed(decisions, false));
@@ -228,6 +329,9 @@ impl<P: Store, I: Store> Store for Fallback<P, I> {
     fn reset<'a>(&'a self, limit: &'a Limit, key: &'a Key) -> StoreFuture<'a, ()> {
         Box::pin(async move {
             let primary = self.both_primary(self.primary.reset(limit, key)).await;
+            if primary.is_err() {
+                self.missed(limit, key, true, None);
+            }
             let insurance = self.insurance.reset(limit, key).await;
             primary.or(insurance)
         })
@@ -246,6 +350,13 @@ impl<P: Store, I: Store> Store for Fallback<P, I> {
             let primary = self
                 .both_primary(self.primary.block(limit, key, duration))
                 .await;
+            if primary.is_err() {
+                // Replayed on the primary once it answers, for what is left of it.
+                let until = Instant::now()
+                    .checked_add(duration)
+                    .unwrap_or_else(|| Instant::now() + crate::MAX_DENIAL);
+                self.missed(limit, key, false, Some(until));
+            }
             let insurance = self.insurance.block(limit, key, duration).await;
             primary.or(insurance)
         })
