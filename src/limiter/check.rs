@@ -24,8 +24,10 @@ pub(super) struct Check<'a> {
 
 pub(super) enum CheckState<'a> {
     Start,
-    /// A store that does I/O: its call, polled until it is ready.
-    Store(Taking, std::marker::PhantomData<&'a ()>),
+    /// A store that does I/O: its call (a [`Taking`], owned from before it is sent,
+    /// inside), polled until it is ready. A plain boxed future, as before the call was
+    /// cancel-safe: the memory store's decision, the hot path, compiles as it did.
+    Store(StoreFuture<'a, Decision>),
     Done,
 }
 
@@ -35,8 +37,8 @@ impl Future for Check<'_> {
     #[inline]
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = &mut *self;
-        if let CheckState::Store(call, _) = &mut this.state {
-            let poll = Pin::new(call).poll(cx).map(only);
+        if let CheckState::Store(future) = &mut this.state {
+            let poll = future.as_mut().poll(cx);
             if poll.is_ready() {
                 this.state = CheckState::Done;
             }
@@ -95,10 +97,12 @@ impl Future for Check<'_> {
                         Err(missing_decision(1, decisions.len()))
                     }
                 });
-                let mut call = Taking::new(limiter.clone(), set, vec![(index, key)], call);
-                let poll = Pin::new(&mut call).poll(cx).map(only);
+                let call = Taking::new(limiter.clone(), set, vec![(index, key)], call);
+                let mut future: StoreFuture<'_, Decision> =
+                    Box::pin(async move { only(call.await) });
+                let poll = future.as_mut().poll(cx);
                 if poll.is_pending() {
-                    this.state = CheckState::Store(call, std::marker::PhantomData);
+                    this.state = CheckState::Store(future);
                 }
                 poll
             }
