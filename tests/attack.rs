@@ -1609,7 +1609,6 @@ mod leases {
 
     /// Receipts of leased decisions from before a reset, refunded after it.
     #[tokio::test]
-    #[ignore = "KNOWN, documented (RELIABILITY.md, Hardening III/IV residuals): on a frozen clock the new slice after a reset has the same receipt as the old one, so an old decision's refund is taken from it: 1001 of 1000"]
     async fn leased_receipts_from_before_a_reset_give_nothing_back() {
         let clock = ManualClock::new(BASE);
         let (_leases, limiter) = leased(MemoryStore::with_clock(clock.clone()), &clock);

@@ -363,7 +363,17 @@ struct Shard {
     entries: HashMap<Slot, Entry, RandomState>,
     /// Stamps entries as they are created or refilled: the smallest is the oldest.
     tick: u64,
+    /// When each lease an operator's call dropped was charged and until when it
+    /// counted (its receipt but the cost; at most [`MAX_FORGOTTEN`]): a later lease of
+    /// the same key charged in the same microsecond carries the same instants, and a
+    /// refund by them could be one of the forgotten lease's decisions. Such a refund
+    /// goes to the store, which knows the reset, and is never taken from the new lease.
+    forgotten: std::collections::HashSet<(u64, u64)>,
 }
+
+/// The most dropped leases a shard remembers (cleared past it: a collision needs a new
+/// lease charged in the very microsecond of the old one, so only the latest matter).
+const MAX_FORGOTTEN: usize = 1024;
 
 /// A lease's identity: the policy exactly as charged (name and every parameter, so a
 /// caller's own quota never spends a lease charged under another) and the key.
@@ -603,9 +613,20 @@ impl<S: Store> LeasedStore<S> {
     /// reset could take back charges made after it. A slice still on its way finds its
     /// entry gone and installs nothing (see [`install`](Self::install)).
     fn forget(&self, name: &str, key: &Key) {
-        lock(self.shard_of(name, key))
-            .entries
-            .retain(|slot, _| !(slot.key == *key && slot.name == name));
+        let mut shard = lock(self.shard_of(name, key));
+        let Shard {
+            entries, forgotten, ..
+        } = &mut *shard;
+        entries.retain(|slot, entry| {
+            let dropped = slot.key == *key && slot.name == name;
+            if dropped && let Some(lease) = &entry.lease {
+                if forgotten.len() >= MAX_FORGOTTEN {
+                    forgotten.clear();
+                }
+                forgotten.insert((lease.receipt.at_us(), lease.receipt.until_us()));
+            }
+            !dropped
+        });
     }
 
     /// Returns a window lease's unused units to the backing store; how many it sent
@@ -727,7 +748,7 @@ impl<S: Store> LeasedStore<S> {
                 },
             );
         }
-        let Shard { entries, tick } = &mut *guard;
+        let Shard { entries, tick, .. } = &mut *guard;
         let Some(entry) = entries.get_mut(slot) else {
             unreachable!("inserted above, under the same lock");
         };
@@ -979,8 +1000,14 @@ impl<S: Store> LeasedStore<S> {
             key: *charge.key,
         };
         let mut shard = lock(self.shard(&slot));
-        let Some(lease) = shard
-            .entries
+        let Shard {
+            entries, forgotten, ..
+        } = &mut *shard;
+        if forgotten.contains(&(receipt.at_us(), receipt.until_us())) {
+            // Maybe a forgotten lease's decision: the store decides (see `forgotten`).
+            return false;
+        }
+        let Some(lease) = entries
             .get_mut(&slot)
             .and_then(|entry| entry.lease.as_mut())
             .filter(|lease| lease.issued(receipt))
