@@ -98,7 +98,7 @@ impl Rule for Gcra {
     }
 
     fn refund_charge(p: &Params, s: &mut State, now: u64, amount: u64, receipt: Receipt) {
-        refund_charge_behind(p, s, now, amount, receipt, p.tolerance_ns);
+        refund_charge_behind(p, s, now, amount, receipt);
     }
 
     fn idle_at(_p: &Params, s: &State) -> u64 {
@@ -106,29 +106,46 @@ impl Rule for Gcra {
     }
 }
 
+/// How far past the clock a GCRA or leaky-bucket TAT runs before a place is reserved
+/// ahead of it (waiters, held requests): GCRA, its burst; the leaky bucket, the
+/// request being served (one `T`). `None` for the other algorithms, whose charges are
+/// given back where they were counted.
+pub(crate) fn queue_ahead_ns(p: &Params) -> Option<u64> {
+    match p.algorithm {
+        crate::Algorithm::Gcra => Some(p.tolerance_ns),
+        crate::Algorithm::LeakyBucket => Some(p.emission_ns),
+        _ => None,
+    }
+}
+
+/// Whether the charge of `receipt` is a place with later ones reserved behind it at
+/// `now`: places are ahead of the clock (the TAT more than `queue_ahead_ns` past it)
+/// and the charge is not the newest (its receipt's end is not the TAT). A refund
+/// takes from the TAT's end, so giving such a place back would free the newest one's,
+/// which is still taken: the next request would be given that very instant as well
+/// (two where the rule allows one). The Lua twin is the test in `gcra_refund_charge`
+/// (`gcra/steps.lua`).
+pub(crate) fn behind_later_places(p: &Params, s: &State, now: u64, receipt: Receipt) -> bool {
+    let ahead_ns = queue_ahead_ns(p).unwrap_or(p.tolerance_ns);
+    s.tat_ns > (now * NS_PER_US).saturating_add(ahead_ns)
+        && receipt.until_us() != div_ceil(s.tat_ns, NS_PER_US)
+}
+
 /// Gives back the charge of `receipt` (see `Rule::refund_charge`), GCRA's and the
-/// leaky bucket's: a TAT more than `ahead_ns` past `now` means places are reserved
-/// ahead of the clock (waiters, held requests) — GCRA: beyond its burst; the leaky
-/// bucket: beyond the request being served. A refund takes from the TAT's end, so
-/// while places are ahead it would free the place of the newest one, which is still
-/// taken: the next request would be given that very instant as well (two where the
-/// rule allows one). So while places are ahead, only the newest charge (its receipt's
-/// end is the TAT) comes back; an older one's place stays spent until its time, which
-/// never over-admits. The Lua twin is `gcra_refund_charge` in `gcra/steps.lua`.
+/// leaky bucket's: nothing while it is [`behind_later_places`] (an older place stays
+/// spent until its time, which never over-admits; the memory store parks it to give
+/// back once the later ones are).
 pub(crate) fn refund_charge_behind(
     p: &Params,
     s: &mut State,
     now: u64,
     amount: u64,
     receipt: Receipt,
-    ahead_ns: u64,
 ) {
-    let now_ns = now * NS_PER_US;
-    if s.tat_ns > now_ns.saturating_add(ahead_ns)
-        && receipt.until_us() != div_ceil(s.tat_ns, NS_PER_US)
-    {
+    if behind_later_places(p, s, now, receipt) {
         return;
     }
+    let now_ns = now * NS_PER_US;
     // Time repays the debt up to the TAT oldest first: the charge is repaid by its
     // reset instant, the part still owed at `now` is all that comes back. With a
     // whole-µs `T` every TAT is a whole µs, so the reset instant is exact.

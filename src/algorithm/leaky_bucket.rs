@@ -72,8 +72,8 @@ impl Rule for LeakyBucket {
 
     fn refund_charge(p: &Params, s: &mut State, now: u64, amount: u64, receipt: Receipt) {
         // A queued request's place is its share of the TAT, as a GCRA charge; places
-        // are ahead once the TAT is past the request being served (one `T`).
-        gcra::refund_charge_behind(p, s, now, amount, receipt, p.emission_ns);
+        // are ahead once the TAT is past the request being served (`queue_ahead_ns`).
+        gcra::refund_charge_behind(p, s, now, amount, receipt);
     }
 
     fn idle_at(p: &Params, s: &State) -> u64 {

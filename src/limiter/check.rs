@@ -99,7 +99,7 @@ impl Future for Check<'_> {
                 });
                 let call = Taking::new(limiter.clone(), set, vec![(index, key)], call);
                 let mut future: StoreFuture<'_, Decision> =
-                    Box::pin(async move { only(call.await) });
+                    Box::pin(async move { call.await.and_then(Taken::keep_one) });
                 let poll = future.as_mut().poll(cx);
                 if poll.is_pending() {
                     this.state = CheckState::Store(future);
@@ -108,12 +108,4 @@ impl Future for Check<'_> {
             }
         }
     }
-}
-
-/// The one decision of a check, which its caller now owns.
-fn only(result: Result<Taken, StoreError>) -> Result<Decision, StoreError> {
-    result.and_then(|taken| {
-        let mut decisions = taken.keep();
-        decisions.pop().ok_or_else(|| missing_decision(1, 0))
-    })
 }

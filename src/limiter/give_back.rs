@@ -113,6 +113,13 @@ impl Taken {
         std::mem::take(&mut self.decisions)
     }
 
+    /// Keeps the one decision of a single-charge call (a check, a reservation).
+    pub(crate) fn keep_one(self) -> Result<Decision, StoreError> {
+        self.keep()
+            .pop()
+            .ok_or_else(|| super::missing_decision(1, 0))
+    }
+
     /// Gives back what was taken now (what dropping does; named for the reader).
     #[cfg(feature = "layer")]
     pub(crate) fn give_back(self) {

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use super::{Backend, Limiter, Taken, Taking, missing_decision, unknown_policy};
+use super::{Backend, Limiter, Taken, Taking, unknown_policy};
 use crate::store::Charge;
 use crate::{Decision, Key, Quota, StoreError};
 
@@ -63,7 +63,7 @@ impl Limiter {
         max_wait: Duration,
     ) -> Result<Decision, StoreError> {
         let taken = self.take_place(policy, key, cost, None, max_wait).await?;
-        only(taken.keep())
+        taken.keep_one()
     }
 
     /// [`reserve`](Limiter::reserve) under the caller's own `quota` (a plan's, as
@@ -106,7 +106,7 @@ impl Limiter {
         let taken = self
             .take_place(policy, key, cost, Some(quota), max_wait)
             .await?;
-        only(taken.keep())
+        taken.keep_one()
     }
 
     /// Waits until `cost` may proceed for `key` under `policy`, at most `max_wait`:
@@ -236,7 +236,7 @@ impl Limiter {
         if !delay.is_zero() {
             tokio::time::sleep(delay).await;
         }
-        only(taken.keep())
+        taken.keep_one()
     }
 
     /// Reserves `cost` for `key` under `policy` (under `quota` when given) within
@@ -280,9 +280,4 @@ impl Limiter {
             }
         }
     }
-}
-
-/// The one decision of a reservation.
-fn only(mut decisions: Vec<Decision>) -> Result<Decision, StoreError> {
-    decisions.pop().ok_or_else(|| missing_decision(1, 0))
 }

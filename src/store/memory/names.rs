@@ -63,7 +63,7 @@ pub(super) enum Claim {
 
 /// Whether `policy` counts over its limit's own period (its own quota, or a plan's
 /// of the same period, which shares the limit's table).
-pub(super) fn is_own_period(policy: &Limit) -> bool {
+fn is_own_period(policy: &Limit) -> bool {
     policy.quota().period_micros() == policy.base_period_us()
 }
 

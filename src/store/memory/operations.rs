@@ -9,10 +9,10 @@ use std::sync::atomic::Ordering::Relaxed;
 use super::blocks::{MAX_PARKED, Record};
 use super::cells::{Cell, entry_bytes};
 use super::footprint::Footprint;
-use super::names::{Claim, is_own_period};
+use super::names::Claim;
 use super::shard::{Hashed, Shard};
 use super::tables::{Map, States, with_rule};
-use crate::algorithm::gcra::NS_PER_US;
+use crate::algorithm::gcra::{self, NS_PER_US};
 use crate::algorithm::{
     self, Params, Refund, Rule, Verdict, fixed_window::FixedWindow, gcra::Gcra,
     leaky_bucket::LeakyBucket, sliding_window::SlidingWindow,
@@ -180,23 +180,15 @@ impl Shard {
         let floor = self.advance_and_sweep(now);
         let floor = floor.max(self.queued(policy, key, now).unwrap_or(0));
         let params = policy.params();
-        let mut index = self.index_of(policy.table());
-        let found = index.is_some_and(|i| {
-            with_rule!(&self.tables[i].states, |map, R| {
-                map.find(key.hash, |(k, _)| k == key.key).is_some()
-            })
-        });
-        if !found && cost > 0 {
-            // An operator's charge through the limit: made even past the name's bound
-            // on tables (at most one table more: the limit's own period). Another
-            // period's table is made only within the bound.
-            index = self.table_for(policy, is_own_period(policy));
-            if let Some(i) = index {
-                self.store_fresh(i, key, floor);
-            }
-        }
+        // An operator's charge through the limit: its table is made even past the
+        // name's bound on tables (`table_for` lets the limit's own period past it);
+        // another period's only within the bound.
+        let index = match self.index_of(policy.table()) {
+            None if cost > 0 => self.table_for(policy, false),
+            index => index,
+        };
         let verdict = index
-            .and_then(|i| self.penalize_stored(i, params, key, (now, floor), cost))
+            .and_then(|i| self.penalize_in(i, params, key, (now, floor), cost))
             // Nothing charged to a key with no state: a peek of a fresh one.
             .unwrap_or_else(|| {
                 with_rule!(&States::new(params.algorithm), |_map, R| {
@@ -221,17 +213,32 @@ impl Shard {
                     // it has seen the limit decided under: a plan caller whose first
                     // request under that period comes later owes it too.
                     let p = self.tables[i].params;
-                    if self
-                        .penalize_stored(i, &p, key, (now, floor), cost)
-                        .is_none()
-                    {
-                        self.store_fresh(i, key, floor);
-                        self.penalize_stored(i, &p, key, (now, floor), cost);
-                    }
+                    self.penalize_in(i, &p, key, (now, floor), cost);
                 }
             }
         }
         self.blocked(policy, key, now).unwrap_or(verdict)
+    }
+
+    /// Charges `cost` to `key`'s state in table `index` under `params`, storing a fresh
+    /// state first when the key has none there and the cost is not 0; `None` for a
+    /// cost of 0 to a key with no state (nothing to report but a fresh key).
+    fn penalize_in(
+        &mut self,
+        index: usize,
+        params: &Params,
+        key: Hashed<'_>,
+        (now, floor): (u64, u64),
+        cost: u64,
+    ) -> Option<Verdict> {
+        if let Some(verdict) = self.penalize_stored(index, params, key, (now, floor), cost) {
+            return Some(verdict);
+        }
+        if cost == 0 {
+            return None;
+        }
+        self.store_fresh(index, key, floor);
+        self.penalize_stored(index, params, key, (now, floor), cost)
     }
 
     /// Charges `cost` to `key`'s state in table `index` under `params`, if it has one.
@@ -286,16 +293,9 @@ impl Shard {
             return;
         }
         if let Refund::Charge { amount, receipt } = what
-            && let Some(ahead_ns) = queue_ahead_ns(policy.params())
+            && gcra::queue_ahead_ns(policy.params()).is_some()
         {
-            self.refund_place(
-                policy,
-                index,
-                key,
-                (now, floor),
-                (amount, receipt),
-                ahead_ns,
-            );
+            self.refund_place(policy, index, key, (now, floor), (amount, receipt));
             return;
         }
         let table = &mut self.tables[index];
@@ -309,8 +309,7 @@ impl Shard {
     }
 
     /// Gives back the charge of `receipt` to a GCRA or leaky-bucket key, whose places
-    /// ahead of the clock are one TAT (`ahead_ns`: how far past the clock the TAT is
-    /// before a place is ahead; see `gcra::refund_charge_behind`).
+    /// ahead of the clock are one TAT (see `gcra::behind_later_places`).
     ///
     /// Only the newest charge can come off the TAT's end; an older place given back
     /// while later ones are reserved is parked in the key's record, by its receipt.
@@ -326,23 +325,23 @@ impl Shard {
         key: Hashed<'_>,
         (now, floor): (u64, u64),
         (amount, receipt): (u64, Receipt),
-        ahead_ns: u64,
     ) {
         let p = *policy.params();
         let t = now.max(floor);
         // The TAT as this quota counts it: a state last decided under another count of
         // the same period (a plan, the limit's own) is re-counted first, as the refund
         // itself would, so that "the newest charge" and "ahead" are judged in its units.
-        if let States::Gcra(map) | States::LeakyBucket(map) = &mut self.tables[index].states
-            && let Some((_, cell)) = map.find_mut(key.hash, |(k, _)| k == key.key)
-        {
-            cell.with_mut(|s| crate::algorithm::gcra::carry_over(&p, s, t));
-        }
-        let Some(tat) = self.tat_of(index, key) else {
+        let (States::Gcra(map) | States::LeakyBucket(map)) = &mut self.tables[index].states else {
             return;
         };
-        let newest = receipt.until_us() == tat.div_ceil(NS_PER_US);
-        if tat > (t * NS_PER_US).saturating_add(ahead_ns) && !newest {
+        let Some((_, cell)) = map.find_mut(key.hash, |(k, _)| k == key.key) else {
+            return;
+        };
+        let behind = cell.with_mut(|s| {
+            gcra::carry_over(&p, s, t);
+            gcra::behind_later_places(&p, s, t, receipt)
+        });
+        if behind {
             if let Some(record) = self.record_mut(policy, key)
                 && record.parked.len() < MAX_PARKED
             {
@@ -407,17 +406,5 @@ impl Shard {
                 .map(|(_, cell)| cell.tat.load(Relaxed)),
             _ => None,
         }
-    }
-}
-
-/// For GCRA and the leaky bucket, whose reservations are places on one TAT: how far
-/// past the clock the TAT is before a place is reserved ahead (GCRA: its burst; the
-/// leaky bucket: the request being served). `None` for the other algorithms, whose
-/// charges are given back where they were counted.
-fn queue_ahead_ns(p: &Params) -> Option<u64> {
-    match p.algorithm {
-        crate::Algorithm::Gcra => Some(p.tolerance_ns),
-        crate::Algorithm::LeakyBucket => Some(p.emission_ns),
-        _ => None,
     }
 }

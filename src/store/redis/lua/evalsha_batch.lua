@@ -66,10 +66,13 @@ end
 -- Refunds `amount` of the key's newest charges, or, with a `receipt`, of the one
 -- charge it names (the twin of algorithm::refund).
 local function refund(c, amount, receipt)
+  -- The caller's record, read once for a refund by receipt (its reset's instant, and
+  -- the places `refund_place` parks there).
+  local record = false
   if receipt then
     -- Decided before an operator's reset, which forgot the charge already.
-    local r = redis.call('GET', c.keys[#c.keys])
-    local reset_at = r and tonumber(string.match(r, ' r(%d+)'))
+    record = redis.call('GET', c.keys[#c.keys])
+    local reset_at = record and tonumber(string.match(record, ' r(%d+)'))
     if reset_at and receipt.at <= reset_at then
       return
     end
@@ -90,7 +93,7 @@ local function refund(c, amount, receipt)
   local t = c.alg.normalize(c.p, s, at)
   s.s = math.max(now, floor)
   if receipt and c.alg.refund_place then
-    c.alg.refund_place(c.keys, c.p, s, amount, receipt)
+    c.alg.refund_place(c.keys, c.p, s, amount, receipt, record)
   elseif receipt then
     c.alg.refund_charge(c.p, s, t, amount, receipt)
   else

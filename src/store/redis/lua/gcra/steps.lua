@@ -46,9 +46,9 @@ local MAX_PARKED = 64
 -- place given back while later ones are reserved is parked in the record, and comes
 -- off once the places after it have (in any order). The queue's tail, and the
 -- state's latest instant (a reservation left its place there), then move back to
--- the place the TAT's end admits. Decided on the script's clock `now`.
-local function gcra_refund_place(keys, p, s, amount, r, ahead_us, ahead_ns)
-  local v = redis.call('GET', keys[#keys])
+-- the place the TAT's end admits. Decided on the script's clock `now`. `v` is the
+-- record as `refund` (evalsha_batch.lua) read it (false: none).
+local function gcra_refund_place(keys, p, s, amount, r, ahead_us, ahead_ns, v)
   local u, c, f, q, rest = 0, 0, 0, 0, ''
   if v then
     u, c, f, q, rest = string.match(v, '^(%S+) (%S+) (%S+) (%S+)(.*)$')
@@ -150,8 +150,8 @@ A.gcra = {
   refund_charge = function(p, s, t, amount, r)
     gcra_refund_charge(p, s, t, amount, r, p.b_us, p.b_ns)
   end,
-  refund_place = function(keys, p, s, amount, r)
-    gcra_refund_place(keys, p, s, amount, r, p.b_us, p.b_ns)
+  refund_place = function(keys, p, s, amount, r, v)
+    gcra_refund_place(keys, p, s, amount, r, p.b_us, p.b_ns, v)
   end,
   idle_at = function(_, s)
     return ns_ceil_us(s.a, s.b)

@@ -10,6 +10,6 @@ end
 A.leaky_bucket.refund_charge = function(p, s, t, amount, r)
   gcra_refund_charge(p, s, t, amount, r, p.t_us, p.t_ns)
 end
-A.leaky_bucket.refund_place = function(keys, p, s, amount, r)
-  gcra_refund_place(keys, p, s, amount, r, p.t_us, p.t_ns)
+A.leaky_bucket.refund_place = function(keys, p, s, amount, r, v)
+  gcra_refund_place(keys, p, s, amount, r, p.t_us, p.t_ns, v)
 end
