@@ -47,6 +47,13 @@ fn private_redis_at(clock: ManualClock) -> (RedisServer, RedisStore) {
     (server, store)
 }
 
+/// Stalls `server` and drops `call` 100 ms into the stall, while it is on the wire.
+async fn cancelled_on_the_wire<F: std::future::Future>(server: &RedisServer, call: F) {
+    stall(server);
+    let cancelled = tokio::time::timeout(Duration::from_millis(100), call).await;
+    assert!(cancelled.is_err(), "cancelled on the wire");
+}
+
 fn limiter(limit: Limit, store: RedisStore) -> Limiter {
     Limiter::builder()
         .limit(limit)
@@ -90,10 +97,7 @@ async fn a_waiter_cancelled_while_its_reserve_is_on_the_wire_gives_its_place_bac
     let first = limiter.until_ready("upstream", &host, 1, DAY).await;
     assert_eq!(first.expect("redis").delay, Duration::ZERO);
     let calls = script_calls(server.port());
-    stall(&server);
-    let waiter = limiter.until_ready("upstream", &host, 1, DAY);
-    let cancelled = tokio::time::timeout(Duration::from_millis(100), waiter).await;
-    assert!(cancelled.is_err(), "cancelled on the wire");
+    cancelled_on_the_wire(&server, limiter.until_ready("upstream", &host, 1, DAY)).await;
     // The reservation, then its give-back.
     given_back(&server, calls + 2).await;
     let next = limiter.reserve("upstream", &host, 1, DAY).await;
@@ -116,10 +120,7 @@ async fn a_reserve_dropped_on_the_wire_gives_its_place_back() {
             .allowed
     );
     let calls = script_calls(server.port());
-    stall(&server);
-    let reserve = limiter.reserve("upstream", &host, 1, DAY);
-    let cancelled = tokio::time::timeout(Duration::from_millis(100), reserve).await;
-    assert!(cancelled.is_err(), "cancelled on the wire");
+    cancelled_on_the_wire(&server, limiter.reserve("upstream", &host, 1, DAY)).await;
     given_back(&server, calls + 2).await;
     let next = limiter.reserve("upstream", &host, 1, DAY).await;
     let next = next.expect("redis");
@@ -138,10 +139,7 @@ async fn a_check_cancelled_on_the_wire_gives_its_charge_back() {
     let key = Key::from("alice");
     assert!(limiter.check("api", &key, 1).await.expect("redis").allowed);
     let calls = script_calls(server.port());
-    stall(&server);
-    let check = limiter.check("api", &key, 1);
-    let cancelled = tokio::time::timeout(Duration::from_millis(100), check).await;
-    assert!(cancelled.is_err(), "cancelled on the wire");
+    cancelled_on_the_wire(&server, limiter.check("api", &key, 1)).await;
     given_back(&server, calls + 2).await;
     assert_eq!(limiter.peek("api", &key).await.expect("redis").remaining, 1);
     assert!(limiter.check("api", &key, 1).await.expect("redis").allowed);
@@ -192,10 +190,7 @@ async fn a_late_give_back_never_returns_another_callers_charge() {
     let limiter = limiter(window, store);
     let key = Key::from("shared");
     let calls = script_calls(server.port());
-    stall(&server);
-    let waiter = limiter.until_ready("api", &key, 1, DAY);
-    let cancelled = tokio::time::timeout(Duration::from_millis(100), waiter).await;
-    assert!(cancelled.is_err(), "cancelled on the wire");
+    cancelled_on_the_wire(&server, limiter.until_ready("api", &key, 1, DAY)).await;
     // Decided in its window; its give-back arrives in the next one, after another
     // caller's charge there.
     clock.advance(MINUTE);

@@ -53,6 +53,15 @@ fn api() -> Limit {
     Limit::new("api", Quota::per_minute(100)).expect("a limit")
 }
 
+/// "api" whose first rejection blocks the key for 15 minutes.
+fn boxed_api() -> Limit {
+    api().penalty(
+        Penalty::after(1)
+            .within(Duration::from_secs(60))
+            .block_for(Duration::from_secs(900)),
+    )
+}
+
 /// How many of `n` checks of `key` under the plan `quota` are admitted.
 async fn admitted_with(
     limiter: &Limiter,
@@ -136,11 +145,7 @@ async fn a_block_by_another_process_denies_a_plan_caller_it_never_saw() -> TestR
 async fn a_plan_callers_penalty_block_denies_it_under_the_limits_own_quota() -> TestResult {
     for functions in [true, false] {
         let clock = ManualClock::new(BASE);
-        let boxed = api().penalty(
-            Penalty::after(1)
-                .within(Duration::from_secs(60))
-                .block_for(Duration::from_secs(900)),
-        );
+        let boxed = boxed_api();
         let limiter = limiter(vec![boxed], store(&clock, functions))?;
         let key = Key::from("mallory");
         // State under the base quota first, unmarked.
@@ -165,11 +170,7 @@ async fn a_plan_callers_penalty_block_denies_it_under_the_limits_own_quota() -> 
 async fn reset_lifts_a_plan_callers_penalty_block_and_its_rate_state() -> TestResult {
     for functions in [true, false] {
         let clock = ManualClock::new(BASE);
-        let boxed = api().penalty(
-            Penalty::after(1)
-                .within(Duration::from_secs(60))
-                .block_for(Duration::from_secs(900)),
-        );
+        let boxed = boxed_api();
         let limiter = limiter(vec![boxed], store(&clock, functions))?;
         let key = Key::from("pro-mallory");
         let plan = Quota::per_hour(5);

@@ -39,18 +39,6 @@ fn spaced(algorithm: Algorithm) -> bool {
     )
 }
 
-/// A small deterministic generator (xorshift64*): the walks are the same on every run.
-struct Walk(u64);
-
-impl Walk {
-    fn next(&mut self, below: u64) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D) % below
-    }
-}
-
 /// A reservation still waiting: its decision and the instant (µs after the walk's
 /// start) it proceeds at.
 struct Held {
@@ -82,13 +70,13 @@ async fn random_reserve_and_cancel_walks_agree_and_keep_places_apart()
                     .with_clock(clock.clone()),
             )?;
             let key = Key::from("walk");
-            let mut walk = Walk(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
+            let mut walk = support::rng::Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
             let mut now = 0_u64;
             let mut held: Vec<Held> = Vec::new();
             for step in 0..120 {
-                let what = walk.next(10);
+                let what = walk.below(10);
                 if what < 4 {
-                    let max_wait = Duration::from_millis(200 * (1 + walk.next(10)));
+                    let max_wait = Duration::from_millis(200 * (1 + walk.below(10)));
                     let m = memory.reserve("wait", &key, 1, max_wait).await?;
                     let r = redis.reserve("wait", &key, 1, max_wait).await?;
                     assert_eq!(m, r, "{algorithm} seed {seed} step {step}: reserve");
@@ -109,12 +97,12 @@ async fn random_reserve_and_cancel_walks_agree_and_keep_places_apart()
                     // Cancel a waiter still waiting: any of them.
                     held.retain(|h| h.at > now);
                     if !held.is_empty() {
-                        let gone = held.remove(usize::try_from(walk.next(held.len() as u64))?);
+                        let gone = held.remove(usize::try_from(walk.below(held.len() as u64))?);
                         memory.refund_charge(&gone.decision, &key, 1).await?;
                         redis.refund_charge(&gone.decision, &key, 1).await?;
                     }
                 } else {
-                    let step_us = walk.next(3 * T_US);
+                    let step_us = walk.below(3 * T_US);
                     now += step_us;
                     clock.advance(Duration::from_micros(step_us));
                 }
