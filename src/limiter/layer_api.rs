@@ -6,7 +6,6 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use tokio::sync::Notify;
 
-use super::give_back::OnTheWire;
 use super::{Backend, Limiter, Resolved, Set, Taking, missing_decision};
 use crate::store::{Charge, InFlightSlot, StoreFuture};
 use crate::{Decision, Key, Quota, StoreError};
@@ -268,10 +267,13 @@ fn enter_memory(store: &crate::MemoryStore, set: &Set, claims: &[(usize, Key, u3
     Ok(slots)
 }
 
-/// One attempt at every slot of `claims` on another store. Each slot's call is
-/// owned from before it is sent: a request dropped while one is on its way (its client
-/// left) lets it run on, and the slot it gets is given back at once, not kept until
-/// its lease expires; the slots taken before it go back as they are dropped.
+/// One attempt at every slot of `claims` on another store. A request dropped while
+/// a call is on its way (its client left) drops the call: a store's
+/// `acquire_in_flight` is cancel-safe (see its docs; Redis sends the removal of the
+/// lease right behind the call, on the same connection, so the next request already
+/// finds the slot free), and the slots taken before it go back as they are dropped.
+/// Letting the call run on instead would give the slot back only a round trip after
+/// its reply: a request right after a Redis stall would find it taken.
 async fn enter_store(
     store: &Arc<dyn crate::store::Store>,
     set: &Arc<Set>,
@@ -279,11 +281,10 @@ async fn enter_store(
 ) -> Result<Entry, StoreError> {
     let mut slots = Vec::with_capacity(claims.len());
     for &(index, key, max) in claims {
-        let (store, set) = (store.clone(), set.clone());
-        let call = OnTheWire::call(Box::pin(async move {
-            store.acquire_in_flight(&set.limits[index], &key, max).await
-        }));
-        match call.await? {
+        match store
+            .acquire_in_flight(&set.limits[index], &key, max)
+            .await?
+        {
             Some(slot) => slots.push(slot),
             None => return Ok(Err(index)),
         }

@@ -250,6 +250,11 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
     /// returned [`InFlightSlot`] is dropped. Slots are counted per (limit name, key),
     /// apart from the limit's rate state.
     ///
+    /// **Cancel-safe:** a call dropped on its way (its caller gave up) must leave
+    /// no slot taken, promptly, not at a lease's expiry: the layer drops it when a
+    /// client leaves. The memory store decides at once; Redis removes the lease it
+    /// named before sending right after the dropped call.
+    ///
     /// The default keeps no slots: it fails every call, and
     /// [`supports_in_flight`](Store::supports_in_flight) says so, so that a limiter
     /// with an in-flight policy is refused at build time rather than failing open at
