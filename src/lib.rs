@@ -128,7 +128,7 @@ mod limiter;
 mod observe;
 mod penalty;
 mod quota;
-mod store;
+pub mod store;
 
 pub use algorithm::Algorithm;
 pub use clock::{Clock, ManualClock, SystemClock};

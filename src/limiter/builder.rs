@@ -1,11 +1,10 @@
 //! [`LimiterBuilder`]: limits (or the layer's policies), a store, and the checks that
 //! refuse a bad set at build time.
 
-use std::any::Any;
 use std::sync::Arc;
 
 use super::set::Set;
-use super::{Backend, Inner, Limiter};
+use super::{Inner, Limiter};
 #[cfg(feature = "layer")]
 use crate::Policy;
 use crate::store::Store;
@@ -18,7 +17,7 @@ pub struct LimiterBuilder {
     limits: Vec<Limit>,
     #[cfg(feature = "layer")]
     policies: Vec<Policy>,
-    store: Option<Backend>,
+    store: Option<Arc<dyn Store>>,
 }
 
 impl LimiterBuilder {
@@ -64,12 +63,7 @@ impl LimiterBuilder {
     /// # Ok::<(), tollgate::ConfigError>(())
     /// ```
     pub fn store<S: Store>(mut self, store: S) -> Self {
-        // The memory store is recognised and called directly, without a boxed future.
-        let backend = match (&store as &dyn Any).downcast_ref::<MemoryStore>() {
-            Some(memory) => Backend::Memory(memory.clone()),
-            None => Backend::Other(Arc::new(store)),
-        };
-        self.store = Some(backend);
+        self.store = Some(Arc::new(store));
         self
     }
 
@@ -90,17 +84,15 @@ impl LimiterBuilder {
     /// # Ok::<(), tollgate::ConfigError>(())
     /// ```
     pub fn build(self) -> Result<Limiter, ConfigError> {
-        let backend = self
-            .store
-            .unwrap_or_else(|| Backend::Memory(MemoryStore::new()));
+        let store = self.store.unwrap_or_else(|| Arc::new(MemoryStore::new()));
         let set = Set::new(
             self.limits,
             #[cfg(feature = "layer")]
             self.policies,
-            &backend,
+            &*store,
         )?;
         Ok(Limiter {
-            inner: Arc::new(Inner::new(set, backend)),
+            inner: Arc::new(Inner::new(set, store)),
         })
     }
 }

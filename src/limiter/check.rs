@@ -1,13 +1,14 @@
-//! The future of [`Limiter::check`](super::Limiter::check): on the memory store the
-//! decision is made and returned by its first poll; on another, the store call is a
-//! [`Taking`]: a check dropped while its call is on the wire (a timeout, a cancelled
-//! task) gives back what the call charged when its reply arrives.
+//! The future of [`Limiter::check`](super::Limiter::check): on a store that answers
+//! at once (the memory store) the decision is made and returned by its first poll; on
+//! another, the store call is a [`Taking`]: a check dropped while its call is on the
+//! wire (a timeout, a cancelled task) gives back what the call charged when its reply
+//! arrives.
 
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
-use super::{Backend, Limiter, Taken, Taking, missing_decision, unknown_policy};
+use super::{Limiter, Taken, Taking, unknown_policy};
 use crate::store::{Charge, StoreFuture};
 use crate::{Decision, Key, Quota, StoreError};
 
@@ -51,61 +52,67 @@ impl Future for Check<'_> {
         this.state = CheckState::Done;
         let limiter = this.limiter;
         let (policy, key, cost, quota) = (this.policy, this.key, u64::from(this.cost), this.quota);
-        match &limiter.inner.backend {
-            Backend::Memory(store) => {
-                // One synchronous decision under the current set, loaded without a
-                // lock; no closure or `Cow` between the store and the caller, whose
-                // decision would be copied through each.
-                let set = limiter.current();
-                let Some(limit) = set.find(policy) else {
-                    return Poll::Ready(Err(unknown_policy(policy)));
-                };
-                Poll::Ready(match quota {
-                    Some(quota) if quota != limit.quota() => {
-                        limiter.caller_limit(limit, quota).map(|own| {
-                            store.acquire_one(&Charge {
-                                limit: &own,
-                                key,
-                                cost,
-                            })
+        let store = &*limiter.inner.store;
+        {
+            // First with borrowed arguments, under the current set loaded without a
+            // lock: a store that decides in memory answers at once, and the decision
+            // is returned from this poll with no closure or `Cow` in between (each
+            // would copy it).
+            let set = limiter.current();
+            let Some(limit) = set.find(policy) else {
+                return Poll::Ready(Err(unknown_policy(policy)));
+            };
+            let call = match quota {
+                Some(quota) if quota != limit.quota() => match limiter.caller_limit(limit, quota) {
+                    Ok(own) => store
+                        .decide_one(Charge {
+                            limit: &own,
+                            key,
+                            cost,
                         })
-                    }
-                    _ => Ok(store.acquire_one(&Charge { limit, key, cost })),
-                })
+                        .into_ready()
+                        .ok(),
+                    Err(error) => return Poll::Ready(Err(error)),
+                },
+                _ => store
+                    .decide_one(Charge { limit, key, cost })
+                    .into_ready()
+                    .ok(),
+            };
+            if let Some(answer) = call {
+                return Poll::Ready(answer);
             }
-            Backend::Other(store) => {
-                // The call holds its set: a reload while it awaits the store does not
-                // change the limit it decides under. It owns what it needs, so that
-                // dropped on the wire it can run on and give its charge back.
-                let set = limiter.snapshot();
-                let Some(index) = set.index_of(policy) else {
-                    return Poll::Ready(Err(unknown_policy(policy)));
-                };
-                let (caller, store, set_of_call, key) =
-                    (limiter.clone(), store.clone(), set.clone(), *key);
-                let call: StoreFuture<'static, Vec<Decision>> = Box::pin(async move {
-                    let limit = caller.with_quota(&set_of_call.limits[index], quota)?;
-                    let charge = Charge {
-                        limit: &limit,
-                        key: &key,
-                        cost,
-                    };
-                    let decisions = store.acquire(std::slice::from_ref(&charge)).await?;
-                    if decisions.len() == 1 {
-                        Ok(decisions)
-                    } else {
-                        Err(missing_decision(1, decisions.len()))
-                    }
-                });
-                let call = Taking::new(limiter.clone(), set, vec![(index, key)], call);
-                let mut future: StoreFuture<'_, Decision> =
-                    Box::pin(async move { call.await.and_then(Taken::keep_one) });
-                let poll = future.as_mut().poll(cx);
-                if poll.is_pending() {
-                    this.state = CheckState::Store(future);
-                }
-                poll
-            }
+            // A future, never polled: nothing was sent. Dropped, and made again below.
         }
+        // A store that does I/O. The call holds its set: a reload while it awaits the
+        // store does not change the limit it decides under. It owns what it needs, so
+        // that dropped on the wire it can run on and give its charge back.
+        let set = limiter.snapshot();
+        let Some(index) = set.index_of(policy) else {
+            return Poll::Ready(Err(unknown_policy(policy)));
+        };
+        let (caller, store, set_of_call, key) = (
+            limiter.clone(),
+            limiter.inner.store.clone(),
+            set.clone(),
+            *key,
+        );
+        let call: StoreFuture<'static, Vec<Decision>> = Box::pin(async move {
+            let limit = caller.with_quota(&set_of_call.limits[index], quota)?;
+            let charge = Charge {
+                limit: &limit,
+                key: &key,
+                cost,
+            };
+            Ok(vec![store.decide_one(charge).await?])
+        });
+        let call = Taking::new(limiter.clone(), set, vec![(index, key)], call);
+        let mut future: StoreFuture<'_, Decision> =
+            Box::pin(async move { call.await.and_then(Taken::keep_one) });
+        let poll = future.as_mut().poll(cx);
+        if poll.is_pending() {
+            this.state = CheckState::Store(future);
+        }
+        poll
     }
 }

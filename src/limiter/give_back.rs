@@ -16,7 +16,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use super::{Backend, Limiter, Set};
+use super::{Limiter, Set};
 use crate::store::{Charge, StoreFuture};
 use crate::{Decision, Key, Quota, Receipt, StoreError};
 
@@ -32,31 +32,33 @@ impl Limiter {
         receipt: Receipt,
         quota: Quota,
     ) -> Option<StoreFuture<'static, ()>> {
-        match &self.inner.backend {
-            Backend::Memory(store) => {
-                // A quota refused now was refused when charged: nothing to take back.
-                let limit = self.with_quota(&set.limits[index], Some(quota)).ok()?;
-                let charge = Charge {
-                    limit: &limit,
-                    key: &key,
-                    cost: receipt.cost(),
-                };
-                store.refund_charge_now(&charge, receipt);
-                None
-            }
-            Backend::Other(store) => {
-                let (limiter, store, set) = (self.clone(), store.clone(), set.clone());
-                Some(Box::pin(async move {
-                    let limit = limiter.with_quota(&set.limits[index], Some(quota))?;
-                    let charge = Charge {
-                        limit: &limit,
-                        key: &key,
-                        cost: receipt.cost(),
-                    };
-                    store.refund_charge(charge, receipt).await
-                }))
-            }
+        // A quota refused now was refused when charged: nothing to take back.
+        let limit = self.with_quota(&set.limits[index], Some(quota)).ok()?;
+        let charge = Charge {
+            limit: &limit,
+            key: &key,
+            cost: receipt.cost(),
+        };
+        if self
+            .inner
+            .store
+            .refund_charge(charge, receipt)
+            .into_ready()
+            .is_ok()
+        {
+            return None;
         }
+        // Not polled, so not sent: made again from owned arguments, to run later.
+        let (limiter, store, set) = (self.clone(), self.inner.store.clone(), set.clone());
+        Some(Box::pin(async move {
+            let limit = limiter.with_quota(&set.limits[index], Some(quota))?;
+            let charge = Charge {
+                limit: &limit,
+                key: &key,
+                cost: receipt.cost(),
+            };
+            store.refund_charge(charge, receipt).await
+        }))
     }
 }
 
@@ -115,9 +117,7 @@ impl Taken {
 
     /// Keeps the one decision of a single-charge call (a check, a reservation).
     pub(crate) fn keep_one(self) -> Result<Decision, StoreError> {
-        self.keep()
-            .pop()
-            .ok_or_else(|| super::missing_decision(1, 0))
+        crate::store::only(self.keep())
     }
 
     /// Gives back what was taken now (what dropping does; named for the reader).

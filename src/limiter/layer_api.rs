@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use tokio::sync::Notify;
 
-use super::{Backend, Limiter, Resolved, Set, Taking, missing_decision};
+use super::{Limiter, Resolved, Set, Taking, complete};
 use crate::store::{Charge, InFlightSlot, StoreFuture};
 use crate::{Decision, Key, Quota, StoreError};
 
@@ -57,89 +57,68 @@ impl Limiter {
         let line = claims.first().map(|&(index, key, _)| (index, key));
         // Others wait for this key here: behind them, not ahead.
         let queued = wait.is_some() && line.is_some_and(|line| lines.waiting(&line));
-        match &self.inner.backend {
-            Backend::Memory(store) => {
-                let first = if queued {
-                    Err(claims[0].0)
-                } else {
-                    enter_memory(store, set, claims)
-                };
-                match (first, wait, line) {
-                    (Err(_), Some(wait), Some(line)) => {
-                        let (store, set, claims) = (store.clone(), set.clone(), claims.to_vec());
-                        let Some(ticket) = lines.join(line, bounds) else {
-                            // The line is full: refused at once, as a held request
-                            // past the cap is.
-                            return Entering::Ready(Ok(Err(claims[0].0)));
-                        };
-                        Entering::Waiting(Box::pin(async move {
-                            let until = tokio::time::Instant::now() + wait;
-                            if !ticket.turn(until).await {
-                                return Ok(Err(claims[0].0));
-                            }
-                            let mut tries = Retries::until(until);
-                            loop {
-                                let entry = enter_memory(&store, &set, &claims);
-                                if entry.is_ok() || !tries.wait().await {
-                                    // The ticket goes with this future: the next in
-                                    // line is first now.
-                                    return Ok(entry);
-                                }
-                            }
-                        }))
-                    }
-                    (entry, _, _) => Entering::Ready(Ok(entry)),
+        let store = &self.inner.store;
+        // The first try at once: a store that keeps slots in memory answers ready.
+        let mut first = None;
+        if !queued {
+            match enter_now(&**store, set, claims) {
+                Some(Ok(Err(index))) if wait.is_some() && line.is_some() => {
+                    first = Some(Err(index));
                 }
-            }
-            Backend::Other(store) => {
-                let (store, set, claims) = (store.clone(), set.clone(), claims.to_vec());
-                // In line from the start when others wait; else after a first try.
-                let mut ticket = None;
-                if let Some(line) = line.filter(|_| queued) {
-                    match lines.join(line, bounds) {
-                        Some(joined) => ticket = Some(joined),
-                        // The line is full: refused at once.
-                        None => return Entering::Ready(Ok(Err(claims[0].0))),
-                    }
-                }
-                let lines = lines.clone();
-                Entering::Waiting(Box::pin(async move {
-                    let until = wait.map(|wait| tokio::time::Instant::now() + wait);
-                    if let (Some(ticket), Some(until)) = (&ticket, until)
-                        && !ticket.turn(until).await
-                    {
-                        return Ok(Err(claims[0].0));
-                    }
-                    let mut tries = until.map(Retries::until);
-                    loop {
-                        let entry = enter_store(&store, &set, &claims).await?;
-                        let again = match (&entry, &mut tries) {
-                            (Err(_), Some(tries)) => {
-                                if ticket.is_none()
-                                    && let Some(line) = line
-                                {
-                                    // No slot at the first try: in line, and wait
-                                    // for a turn behind any who came before (or
-                                    // refused now when the line is full).
-                                    let Some(joined) = lines.join(line, bounds) else {
-                                        return Ok(entry);
-                                    };
-                                    let joined = ticket.insert(joined);
-                                    if !joined.turn(tries.until).await {
-                                        return Ok(entry);
-                                    }
-                                }
-                                tries.wait().await
-                            }
-                            _ => false,
-                        };
-                        if !again {
-                            return Ok(entry);
-                        }
-                    }
-                }))
+                Some(entry) => return Entering::Ready(entry),
+                None => {}
             }
         }
+        let (store, set, claims) = (store.clone(), set.clone(), claims.to_vec());
+        // In line from the start when others wait; else after a first try.
+        let mut ticket = None;
+        if let Some(line) = line.filter(|_| queued) {
+            match lines.join(line, bounds) {
+                Some(joined) => ticket = Some(joined),
+                // The line is full: refused at once.
+                None => return Entering::Ready(Ok(Err(claims[0].0))),
+            }
+        }
+        let lines = lines.clone();
+        Entering::Waiting(Box::pin(async move {
+            let until = wait.map(|wait| tokio::time::Instant::now() + wait);
+            if let (Some(ticket), Some(until)) = (&ticket, until)
+                && !ticket.turn(until).await
+            {
+                return Ok(Err(claims[0].0));
+            }
+            let mut tries = until.map(Retries::until);
+            let mut entry = match first {
+                Some(entry) => entry,
+                None => enter_store(&store, &set, &claims).await?,
+            };
+            loop {
+                let again = match (&entry, &mut tries) {
+                    (Err(_), Some(tries)) => {
+                        if ticket.is_none()
+                            && let Some(line) = line
+                        {
+                            // No slot at the first try: in line, and wait for a turn
+                            // behind any who came before (or refused now when the line
+                            // is full).
+                            let Some(joined) = lines.join(line, bounds) else {
+                                return Ok(entry);
+                            };
+                            let joined = ticket.insert(joined);
+                            if !joined.turn(tries.until).await {
+                                return Ok(entry);
+                            }
+                        }
+                        tries.wait().await
+                    }
+                    _ => false,
+                };
+                if !again {
+                    return Ok(entry);
+                }
+                entry = enter_store(&store, &set, &claims).await?;
+            }
+        }))
     }
 
     /// The limits of `checks`, each under its caller's quota when it has one.
@@ -157,80 +136,83 @@ impl Limiter {
     /// Decides `checks` all-or-nothing under `set`: synchronously on the memory store,
     /// else through a `'static` future that owns what it needs.
     pub(crate) fn decide(&self, set: &Arc<Set>, checks: &[LayerCheck]) -> Pending {
-        match &self.inner.backend {
-            Backend::Memory(store) => {
-                if let [(index, key, cost, quota)] = checks {
-                    let result = self.under_quota(&set.limits[*index], *quota, |limit| {
-                        vec![store.acquire_one(&Charge {
-                            limit,
-                            key,
-                            cost: *cost,
-                        })]
-                    });
-                    return Pending::Ready(result);
-                }
-                let result = self
-                    .limits_of(set, checks)
-                    .map(|limits| store.acquire_all(&charges(checks, &limits)));
-                Pending::Ready(result)
-            }
-            Backend::Other(store) => {
-                let (limiter, store, owned) = (self.clone(), store.clone(), set.clone());
-                let checks = checks.to_vec();
-                let targets = targets(&checks);
-                let call: StoreFuture<'static, Vec<Decision>> = Box::pin(async move {
-                    let limits = limiter.limits_of(&owned, &checks)?;
-                    let charges = charges(&checks, &limits);
-                    let decisions = store.acquire(&charges).await?;
-                    if decisions.len() == charges.len() {
-                        Ok(decisions)
-                    } else {
-                        Err(missing_decision(charges.len(), decisions.len()))
-                    }
-                });
-                Pending::Waiting(Taking::new(self.clone(), set.clone(), targets, call))
-            }
+        let store = &*self.inner.store;
+        // First with borrowed arguments: a store that decides in memory answers ready.
+        let ready = if let [(index, key, cost, quota)] = checks {
+            self.under_quota(&set.limits[*index], *quota, |limit| {
+                let charge = Charge {
+                    limit,
+                    key,
+                    cost: *cost,
+                };
+                store
+                    .decide_one(charge)
+                    .into_ready()
+                    .ok()
+                    .map(|answer| answer.map(|decision| vec![decision]))
+            })
+        } else {
+            self.limits_of(set, checks).map(|limits| {
+                store
+                    .decide(&charges(checks, &limits))
+                    .into_ready()
+                    .ok()
+                    .map(|answer| answer.and_then(|d| complete(d, checks.len())))
+            })
+        };
+        match ready {
+            Err(error) => return Pending::Ready(Err(error)),
+            Ok(Some(answer)) => return Pending::Ready(answer),
+            // A future, never polled: nothing sent. Made again from owned arguments.
+            Ok(None) => {}
         }
+        let (limiter, store, owned) = (self.clone(), self.inner.store.clone(), set.clone());
+        let checks = checks.to_vec();
+        let targets = targets(&checks);
+        let call: StoreFuture<'static, Vec<Decision>> = Box::pin(async move {
+            let limits = limiter.limits_of(&owned, &checks)?;
+            let charges = charges(&checks, &limits);
+            let decisions = store.decide(&charges).await?;
+            complete(decisions, charges.len())
+        });
+        Pending::Waiting(Taking::new(self.clone(), set.clone(), targets, call))
     }
 
     /// Reserves `check`'s place under `set` within `max_wait` (the layer's wait mode):
-    /// synchronously on the memory store, else through a `'static` future.
+    /// at once on a store that decides in memory, else through a `'static` future.
     pub(crate) fn decide_waiting(
         &self,
         set: &Arc<Set>,
         check: &LayerCheck,
         max_wait: std::time::Duration,
     ) -> Pending {
-        let (index, key, cost, quota) = check;
-        match &self.inner.backend {
-            Backend::Memory(store) => {
-                Pending::Ready(self.under_quota(&set.limits[*index], *quota, |limit| {
-                    vec![store.reserve_now(
-                        &Charge {
-                            limit,
-                            key,
-                            cost: *cost,
-                        },
-                        max_wait,
-                    )]
-                }))
-            }
-            Backend::Other(store) => {
-                let (limiter, store, owned) = (self.clone(), store.clone(), set.clone());
-                let (index, key, cost, quota) = (*index, *key, *cost, *quota);
-                let call: StoreFuture<'static, Vec<Decision>> = Box::pin(async move {
-                    let limit = limiter.with_quota(&owned.limits[index], quota)?;
-                    let charge = Charge {
-                        limit: &limit,
-                        key: &key,
-                        cost,
-                    };
-                    Ok(vec![store.reserve(charge, max_wait).await?])
-                });
-                let targets = vec![(index, key)];
-                Pending::Waiting(Taking::new(self.clone(), set.clone(), targets, call))
-            }
+        let (index, key, cost, quota) = *check;
+        let store = &*self.inner.store;
+        let ready = self.under_quota(&set.limits[index], quota, |limit| {
+            let charge = Charge {
+                limit,
+                key: &key,
+                cost,
+            };
+            store.reserve(charge, max_wait).into_ready().ok()
+        });
+        match ready {
+            Err(error) => return Pending::Ready(Err(error)),
+            Ok(Some(answer)) => return Pending::Ready(answer.map(|decision| vec![decision])),
+            Ok(None) => {}
         }
+        let (limiter, store, owned) = (self.clone(), self.inner.store.clone(), set.clone());
+        let call: StoreFuture<'static, Vec<Decision>> = Box::pin(async move {
+            let limit = limiter.with_quota(&owned.limits[index], quota)?;
+            let charge = Charge {
+                limit: &limit,
+                key: &key,
+                cost,
+            };
+            Ok(vec![store.reserve(charge, max_wait).await?])
+        });
+        let targets = vec![(index, key)];
+        Pending::Waiting(Taking::new(self.clone(), set.clone(), targets, call))
     }
 }
 
@@ -255,16 +237,27 @@ fn charges<'c>(checks: &'c [LayerCheck], limits: &'c [Resolved<'_>]) -> Vec<Char
         .collect()
 }
 
-/// One attempt at every slot of `claims` on the memory store.
-fn enter_memory(store: &crate::MemoryStore, set: &Set, claims: &[(usize, Key, u32)]) -> Entry {
+/// One attempt at every slot of `claims`, if the store answers each at once (a store
+/// that keeps slots in memory); `None` as soon as one call would await (the slots
+/// taken before it go back as they are dropped; nothing was sent for it).
+fn enter_now(
+    store: &dyn crate::store::Store,
+    set: &Set,
+    claims: &[(usize, Key, u32)],
+) -> Option<Result<Entry, StoreError>> {
     let mut slots = Vec::with_capacity(claims.len());
     for &(index, key, max) in claims {
-        match store.enter(&set.limits[index], &key, max) {
-            Some(slot) => slots.push(slot),
-            None => return Err(index),
+        match store
+            .acquire_in_flight(&set.limits[index], &key, max)
+            .into_ready()
+            .ok()?
+        {
+            Ok(Some(slot)) => slots.push(slot),
+            Ok(None) => return Some(Ok(Err(index))),
+            Err(error) => return Some(Err(error)),
         }
     }
-    Ok(slots)
+    Some(Ok(Ok(slots)))
 }
 
 /// One attempt at every slot of `claims` on another store. A request dropped while

@@ -31,7 +31,7 @@ use self::check::{Check, CheckState};
 #[cfg(feature = "layer")]
 use crate::Policy;
 use crate::store::{Charge, Store};
-use crate::{ConfigError, Decision, Key, Limit, MemoryStore, Quota, StoreError, StoreErrorKind};
+use crate::{ConfigError, Decision, Key, Limit, Quota, StoreError, StoreErrorKind};
 
 /// Decides whether keys may spend cost under named policies.
 ///
@@ -75,7 +75,10 @@ pub(super) struct Inner {
     /// checks) on every call. Replaced whole on a miss, never locked; at most
     /// [`MAX_CALLER_LIMITS`] entries, past which a quota is derived per call.
     pub(super) callers: ArcSwap<CallerLimits>,
-    pub(super) backend: Backend,
+    /// Where state lives. Called through the trait whatever the store: one that
+    /// decides in memory answers ready (see [`StoreCall`](crate::store::StoreCall)),
+    /// and a check then returns at its first poll.
+    pub(super) store: Arc<dyn Store>,
 }
 
 /// A derived limit's identity: the base limit's table (its name, algorithm and
@@ -109,14 +112,14 @@ impl std::ops::Deref for Resolved<'_> {
 }
 
 impl Inner {
-    pub(super) fn new(set: Set, backend: Backend) -> Self {
+    pub(super) fn new(set: Set, store: Arc<dyn Store>) -> Self {
         let initial = Arc::new(set);
         Self {
             set: ArcSwap::new(Arc::clone(&initial)),
             initial,
             reloaded: AtomicBool::new(false),
             callers: ArcSwap::default(),
-            backend,
+            store,
         }
     }
 }
@@ -135,22 +138,6 @@ impl std::ops::Deref for Current<'_> {
         match self {
             Self::Initial(set) => set,
             Self::Reloaded(guard) => guard,
-        }
-    }
-}
-
-/// The memory store is called directly (no boxed future); any other store through
-/// the [`Store`] trait.
-pub(super) enum Backend {
-    Memory(MemoryStore),
-    Other(Arc<dyn Store>),
-}
-
-impl fmt::Debug for Backend {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::Memory(store) => store.fmt(f),
-            Self::Other(store) => store.fmt(f),
         }
     }
 }
@@ -276,7 +263,7 @@ impl Limiter {
             limits,
             #[cfg(feature = "layer")]
             policies,
-            &self.inner.backend,
+            &*self.inner.store,
         )?;
         self.install(set);
         Ok(())
@@ -303,7 +290,7 @@ impl Limiter {
     ) -> Result<(), ConfigError> {
         let policies: Vec<Policy> = policies.into_iter().collect();
         let limits = policies.iter().map(|p| p.limit().clone()).collect();
-        let set = Set::new(limits, policies, &self.inner.backend)?;
+        let set = Set::new(limits, policies, &*self.inner.store)?;
         self.install(set);
         Ok(())
     }
@@ -422,10 +409,9 @@ impl Limiter {
     #[cold]
     fn derive_caller_limit(&self, limit: &Limit, quota: Quota) -> Result<Limit, StoreError> {
         let own = limit.with_quota(quota);
-        let checked = own.validate().and_then(|()| match &self.inner.backend {
-            Backend::Memory(store) => store.check_bytes(&own),
-            Backend::Other(store) => store.validate_quota(&own),
-        });
+        let checked = own
+            .validate()
+            .and_then(|()| self.inner.store.validate_quota(&own));
         match checked {
             Ok(()) => Ok(own),
             Err(error) => Err(StoreError::new(
@@ -563,11 +549,14 @@ impl Limiter {
                 }
             })
             .collect();
-        match &self.inner.backend {
-            Backend::Memory(store) => Ok(store.acquire_all(&charges)),
-            Backend::Other(store) => {
-                // Owned from before it is sent (as `check`'s): dropped on the wire, the
-                // call runs on and gives back what it charged when its reply arrives.
+        // A store that decides in memory answers at once; else the call is made again
+        // from owned arguments (as `check`'s): dropped on the wire, it runs on and
+        // gives back what it charged when its reply arrives.
+        if let Ok(answer) = self.inner.store.decide(&charges).into_ready() {
+            return answer.and_then(|decisions| complete(decisions, charges.len()));
+        }
+        {
+            {
                 let mut targets = Vec::with_capacity(checks.len());
                 let mut owned = Vec::with_capacity(checks.len());
                 for (entry, limit) in checks.iter().zip(&limits) {
@@ -576,7 +565,7 @@ impl Limiter {
                     targets.push((index, *key));
                     owned.push((Limit::clone(limit), *key, u64::from(cost)));
                 }
-                let store = store.clone();
+                let store = self.inner.store.clone();
                 let call: crate::store::StoreFuture<'static, Vec<Decision>> =
                     Box::pin(async move {
                         let charges: Vec<Charge<'_>> = owned
@@ -587,12 +576,8 @@ impl Limiter {
                                 cost: *cost,
                             })
                             .collect();
-                        let decisions = store.acquire(&charges).await?;
-                        if decisions.len() == charges.len() {
-                            Ok(decisions)
-                        } else {
-                            Err(missing_decision(charges.len(), decisions.len()))
-                        }
+                        let decisions = store.decide(&charges).await?;
+                        complete(decisions, charges.len())
                     });
                 Ok(Taking::new(self.clone(), set.clone(), targets, call)
                     .await?
@@ -628,13 +613,7 @@ impl Limiter {
             key,
             cost: u64::from(cost),
         };
-        match &self.inner.backend {
-            Backend::Memory(store) => {
-                store.refund_now(&charge);
-                Ok(())
-            }
-            Backend::Other(store) => store.refund(charge).await,
-        }
+        self.inner.store.refund(charge).await
     }
 
     /// Takes back up to `amount` of what `decision` charged to `key`, for a request
@@ -700,13 +679,7 @@ impl Limiter {
         if charge.cost == 0 {
             return Ok(());
         }
-        match &self.inner.backend {
-            Backend::Memory(store) => {
-                store.refund_charge_now(&charge, receipt);
-                Ok(())
-            }
-            Backend::Other(store) => store.refund_charge(charge, receipt).await,
-        }
+        self.inner.store.refund_charge(charge, receipt).await
     }
 }
 
@@ -735,10 +708,7 @@ impl Limiter {
     /// ```
     pub async fn peek(&self, policy: &str, key: &Key) -> Result<Decision, StoreError> {
         let limit = Self::find(&self.snapshot(), policy)?;
-        match &self.inner.backend {
-            Backend::Memory(store) => Ok(store.peek_now(&limit, key)),
-            Backend::Other(store) => store.peek(&limit, key).await,
-        }
+        self.inner.store.peek(&limit, key).await
     }
 
     /// Makes `key` idle again under `policy`: its usage is forgotten, its block lifted
@@ -762,13 +732,7 @@ impl Limiter {
     /// ```
     pub async fn reset(&self, policy: &str, key: &Key) -> Result<(), StoreError> {
         let limit = Self::find(&self.snapshot(), policy)?;
-        match &self.inner.backend {
-            Backend::Memory(store) => {
-                store.reset_now(&limit, key);
-                Ok(())
-            }
-            Backend::Other(store) => store.reset(&limit, key).await,
-        }
+        self.inner.store.reset(&limit, key).await
     }
 
     /// Denies every request of `key` under `policy` until `duration` from now
@@ -805,10 +769,7 @@ impl Limiter {
         let limit = Self::find(&self.snapshot(), policy)?;
         // Longer than a century is a century, on every store (see `MAX_DENIAL`).
         let duration = duration.min(crate::MAX_DENIAL);
-        match &self.inner.backend {
-            Backend::Memory(store) => Ok(store.block_now(&limit, key, duration)),
-            Backend::Other(store) => store.block(&limit, key, duration).await,
-        }
+        self.inner.store.block(&limit, key, duration).await
     }
 
     /// Charges `cost` to `key` under `policy` whether or not it fits: usage may
@@ -859,10 +820,7 @@ impl Limiter {
             key,
             cost: u64::from(cost).min(crate::algorithm::max_penalty(limit.params())),
         };
-        match &self.inner.backend {
-            Backend::Memory(store) => Ok(store.penalize_now(&charge)),
-            Backend::Other(store) => store.penalize(charge).await,
-        }
+        self.inner.store.penalize(charge).await
     }
 }
 
@@ -876,18 +834,29 @@ pub(super) fn unknown_policy(name: &str) -> StoreError {
     )
 }
 
-pub(super) fn missing_decision(expected: usize, got: usize) -> StoreError {
-    StoreError::new(
-        StoreErrorKind::Protocol,
-        format!("store returned {got} decisions for {expected} charges"),
-    )
+/// `decisions`, if the store returned one per charge (`expected`).
+pub(super) fn complete(
+    decisions: Vec<Decision>,
+    expected: usize,
+) -> Result<Vec<Decision>, StoreError> {
+    if decisions.len() == expected {
+        Ok(decisions)
+    } else {
+        Err(StoreError::new(
+            StoreErrorKind::Protocol,
+            format!(
+                "store returned {} decisions for {expected} charges",
+                decisions.len()
+            ),
+        ))
+    }
 }
 
 impl fmt::Debug for Limiter {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Limiter")
             .field("limits", &self.current().limits)
-            .field("store", &self.inner.backend)
+            .field("store", &self.inner.store)
             .finish()
     }
 }

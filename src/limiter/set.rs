@@ -6,8 +6,6 @@ use crate::Policy;
 use crate::store::Store;
 use crate::{ConfigError, Limit};
 
-use super::Backend;
-
 /// One set of limits, swapped atomically by [`Limiter::reload`](super::Limiter::reload):
 /// a check loads the current set once and decides every one of its limits under it,
 /// so no request sees half of one set and half of another.
@@ -21,13 +19,13 @@ pub(crate) struct Set {
 }
 
 impl Set {
-    /// Validates a set for `backend`: at least one limit, unique names, every quota
+    /// Validates a set for `store`: at least one limit, unique names, every quota
     /// suited to its algorithm and to the store; with the layer, headers of a
     /// bounded size.
     pub(crate) fn new(
         limits: Vec<Limit>,
         #[cfg(feature = "layer")] policies: Vec<Policy>,
-        backend: &Backend,
+        store: &dyn Store,
     ) -> Result<Self, ConfigError> {
         if limits.is_empty() {
             return Err(ConfigError::new(
@@ -51,11 +49,7 @@ impl Set {
             // Every policy is one member of each header the layer writes.
             crate::layer::headers::check_size(&policies)?;
             if let Some(policy) = policies.iter().find(|p| p.get_in_flight().is_some()) {
-                let keeps_slots = match backend {
-                    Backend::Memory(_) => true,
-                    Backend::Other(store) => store.supports_in_flight(),
-                };
-                if !keeps_slots {
+                if !store.supports_in_flight() {
                     return Err(ConfigError::new(format!(
                         "policy \"{}\" has an in-flight limit, and the limiter's store keeps no \
                          in-flight slots (Store::supports_in_flight is false)",
@@ -65,10 +59,7 @@ impl Set {
             }
         }
         for limit in &limits {
-            match backend {
-                Backend::Memory(store) => store.validate(limit)?,
-                Backend::Other(store) => store.validate(limit)?,
-            }
+            store.validate(limit)?;
         }
         Ok(Self {
             limits,

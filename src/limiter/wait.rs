@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use super::{Backend, Limiter, Taken, Taking, unknown_policy};
+use super::{Limiter, Taken, Taking, unknown_policy};
 use crate::store::Charge;
 use crate::{Decision, Key, Quota, StoreError};
 
@@ -211,10 +211,7 @@ impl Limiter {
     ) -> Result<Decision, StoreError> {
         let set = self.snapshot();
         let limit = self.resolve(&set, policy, Some(quota))?;
-        match &self.inner.backend {
-            Backend::Memory(store) => Ok(store.peek_now(&limit, key)),
-            Backend::Other(store) => store.peek(&limit, key).await,
-        }
+        self.inner.store.peek(&limit, key).await
     }
 
     /// Reserves a place (under `quota` when given) and sleeps until it comes. What
@@ -253,31 +250,31 @@ impl Limiter {
         let set = self.snapshot();
         let index = set.index_of(policy).ok_or_else(|| unknown_policy(policy))?;
         let targets = vec![(index, *key)];
-        match &self.inner.backend {
-            Backend::Memory(store) => {
-                let limit = self.with_quota(&set.limits[index], quota)?;
-                let charge = Charge {
-                    limit: &limit,
-                    key,
-                    cost: u64::from(cost),
-                };
-                let decision = store.reserve_now(&charge, max_wait);
-                drop(limit);
-                Ok(Taken::new(self.clone(), set, targets, vec![decision]))
-            }
-            Backend::Other(store) => {
-                let (limiter, store, owned, key) = (self.clone(), store.clone(), set.clone(), *key);
-                let call = Box::pin(async move {
-                    let limit = limiter.with_quota(&owned.limits[index], quota)?;
-                    let charge = Charge {
-                        limit: &limit,
-                        key: &key,
-                        cost: u64::from(cost),
-                    };
-                    Ok(vec![store.reserve(charge, max_wait).await?])
-                });
-                Taking::new(self.clone(), set, targets, call).await
-            }
+        let ready = {
+            let limit = self.with_quota(&set.limits[index], quota)?;
+            let charge = Charge {
+                limit: &limit,
+                key,
+                cost: u64::from(cost),
+            };
+            self.inner.store.reserve(charge, max_wait).into_ready().ok()
+        };
+        if let Some(answer) = ready {
+            return Ok(Taken::new(self.clone(), set, targets, vec![answer?]));
         }
+        // Not polled, so not sent: made again from owned arguments, so that dropped on
+        // its way the call runs on and gives back what it took.
+        let (limiter, store, owned, key) =
+            (self.clone(), self.inner.store.clone(), set.clone(), *key);
+        let call = Box::pin(async move {
+            let limit = limiter.with_quota(&owned.limits[index], quota)?;
+            let charge = Charge {
+                limit: &limit,
+                key: &key,
+                cost: u64::from(cost),
+            };
+            Ok(vec![store.reserve(charge, max_wait).await?])
+        });
+        Taking::new(self.clone(), set, targets, call).await
     }
 }

@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use super::{Charge, InFlightSlot, Store, StoreFuture, refund_dropped};
+use super::{Charge, InFlightSlot, Store, StoreCall, refund_dropped};
 use crate::{ConfigError, Decision, Key, Limit, Receipt, StoreError};
 
 /// Serves from `primary`, and from `insurance` while the primary fails.
@@ -246,7 +246,7 @@ impl<P: Store, I: Store> Fallback<P, I> {
 impl<P: Store, I: Store> Fallback<P, I> {
     /// Runs an operation that goes to both stores on the primary, unless it is known
     /// to be down (then it fails at once, without waiting out a deadline).
-    async fn both_primary<T>(&self, call: StoreFuture<'_, T>) -> Result<T, StoreError> {
+    async fn both_primary<T>(&self, call: StoreCall<'_, T>) -> Result<T, StoreError> {
         if !self.try_primary() {
             return Err(StoreError::new(
                 crate::StoreErrorKind::Unavailable,
@@ -270,11 +270,11 @@ fn routed(mut decisions: Vec<Decision>, insurance: bool) -> Vec<Decision> {
 }
 
 impl<P: Store, I: Store> Store for Fallback<P, I> {
-    fn acquire<'a>(&'a self, charges: &'a [Charge<'a>]) -> StoreFuture<'a, Vec<Decision>> {
-        Box::pin(async move {
+    fn decide<'a>(&'a self, charges: &'a [Charge<'a>]) -> StoreCall<'a, Vec<Decision>> {
+        StoreCall::future(async move {
             if self.try_primary() {
                 let replayed = self.replay_missed().await;
-                match replayed.and(self.primary.acquire(charges).await) {
+                match replayed.and(self.primary.decide(charges).await) {
                     Ok(decisions) => {
                         self.primary_answered();
                         return Ok(routed(decisions, false));
@@ -282,12 +282,12 @@ impl<P: Store, I: Store> Store for Fallback<P, I> {
                     Err(error) => self.primary_failed(&error),
                 }
             }
-            Ok(routed(self.insurance.acquire(charges).await?, true))
+            Ok(routed(self.insurance.decide(charges).await?, true))
         })
     }
 
-    fn refund<'a>(&'a self, charge: Charge<'a>) -> StoreFuture<'a, ()> {
-        Box::pin(async move {
+    fn refund<'a>(&'a self, charge: Charge<'a>) -> StoreCall<'a, ()> {
+        StoreCall::future(async move {
             // Without a receipt, the newest charges are those of the store serving now.
             // A primary that fails the refund is not replaced by the insurance store:
             // the charges it holds are not the insurance store's to give back.
@@ -300,8 +300,8 @@ impl<P: Store, I: Store> Store for Fallback<P, I> {
         })
     }
 
-    fn refund_charge<'a>(&'a self, charge: Charge<'a>, receipt: Receipt) -> StoreFuture<'a, ()> {
-        Box::pin(async move {
+    fn refund_charge<'a>(&'a self, charge: Charge<'a>, receipt: Receipt) -> StoreCall<'a, ()> {
+        StoreCall::future(async move {
             match receipt.unrouted() {
                 Some((true, receipt)) => self.insurance.refund_charge(charge, receipt).await,
                 Some((false, receipt)) => {
@@ -326,8 +326,8 @@ impl<P: Store, I: Store> Store for Fallback<P, I> {
 
     /// To both stores, the primary first (unless it is known to be down): a reset must
     /// hold whichever store serves the key next. Fails only when both fail.
-    fn reset<'a>(&'a self, limit: &'a Limit, key: &'a Key) -> StoreFuture<'a, ()> {
-        Box::pin(async move {
+    fn reset<'a>(&'a self, limit: &'a Limit, key: &'a Key) -> StoreCall<'a, ()> {
+        StoreCall::future(async move {
             let primary = self.both_primary(self.primary.reset(limit, key)).await;
             if primary.is_err() {
                 self.missed(limit, key, true, None);
@@ -345,8 +345,8 @@ impl<P: Store, I: Store> Store for Fallback<P, I> {
         limit: &'a Limit,
         key: &'a Key,
         duration: Duration,
-    ) -> StoreFuture<'a, Decision> {
-        Box::pin(async move {
+    ) -> StoreCall<'a, Decision> {
+        StoreCall::future(async move {
             let primary = self
                 .both_primary(self.primary.block(limit, key, duration))
                 .await;
@@ -364,8 +364,8 @@ impl<P: Store, I: Store> Store for Fallback<P, I> {
 
     /// To the store serving now, as a charge of [`acquire`](Fallback::acquire) goes:
     /// a penalty is charged once.
-    fn penalize<'a>(&'a self, charge: Charge<'a>) -> StoreFuture<'a, Decision> {
-        Box::pin(async move {
+    fn penalize<'a>(&'a self, charge: Charge<'a>) -> StoreCall<'a, Decision> {
+        StoreCall::future(async move {
             if self.try_primary() {
                 match self.primary.penalize(charge).await {
                     Ok(decision) => {
@@ -381,8 +381,8 @@ impl<P: Store, I: Store> Store for Fallback<P, I> {
 
     /// Reserves on the store serving now; the receipt says which, so that a cancelled
     /// reservation is given back there.
-    fn reserve<'a>(&'a self, charge: Charge<'a>, max_wait: Duration) -> StoreFuture<'a, Decision> {
-        Box::pin(async move {
+    fn reserve<'a>(&'a self, charge: Charge<'a>, max_wait: Duration) -> StoreCall<'a, Decision> {
+        StoreCall::future(async move {
             if self.try_primary() {
                 match self.primary.reserve(charge, max_wait).await {
                     Ok(decision) => {
@@ -416,8 +416,8 @@ impl<P: Store, I: Store> Store for Fallback<P, I> {
         limit: &'a Limit,
         key: &'a Key,
         max: u32,
-    ) -> StoreFuture<'a, Option<InFlightSlot>> {
-        Box::pin(async move {
+    ) -> StoreCall<'a, Option<InFlightSlot>> {
+        StoreCall::future(async move {
             if self.try_primary() {
                 match self.primary.acquire_in_flight(limit, key, max).await {
                     Ok(slot) => {

@@ -2,6 +2,7 @@
 
 #[cfg(feature = "redis")]
 mod block_cache;
+mod call;
 mod fallback;
 mod in_flight;
 mod lease;
@@ -10,12 +11,11 @@ pub(crate) mod memory;
 mod redis;
 
 use std::fmt;
-use std::future::Future;
-use std::pin::Pin;
 use std::time::Duration;
 
 #[cfg(feature = "redis")]
 pub use self::redis::RedisStore;
+pub use call::{StoreCall, StoreFuture};
 pub use fallback::Fallback;
 pub use in_flight::InFlightSlot;
 pub use lease::{LeaseBuilder, LeasedStore, SliceSizing};
@@ -23,9 +23,6 @@ pub use memory::MemoryStore;
 
 use crate::algorithm::Verdict;
 use crate::{ConfigError, Decision, Key, Limit, Receipt, StoreError, StoreErrorKind};
-
-/// The future a [`Store`] returns.
-pub type StoreFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, StoreError>> + Send + 'a>>;
 
 /// One policy's share of a request: charge `cost` to `key` under `policy`.
 #[derive(Debug, Clone, Copy)]
@@ -42,7 +39,7 @@ pub struct Charge<'a> {
 ///
 /// Implemented by [`MemoryStore`] (and, with their features, the Redis stores). A store
 /// owns its notion of time: it reads its clock once per call, so every charge of one
-/// [`acquire`](Store::acquire) is decided at the same instant.
+/// [`decide`](Store::decide) is decided at the same instant.
 ///
 /// ```
 /// use tollgate::{Charge, Key, Limit, MemoryStore, Quota, Store};
@@ -51,8 +48,8 @@ pub struct Charge<'a> {
 /// let limit = Limit::new("api", Quota::per_second(1))?;
 /// let key = Key::from("alice");
 /// let charge = Charge { limit: &limit, key: &key, cost: 1 };
-/// assert!(store.acquire(&[charge]).await?[0].allowed);
-/// assert!(!store.acquire(&[charge]).await?[0].allowed);
+/// assert!(store.decide(&[charge]).await?[0].allowed);
+/// assert!(!store.decide_one(charge).await?.allowed);
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// # })?;
 /// # Ok::<(), Box<dyn std::error::Error>>(())
@@ -60,11 +57,29 @@ pub struct Charge<'a> {
 pub trait Store: Send + Sync + fmt::Debug + 'static {
     /// Decides every charge at one instant, all-or-nothing: if any is denied, none is
     /// charged. Returns one decision per charge, in order.
-    fn acquire<'a>(&'a self, charges: &'a [Charge<'a>]) -> StoreFuture<'a, Vec<Decision>>;
+    fn decide<'a>(&'a self, charges: &'a [Charge<'a>]) -> StoreCall<'a, Vec<Decision>>;
+
+    /// Decides one charge: [`decide`](Store::decide) of one, which is the default; a
+    /// store overrides it to skip the vector (the memory store's hot path).
+    ///
+    /// ```
+    /// use tollgate::{Charge, Key, Limit, MemoryStore, Quota, Store};
+    /// # tokio::runtime::Builder::new_current_thread().build()?.block_on(async {
+    /// let store = MemoryStore::new();
+    /// let limit = Limit::new("api", Quota::per_second(1))?;
+    /// let key = Key::from("alice");
+    /// assert!(store.decide_one(Charge { limit: &limit, key: &key, cost: 1 }).await?.allowed);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// # })?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    fn decide_one<'a>(&'a self, charge: Charge<'a>) -> StoreCall<'a, Decision> {
+        StoreCall::future(async move { only(self.decide(std::slice::from_ref(&charge)).await?) })
+    }
 
     /// Returns up to `charge.cost` of the key's newest charges (never leaving it better
     /// than idle): an operator's refund, which knows no particular charge.
-    fn refund<'a>(&'a self, charge: Charge<'a>) -> StoreFuture<'a, ()>;
+    fn refund<'a>(&'a self, charge: Charge<'a>) -> StoreCall<'a, ()>;
 
     /// Takes back up to `charge.cost` (at most the receipt's cost) of the one charge
     /// `receipt` names, on the store that took it, and only what of it the key still
@@ -83,21 +98,21 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
     /// let limit = Limit::new("api", Quota::per_minute(2))?;
     /// let key = Key::from("alice");
     /// let charge = Charge { limit: &limit, key: &key, cost: 1 };
-    /// let first = store.acquire(&[charge]).await?.remove(0);
-    /// store.acquire(&[charge]).await?;
+    /// let first = store.decide(&[charge]).await?.remove(0);
+    /// store.decide(&[charge]).await?;
     /// store.refund_charge(charge, first.receipt().expect("charged")).await?;
-    /// assert_eq!(store.acquire(&[Charge { cost: 0, ..charge }]).await?[0].remaining, 1);
+    /// assert_eq!(store.decide(&[Charge { cost: 0, ..charge }]).await?[0].remaining, 1);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// # })?;
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    fn refund_charge<'a>(&'a self, charge: Charge<'a>, receipt: Receipt) -> StoreFuture<'a, ()> {
+    fn refund_charge<'a>(&'a self, charge: Charge<'a>, receipt: Receipt) -> StoreCall<'a, ()> {
         let _ = receipt;
         self.refund(charge)
     }
 
     /// The key's state under `limit`, charging nothing: a cost-0
-    /// [`acquire`](Store::acquire), which is the default. A blocked key reports its
+    /// [`decide`](Store::decide), which is the default. A blocked key reports its
     /// block (`allowed: false`, [`Decision::blocked_for`]).
     ///
     /// ```
@@ -110,19 +125,11 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
     /// # })?;
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    fn peek<'a>(&'a self, limit: &'a Limit, key: &'a Key) -> StoreFuture<'a, Decision> {
-        Box::pin(async move {
-            let charge = Charge {
-                limit,
-                key,
-                cost: 0,
-            };
-            self.acquire(std::slice::from_ref(&charge))
-                .await?
-                .pop()
-                .ok_or_else(|| {
-                    StoreError::new(StoreErrorKind::Protocol, "store returned no decision")
-                })
+    fn peek<'a>(&'a self, limit: &'a Limit, key: &'a Key) -> StoreCall<'a, Decision> {
+        self.decide_one(Charge {
+            limit,
+            key,
+            cost: 0,
         })
     }
 
@@ -135,16 +142,16 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
     /// let store = MemoryStore::new();
     /// let limit = Limit::new("api", Quota::per_minute(5))?;
     /// let key = Key::from("alice");
-    /// store.acquire(&[Charge { limit: &limit, key: &key, cost: 5 }]).await?;
+    /// store.decide(&[Charge { limit: &limit, key: &key, cost: 5 }]).await?;
     /// store.reset(&limit, &key).await?;
     /// assert_eq!(store.peek(&limit, &key).await?.remaining, 5);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// # })?;
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    fn reset<'a>(&'a self, limit: &'a Limit, key: &'a Key) -> StoreFuture<'a, ()> {
+    fn reset<'a>(&'a self, limit: &'a Limit, key: &'a Key) -> StoreCall<'a, ()> {
         let _ = (limit, key);
-        Box::pin(async { Err(unsupported("reset")) })
+        StoreCall::ready(Err(unsupported("reset")))
     }
 
     /// Denies every request of `key` under `limit` for `duration` from now, replacing
@@ -168,9 +175,9 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
         limit: &'a Limit,
         key: &'a Key,
         duration: Duration,
-    ) -> StoreFuture<'a, Decision> {
+    ) -> StoreCall<'a, Decision> {
         let _ = (limit, key, duration);
-        Box::pin(async { Err(unsupported("block")) })
+        StoreCall::ready(Err(unsupported("block")))
     }
 
     /// Charges `charge.cost` whether or not it fits: usage may exceed the capacity (a
@@ -189,9 +196,9 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
     /// # })?;
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    fn penalize<'a>(&'a self, charge: Charge<'a>) -> StoreFuture<'a, Decision> {
+    fn penalize<'a>(&'a self, charge: Charge<'a>) -> StoreCall<'a, Decision> {
         let _ = charge;
-        Box::pin(async { Err(unsupported("penalize")) })
+        StoreCall::ready(Err(unsupported("penalize")))
     }
 
     /// Reserves `charge.cost` for its key: the request's place is the earliest
@@ -202,7 +209,7 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
     /// [`Limiter::reserve`](crate::Limiter::reserve).
     ///
     /// The default reserves nothing ahead: it decides the charge now, as
-    /// [`acquire`](Store::acquire) does.
+    /// [`decide`](Store::decide) does.
     ///
     /// ```
     /// use std::time::Duration;
@@ -218,14 +225,9 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
     /// # })?;
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    fn reserve<'a>(&'a self, charge: Charge<'a>, max_wait: Duration) -> StoreFuture<'a, Decision> {
+    fn reserve<'a>(&'a self, charge: Charge<'a>, max_wait: Duration) -> StoreCall<'a, Decision> {
         let _ = max_wait;
-        Box::pin(async move {
-            let mut decisions = self.acquire(std::slice::from_ref(&charge)).await?;
-            decisions.pop().ok_or_else(|| {
-                StoreError::new(StoreErrorKind::Protocol, "store returned no decision")
-            })
-        })
+        self.decide_one(charge)
     }
 
     /// Says whether this store can serve `policy` exactly; called for every policy by
@@ -279,17 +281,15 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
         limit: &'a Limit,
         key: &'a Key,
         max: u32,
-    ) -> StoreFuture<'a, Option<InFlightSlot>> {
+    ) -> StoreCall<'a, Option<InFlightSlot>> {
         let _ = (key, max);
-        Box::pin(async move {
-            Err(StoreError::new(
-                StoreErrorKind::Unavailable,
-                format!(
-                    "policy \"{}\": this store keeps no in-flight slots",
-                    limit.name()
-                ),
-            ))
-        })
+        StoreCall::ready(Err(StoreError::new(
+            StoreErrorKind::Unavailable,
+            format!(
+                "limit \"{}\": this store keeps no in-flight slots",
+                limit.name()
+            ),
+        )))
     }
 
     /// Whether [`acquire_in_flight`](Store::acquire_in_flight) is implemented; the
@@ -324,6 +324,20 @@ pub(crate) fn decision(policy: &Limit, verdict: Verdict) -> Decision {
         quota: policy.quota(),
         receipt: verdict.receipt,
         blocked_for,
+    }
+}
+
+/// The one decision of a one-charge call.
+pub(crate) fn only(mut decisions: Vec<Decision>) -> Result<Decision, StoreError> {
+    match (decisions.pop(), decisions.is_empty()) {
+        (Some(decision), true) => Ok(decision),
+        (one, _) => Err(StoreError::new(
+            StoreErrorKind::Protocol,
+            format!(
+                "store returned {} decisions for 1 charge",
+                decisions.len() + usize::from(one.is_some())
+            ),
+        )),
     }
 }
 

@@ -345,8 +345,11 @@ fn a_store_answers_a_policy_no_limiter_validated_without_panicking() {
             key: &key,
             cost: 1,
         };
-        let decisions =
-            immediate(tollgate::Store::acquire(&store, &[charge])).expect("memory store");
+        // The memory store answers at once, without a future.
+        let decisions = tollgate::Store::decide(&store, &[charge])
+            .into_ready()
+            .expect("answered at once")
+            .expect("memory store");
         assert!(decisions[0].allowed, "{algorithm}");
         assert!(decisions[0].remaining < decisions[0].limit, "{algorithm}");
     }
@@ -358,18 +361,18 @@ fn a_store_answers_a_policy_no_limiter_validated_without_panicking() {
 struct SuspendingStore(MemoryStore);
 
 impl tollgate::Store for SuspendingStore {
-    fn acquire<'a>(
+    fn decide<'a>(
         &'a self,
         charges: &'a [tollgate::Charge<'a>],
-    ) -> tollgate::StoreFuture<'a, Vec<tollgate::Decision>> {
-        Box::pin(async move {
+    ) -> tollgate::store::StoreCall<'a, Vec<tollgate::Decision>> {
+        tollgate::store::StoreCall::future(async move {
             tokio::task::yield_now().await;
-            self.0.acquire(charges).await
+            self.0.decide(charges).await
         })
     }
 
-    fn refund<'a>(&'a self, charge: tollgate::Charge<'a>) -> tollgate::StoreFuture<'a, ()> {
-        Box::pin(async move {
+    fn refund<'a>(&'a self, charge: tollgate::Charge<'a>) -> tollgate::store::StoreCall<'a, ()> {
+        tollgate::store::StoreCall::future(async move {
             tokio::task::yield_now().await;
             self.0.refund(charge).await
         })

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use tollgate::{
     Charge, Decision, InFlightSlot, Key, Limit, Limiter, Policy, Store, StoreError, StoreErrorKind,
-    StoreFuture,
+    store::StoreCall,
 };
 
 /// Fails every `acquire` and `acquire_in_flight` with a connection error; counts the
@@ -24,9 +24,11 @@ pub(crate) fn broken_limiter(policy: Policy, calls: &Arc<AtomicUsize>) -> Limite
 }
 
 impl Store for BrokenStore {
-    fn acquire<'a>(&'a self, _: &'a [Charge<'a>]) -> StoreFuture<'a, Vec<Decision>> {
-        self.0.fetch_add(1, Ordering::SeqCst);
-        Box::pin(async {
+    fn decide<'a>(&'a self, _: &'a [Charge<'a>]) -> StoreCall<'a, Vec<Decision>> {
+        // Counted when the call runs, not when it is made: a store does nothing
+        // until its call is polled (see `StoreCall`).
+        StoreCall::future(async {
+            self.0.fetch_add(1, Ordering::SeqCst);
             Err(StoreError::new(
                 StoreErrorKind::Connection,
                 "down for the test",
@@ -34,8 +36,8 @@ impl Store for BrokenStore {
         })
     }
 
-    fn refund<'a>(&'a self, _: Charge<'a>) -> StoreFuture<'a, ()> {
-        Box::pin(async { Ok(()) })
+    fn refund<'a>(&'a self, _: Charge<'a>) -> StoreCall<'a, ()> {
+        StoreCall::future(async { Ok(()) })
     }
 
     fn acquire_in_flight<'a>(
@@ -43,9 +45,11 @@ impl Store for BrokenStore {
         _: &'a Limit,
         _: &'a Key,
         _: u32,
-    ) -> StoreFuture<'a, Option<InFlightSlot>> {
-        self.0.fetch_add(1, Ordering::SeqCst);
-        Box::pin(async {
+    ) -> StoreCall<'a, Option<InFlightSlot>> {
+        // Counted when the call runs, not when it is made: a store does nothing
+        // until its call is polled (see `StoreCall`).
+        StoreCall::future(async {
+            self.0.fetch_add(1, Ordering::SeqCst);
             Err(StoreError::new(
                 StoreErrorKind::Connection,
                 "down for the test",

@@ -20,7 +20,7 @@ use support::in_flight::{App, every_way_a_request_ends};
 use tokio::sync::Notify;
 use tollgate::{
     Algorithm, Charge, ConfigError, Decision, FailMode, Key, Limit, Limiter, ManualClock,
-    MemoryStore, Policy, Quota, RateLimitLayer, Store, StoreFuture, key,
+    MemoryStore, Policy, Quota, RateLimitLayer, Store, key, store::StoreCall,
 };
 use tower::{Layer, Service, ServiceExt};
 
@@ -213,11 +213,11 @@ async fn a_failing_store_fails_open_or_closed_as_the_layer_says() {
 struct NoSlots(MemoryStore);
 
 impl Store for NoSlots {
-    fn acquire<'a>(&'a self, charges: &'a [Charge<'a>]) -> StoreFuture<'a, Vec<Decision>> {
-        self.0.acquire(charges)
+    fn decide<'a>(&'a self, charges: &'a [Charge<'a>]) -> StoreCall<'a, Vec<Decision>> {
+        self.0.decide(charges)
     }
 
-    fn refund<'a>(&'a self, charge: Charge<'a>) -> StoreFuture<'a, ()> {
+    fn refund<'a>(&'a self, charge: Charge<'a>) -> StoreCall<'a, ()> {
         self.0.refund(charge)
     }
 }

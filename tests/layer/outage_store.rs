@@ -4,7 +4,8 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use tollgate::{Charge, Decision, MemoryStore, Store, StoreError, StoreErrorKind, StoreFuture};
+use tollgate::store::StoreCall;
+use tollgate::{Charge, Decision, MemoryStore, Store, StoreError, StoreErrorKind};
 
 /// `MemoryStore` while up; every call fails with a connection error while down.
 #[derive(Debug, Clone)]
@@ -31,27 +32,22 @@ impl OutageStore {
         self.down.store(false, Ordering::SeqCst);
     }
 
-    fn failure<T>(&self) -> Option<StoreFuture<'static, T>> {
-        self.down
-            .load(Ordering::SeqCst)
-            .then(|| -> StoreFuture<'static, T> {
-                Box::pin(async {
-                    Err(StoreError::new(
-                        StoreErrorKind::Connection,
-                        "down for the test",
-                    ))
-                })
-            })
+    fn failure<T>(&self) -> Option<StoreCall<'static, T>> {
+        self.down.load(Ordering::SeqCst).then(|| {
+            StoreCall::ready(Err(StoreError::new(
+                StoreErrorKind::Connection,
+                "down for the test",
+            )))
+        })
     }
 }
 
 impl Store for OutageStore {
-    fn acquire<'a>(&'a self, charges: &'a [Charge<'a>]) -> StoreFuture<'a, Vec<Decision>> {
-        self.failure()
-            .unwrap_or_else(|| self.store.acquire(charges))
+    fn decide<'a>(&'a self, charges: &'a [Charge<'a>]) -> StoreCall<'a, Vec<Decision>> {
+        self.failure().unwrap_or_else(|| self.store.decide(charges))
     }
 
-    fn refund<'a>(&'a self, charge: Charge<'a>) -> StoreFuture<'a, ()> {
+    fn refund<'a>(&'a self, charge: Charge<'a>) -> StoreCall<'a, ()> {
         self.failure().unwrap_or_else(|| self.store.refund(charge))
     }
 }

@@ -180,7 +180,7 @@ async fn a_read_only_replica_is_unavailable() -> TestResult {
     let policy = Policy::new("api", Quota::per_second(5))?;
     let key = Key::from("alice");
     let err = store
-        .acquire(&[Charge {
+        .decide(&[Charge {
             limit: policy.limit(),
             key: &key,
             cost: 1,

@@ -434,9 +434,9 @@ async fn a_batch_with_a_plan_charge_is_denied_by_the_callers_block() -> TestResu
                 cost: 1,
             },
         ];
-        assert!(store.acquire(&charges).await?.iter().all(|d| d.allowed));
+        assert!(store.decide(&charges).await?.iter().all(|d| d.allowed));
         limiter.block("api", &key, Duration::from_secs(60)).await?;
-        let decisions = store.acquire(&charges).await?;
+        let decisions = store.decide(&charges).await?;
         assert_eq!(
             decisions[1].blocked_for,
             Some(Duration::from_secs(60)),

@@ -25,7 +25,7 @@ use support::immediate::immediate;
 use tokio::sync::{Semaphore, mpsc, watch};
 use tollgate::{
     Algorithm, Charge, Decision, Fallback, Key, Limiter, ManualClock, MemoryStore, Policy, Quota,
-    RateLimitLayer, Receipt, Store, StoreError, StoreErrorKind, StoreFuture,
+    RateLimitLayer, Receipt, Store, StoreError, StoreErrorKind, store::StoreCall,
 };
 
 /// 2023-11-14T00:00:00Z: windows of a minute, an hour and a day start here.
@@ -348,20 +348,20 @@ impl<S: Store> Counted<S> {
 }
 
 impl<S: Store> Store for Counted<S> {
-    fn acquire<'a>(&'a self, charges: &'a [Charge<'a>]) -> StoreFuture<'a, Vec<Decision>> {
-        self.inner.acquire(charges)
+    fn decide<'a>(&'a self, charges: &'a [Charge<'a>]) -> StoreCall<'a, Vec<Decision>> {
+        self.inner.decide(charges)
     }
 
-    fn refund<'a>(&'a self, charge: Charge<'a>) -> StoreFuture<'a, ()> {
-        Box::pin(async move {
+    fn refund<'a>(&'a self, charge: Charge<'a>) -> StoreCall<'a, ()> {
+        StoreCall::future(async move {
             let result = self.inner.refund(charge).await;
             self.finished.send_modify(|done| *done += 1);
             result
         })
     }
 
-    fn refund_charge<'a>(&'a self, charge: Charge<'a>, receipt: Receipt) -> StoreFuture<'a, ()> {
-        Box::pin(async move {
+    fn refund_charge<'a>(&'a self, charge: Charge<'a>, receipt: Receipt) -> StoreCall<'a, ()> {
+        StoreCall::future(async move {
             let result = self.inner.refund_charge(charge, receipt).await;
             self.finished.send_modify(|done| *done += 1);
             result
@@ -477,23 +477,23 @@ impl Flaky {
 }
 
 impl Store for Flaky {
-    fn acquire<'a>(&'a self, charges: &'a [Charge<'a>]) -> StoreFuture<'a, Vec<Decision>> {
+    fn decide<'a>(&'a self, charges: &'a [Charge<'a>]) -> StoreCall<'a, Vec<Decision>> {
         match self.outage() {
-            Some(error) => Box::pin(async { Err(error) }),
-            None => self.inner.acquire(charges),
+            Some(error) => StoreCall::ready(Err(error)),
+            None => self.inner.decide(charges),
         }
     }
 
-    fn refund<'a>(&'a self, charge: Charge<'a>) -> StoreFuture<'a, ()> {
+    fn refund<'a>(&'a self, charge: Charge<'a>) -> StoreCall<'a, ()> {
         match self.outage() {
-            Some(error) => Box::pin(async { Err(error) }),
+            Some(error) => StoreCall::ready(Err(error)),
             None => self.inner.refund(charge),
         }
     }
 
-    fn refund_charge<'a>(&'a self, charge: Charge<'a>, receipt: Receipt) -> StoreFuture<'a, ()> {
+    fn refund_charge<'a>(&'a self, charge: Charge<'a>, receipt: Receipt) -> StoreCall<'a, ()> {
         match self.outage() {
-            Some(error) => Box::pin(async { Err(error) }),
+            Some(error) => StoreCall::ready(Err(error)),
             None => self.inner.refund_charge(charge, receipt),
         }
     }

@@ -363,9 +363,9 @@ async fn server_time_is_the_default_clock() -> TestResult {
         key: &key,
         cost: 1,
     };
-    assert!(store.acquire(&[charge]).await?[0].allowed);
-    assert!(store.acquire(&[charge]).await?[0].allowed);
-    let denied = store.acquire(&[charge]).await?.remove(0);
+    assert!(store.decide(&[charge]).await?[0].allowed);
+    assert!(store.decide(&[charge]).await?[0].allowed);
+    let denied = store.decide(&[charge]).await?.remove(0);
     assert!(!denied.allowed);
     // GCRA at 2/day: the next request fits half a day after the first.
     let retry = denied.retry_after.ok_or("a retry")?;

@@ -65,7 +65,7 @@ use foldhash::fast::RandomState;
 use tokio::sync::Notify;
 
 use self::slice::{Kind, Lease, Spent, leasable};
-use super::{Charge, InFlightSlot, Store, StoreFuture};
+use super::{Charge, InFlightSlot, Store, StoreCall};
 use crate::algorithm::Params;
 use crate::{Clock, ConfigError, Decision, Key, Limit, Receipt, StoreError, SystemClock};
 
@@ -944,7 +944,7 @@ impl<S: Store> LeasedStore<S> {
     async fn acquire_one(&self, charge: &Charge<'_>, cost: u64) -> Result<Decision, StoreError> {
         self.inner.calls.fetch_add(1, Ordering::Relaxed);
         let charges = [Charge { cost, ..*charge }];
-        let mut decisions = self.inner.store.acquire(&charges).await?;
+        let mut decisions = self.inner.store.decide(&charges).await?;
         if decisions.is_empty() {
             return Err(crate::store::refund_dropped(
                 "the store answered no decision",
@@ -1091,8 +1091,8 @@ fn lock(shard: &Mutex<Shard>) -> MutexGuard<'_, Shard> {
 }
 
 impl<S: Store> Store for LeasedStore<S> {
-    fn acquire<'a>(&'a self, charges: &'a [Charge<'a>]) -> StoreFuture<'a, Vec<Decision>> {
-        Box::pin(async move {
+    fn decide<'a>(&'a self, charges: &'a [Charge<'a>]) -> StoreCall<'a, Vec<Decision>> {
+        StoreCall::future(async move {
             match charges {
                 [charge] if charge.cost > 0 && leasable(charge.limit.get_algorithm()) => {
                     Ok(vec![self.decide(charge).await?])
@@ -1107,14 +1107,14 @@ impl<S: Store> Store for LeasedStore<S> {
                         let _ = self.give_back(release, self.now()).await;
                     }
                     self.inner.calls.fetch_add(1, Ordering::Relaxed);
-                    self.inner.store.acquire(charges).await
+                    self.inner.store.decide(charges).await
                 }
             }
         })
     }
 
-    fn refund<'a>(&'a self, charge: Charge<'a>) -> StoreFuture<'a, ()> {
-        Box::pin(async move {
+    fn refund<'a>(&'a self, charge: Charge<'a>) -> StoreCall<'a, ()> {
+        StoreCall::future(async move {
             // An operator's refund returns the key's newest charges, which may be this
             // process's parked units: return them first, so the refund cannot free
             // units this process would still spend.
@@ -1143,8 +1143,8 @@ impl<S: Store> Store for LeasedStore<S> {
         })
     }
 
-    fn refund_charge<'a>(&'a self, charge: Charge<'a>, receipt: Receipt) -> StoreFuture<'a, ()> {
-        Box::pin(async move {
+    fn refund_charge<'a>(&'a self, charge: Charge<'a>, receipt: Receipt) -> StoreCall<'a, ()> {
+        StoreCall::future(async move {
             if self.refund_locally(&charge, receipt) {
                 return Ok(());
             }
@@ -1168,12 +1168,12 @@ impl<S: Store> Store for LeasedStore<S> {
     // the call was on its way. Other processes' leases see it when they end, within
     // their `max_lease`.
 
-    fn peek<'a>(&'a self, limit: &'a Limit, key: &'a Key) -> StoreFuture<'a, Decision> {
+    fn peek<'a>(&'a self, limit: &'a Limit, key: &'a Key) -> StoreCall<'a, Decision> {
         self.inner.store.peek(limit, key)
     }
 
-    fn reset<'a>(&'a self, limit: &'a Limit, key: &'a Key) -> StoreFuture<'a, ()> {
-        Box::pin(async move {
+    fn reset<'a>(&'a self, limit: &'a Limit, key: &'a Key) -> StoreCall<'a, ()> {
+        StoreCall::future(async move {
             self.forget(limit.name(), key);
             let result = self.inner.store.reset(limit, key).await;
             self.forget(limit.name(), key);
@@ -1186,8 +1186,8 @@ impl<S: Store> Store for LeasedStore<S> {
         limit: &'a Limit,
         key: &'a Key,
         duration: Duration,
-    ) -> StoreFuture<'a, Decision> {
-        Box::pin(async move {
+    ) -> StoreCall<'a, Decision> {
+        StoreCall::future(async move {
             self.forget(limit.name(), key);
             let result = self.inner.store.block(limit, key, duration).await;
             self.forget(limit.name(), key);
@@ -1195,8 +1195,8 @@ impl<S: Store> Store for LeasedStore<S> {
         })
     }
 
-    fn penalize<'a>(&'a self, charge: Charge<'a>) -> StoreFuture<'a, Decision> {
-        Box::pin(async move {
+    fn penalize<'a>(&'a self, charge: Charge<'a>) -> StoreCall<'a, Decision> {
+        StoreCall::future(async move {
             let (name, key) = (charge.limit.name(), *charge.key);
             self.forget(name, &key);
             let result = self.inner.store.penalize(charge).await;
@@ -1205,7 +1205,7 @@ impl<S: Store> Store for LeasedStore<S> {
         })
     }
 
-    fn reserve<'a>(&'a self, charge: Charge<'a>, max_wait: Duration) -> StoreFuture<'a, Decision> {
+    fn reserve<'a>(&'a self, charge: Charge<'a>, max_wait: Duration) -> StoreCall<'a, Decision> {
         self.inner.store.reserve(charge, max_wait)
     }
 
@@ -1214,7 +1214,7 @@ impl<S: Store> Store for LeasedStore<S> {
         limit: &'a Limit,
         key: &'a Key,
         max: u32,
-    ) -> StoreFuture<'a, Option<InFlightSlot>> {
+    ) -> StoreCall<'a, Option<InFlightSlot>> {
         self.inner.store.acquire_in_flight(limit, key, max)
     }
 

@@ -2,6 +2,7 @@
 
 mod blocks;
 mod cells;
+mod decide;
 mod eviction;
 mod footprint;
 mod in_flight;
@@ -14,18 +15,14 @@ use std::any::Any;
 use std::fmt;
 use std::hash::BuildHasher;
 use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
-use std::time::Duration;
 
 use foldhash::fast::RandomState;
 
 use self::footprint::worst_case_bytes;
 use self::in_flight::InFlightTable;
 use self::shard::{Hashed, Shard};
-use super::{Charge, InFlightSlot, Store, StoreFuture, decision};
-use crate::algorithm::{Refund, Verdict};
 use crate::clock::now_micros;
-use crate::penalty::micros_up;
-use crate::{Algorithm, Clock, ConfigError, Decision, Key, Limit, Receipt, SystemClock};
+use crate::{Clock, ConfigError, Key, Limit, SystemClock};
 
 /// The default bound on stored keys.
 pub const DEFAULT_MAX_KEYS: usize = 1_000_000;
@@ -332,12 +329,6 @@ impl MemoryStore {
         self.inner.in_flight.keys()
     }
 
-    /// One of `key`'s `max` in-flight slots under `limit`, synchronously: the layer's
-    /// fast path.
-    pub(crate) fn enter(&self, limit: &Limit, key: &Key, max: u32) -> Option<InFlightSlot> {
-        self.inner.in_flight.enter(limit, key, max)
-    }
-
     /// Whether no state is stored.
     ///
     /// ```
@@ -371,151 +362,6 @@ impl MemoryStore {
     #[inline]
     fn now(&self) -> u64 {
         self.inner.clock.now_micros()
-    }
-
-    /// One charge, synchronously: the limiter's fast path.
-    #[inline]
-    pub(crate) fn acquire_one(&self, charge: &Charge<'_>) -> Decision {
-        let key = self.hashed(charge.key);
-        let now = self.now();
-        let policy = charge.limit;
-        let shard = self.shard(key);
-        // The read guard must be gone before `offended` may take the write lock.
-        let read_locked = if has_atomic_states(policy) {
-            read(shard).run_shared(policy, key, now, charge.cost)
-        } else {
-            None
-        };
-        let verdict = match read_locked {
-            Some(verdict) => verdict,
-            None => write(shard).run(policy, key, now, charge.cost, true),
-        };
-        if verdict.allowed {
-            // Only a rejection can count in a penalty box: the common case skips it.
-            return decision(policy, verdict);
-        }
-        decision(policy, offended(shard, charge, key, now, verdict))
-    }
-
-    /// Several charges, all-or-nothing, at one instant.
-    pub(crate) fn acquire_all(&self, charges: &[Charge<'_>]) -> Vec<Decision> {
-        if let [one] = charges {
-            return vec![self.acquire_one(one)];
-        }
-        let now = self.now();
-        let keys: Vec<Hashed<'_>> = charges.iter().map(|c| self.hashed(c.key)).collect();
-        let shard_of: Vec<usize> = keys.iter().map(|&k| self.shard_index(k)).collect();
-        // Lock every involved shard in ascending order, so concurrent batches cannot
-        // deadlock, and hold them all: nobody sees a half-charged batch.
-        let mut order = shard_of.clone();
-        order.sort_unstable();
-        order.dedup();
-        let mut guards: Vec<RwLockWriteGuard<'_, Shard>> = order
-            .iter()
-            .map(|&i| write(&self.inner.shards[i].0))
-            .collect();
-        let mut run = |i: usize, charge: bool| -> Verdict {
-            let c = &charges[i];
-            let slot = order.binary_search(&shard_of[i]).unwrap_or_default();
-            guards[slot].run(c.limit, keys[i], now, c.cost, charge)
-        };
-        let tentative: Vec<Verdict> = (0..charges.len()).map(|i| run(i, false)).collect();
-        let verdicts = if tentative.iter().all(|v| v.allowed) {
-            let mut admitted = Vec::with_capacity(charges.len());
-            for i in 0..charges.len() {
-                let verdict = run(i, true);
-                if !verdict.allowed {
-                    // Only possible when one batch names the same (policy, key) twice:
-                    // each part fits alone, not together. Undo and deny the batch.
-                    for j in 0..i {
-                        let c = &charges[j];
-                        let slot = order.binary_search(&shard_of[j]).unwrap_or_default();
-                        guards[slot].refund(c.limit, keys[j], now, c.cost);
-                    }
-                    let mut denied = tentative;
-                    denied[i] = verdict;
-                    return charges
-                        .iter()
-                        .zip(denied)
-                        .map(|(c, v)| decision(c.limit, v))
-                        .collect();
-                }
-                admitted.push(verdict);
-            }
-            admitted
-        } else {
-            // Each policy that denied counts the rejection in its penalty box.
-            tentative
-                .into_iter()
-                .enumerate()
-                .map(|(i, verdict)| {
-                    let c = &charges[i];
-                    match c.limit.get_penalty() {
-                        Some(penalty) if is_offence(c, &verdict) => {
-                            let slot = order.binary_search(&shard_of[i]).unwrap_or_default();
-                            guards[slot].offend(c.limit, keys[i], now, &penalty, verdict)
-                        }
-                        _ => verdict,
-                    }
-                })
-                .collect()
-        };
-        charges
-            .iter()
-            .zip(verdicts)
-            .map(|(c, v)| decision(c.limit, v))
-            .collect()
-    }
-
-    /// The key's state under `limit`, charging nothing (a cost-0 check).
-    pub(crate) fn peek_now(&self, limit: &Limit, key: &Key) -> Decision {
-        self.acquire_one(&Charge {
-            limit,
-            key,
-            cost: 0,
-        })
-    }
-
-    /// Makes `key` idle under `limit`: state, block and penalty count gone.
-    pub(crate) fn reset_now(&self, limit: &Limit, key: &Key) {
-        let key = self.hashed(key);
-        let now = self.now();
-        write(self.shard(key)).reset(limit, key, now);
-    }
-
-    /// Blocks `key` under `limit` for `duration` from now (0 lifts the block).
-    pub(crate) fn block_now(&self, limit: &Limit, key: &Key, duration: Duration) -> Decision {
-        let hashed = self.hashed(key);
-        let now = self.now();
-        let duration_us = micros_up(duration);
-        write(self.shard(hashed)).block(limit, hashed, now, duration_us);
-        if duration_us == 0 {
-            return self.peek_now(limit, key);
-        }
-        // Answered at the instant of the block, as the Redis store answers.
-        decision(limit, Verdict::blocked(duration_us, false))
-    }
-
-    /// Reserves `charge.cost` within `max_wait` (see [`Store::reserve`]).
-    pub(crate) fn reserve_now(&self, charge: &Charge<'_>, max_wait: Duration) -> Decision {
-        let key = self.hashed(charge.key);
-        let now = self.now();
-        let verdict = write(self.shard(key)).reserve(
-            charge.limit,
-            key,
-            now,
-            charge.cost,
-            micros_up(max_wait),
-        );
-        decision(charge.limit, verdict)
-    }
-
-    /// Charges `charge.cost` whether or not it fits; the key's state afterwards.
-    pub(crate) fn penalize_now(&self, charge: &Charge<'_>) -> Decision {
-        let key = self.hashed(charge.key);
-        let now = self.now();
-        let verdict = write(self.shard(key)).penalize(charge.limit, key, now, charge.cost);
-        decision(charge.limit, verdict)
     }
 
     /// How many block, penalty and reservation records the store holds (one per
@@ -622,24 +468,6 @@ impl MemoryStore {
             .map(|s| read(&s.0).tables_len())
             .sum()
     }
-
-    /// Refunds synchronously.
-    pub(crate) fn refund_now(&self, charge: &Charge<'_>) {
-        let key = self.hashed(charge.key);
-        let now = self.now();
-        write(self.shard(key)).refund(charge.limit, key, now, charge.cost);
-    }
-
-    /// Refunds the charge of `receipt` synchronously.
-    pub(crate) fn refund_charge_now(&self, charge: &Charge<'_>, receipt: Receipt) {
-        let key = self.hashed(charge.key);
-        let now = self.now();
-        let what = Refund::Charge {
-            amount: charge.cost,
-            receipt,
-        };
-        write(self.shard(key)).refund_as(charge.limit, key, now, what);
-    }
 }
 
 impl MemoryStore {
@@ -662,40 +490,6 @@ impl MemoryStore {
         }
         Ok(())
     }
-}
-
-/// Whether `verdict` is a rejection that a penalty box counts: denied at a cost, and
-/// not because the key is blocked already.
-#[inline]
-fn is_offence(charge: &Charge<'_>, verdict: &Verdict) -> bool {
-    !verdict.allowed && charge.cost > 0 && verdict.blocked_us.is_none()
-}
-
-/// `verdict`, after counting it in the penalty box of `charge`'s limit if it is an
-/// offence (taking the shard's write lock only then).
-#[inline]
-fn offended(
-    shard: &RwLock<Shard>,
-    charge: &Charge<'_>,
-    key: Hashed<'_>,
-    now: u64,
-    verdict: Verdict,
-) -> Verdict {
-    match charge.limit.get_penalty() {
-        Some(penalty) if is_offence(charge, &verdict) => {
-            write(shard).offend(charge.limit, key, now, &penalty, verdict)
-        }
-        _ => verdict,
-    }
-}
-
-/// Whether `policy`'s states can be updated under a shard's read lock.
-#[inline]
-fn has_atomic_states(policy: &Limit) -> bool {
-    matches!(
-        policy.params().algorithm,
-        Algorithm::Gcra | Algorithm::LeakyBucket
-    )
 }
 
 // A poisoned shard only means a panic elsewhere while it was held; its state is plain
@@ -724,77 +518,5 @@ impl fmt::Debug for MemoryStore {
             .field("shards", &self.inner.shards.len())
             .field("max_keys", &self.inner.max_keys)
             .finish_non_exhaustive()
-    }
-}
-
-impl Store for MemoryStore {
-    /// Refuses a policy one of whose keys could outgrow a shard's part of
-    /// [`max_bytes`](MemoryStore::max_bytes). Nothing is stored for it: a limit's
-    /// share of the bounds counts from its first stored state or record in a shard.
-    fn validate(&self, policy: &Limit) -> Result<(), ConfigError> {
-        self.check_bytes(policy)
-    }
-
-    fn validate_quota(&self, policy: &Limit) -> Result<(), ConfigError> {
-        self.check_bytes(policy)
-    }
-
-    fn acquire<'a>(&'a self, charges: &'a [Charge<'a>]) -> StoreFuture<'a, Vec<Decision>> {
-        let decisions = self.acquire_all(charges);
-        Box::pin(async move { Ok(decisions) })
-    }
-
-    fn refund<'a>(&'a self, charge: Charge<'a>) -> StoreFuture<'a, ()> {
-        self.refund_now(&charge);
-        Box::pin(async { Ok(()) })
-    }
-
-    fn refund_charge<'a>(&'a self, charge: Charge<'a>, receipt: Receipt) -> StoreFuture<'a, ()> {
-        self.refund_charge_now(&charge, receipt);
-        Box::pin(async { Ok(()) })
-    }
-
-    fn acquire_in_flight<'a>(
-        &'a self,
-        limit: &'a Limit,
-        key: &'a Key,
-        max: u32,
-    ) -> StoreFuture<'a, Option<InFlightSlot>> {
-        let slot = self.enter(limit, key, max);
-        Box::pin(async move { Ok(slot) })
-    }
-
-    fn supports_in_flight(&self) -> bool {
-        true
-    }
-
-    fn peek<'a>(&'a self, limit: &'a Limit, key: &'a Key) -> StoreFuture<'a, Decision> {
-        let decision = self.peek_now(limit, key);
-        Box::pin(async move { Ok(decision) })
-    }
-
-    fn reset<'a>(&'a self, limit: &'a Limit, key: &'a Key) -> StoreFuture<'a, ()> {
-        self.reset_now(limit, key);
-        Box::pin(async { Ok(()) })
-    }
-
-    fn block<'a>(
-        &'a self,
-        limit: &'a Limit,
-        key: &'a Key,
-        duration: Duration,
-    ) -> StoreFuture<'a, Decision> {
-        let decision = self.block_now(limit, key, duration);
-        Box::pin(async move { Ok(decision) })
-    }
-
-    fn penalize<'a>(&'a self, charge: Charge<'a>) -> StoreFuture<'a, Decision> {
-        let decision = self.penalize_now(&charge);
-        Box::pin(async move { Ok(decision) })
-    }
-
-    fn reserve<'a>(&'a self, charge: Charge<'a>, max_wait: Duration) -> StoreFuture<'a, Decision> {
-        let decision = self.reserve_now(&charge, max_wait);
-        Box::pin(async move { Ok(decision) })
     }
 }

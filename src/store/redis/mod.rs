@@ -22,7 +22,7 @@ use self::in_flight::Leases;
 use self::script::Mode;
 use self::server_time::ServerTime;
 use super::block_cache::BlockCache;
-use super::{Charge, InFlightSlot, Store, StoreFuture, decision};
+use super::{Charge, InFlightSlot, Store, StoreCall, decision};
 use crate::algorithm::Verdict;
 use crate::clock::now_micros;
 use crate::penalty::micros_up;
@@ -619,8 +619,8 @@ fn duration_us(d: Duration) -> u64 {
 }
 
 impl Store for RedisStore {
-    fn acquire<'a>(&'a self, charges: &'a [Charge<'a>]) -> StoreFuture<'a, Vec<Decision>> {
-        Box::pin(async move {
+    fn decide<'a>(&'a self, charges: &'a [Charge<'a>]) -> StoreCall<'a, Vec<Decision>> {
+        StoreCall::future(async move {
             if charges.is_empty() {
                 return Ok(Vec::new());
             }
@@ -653,8 +653,8 @@ impl Store for RedisStore {
         })
     }
 
-    fn refund<'a>(&'a self, charge: Charge<'a>) -> StoreFuture<'a, ()> {
-        Box::pin(async move {
+    fn refund<'a>(&'a self, charge: Charge<'a>) -> StoreCall<'a, ()> {
+        StoreCall::future(async move {
             // Even a refund of 0 goes to Redis: it records the instant, as the memory
             // store's refund does. An operator's refund (the only caller) frees the
             // key under every quota it is cached under: a plan caller's denial too.
@@ -668,8 +668,8 @@ impl Store for RedisStore {
         })
     }
 
-    fn refund_charge<'a>(&'a self, charge: Charge<'a>, receipt: Receipt) -> StoreFuture<'a, ()> {
-        Box::pin(async move {
+    fn refund_charge<'a>(&'a self, charge: Charge<'a>, receipt: Receipt) -> StoreCall<'a, ()> {
+        StoreCall::future(async move {
             if let Some(cache) = &self.cache {
                 cache.forget(&charge);
             }
@@ -697,8 +697,8 @@ impl Store for RedisStore {
         limit: &'a Limit,
         key: &'a Key,
         max: u32,
-    ) -> StoreFuture<'a, Option<InFlightSlot>> {
-        Box::pin(self.enter(limit, key, max))
+    ) -> StoreCall<'a, Option<InFlightSlot>> {
+        StoreCall::future(self.enter(limit, key, max))
     }
 
     fn supports_in_flight(&self) -> bool {
@@ -712,8 +712,8 @@ impl Store for RedisStore {
     /// period only another process has used is not reached (its block is: the record
     /// is one per name and key). This process's blocked-key cache forgets the key at
     /// once; other processes' caches, within their max age.
-    fn reset<'a>(&'a self, limit: &'a Limit, key: &'a Key) -> StoreFuture<'a, ()> {
-        Box::pin(async move {
+    fn reset<'a>(&'a self, limit: &'a Limit, key: &'a Key) -> StoreCall<'a, ()> {
+        StoreCall::future(async move {
             let limits = self.known.with_others(limit);
             let charges: Vec<Charge<'_>> = limits
                 .iter()
@@ -749,8 +749,8 @@ impl Store for RedisStore {
         limit: &'a Limit,
         key: &'a Key,
         duration: Duration,
-    ) -> StoreFuture<'a, Decision> {
-        Box::pin(async move {
+    ) -> StoreCall<'a, Decision> {
+        StoreCall::future(async move {
             let cost = micros_up(duration.min(MAX_BLOCK));
             let limits = self.known.with_others(limit);
             let charges: Vec<Charge<'_>> = limits
@@ -785,8 +785,8 @@ impl Store for RedisStore {
     /// clamped to the most its algorithm counts exactly (GCRA and the leaky bucket: a
     /// century of debt; the token bucket: 2^52 units; the sliding window: `cost ×
     /// period` below 2^53). Answers the limit's own decision.
-    fn penalize<'a>(&'a self, charge: Charge<'a>) -> StoreFuture<'a, Decision> {
-        Box::pin(async move {
+    fn penalize<'a>(&'a self, charge: Charge<'a>) -> StoreCall<'a, Decision> {
+        StoreCall::future(async move {
             let limits = self.known.with_others(charge.limit);
             let charges: Vec<Charge<'_>> = std::iter::once(charge.limit)
                 .chain(limits.iter().skip(1))
@@ -813,8 +813,8 @@ impl Store for RedisStore {
     /// One script call (`Mode::Reserve`): the place is found and charged where the
     /// state lives, so processes sharing the key queue behind each other. Not answered
     /// from the blocked-key cache: a reservation asks how long, not whether.
-    fn reserve<'a>(&'a self, charge: Charge<'a>, max_wait: Duration) -> StoreFuture<'a, Decision> {
-        Box::pin(async move {
+    fn reserve<'a>(&'a self, charge: Charge<'a>, max_wait: Duration) -> StoreCall<'a, Decision> {
+        StoreCall::future(async move {
             let deadline = Instant::now() + self.deadline;
             let mode = Mode::Reserve(micros_up(max_wait));
             let verdict = self
