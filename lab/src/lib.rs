@@ -7,10 +7,10 @@
 //! [`ideal`]): the exact sliding log with the same quota replaying the same arrivals.
 //! [`Measures`] says how far each algorithm strays; [`plot`] draws it; the crate's
 //! binary (`cargo run --release -p tollgate-lab`) prints the table and writes the
-//! charts, and
-//! `docs/choosing-an-algorithm.md` discusses the results. [`Lab::run_leases`] replays
-//! the same patterns through several processes with [`LeasedStore`](tollgate::LeasedStore)s
-//! over one store: what leases cost, and that they keep every bound.
+//! charts, and `docs/choosing-an-algorithm.md` discusses the results.
+//! [`Lab::run_leases`] replays the same patterns through several processes with
+//! [`LeasedStore`](tollgate::LeasedStore)s over one store: what leases cost, and that
+//! they keep every bound.
 //!
 //! The lab uses only tollgate's public API: every decision goes through
 //! [`Limiter::check`](tollgate::Limiter::check), as a service's would.

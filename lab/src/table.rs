@@ -1,4 +1,4 @@
-//! The report as Markdown tables: what the example prints and the docs page shows.
+//! The report as Markdown tables: what the lab's binary prints and the docs page shows.
 
 use std::fmt::{self, Write as _};
 
