@@ -104,7 +104,8 @@
 //! `get_deadline`, `get_max_keys`), as `std::process::Command` does. Values that are not
 //! options read back under their own name (`name`, `quota`, `capacity`, `len`).
 //!
-//! Which algorithm to pick, measured by the `lab` feature: `docs/choosing-an-algorithm.md`.
+//! Which algorithm to pick, measured by the accuracy lab (the workspace crate `tollgate-lab`):
+//! `docs/choosing-an-algorithm.md`.
 
 // docs.rs builds with `--cfg docsrs` on nightly (see `[package.metadata.docs.rs]`): there
 // every item behind a feature carries a badge naming it. Stable builds never see this.
@@ -118,9 +119,6 @@ pub mod config;
 mod decision;
 mod error;
 pub mod key;
-#[cfg(feature = "lab")]
-#[cfg_attr(docsrs, doc(cfg(feature = "lab")))]
-pub mod lab;
 #[cfg(feature = "layer")]
 pub mod layer;
 mod limit;

@@ -3,9 +3,9 @@
 //! `#[path]` attributes or copies.
 //!
 //! The tests are grouped by area, one binary per folder (`tests/core/`, `tests/layer/`,
-//! `tests/redis/`, `tests/cluster/`; `tests/floods.rs` and `tests/lab.rs` on their
-//! own): `cargo test --test redis store::` runs one module of one binary. A helper that
-//! one binary uses lives in that binary's folder; one that several use lives here.
+//! `tests/redis/`, `tests/cluster/`; `tests/floods.rs` on its own): `cargo test --test
+//! redis store::` runs one module of one binary. A helper that one binary uses lives in
+//! that binary's folder; one that several use lives here.
 //!
 //! The root crate names this one `support` in its dev-dependencies. It depends on
 //! tollgate without features, so it uses only what every build has (the limiter, the

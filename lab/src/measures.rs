@@ -13,12 +13,12 @@ use super::patterns::Pattern;
 ///
 /// A request of client `k` arriving at `t` is admitted if and only if fewer than
 /// `limit` of `k`'s requests admitted *by the ideal limiter itself* arrived in
-/// `(t − period, t]`. It is what [`Algorithm::SlidingWindowLog`](crate::Algorithm::SlidingWindowLog)
+/// `(t − period, t]`. It is what [`Algorithm::SlidingWindowLog`](tollgate::Algorithm::SlidingWindowLog)
 /// decides, written again here independently so the two check each other.
 ///
 /// ```
 /// use tollgate::Quota;
-/// use tollgate::lab::{Pattern, ideal};
+/// use tollgate_lab::{Pattern, ideal};
 /// let quota = Quota::per_minute(100);
 /// let attack = Pattern::boundary_attack(&quota, 2);
 /// let admitted = ideal(&attack, quota.limit(), 60_000_000);
@@ -56,7 +56,7 @@ pub fn ideal(pattern: &Pattern, limit: u64, period_us: u64) -> Vec<bool> {
 /// later decisions: this counts each decision's own mistake.
 ///
 /// ```
-/// use tollgate::lab::{Arrival, Pattern, judge_locally};
+/// use tollgate_lab::{Arrival, Pattern, judge_locally};
 /// let p = Pattern::custom("three", "", 100, 1, vec![Arrival { at_us: 0, key: 0 }; 3]);
 /// // Limit 2: admitting the third overshoots.
 /// assert_eq!(judge_locally(&p, 2, 50, &[true, true, true]), (1, 0));
@@ -96,7 +96,7 @@ pub fn judge_locally(
 ///
 /// ```
 /// use tollgate::Quota;
-/// use tollgate::lab::{Pattern, admitted_times};
+/// use tollgate_lab::{Pattern, admitted_times};
 /// let p = Pattern::steady(&Quota::per_minute(2), 1, 1.0, 0);
 /// let times = admitted_times(&p, &[true, false]);
 /// assert_eq!(times[0].len(), 1);
@@ -114,7 +114,7 @@ pub fn admitted_times(pattern: &Pattern, admitted: &[bool]) -> Vec<Vec<u64>> {
 /// Admissions in the window `(t − period, t]`, given sorted admission instants.
 ///
 /// ```
-/// assert_eq!(tollgate::lab::window_count(&[0, 10, 20], 20, 15), 2);
+/// assert_eq!(tollgate_lab::window_count(&[0, 10, 20], 20, 15), 2);
 /// ```
 pub fn window_count(times: &[u64], t: u64, period_us: u64) -> u64 {
     let upto = times.partition_point(|&a| a <= t);
@@ -125,7 +125,7 @@ pub fn window_count(times: &[u64], t: u64, period_us: u64) -> u64 {
 /// The most admissions in any window of length `period` (sorted instants).
 ///
 /// ```
-/// assert_eq!(tollgate::lab::max_in_window(&[0, 5, 10, 30], 11), 3);
+/// assert_eq!(tollgate_lab::max_in_window(&[0, 5, 10, 30], 11), 3);
 /// ```
 pub fn max_in_window(times: &[u64], period_us: u64) -> u64 {
     // The count of (t − P, t] only rises at admissions, so the maximum is reached at
@@ -146,7 +146,7 @@ pub fn max_in_window(times: &[u64], period_us: u64) -> u64 {
 ///
 /// ```
 /// // Three admissions at 0, 1, 2 with limit 2 and P = 10: over from 2 until 10.
-/// assert_eq!(tollgate::lab::time_over_quota(&[0, 1, 2], 2, 10, 100), 8);
+/// assert_eq!(tollgate_lab::time_over_quota(&[0, 1, 2], 2, 10, 100), 8);
 /// ```
 pub fn time_over_quota(times: &[u64], limit: u64, period_us: u64, duration_us: u64) -> u64 {
     // Sweep the instants where the count changes: +1 at an admission, −1 one period
@@ -185,7 +185,7 @@ pub fn time_over_quota(times: &[u64], limit: u64, period_us: u64, duration_us: u
 ///
 /// ```
 /// // Two admissions at the same instant, nothing else: a burst of 2.
-/// assert_eq!(tollgate::lab::largest_burst(&[5, 5], 100, 60_000_000), 2.0);
+/// assert_eq!(tollgate_lab::largest_burst(&[5, 5], 100, 60_000_000), 2.0);
 /// ```
 pub fn largest_burst(times: &[u64], limit: u64, period_us: u64) -> f64 {
     // With g(k) = k·P − L·t_k, the excess of [t_i, t_j] is (g(j) − g(i))/P + 1.
@@ -207,7 +207,7 @@ pub fn largest_burst(times: &[u64], limit: u64, period_us: u64) -> f64 {
 /// of every length `t`, in exact integer arithmetic.
 ///
 /// ```
-/// use tollgate::lab::respects_fluid_bound;
+/// use tollgate_lab::respects_fluid_bound;
 /// // 10 per second, burst 2: two at once, then one each 100 ms.
 /// assert!(respects_fluid_bound(&[0, 0, 100_000, 200_000], 10, 2, 1_000_000));
 /// assert!(!respects_fluid_bound(&[0, 0, 0], 10, 2, 1_000_000));
@@ -260,7 +260,7 @@ impl Measures {
     ///
     /// ```
     /// use tollgate::Quota;
-    /// use tollgate::lab::{Measures, Pattern, ideal};
+    /// use tollgate_lab::{Measures, Pattern, ideal};
     /// let quota = Quota::per_minute(100);
     /// let p = Pattern::boundary_attack(&quota, 2);
     /// let everything = vec![true; p.arrivals().len()];

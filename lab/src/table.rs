@@ -1,9 +1,9 @@
-//! The report as Markdown tables: what the example prints and the docs page shows.
+//! The report as Markdown tables: what the lab's binary prints and the docs page shows.
 
 use std::fmt::{self, Write as _};
 
 use super::{Measures, Report};
-use crate::Algorithm;
+use tollgate::Algorithm;
 
 /// A short label for tables and chart axes.
 pub(crate) fn label(algorithm: Algorithm) -> String {
@@ -56,21 +56,21 @@ impl Report {
     ///
     /// ```
     /// use tollgate::Quota;
-    /// let report = tollgate::lab::Lab::new(Quota::per_second(10)).periods(2).run()?;
+    /// let report = tollgate_lab::Lab::new(Quota::per_second(10)).periods(2).run()?;
     /// assert!(report.summary_table().contains("| gcra |"));
-    /// # Ok::<(), tollgate::lab::LabError>(())
+    /// # Ok::<(), tollgate_lab::LabError>(())
     /// ```
     pub fn summary_table(&self) -> String {
         let mut out = String::from(
             "| algorithm | burst at t=0 from idle | worst window / L | largest burst | \
              wrongly admitted | wrongly rejected | locally wrong | \
-             state bytes per key (documented / measured) | decisions/s |\n\
+             state bytes per key (documented) | decisions/s |\n\
              |---|---|---|---|---|---|---|---|---|\n",
         );
         for s in &self.summary {
             let _ = writeln!(
                 out,
-                "| {} | {} | {:.2} | {:.1} | {} | {} | {} | {} / {} | {} |",
+                "| {} | {} | {:.2} | {:.1} | {} | {} | {} | {} | {} |",
                 label(s.algorithm),
                 s.burst_from_idle,
                 s.worst_ratio,
@@ -79,7 +79,6 @@ impl Report {
                 percent(s.wrongly_rejected),
                 percent(s.locally_wrong),
                 s.documented_bytes,
-                s.measured_bytes,
                 rate(s.decisions_per_second),
             );
         }

@@ -1,19 +1,23 @@
-//! The accuracy lab: replay traffic through every algorithm and measure what each one
-//! lets through (feature `lab`).
+//! The accuracy lab: replay traffic through every algorithm of tollgate and measure
+//! what each one lets through.
 //!
 //! A [`Lab`] replays each [`Pattern`] (seeded, reproducible arrivals) through each
 //! [`Algorithm`] on a store whose time is a [`ManualClock`] set to every arrival's
 //! instant, records every decision, and compares them with the *ideal* limiter (see
 //! [`ideal`]): the exact sliding log with the same quota replaying the same arrivals.
-//! [`Measures`] says how far each algorithm strays; [`plot`] draws it; the
-//! `accuracy_lab` example prints the table and writes the charts, and
-//! `docs/choosing-an-algorithm.md` discusses the results. [`Lab::run_leases`] replays
-//! the same patterns through several processes with [`LeasedStore`](crate::LeasedStore)s
-//! over one store: what leases cost, and that they keep every bound.
+//! [`Measures`] says how far each algorithm strays; [`plot`] draws it; the crate's
+//! binary (`cargo run --release -p tollgate-lab`) prints the table and writes the
+//! charts, and `docs/choosing-an-algorithm.md` discusses the results.
+//! [`Lab::run_leases`] replays the same patterns through several processes with
+//! [`LeasedStore`](tollgate::LeasedStore)s over one store: what leases cost, and that
+//! they keep every bound.
+//!
+//! The lab uses only tollgate's public API: every decision goes through
+//! [`Limiter::check`](tollgate::Limiter::check), as a service's would.
 //!
 //! ```
 //! use tollgate::{Algorithm, Quota};
-//! use tollgate::lab::{Lab, Pattern};
+//! use tollgate_lab::{Lab, Pattern};
 //!
 //! let lab = Lab::new(Quota::per_minute(100)).periods(4);
 //! let attack = Pattern::boundary_attack(&lab.quota(), 4);
@@ -22,7 +26,7 @@
 //! assert_eq!(m.max_ratio, 2.0); // two full quotas within one minute
 //! let log = lab.trace(&attack, Algorithm::SlidingWindowLog)?;
 //! assert_eq!(lab.measure(&attack, &log.admitted).max_ratio, 1.0);
-//! # Ok::<(), tollgate::lab::LabError>(())
+//! # Ok::<(), tollgate_lab::LabError>(())
 //! ```
 
 #[cfg(test)]
@@ -44,9 +48,7 @@ pub use measures::{
 };
 pub use patterns::{Arrival, Pattern};
 
-use crate::algorithm::{fixed_window, gcra, sliding_window, sliding_window_counters};
-use crate::algorithm::{sliding_window_log, token_bucket};
-use crate::{
+use tollgate::{
     Algorithm, ConfigError, Key, Limit, Limiter, ManualClock, MemoryStore, Quota, Store, StoreError,
 };
 
@@ -56,7 +58,7 @@ pub const DEFAULT_BUCKETS: u32 = 10;
 /// The seven algorithms, in the order the lab reports them.
 ///
 /// ```
-/// assert_eq!(tollgate::lab::algorithms().len(), 7);
+/// assert_eq!(tollgate_lab::algorithms().len(), 7);
 /// ```
 pub fn algorithms() -> Vec<Algorithm> {
     vec![
@@ -162,11 +164,9 @@ pub struct AlgorithmSummary {
     pub algorithm: Algorithm,
     /// Requests admitted when `3 × capacity` arrive at one instant at an idle key.
     pub burst_from_idle: u64,
-    /// State size per key as documented on [`Algorithm`].
+    /// State size per key as documented on [`Algorithm`]. (The lab reads tollgate
+    /// through its public API only, so it cannot take the size of the state types.)
     pub documented_bytes: String,
-    /// State size per key as measured: the state type's size plus, for the counters
-    /// and the log, its heap at the largest window any pattern reached.
-    pub measured_bytes: usize,
     /// The largest `max_ratio` over all patterns.
     pub worst_ratio: f64,
     /// The largest burst over all patterns (see [`largest_burst`]).
@@ -199,7 +199,7 @@ pub struct Report {
 /// Unix epoch), so pattern offsets that are multiples of `P` are window edges.
 ///
 /// ```
-/// use tollgate::lab::Lab;
+/// use tollgate_lab::Lab;
 /// let lab = Lab::default();
 /// assert_eq!(lab.quota().to_string(), "100/min");
 /// assert_eq!(lab.start().as_micros() % 60_000_000, 0);
@@ -311,12 +311,12 @@ impl Lab {
     ///
     /// ```
     /// use tollgate::{Algorithm, Quota};
-    /// use tollgate::lab::{Lab, Pattern};
+    /// use tollgate_lab::{Lab, Pattern};
     /// let lab = Lab::new(Quota::per_minute(100));
     /// let steady = Pattern::steady(&lab.quota(), 10, 0.5, 1);
     /// let trace = lab.trace(&steady, Algorithm::Gcra)?;
     /// assert!(trace.admitted.iter().all(|&a| a)); // half the limit always passes
-    /// # Ok::<(), tollgate::lab::LabError>(())
+    /// # Ok::<(), tollgate_lab::LabError>(())
     /// ```
     pub fn trace(&self, pattern: &Pattern, algorithm: Algorithm) -> Result<Trace, LabError> {
         self.trace_on(
@@ -398,11 +398,11 @@ impl Lab {
     ///
     /// ```
     /// use tollgate::{Algorithm, Quota};
-    /// use tollgate::lab::Lab;
+    /// use tollgate_lab::Lab;
     /// let report = Lab::new(Quota::per_second(10)).periods(3).run()?;
     /// let log = report.summary.iter().find(|s| s.algorithm == Algorithm::SlidingWindowLog).unwrap();
     /// assert_eq!((log.worst_ratio, log.wrongly_admitted, log.wrongly_rejected), (1.0, 0.0, 0.0));
-    /// # Ok::<(), tollgate::lab::LabError>(())
+    /// # Ok::<(), tollgate_lab::LabError>(())
     /// ```
     pub fn run(&self) -> Result<Report, LabError> {
         self.run_on(|_| MemoryStore::with_clock(self.clock.clone()))
@@ -466,12 +466,10 @@ fn summarize(
     let n = results.len().max(1) as f64;
     let decisions: usize = results.iter().map(|(t, _)| t.admitted.len()).sum();
     let elapsed: f64 = results.iter().map(|(t, _)| t.elapsed.as_secs_f64()).sum();
-    let peak = results.iter().map(|(_, m)| m.max_window).max().unwrap_or(0);
     AlgorithmSummary {
         algorithm,
         burst_from_idle,
         documented_bytes: documented_bytes(algorithm),
-        measured_bytes: measured_bytes(algorithm, peak),
         worst_ratio: results.iter().map(|(_, m)| m.max_ratio).fold(0.0, f64::max),
         worst_burst: results
             .iter()
@@ -504,7 +502,7 @@ fn summarize(
 /// ```
 /// use std::time::Duration;
 /// use tollgate::{Limit, Limiter, ManualClock, MemoryStore, Quota};
-/// use tollgate::lab::{Pattern, replay};
+/// use tollgate_lab::{Pattern, replay};
 /// # tokio::runtime::Builder::new_current_thread().build()?.block_on(async {
 /// let clock = ManualClock::default();
 /// let limiter = Limiter::builder()
@@ -544,23 +542,5 @@ fn documented_bytes(algorithm: Algorithm) -> String {
         }
         Algorithm::SlidingWindowLog => "16 per instant (≤ 16·L)".to_owned(),
         _ => "8".to_owned(),
-    }
-}
-
-/// The state type's size, plus its heap for the counters (one `u64` per bucket) and the
-/// log (one `(u64, u64)` per admitted instant, `peak` at most).
-fn measured_bytes(algorithm: Algorithm, peak: u64) -> usize {
-    use std::mem::size_of;
-    match algorithm {
-        Algorithm::FixedWindow => size_of::<fixed_window::State>(),
-        Algorithm::SlidingWindow => size_of::<sliding_window::State>(),
-        Algorithm::SlidingWindowCounters { buckets } => {
-            size_of::<sliding_window_counters::State>() + 8 * buckets as usize
-        }
-        Algorithm::SlidingWindowLog => {
-            size_of::<sliding_window_log::State>() + size_of::<(u64, u64)>() * peak as usize
-        }
-        Algorithm::TokenBucket => size_of::<token_bucket::State>(),
-        _ => size_of::<gcra::State>(),
     }
 }

@@ -1,6 +1,6 @@
 //! Seeded, reproducible traffic patterns: when each request arrives, and from whom.
 
-use crate::Quota;
+use tollgate::Quota;
 
 /// One request of a [`Pattern`]: when it arrives and which client sends it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -18,7 +18,7 @@ pub struct Arrival {
 ///
 /// ```
 /// use tollgate::Quota;
-/// use tollgate::lab::Pattern;
+/// use tollgate_lab::Pattern;
 ///
 /// let quota = Quota::per_minute(100);
 /// let a = Pattern::poisson(&quota, 10, 1.0, 7);
@@ -76,7 +76,7 @@ impl Pattern {
     /// end, or from a client outside `0..keys`, are dropped; the rest are sorted.
     ///
     /// ```
-    /// use tollgate::lab::{Arrival, Pattern};
+    /// use tollgate_lab::{Arrival, Pattern};
     /// let p = Pattern::custom("pair", "two at once", 1_000, 1, vec![Arrival { at_us: 5, key: 0 }; 2]);
     /// assert_eq!(p.arrivals().len(), 2);
     /// ```
@@ -124,7 +124,7 @@ impl Pattern {
     ///
     /// ```
     /// use tollgate::Quota;
-    /// use tollgate::lab::Pattern;
+    /// use tollgate_lab::Pattern;
     /// let p = Pattern::steady(&Quota::per_minute(100), 10, 2.0, 1);
     /// assert_eq!(p.arrivals().len(), 2000);
     /// assert_eq!(p.name(), "steady-2x");
@@ -198,7 +198,7 @@ impl Pattern {
     ///
     /// ```
     /// use tollgate::Quota;
-    /// use tollgate::lab::Pattern;
+    /// use tollgate_lab::Pattern;
     /// let p = Pattern::boundary_attack(&Quota::per_minute(100), 4);
     /// // Edges at 1 and 3 minutes, 2 × 100 requests each.
     /// assert_eq!(p.arrivals().len(), 400);
@@ -253,7 +253,7 @@ impl Pattern {
     ///
     /// ```
     /// use tollgate::Quota;
-    /// use tollgate::lab::Pattern;
+    /// use tollgate_lab::Pattern;
     /// let p = Pattern::many_clients(&Quota::per_minute(100), 10, 10_000, 3);
     /// let busiest = p.arrivals().iter().filter(|a| a.key == 0).count();
     /// assert!((1_600..2_500).contains(&busiest));
@@ -294,7 +294,7 @@ impl Pattern {
     ///
     /// ```
     /// use tollgate::Quota;
-    /// let patterns = tollgate::lab::Pattern::standard(&Quota::per_minute(100), 10, 42);
+    /// let patterns = tollgate_lab::Pattern::standard(&Quota::per_minute(100), 10, 42);
     /// assert_eq!(patterns.len(), 8);
     /// ```
     pub fn standard(quota: &Quota, periods: u32, seed: u64) -> Vec<Self> {

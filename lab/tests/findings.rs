@@ -1,11 +1,10 @@
 //! The accuracy lab's findings, pinned as properties: what each algorithm may admit in
 //! any window, on every standard pattern.
-#![cfg(feature = "lab")]
 
-use tollgate::lab::{
+use tollgate::{Algorithm, Quota};
+use tollgate_lab::{
     Lab, Measures, Pattern, admitted_times, ideal, max_in_window, respects_fluid_bound,
 };
-use tollgate::{Algorithm, Quota};
 
 const MINUTE_US: u64 = 60_000_000;
 
@@ -115,7 +114,7 @@ fn fixed_window_admits_twice_the_quota_across_an_edge() {
 #[test]
 fn burst_from_idle_is_the_capacity() {
     let lab = Lab::new(Quota::per_minute(100).with_burst(20).expect("burst"));
-    for algorithm in tollgate::lab::algorithms() {
+    for algorithm in tollgate_lab::algorithms() {
         let expected = if matches!(
             algorithm,
             Algorithm::TokenBucket | Algorithm::Gcra | Algorithm::LeakyBucket

@@ -15,7 +15,7 @@ use std::time::Duration;
 use super::measures::{admitted_times, max_in_window, respects_fluid_bound};
 use super::table::label;
 use super::{Lab, LabError, Measures, Pattern, ideal, runtime};
-use crate::{Algorithm, Key, LeasedStore, Limit, Limiter, MemoryStore};
+use tollgate::{Algorithm, Key, LeasedStore, Limit, Limiter, MemoryStore};
 
 /// How often each simulated process returns its expired leases (the default longest
 /// lease).
@@ -56,7 +56,7 @@ impl LeaseRow {
 #[derive(Debug, Clone)]
 pub struct LeaseReport {
     /// The lab that ran.
-    pub quota: crate::Quota,
+    pub quota: tollgate::Quota,
     /// Simulated processes.
     pub processes: usize,
     /// Per pattern, then per algorithm, in the lab's order.
@@ -122,9 +122,9 @@ impl LeaseReport {
     ///
     /// ```
     /// use tollgate::Quota;
-    /// let report = tollgate::lab::Lab::new(Quota::per_second(10)).periods(2).run_leases(4)?;
+    /// let report = tollgate_lab::Lab::new(Quota::per_second(10)).periods(2).run_leases(4)?;
     /// assert!(report.summary_table().contains("| gcra |"));
-    /// # Ok::<(), tollgate::lab::LabError>(())
+    /// # Ok::<(), tollgate_lab::LabError>(())
     /// ```
     pub fn summary_table(&self) -> String {
         let mut out = String::from(
@@ -223,13 +223,13 @@ impl Lab {
     ///
     /// ```
     /// use tollgate::{Algorithm, Quota};
-    /// use tollgate::lab::{Lab, Pattern};
+    /// use tollgate_lab::{Lab, Pattern};
     /// let lab = Lab::new(Quota::per_second(100));
     /// let steady = Pattern::steady(&lab.quota(), 2, 0.5, 1);
     /// let (admitted, calls) = lab.trace_leased(&steady, Algorithm::FixedWindow, 2)?;
     /// assert!(admitted.iter().all(|&a| a));
     /// assert!(calls < admitted.len() as u64);
-    /// # Ok::<(), tollgate::lab::LabError>(())
+    /// # Ok::<(), tollgate_lab::LabError>(())
     /// ```
     pub fn trace_leased(
         &self,
@@ -284,9 +284,9 @@ impl Lab {
     ///
     /// ```
     /// use tollgate::Quota;
-    /// let report = tollgate::lab::Lab::new(Quota::per_second(10)).periods(2).run_leases(4)?;
+    /// let report = tollgate_lab::Lab::new(Quota::per_second(10)).periods(2).run_leases(4)?;
     /// assert!(report.rows.iter().all(|row| row.within_bound));
-    /// # Ok::<(), tollgate::lab::LabError>(())
+    /// # Ok::<(), tollgate_lab::LabError>(())
     /// ```
     pub fn run_leases(&self, processes: usize) -> Result<LeaseReport, LabError> {
         let (limit, period) = (self.quota.limit(), self.period_us());

@@ -1,15 +1,15 @@
 //! Charts of a [`Report`], drawn with `plotters` as PNG and SVG.
 //!
 //! Text is drawn with an embedded subset of `DejaVu Sans` (printable ASCII and a few
-//! symbols; licence in `src/lab/font/LICENSE-DejaVu.txt`), so no system font or
+//! symbols; licence in `lab/src/font/LICENSE-DejaVu.txt`), so no system font or
 //! fontconfig is needed.
 //!
 //! ```no_run
-//! use tollgate::lab::{Lab, plot};
+//! use tollgate_lab::{Lab, plot};
 //! let report = Lab::default().run()?;
 //! let written = plot::write_all(&report, std::path::Path::new("target/lab"))?;
 //! assert_eq!(written.len(), 2 * (report.patterns.len() + 1));
-//! # Ok::<(), tollgate::lab::LabError>(())
+//! # Ok::<(), tollgate_lab::LabError>(())
 //! ```
 
 use std::path::{Path, PathBuf};
@@ -316,10 +316,10 @@ fn draw_bars<DB: DrawingBackend>(
 /// `<dir>/<stem>.png` and `<dir>/<stem>.svg`.
 ///
 /// ```no_run
-/// use tollgate::lab::{Lab, plot};
+/// use tollgate_lab::{Lab, plot};
 /// let report = Lab::default().run_leases(4)?;
 /// plot::lease_chart(&report, std::path::Path::new("target/lab"), "leases")?;
-/// # Ok::<(), tollgate::lab::LabError>(())
+/// # Ok::<(), tollgate_lab::LabError>(())
 /// ```
 pub fn lease_chart(report: &LeaseReport, dir: &Path, stem: &str) -> Result<Vec<PathBuf>, LabError> {
     font_ready()?;

@@ -10,7 +10,7 @@
 use std::sync::OnceLock;
 
 use super::{Lab, PatternReport, Report, admitted_times, respects_fluid_bound};
-use crate::Algorithm;
+use tollgate::Algorithm;
 
 /// The quota's limit and period, as the default lab runs them.
 const LIMIT: u64 = 100;

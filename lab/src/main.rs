@@ -5,18 +5,18 @@
 //! (what leases cost in admissions, the calls they save, and that every bound holds),
 //! with its chart `leases.png`/`.svg`.
 //!
-//! Run with: `cargo run --release --example accuracy_lab --features lab`
+//! Run from the repository's root with: `cargo run --release -p tollgate-lab`
 //!
 //! Options: `--quota "20/s"` (any quota notation), `--periods N` (pattern length in
 //! periods, default 10), `--seed N` (default 42), `--out DIR` (default `target/lab`),
-//! `--redis URL` (replay on a Redis store instead of memory; needs `--features lab,redis`),
+//! `--redis URL` (replay on a Redis store instead of memory; needs `--features redis`),
 //! `--processes N` (processes of the lease mode, default 4).
 
 use std::path::PathBuf;
 use std::time::Instant;
 
 use tollgate::Quota;
-use tollgate::lab::{Lab, LabError, Report, plot};
+use tollgate_lab::{Lab, LabError, Report, plot};
 
 struct Options {
     quota: Quota,
@@ -79,7 +79,7 @@ fn run_on_redis(lab: &Lab, url: &str) -> Result<Report, Box<dyn std::error::Erro
 
 #[cfg(not(feature = "redis"))]
 fn run_on_redis(_lab: &Lab, _url: &str) -> Result<Report, Box<dyn std::error::Error>> {
-    Err("--redis needs the redis feature: cargo run --release --example accuracy_lab --features lab,redis -- --redis URL".into())
+    Err("--redis needs the redis feature: cargo run --release -p tollgate-lab --features redis -- --redis URL".into())
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
