@@ -122,6 +122,36 @@ pub enum Algorithm {
 }
 
 impl Algorithm {
+    /// Every algorithm, in the order of [`code`](Self::code) (the sliding window
+    /// counters with one bucket standing for every bucket count). The Redis store
+    /// derives its scripts, its function library and its wire codes from this list;
+    /// an eighth algorithm fails to compile until `code`, `name` and the stores'
+    /// exhaustive matches name it.
+    pub(crate) const ALL: [Algorithm; 7] = [
+        Self::FixedWindow,
+        Self::SlidingWindow,
+        Self::SlidingWindowCounters { buckets: 1 },
+        Self::SlidingWindowLog,
+        Self::TokenBucket,
+        Self::Gcra,
+        Self::LeakyBucket,
+    ];
+
+    /// The algorithm's place in [`ALL`](Self::ALL): its number on the wire to Redis
+    /// (`lean.lua`'s `LEAN_ALGORITHMS`, one-based there) and the index of its script.
+    /// The leaky bucket comes after GCRA, whose Lua functions it builds on.
+    pub(crate) const fn code(self) -> usize {
+        match self {
+            Self::FixedWindow => 0,
+            Self::SlidingWindow => 1,
+            Self::SlidingWindowCounters { .. } => 2,
+            Self::SlidingWindowLog => 3,
+            Self::TokenBucket => 4,
+            Self::Gcra => 5,
+            Self::LeakyBucket => 6,
+        }
+    }
+
     /// Whether the algorithm accepts a burst different from the limit.
     pub(crate) fn takes_burst(self) -> bool {
         matches!(self, Self::TokenBucket | Self::Gcra | Self::LeakyBucket)
@@ -144,6 +174,17 @@ impl Algorithm {
         }
     }
 }
+
+// `ALL` lists the algorithms in the order of their codes, each once: checked at compile
+// time. (A new variant must be added to `ALL` by hand: `code`'s exhaustive match makes
+// its author give it the next code, next to this list.)
+const _: () = {
+    let mut i = 0;
+    while i < Algorithm::ALL.len() {
+        assert!(Algorithm::ALL[i].code() == i);
+        i += 1;
+    }
+};
 
 impl fmt::Display for Algorithm {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -380,7 +421,9 @@ pub(crate) fn max_penalty(p: &Params) -> u64 {
         Algorithm::SlidingWindow => {
             u64::try_from((LUA_EXACT - 1) / u128::from(p.period_us.max(1))).unwrap_or(u64::MAX)
         }
-        _ => u64::MAX,
+        Algorithm::FixedWindow
+        | Algorithm::SlidingWindowCounters { .. }
+        | Algorithm::SlidingWindowLog => u64::MAX,
     }
 }
 
