@@ -6,7 +6,7 @@
 //! Redis store runs a Lua twin of each file (same stem) with the same arithmetic.
 //!
 //! A refund either returns the key's newest charges (an operator's refund, which
-//! knows no charge) or one charge named by its [`Receipt`](crate::Receipt): the
+//! knows no charge) or one charge named by its [`Receipt`]: the
 //! charge's reset instant says which window, sub-window or log entry holds it, or
 //! when its debt ends, so the rule returns only what of that charge it still counts.
 

@@ -1,7 +1,7 @@
 -- tollgate: the entry point of the script EVALSHA runs (README.md, "Assembly"), and
 -- the wire contract of every call, written once here and once in Rust
--- (src/store/redis/script.rs: `arg`, `reply`; a unit test there compares the two).
--- This file reads the clock and the mode, and answers the common cases: one charge
+-- (src/store/redis/script/wire.rs: `arg`, `reply`; a unit test there compares the
+-- two). This file reads the clock and the mode, and answers the common cases: one charge
 -- decided ('a', 'd'), packed in one argument (lean.lua) or as text, and a
 -- reservation ('w'), each by its algorithm's `decide` through block.lua; refunds,
 -- batches and operators' calls fall through to evalsha_batch.lua, which reads every
@@ -23,7 +23,7 @@
 --   i+2   limit
 --   i+3   period           µs
 --   i+4   capacity
---   i+5   params           five: the algorithm's own (script.rs `ChargeArgs::params`)
+--   i+5   params           five: the algorithm's own (wire.rs `ChargeArgs`)
 --   i+10  penalty_after    rejections that trip the penalty box (0: no box)
 --   i+11  penalty_within   its window, µs
 --   i+12  penalty_block    its block, µs
@@ -66,7 +66,7 @@ end
 
 -- The layout above, for the drivers (this file and evalsha_batch.lua): the arguments
 -- before the first charge, and each charge's count (a refund of charges: with its
--- receipt). script.rs `arg::{BEFORE_CHARGES, PER_CHARGE, PER_REFUND}`.
+-- receipt): wire.rs `arg::{PER_CHARGE, PER_REFUND}`, tested against this line.
 local BEFORE_CHARGES, PER_CHARGE, PER_REFUND = 2, 14, 16
 
 local now = decision_clock(ARGV[1])

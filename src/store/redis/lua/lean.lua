@@ -12,7 +12,7 @@
 --   5.. the charge's numbers as evalsha.lua lists them from i+1: cost, limit, period,
 --      capacity, five parameters, and the penalty box's three when it has one.
 
--- `Algorithm::ALL`'s names in its order (a unit test in script.rs compares them).
+-- `Algorithm::ALL`'s names in its order (a unit test in script/wire.rs compares them).
 local LEAN_ALGORITHMS = { 'fixed_window', 'sliding_window', 'sliding_window_counters',
   'sliding_window_log', 'token_bucket', 'gcra', 'leaky_bucket' }
 
