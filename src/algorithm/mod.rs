@@ -122,12 +122,20 @@ pub enum Algorithm {
 }
 
 impl Algorithm {
-    /// Every algorithm, in the order of [`code`](Self::code) (the sliding window
-    /// counters with one bucket standing for every bucket count). The Redis store
-    /// derives its scripts, its function library and its wire codes from this list;
-    /// an eighth algorithm fails to compile until `code`, `name` and the stores'
-    /// exhaustive matches name it.
-    pub(crate) const ALL: [Algorithm; 7] = [
+    /// Every algorithm, each once (the sliding window counters with one bucket
+    /// standing for every bucket count).
+    ///
+    /// The Redis store derives its scripts, its function library and its wire codes
+    /// from this list, in this order (the leaky bucket after GCRA, whose Lua functions
+    /// it builds on).
+    ///
+    /// ```
+    /// use tollgate::Algorithm;
+    /// let names: Vec<&str> = Algorithm::ALL.iter().map(|a| a.name()).collect();
+    /// assert_eq!(names.len(), 7);
+    /// assert!(names.contains(&"gcra"));
+    /// ```
+    pub const ALL: [Algorithm; 7] = [
         Self::FixedWindow,
         Self::SlidingWindow,
         Self::SlidingWindowCounters { buckets: 1 },
@@ -154,7 +162,14 @@ impl Algorithm {
 
     /// Whether the algorithm accepts a burst different from the limit.
     pub(crate) fn takes_burst(self) -> bool {
-        matches!(self, Self::TokenBucket | Self::Gcra | Self::LeakyBucket)
+        // Exhaustive: a new algorithm says whether it has a capacity of its own.
+        match self {
+            Self::TokenBucket | Self::Gcra | Self::LeakyBucket => true,
+            Self::FixedWindow
+            | Self::SlidingWindow
+            | Self::SlidingWindowCounters { .. }
+            | Self::SlidingWindowLog => false,
+        }
     }
 
     /// A short lowercase name, as used in Redis script names and logs.

@@ -324,6 +324,27 @@ mod tests {
     use super::*;
 
     #[test]
+    fn evalsha_lua_lists_every_mode_rust_sends() {
+        let header = lua::EVALSHA
+            .split_once("-- ARGV[2]")
+            .and_then(|(_, rest)| rest.split_once("-- ARGV[3..]"))
+            .map_or("", |(modes, _)| modes);
+        for mode in [
+            Mode::Acquire,
+            Mode::DryRun,
+            Mode::Refund,
+            Mode::RefundCharges,
+            Mode::Reset,
+            Mode::Block,
+            Mode::Penalize,
+            Mode::Reserve(0),
+        ] {
+            let listed = format!("'{}' ", mode.arg());
+            assert!(header.contains(&listed), "{mode:?}");
+        }
+    }
+
+    #[test]
     fn every_algorithm_has_its_lua_twin_after_the_one_it_builds_on() {
         for algorithm in Algorithm::ALL {
             let twin = twin(algorithm);

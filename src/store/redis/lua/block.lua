@@ -19,10 +19,10 @@
 -- it writes a record, and the base state too for a charge under another period (a
 -- plan), whose own state an operator's block through the limit does not mark.
 
--- The record's text, written by `pb_write` (and by evalsha_batch.lua's reset and
--- block, gcra/steps.lua's `gcra_refund_place`), read by the three functions below and
--- nowhere else: "<blocked_until> <count> <first_at> <queue_until>", then its suffix,
--- in this order and each optional:
+-- The record's text, read and formatted by the five functions below and nowhere else
+-- (its writers: `pb_write`, evalsha_batch.lua's reset and block, gcra/steps.lua's
+-- `gcra_refund_place`): "<blocked_until> <count> <first_at> <queue_until>", then its
+-- suffix, in this order and each optional:
 --   ' r<reset_at>'                an operator's reset at this instant (evalsha_batch.lua,
 --                                 mode 'x'): a receipt decided by then gives nothing back
 --   ' <till>/<at>/<cost>,...'     the places given back out of order, parked until the
@@ -66,6 +66,12 @@ local function pb_suffix(reset_at, parked)
   return tail
 end
 
+-- The record's text for its four numbers and `suffix` (as `pb_suffix` or `pb_parse`
+-- gives it).
+local function pb_text(u, c, f, q, suffix)
+  return string.format('%.0f %.0f %.0f %.0f', u, c, f, q) .. suffix
+end
+
 -- The record's four numbers (zeros when there is none), whether there is one, and
 -- its suffix.
 local function pb_read(keys)
@@ -102,8 +108,7 @@ local function pb_write(keys, u, c, f, q, idle_at, now, base, rest)
     -- A reset's instant (evalsha_batch.lua, mode 'x') lives as long as it was given.
     px = math.max(px, redis.call('PTTL', keys[#keys]))
   end
-  redis.call('SET', keys[#keys], string.format('%.0f %.0f %.0f %.0f', u, c, f, q) .. (rest or ''),
-    'PX', px)
+  redis.call('SET', keys[#keys], pb_text(u, c, f, q, rest or ''), 'PX', px)
   pb_mark(keys[1])
   if base then
     pb_mark(base)

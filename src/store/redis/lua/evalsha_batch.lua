@@ -142,7 +142,7 @@ elseif mode == 'x' then
     end
   end
   if forgotten > 0 then
-    redis.call('SET', record, '0 0 0 0' .. pb_suffix(now, {}), 'PX', forgotten)
+    redis.call('SET', record, pb_text(0, 0, 0, 0, pb_suffix(now, {})), 'PX', forgotten)
   else
     redis.call('DEL', record)
   end
@@ -162,8 +162,7 @@ elseif mode == 'k' then
     -- store's `block(0)`): its places are still taken.
     if record and (q > now or pb_reset_at(parked)) then
       -- Kept as long as it was to live: a queue's places, a reset's instant.
-      redis.call('SET', first.keys[#first.keys], string.format('0 0 0 %.0f', q) .. parked,
-        'KEEPTTL')
+      redis.call('SET', first.keys[#first.keys], pb_text(0, 0, 0, q, parked), 'KEEPTTL')
     else
       redis.call('DEL', first.keys[#first.keys])
     end

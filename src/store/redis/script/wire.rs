@@ -311,6 +311,47 @@ mod tests {
     }
 
     #[test]
+    fn the_lua_drivers_read_a_charge_at_the_offsets_rust_writes() {
+        let reads = |lua: &str, table: &str, offsets: &[usize]| {
+            for offset in offsets {
+                let read = format!("{table}[i + {offset}]");
+                assert!(lua.contains(&read), "{read}");
+            }
+        };
+        // evalsha_batch.lua's charge table, and the receipt of a refund of charges.
+        let params: Vec<usize> = (arg::PARAMS..arg::PARAMS + 4).collect();
+        reads(lua::EVALSHA_BATCH, "ARGV", &params);
+        reads(
+            lua::EVALSHA_BATCH,
+            "ARGV",
+            &[
+                arg::COST,
+                arg::LIMIT,
+                arg::PERIOD,
+                arg::CAPACITY,
+                arg::READS,
+                arg::RECEIPT_AT,
+                arg::RECEIPT_UNTIL,
+            ],
+        );
+        // block.lua's penalty box and record reads.
+        reads(
+            lua::BLOCK,
+            "args",
+            &[
+                arg::COST,
+                arg::PENALTY_AFTER,
+                arg::PENALTY_WITHIN,
+                arg::PENALTY_BLOCK,
+                arg::READS,
+            ],
+        );
+        // lean.lua lays the packed charge out from its fourth number, the algorithm's.
+        let lean_reads = format!("args[{}] = (mode - dry) / 2", 4 + arg::READS);
+        assert!(lua::LEAN.contains(&lean_reads), "{lean_reads}");
+    }
+
+    #[test]
     fn lean_lua_numbers_the_algorithms_as_rust_does() {
         let names: Vec<String> = Algorithm::ALL
             .iter()

@@ -56,8 +56,8 @@ local function gcra_refund_place(keys, p, s, amount, r, ahead_us, ahead_ns, v)
   local parked = pb_parked(rest)
   local function save()
     -- An operator's reset's instant (evalsha_batch.lua, mode 'x') stays.
-    redis.call('SET', keys[#keys], string.format('%.0f %.0f %.0f %.0f', u, c, f, q)
-      .. pb_suffix(pb_reset_at(rest), parked), 'KEEPTTL')
+    redis.call('SET', keys[#keys], pb_text(u, c, f, q, pb_suffix(pb_reset_at(rest), parked)),
+      'KEEPTTL')
   end
   local ahead = not ns_le(s.a, s.b, now + ahead_us, ahead_ns)
   if ahead and r.till ~= ns_ceil_us(s.a, s.b) then
