@@ -3,6 +3,12 @@
 //! Internally in nanoseconds so `T = P/L` stays exact up to 10^9 per second; results
 //! are rounded up to whole microseconds.
 //!
+//! The Lua twin (`src/store/redis/lua/gcra/decide.lua`) computes the same rule in
+//! other terms, on purpose: Lua's numbers are doubles, exact only below 2^53, and
+//! nanoseconds since the epoch are not, so it keeps every instant as a (µs, ns) pair,
+//! and decides a quota whose `T` and `B·T` are whole µs in plain µs (its cheaper
+//! common case). Here `u64` nanoseconds are exact and one path serves every quota.
+//!
 //! The state records the `T` its TAT was counted in, so that a caller whose quota
 //! changes (a plan, a reload) keeps its usage: see [`carry_over`].
 
@@ -114,7 +120,11 @@ pub(crate) fn queue_ahead_ns(p: &Params) -> Option<u64> {
     match p.algorithm {
         crate::Algorithm::Gcra => Some(p.tolerance_ns),
         crate::Algorithm::LeakyBucket => Some(p.emission_ns),
-        _ => None,
+        crate::Algorithm::FixedWindow
+        | crate::Algorithm::SlidingWindow
+        | crate::Algorithm::SlidingWindowCounters { .. }
+        | crate::Algorithm::SlidingWindowLog
+        | crate::Algorithm::TokenBucket => None,
     }
 }
 

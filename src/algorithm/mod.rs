@@ -6,7 +6,7 @@
 //! Redis store runs a Lua twin of each file (same stem) with the same arithmetic.
 //!
 //! A refund either returns the key's newest charges (an operator's refund, which
-//! knows no charge) or one charge named by its [`Receipt`](crate::Receipt): the
+//! knows no charge) or one charge named by its [`Receipt`]: the
 //! charge's reset instant says which window, sub-window or log entry holds it, or
 //! when its debt ends, so the rule returns only what of that charge it still counts.
 
@@ -122,9 +122,54 @@ pub enum Algorithm {
 }
 
 impl Algorithm {
+    /// Every algorithm, each once (the sliding window counters with one bucket
+    /// standing for every bucket count).
+    ///
+    /// The Redis store derives its scripts, its function library and its wire codes
+    /// from this list, in this order (the leaky bucket after GCRA, whose Lua functions
+    /// it builds on).
+    ///
+    /// ```
+    /// use tollgate::Algorithm;
+    /// let names: Vec<&str> = Algorithm::ALL.iter().map(|a| a.name()).collect();
+    /// assert_eq!(names.len(), 7);
+    /// assert!(names.contains(&"gcra"));
+    /// ```
+    pub const ALL: [Algorithm; 7] = [
+        Self::FixedWindow,
+        Self::SlidingWindow,
+        Self::SlidingWindowCounters { buckets: 1 },
+        Self::SlidingWindowLog,
+        Self::TokenBucket,
+        Self::Gcra,
+        Self::LeakyBucket,
+    ];
+
+    /// The algorithm's place in [`ALL`](Self::ALL): its number on the wire to Redis
+    /// (`lean.lua`'s `LEAN_ALGORITHMS`, one-based there) and the index of its script.
+    /// The leaky bucket comes after GCRA, whose Lua functions it builds on.
+    pub(crate) const fn code(self) -> usize {
+        match self {
+            Self::FixedWindow => 0,
+            Self::SlidingWindow => 1,
+            Self::SlidingWindowCounters { .. } => 2,
+            Self::SlidingWindowLog => 3,
+            Self::TokenBucket => 4,
+            Self::Gcra => 5,
+            Self::LeakyBucket => 6,
+        }
+    }
+
     /// Whether the algorithm accepts a burst different from the limit.
     pub(crate) fn takes_burst(self) -> bool {
-        matches!(self, Self::TokenBucket | Self::Gcra | Self::LeakyBucket)
+        // Exhaustive: a new algorithm says whether it has a capacity of its own.
+        match self {
+            Self::TokenBucket | Self::Gcra | Self::LeakyBucket => true,
+            Self::FixedWindow
+            | Self::SlidingWindow
+            | Self::SlidingWindowCounters { .. }
+            | Self::SlidingWindowLog => false,
+        }
     }
 
     /// A short lowercase name, as used in Redis script names and logs.
@@ -144,6 +189,17 @@ impl Algorithm {
         }
     }
 }
+
+// `ALL` lists the algorithms in the order of their codes, each once: checked at compile
+// time. (A new variant must be added to `ALL` by hand: `code`'s exhaustive match makes
+// its author give it the next code, next to this list.)
+const _: () = {
+    let mut i = 0;
+    while i < Algorithm::ALL.len() {
+        assert!(Algorithm::ALL[i].code() == i);
+        i += 1;
+    }
+};
 
 impl fmt::Display for Algorithm {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -380,7 +436,9 @@ pub(crate) fn max_penalty(p: &Params) -> u64 {
         Algorithm::SlidingWindow => {
             u64::try_from((LUA_EXACT - 1) / u128::from(p.period_us.max(1))).unwrap_or(u64::MAX)
         }
-        _ => u64::MAX,
+        Algorithm::FixedWindow
+        | Algorithm::SlidingWindowCounters { .. }
+        | Algorithm::SlidingWindowLog => u64::MAX,
     }
 }
 

@@ -27,7 +27,8 @@ use redis::{Cmd, RedisError, Script};
 use tokio::sync::Mutex;
 
 use super::connection::Conn;
-use super::script::{Call, Reply, every_algorithm};
+use super::script::{Call, Reply, lua, twin};
+use crate::Algorithm;
 
 /// The library's source and its versioned function name.
 pub(super) struct Library {
@@ -35,24 +36,24 @@ pub(super) struct Library {
     source: String,
 }
 
-/// The function library `FCALL` calls, joined in the order `lua/README.md` gives.
-macro_rules! library_source {
-    ($($file:literal),+) => {
-        concat!(
-            include_str!("lua/prelude.lua"),
-            $(include_str!(concat!("lua/", $file, "/decide.lua")),)+
-            include_str!("lua/block.lua"),
-            include_str!("lua/clock.lua"),
-            include_str!("lua/lean.lua"),
-            include_str!("lua/fcall.lua"),
-        )
-    };
+/// The function library `FCALL` calls, joined in the order `lua/README.md` gives:
+/// every algorithm's `decide` ([`Algorithm::ALL`], each after the one it builds on),
+/// and the entry point `fcall.lua` instead of the scripts' drivers.
+fn library_body() -> String {
+    let mut body = String::from(lua::PRELUDE);
+    for &algorithm in &Algorithm::ALL {
+        body.push_str(twin(algorithm).decide);
+    }
+    for part in [lua::BLOCK, lua::CLOCK, lua::LEAN, lua::FCALL] {
+        body.push_str(part);
+    }
+    body
 }
 
 pub(super) static LIBRARY: LazyLock<Library> = LazyLock::new(|| {
-    let body = every_algorithm!(library_source);
+    let body = library_body();
     // The SHA-1 that `EVALSHA` would use: a stable name for this exact code.
-    let hash = Script::new(body).get_hash().to_owned();
+    let hash = Script::new(&body).get_hash().to_owned();
     let function = format!("tollgate_{}", &hash[..16]);
     let source =
         format!("#!lua name={function}\n{body}\nredis.register_function('{function}', call)\n");

@@ -1,98 +1,68 @@
-//! The Lua scripts, their arguments and their replies.
+//! The Lua scripts, and the one written contract between them and Rust: the order of
+//! a call's keys and arguments ([`arg`](wire::arg), [`Call`]) and of its reply's integers
+//! ([`reply`](wire::reply), [`verdicts`]).
 //!
-//! Each algorithm's script is the prelude, the algorithm's file (the twin of the Rust
-//! file with the same stem in `src/algorithm/`: its `decide` and the helpers that
-//! calls), the driver's clock and common case, then the steps' prelude, the
-//! algorithm's `_steps` file and the general driver, joined at compile time. Lua runs
-//! a script's body on every call, creating a closure for each `local function` it
-//! reaches, so a script defines only the algorithm it needs, and the common case (one
-//! charge decided) returns before anything that only refunds and batches use; a
+//! A script is `prelude.lua`, the `decide.lua` of the algorithms it runs (each the
+//! twin of the Rust file with the same stem in `src/algorithm/`), `block.lua`,
+//! `clock.lua`, `lean.lua` and `evalsha.lua` (the entry point and its common case),
+//! then `prelude_steps.lua`, the same algorithms' `steps.lua` and `evalsha_batch.lua`
+//! (refunds, batches, operators' calls): `lua/README.md` tells the whole assembly. Lua
+//! runs a script's body on every call, creating a closure for each `local function`
+//! it reaches, so a script defines only the algorithm it needs, and the common case
+//! (one charge decided) returns before anything that only refunds and batches use; a
 //! batch that mixes algorithms runs the script holding all seven, still in one round
-//! trip.
+//! trip. The function library (`function.rs`) joins the same files up to the
+//! decisions.
+
+mod sources;
+mod wire;
 
 use std::sync::LazyLock;
 
-use redis::{Cmd, FromRedisValue, ParsingError, Script, ScriptInvocation, ToRedisArgs, Value};
+use redis::{Cmd, Script, ScriptInvocation};
 
+use self::sources::script_source;
+pub(super) use self::sources::{lua, twin};
+use self::wire::{Args, ChargeArgs, LEAN_MOST, NUMBERS};
+pub(super) use self::wire::{Reply, verdicts};
 use super::keys;
-use crate::algorithm::Verdict;
 use crate::store::Charge;
-use crate::{Algorithm, Receipt, StoreError, StoreErrorKind};
+use crate::{Algorithm, Receipt};
 
-/// The script `EVALSHA` runs, joined in the order `lua/README.md` gives.
-macro_rules! script_source {
-    ($($file:literal),+) => {
-        concat!(
-            include_str!("lua/prelude.lua"),
-            $(include_str!(concat!("lua/", $file, "/decide.lua")),)+
-            include_str!("lua/block.lua"),
-            include_str!("lua/clock.lua"),
-            include_str!("lua/lean.lua"),
-            include_str!("lua/evalsha.lua"),
-            include_str!("lua/prelude_steps.lua"),
-            $(include_str!(concat!("lua/", $file, "/steps.lua")),)+
-            include_str!("lua/evalsha_batch.lua"),
-        )
-    };
-}
-
-/// Calls `$join!` with every algorithm's Lua folder (the stem of its Rust file), in
-/// the order both the script and the function library (`function.rs`) join them: the
-/// leaky bucket builds on GCRA's functions, so it comes after it.
-macro_rules! every_algorithm {
-    ($join:ident) => {
-        $join!(
-            "fixed_window",
-            "sliding_window",
-            "sliding_window_counters",
-            "sliding_window_log",
-            "token_bucket",
-            "gcra",
-            "leaky_bucket"
-        )
-    };
-}
-pub(super) use every_algorithm;
-
-/// Every script, in the order of [`index`]; the last one holds every algorithm.
-/// `redis::Script` reloads a script by itself after a `NOSCRIPT` (a flush, a restart,
-/// a failover to a replica that never saw it).
-static SCRIPTS: LazyLock<[Script; 8]> = LazyLock::new(|| {
-    [
-        Script::new(script_source!("fixed_window")),
-        Script::new(script_source!("sliding_window")),
-        Script::new(script_source!("sliding_window_counters")),
-        Script::new(script_source!("sliding_window_log")),
-        Script::new(script_source!("token_bucket")),
-        Script::new(script_source!("gcra")),
-        // The leaky bucket is GCRA with a queue: it builds on GCRA's functions.
-        Script::new(script_source!("gcra", "leaky_bucket")),
-        Script::new(every_algorithm!(script_source)),
-    ]
+/// Every script: one per algorithm, indexed by [`Algorithm::code`], then the one
+/// holding every algorithm ([`Algorithm::ALL`]). `redis::Script` reloads a script by
+/// itself after a `NOSCRIPT` (a flush, a restart, a failover to a replica that never
+/// saw it).
+static SCRIPTS: LazyLock<Vec<Script>> = LazyLock::new(|| {
+    let mut scripts: Vec<Script> = Algorithm::ALL
+        .iter()
+        .map(|&a| {
+            let alone = [a];
+            let with_base;
+            let algorithms: &[Algorithm] = match twin(a).builds_on {
+                Some(base) => {
+                    with_base = [base, a];
+                    &with_base
+                }
+                None => &alone,
+            };
+            Script::new(&script_source(algorithms))
+        })
+        .collect();
+    scripts.push(Script::new(&script_source(&Algorithm::ALL)));
+    scripts
 });
-
-fn index(algorithm: Algorithm) -> usize {
-    match algorithm {
-        Algorithm::FixedWindow => 0,
-        Algorithm::SlidingWindow => 1,
-        Algorithm::SlidingWindowCounters { .. } => 2,
-        Algorithm::SlidingWindowLog => 3,
-        Algorithm::TokenBucket => 4,
-        Algorithm::Gcra => 5,
-        Algorithm::LeakyBucket => 6,
-    }
-}
 
 /// The smallest script that can run every charge of the batch.
 fn script_for<'c>(charges: impl IntoIterator<Item = &'c Charge<'c>>) -> &'static Script {
-    let mut indices = charges
+    let mut codes = charges
         .into_iter()
-        .map(|c| index(c.limit.params().algorithm));
-    let first = indices.next();
-    let same = indices.all(|i| Some(i) == first);
+        .map(|c| c.limit.params().algorithm.code());
+    let first = codes.next();
+    let same = codes.all(|i| Some(i) == first);
     &SCRIPTS[match first {
         Some(i) if same => i,
-        _ => 7,
+        _ => Algorithm::ALL.len(),
     }]
 }
 
@@ -179,29 +149,9 @@ pub(super) struct Call {
     keys: Vec<String>,
     at: At,
     mode: Mode,
-    /// Per charge: the algorithm's name, then cost, limit, period (µs), capacity, the
-    /// five algorithm parameters and the three of the penalty box; when it reads the
-    /// record; for a refund of charges, each one's receipt.
-    charges: Vec<(Algorithm, [u64; 12], Reads, Option<Receipt>)>,
+    charges: Vec<ChargeArgs>,
     /// A reservation's longest wait (µs), after the charge.
     max_wait: Option<u64>,
-}
-
-/// Where a call's arguments go: a script invocation or a command.
-trait Args {
-    fn push<T: ToRedisArgs>(&mut self, arg: T);
-}
-
-impl Args for ScriptInvocation<'_> {
-    fn push<T: ToRedisArgs>(&mut self, arg: T) {
-        self.arg(arg);
-    }
-}
-
-impl Args for Cmd {
-    fn push<T: ToRedisArgs>(&mut self, arg: T) {
-        self.arg(arg);
-    }
 }
 
 impl Call {
@@ -245,12 +195,11 @@ impl Call {
         let mut keys = Vec::with_capacity(3 * charges.len());
         let mut args = Vec::with_capacity(charges.len());
         for (charge, reads, receipt) in charges {
-            let p = charge.limit.params();
             let state = keys::state_key(prefix, charge.limit, charge.key);
             // The driver reads keys in order: the log's sorted set follows its state,
             // the base state comes next, and the record last (every key shares the
             // state's hash tag).
-            if p.algorithm == Algorithm::SlidingWindowLog {
+            if charge.limit.params().algorithm == Algorithm::SlidingWindowLog {
                 let log = keys::log_key(&state);
                 keys.push(state);
                 keys.push(log);
@@ -267,43 +216,7 @@ impl Call {
                 ));
             }
             keys.push(keys::record_key(prefix, charge.limit, charge.key));
-            let (after, within_us, block_us) = charge.limit.get_penalty().map_or((0, 0, 0), |p| {
-                (u64::from(p.get_after()), p.within_us(), p.block_us())
-            });
-            let extra: [u64; 5] = match p.algorithm {
-                Algorithm::SlidingWindowCounters { .. } => [p.buckets, p.bucket_us, 0, 0, 0],
-                Algorithm::TokenBucket => [p.units_per_token, p.units_per_us, 0, 0, 0],
-                // Nanoseconds split into (µs, ns): a double is not exact past 2^53. The
-                // leaky bucket's fifth is its bound on delays (µs; 0 for GCRA).
-                Algorithm::Gcra | Algorithm::LeakyBucket => [
-                    p.emission_ns / 1_000,
-                    p.emission_ns % 1_000,
-                    p.tolerance_ns / 1_000,
-                    p.tolerance_ns % 1_000,
-                    p.max_delay_us,
-                ],
-                _ => [0; 5],
-            };
-            let [e0, e1, e2, e3, e4] = extra;
-            args.push((
-                p.algorithm,
-                [
-                    charge.cost,
-                    p.limit,
-                    p.period_us,
-                    p.capacity,
-                    e0,
-                    e1,
-                    e2,
-                    e3,
-                    e4,
-                    after,
-                    within_us,
-                    block_us,
-                ],
-                reads,
-                receipt,
-            ));
+            args.push(ChargeArgs::new(charge, reads, receipt));
         }
         Self {
             script,
@@ -318,14 +231,14 @@ impl Call {
         }
     }
 
-    /// ARGV: the clock, the mode, then 14 per charge, 16 with a receipt (see
-    /// evalsha.lua); one charge decided: the whole call packed in one argument (see
-    /// lean.lua).
+    /// ARGV: the clock, the mode, then [`arg::PER_CHARGE`](wire::arg::PER_CHARGE) per charge
+    /// ([`arg::PER_REFUND`](wire::arg::PER_REFUND) with a receipt), then a reservation's longest wait; one
+    /// charge decided: the whole call packed in one argument (see lean.lua).
     fn write_args(&self, out: &mut impl Args) {
-        if let [(algorithm, numbers, reads, None)] = self.charges.as_slice()
+        if let [charge @ ChargeArgs { receipt: None, .. }] = self.charges.as_slice()
             && self.mode.in_library()
         {
-            let (packed, len) = self.packed(*algorithm, numbers, *reads);
+            let (packed, len) = self.packed(charge);
             out.push(&packed[..len]);
             return;
         }
@@ -343,16 +256,8 @@ impl Call {
             At::Server { floor: None } => out.push(""),
         }
         out.push(self.mode.arg());
-        for (algorithm, numbers, reads, receipt) in &self.charges {
-            out.push(algorithm.name());
-            for &n in numbers {
-                out.push(n);
-            }
-            out.push(*reads as u8);
-            if let Some(receipt) = receipt {
-                out.push(receipt.at_us());
-                out.push(receipt.until_us());
-            }
+        for charge in &self.charges {
+            charge.write(out);
         }
         if let Some(max_wait) = self.max_wait {
             out.push(max_wait);
@@ -361,31 +266,28 @@ impl Call {
 
     /// The common call, one charge decided, as lean.lua reads it: the clock's kind and
     /// value, the mode (with when it reads the record: `2 × reads`, so the common
-    /// call's argument is as long as it ever was), the algorithm's place, then the
-    /// charge's numbers (without the
-    /// penalty box's three zeros when it has none), as little-endian doubles. Redis
-    /// parses, copies and hands Lua every argument on its own, a cost that grows with
-    /// their count; one argument is the least it can be. Every number is exact: the
-    /// scripts compute below 2^53 (see `algorithm::params`), and a larger cost rounds
-    /// as Lua's own `tonumber` rounds its decimal text.
-    fn packed(
-        &self,
-        algorithm: Algorithm,
-        numbers: &[u64; 12],
-        reads: Reads,
-    ) -> ([u8; 8 * 16], usize) {
+    /// call's argument is as long as it ever was), the algorithm's place
+    /// ([`Algorithm::code`] + 1: lean.lua's `LEAN_ALGORITHMS`), then the charge's
+    /// numbers in [`arg`](wire::arg)'s order (without the penalty box's three zeros when it has
+    /// none), as little-endian doubles. Redis parses, copies and hands Lua every
+    /// argument on its own, a cost that grows with their count; one argument is the
+    /// least it can be. Every number is exact: the scripts compute below 2^53 (see
+    /// `algorithm::params`), and a larger cost rounds as Lua's own `tonumber` rounds
+    /// its decimal text.
+    fn packed(&self, charge: &ChargeArgs) -> ([u8; 8 * LEAN_MOST], usize) {
         let (kind, clock) = match self.at {
             At::Client(now) => (0, now),
             At::Server { floor: None } => (1, 0),
             At::Server { floor: Some(floor) } => (2, floor),
         };
-        let mode = u64::from(self.mode != Mode::Acquire) + 2 * reads as u64;
-        let place = index(algorithm) as u64 + 1;
-        let numbers = match numbers {
+        let mode = u64::from(self.mode != Mode::Acquire) + 2 * charge.reads as u64;
+        let place = charge.algorithm.code() as u64 + 1;
+        let (all_numbers, _) = charge.numbers();
+        let numbers = match &all_numbers[..NUMBERS] {
             [head @ .., 0, 0, 0] => head,
-            all => &all[..],
+            all => all,
         };
-        let mut packed = [0_u8; 8 * 16];
+        let mut packed = [0_u8; 8 * LEAN_MOST];
         let all = [kind, clock, mode, place]
             .into_iter()
             .chain(numbers.iter().copied());
@@ -417,75 +319,42 @@ impl Call {
     }
 }
 
-/// A call's reply, the integers evalsha.lua lists: an array of them (the scripts'
-/// general driver), or, for one charge decided (the common call), little-endian
-/// 64-bit integers packed in one string, which Redis sends as it is and the client
-/// reads without parsing an array.
-pub(super) struct Reply(pub(super) Vec<i64>);
+#[cfg(test)]
+mod tests {
+    use super::*;
 
-impl FromRedisValue for Reply {
-    fn from_redis_value(v: Value) -> Result<Self, ParsingError> {
-        match v {
-            Value::BulkString(bytes) if bytes.len() % 8 == 0 => Ok(Self(
-                bytes
-                    .chunks_exact(8)
-                    .map(|chunk| {
-                        let mut word = [0_u8; 8];
-                        word.copy_from_slice(chunk);
-                        i64::from_le_bytes(word)
-                    })
-                    .collect(),
-            )),
-            other => Vec::<i64>::from_redis_value(other).map(Self),
+    #[test]
+    fn evalsha_lua_lists_every_mode_rust_sends() {
+        let header = lua::EVALSHA
+            .split_once("-- ARGV[2]")
+            .and_then(|(_, rest)| rest.split_once("-- ARGV[3..]"))
+            .map_or("", |(modes, _)| modes);
+        for mode in [
+            Mode::Acquire,
+            Mode::DryRun,
+            Mode::Refund,
+            Mode::RefundCharges,
+            Mode::Reset,
+            Mode::Block,
+            Mode::Penalize,
+            Mode::Reserve(0),
+        ] {
+            let listed = format!("'{}' ", mode.arg());
+            assert!(header.contains(&listed), "{mode:?}");
         }
     }
-}
 
-/// Integers per verdict in a reply (see evalsha.lua).
-const PER_VERDICT: usize = 7;
-
-/// Reads 7 integers per charge, then the instant (µs) the script decided at.
-pub(super) fn verdicts(reply: &[i64], count: usize) -> Result<(Vec<Verdict>, u64), StoreError> {
-    let bad = || {
-        StoreError::new(
-            StoreErrorKind::Protocol,
-            format!(
-                "the rate-limit script returned {} values for {count} charges",
-                reply.len()
-            ),
-        )
-    };
-    let Some((&decided_at, reply)) = reply.split_last() else {
-        return Err(bad());
-    };
-    if reply.len() != count * PER_VERDICT {
-        return Err(bad());
+    #[test]
+    fn every_algorithm_has_its_lua_twin_after_the_one_it_builds_on() {
+        for algorithm in Algorithm::ALL {
+            let twin = twin(algorithm);
+            let name = algorithm.name();
+            assert!(twin.decide.contains(&format!("\nD.{name} = ")), "{name}");
+            assert!(twin.steps.contains(&format!("\nA.{name} = ")), "{name}");
+            if let Some(base) = twin.builds_on {
+                assert!(base.code() < algorithm.code(), "{name}");
+            }
+        }
+        assert_eq!(SCRIPTS.len(), Algorithm::ALL.len() + 1);
     }
-    let decided_at = u64::try_from(decided_at).map_err(|_| bad())?;
-    let verdicts = reply
-        .chunks_exact(PER_VERDICT)
-        .map(|v| {
-            let non_negative = |x: i64| u64::try_from(x).map_err(|_| bad());
-            Ok(Verdict {
-                allowed: v[0] == 1,
-                remaining: non_negative(v[1])?,
-                reset_after_us: non_negative(v[2])?,
-                retry_after_us: if v[3] < 0 {
-                    None
-                } else {
-                    Some(non_negative(v[3])?)
-                },
-                delay_us: non_negative(v[4])?,
-                // Only the caller knows whether the batch charged (see `RedisStore::run`).
-                receipt: None,
-                blocked_us: if v[5] < 0 {
-                    None
-                } else {
-                    Some(non_negative(v[5])?)
-                },
-                tripped: v[6] == 1,
-            })
-        })
-        .collect::<Result<_, _>>()?;
-    Ok((verdicts, decided_at))
 }

@@ -19,16 +19,68 @@
 -- it writes a record, and the base state too for a charge under another period (a
 -- plan), whose own state an operator's block through the limit does not mark.
 
+-- The record's text, read and formatted by the five functions below and nowhere else
+-- (its writers: `pb_write`, evalsha_batch.lua's reset and block, gcra/steps.lua's
+-- `gcra_refund_place`): "<blocked_until> <count> <first_at> <queue_until>", then its
+-- suffix, in this order and each optional:
+--   ' r<reset_at>'                an operator's reset at this instant (evalsha_batch.lua,
+--                                 mode 'x'): a receipt decided by then gives nothing back
+--   ' <till>/<at>/<cost>,...'     the places given back out of order, parked until the
+--                                 places after them are (gcra/steps.lua)
+-- A writer that does not change the suffix passes it back to `pb_write` as it read it.
+
+-- The record's four numbers and its suffix, from the record's text `v`.
+local function pb_parse(v)
+  local u, c, f, q, rest = string.match(v, '^(%S+) (%S+) (%S+) (%S+)(.*)$')
+  return tonumber(u), tonumber(c), tonumber(f), tonumber(q), rest
+end
+
+-- The instant of the operator's reset a suffix records (nil: none).
+local function pb_reset_at(rest)
+  return tonumber(string.match(rest, ' r(%d+)'))
+end
+
+-- The places a suffix parks, oldest first, each { till, at, cost }.
+local function pb_parked(rest)
+  local parked = {}
+  for till, at, cost in string.gmatch(rest, '(%d+)/(%d+)/(%d+)') do
+    parked[#parked + 1] = { till = tonumber(till), at = tonumber(at), cost = tonumber(cost) }
+  end
+  return parked
+end
+
+-- The suffix's text for `reset_at` (nil: none) and `parked` (as the two above read
+-- them).
+local function pb_suffix(reset_at, parked)
+  local out = {}
+  for _, x in ipairs(parked) do
+    out[#out + 1] = string.format('%.0f/%.0f/%.0f', x.till, x.at, x.cost)
+  end
+  local tail = ''
+  if #out > 0 then
+    tail = ' ' .. table.concat(out, ',')
+  end
+  if reset_at then
+    tail = string.format(' r%.0f', reset_at) .. tail
+  end
+  return tail
+end
+
+-- The record's text for its four numbers and `suffix` (as `pb_suffix` or `pb_parse`
+-- gives it).
+local function pb_text(u, c, f, q, suffix)
+  return string.format('%.0f %.0f %.0f %.0f', u, c, f, q) .. suffix
+end
+
 -- The record's four numbers (zeros when there is none), whether there is one, and
--- what follows them: the places given back out of order (" <till>/<at>/<cost>,…",
--- gcra/steps.lua), kept by a writer that passes it back to `pb_write`.
+-- its suffix.
 local function pb_read(keys)
   local v = redis.call('GET', keys[#keys])
   if not v then
     return 0, 0, 0, 0, false, ''
   end
-  local u, c, f, q, rest = string.match(v, '^(%S+) (%S+) (%S+) (%S+)(.*)$')
-  return tonumber(u), tonumber(c), tonumber(f), tonumber(q), true, rest
+  local u, c, f, q, rest = pb_parse(v)
+  return u, c, f, q, true, rest
 end
 
 -- Marks the state at `key`, when there is one (prelude.lua): its decisions read the
@@ -52,12 +104,11 @@ end
 -- state, and `base` when given, are marked, so that decisions read the record.
 local function pb_write(keys, u, c, f, q, idle_at, now, base, rest)
   local px = ttl_ms(math.max(idle_at, q), now)
-  if rest and string.find(rest, ' r%d') then
+  if rest and pb_reset_at(rest) then
     -- A reset's instant (evalsha_batch.lua, mode 'x') lives as long as it was given.
     px = math.max(px, redis.call('PTTL', keys[#keys]))
   end
-  redis.call('SET', keys[#keys], string.format('%.0f %.0f %.0f %.0f', u, c, f, q) .. (rest or ''),
-    'PX', px)
+  redis.call('SET', keys[#keys], pb_text(u, c, f, q, rest or ''), 'PX', px)
   pb_mark(keys[1])
   if base then
     pb_mark(base)

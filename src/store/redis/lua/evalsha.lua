@@ -1,46 +1,58 @@
--- tollgate: the entry point of the script EVALSHA runs (README.md): the wire contract
--- of every call, and the common case, one charge decided by its algorithm's `decide`,
--- which returns here; refunds, batches and operators' calls fall through to
--- evalsha_batch.lua.
+-- tollgate: the entry point of the script EVALSHA runs (README.md, "Assembly"), and
+-- the wire contract of every call, written once here and once in Rust
+-- (src/store/redis/script/wire.rs: `arg`, `reply`; a unit test there compares the
+-- two). This file reads the clock and the mode, and answers the common cases: one charge
+-- decided ('a', 'd'), packed in one argument (lean.lua) or as text, and a
+-- reservation ('w'), each by its algorithm's `decide` through block.lua; refunds,
+-- batches and operators' calls fall through to evalsha_batch.lua, which reads every
+-- charge's arguments into a table of its own.
 --
 -- ARGV[1]  now in µs since the epoch; or '' for the server's TIME; or 'f<µs>' for the
---          server's TIME but never earlier than <µs>, the latest server time this
---          client has seen carried forward (src/store/redis/server_time.rs), unless
---          the server is behind it by more than MAX_LEAD_US
--- ARGV[2]  'a' acquire (all-or-nothing), 'd' dry run (decide, charge nothing),
---          'r' refund each charge's cost of its key's newest charges,
---          'c' refund each charge's cost of the one charge its receipt names,
---          'x' reset (the key is idle: state, block and penalty count deleted),
---          'k' block the key for `cost` µs (0: lift the block),
+--          server's TIME but never earlier than <µs> (clock.lua)
+-- ARGV[2]  the mode: 'a' acquire (all-or-nothing), 'd' dry run (decide, charge
+--          nothing), 'w' reserve one charge's place (Limiter::reserve; its longest
+--          wait, µs, is the last argument), 'r' refund each charge's cost of its key's
+--          newest charges, 'c' refund each charge's cost of the one charge its receipt
+--          names, 'x' reset (the key is idle: state, block and penalty count
+--          deleted), 'k' block the key for `cost` µs (0: lift the block),
 --          'p' penalize: charge `cost` whether or not it fits
--- then 14 per charge: algorithm, cost, limit, period (µs), capacity, five algorithm
--- parameters (see src/store/redis/script.rs), the penalty box: rejections (0:
--- none), window (µs), block (µs), and when the decision reads the caller's record
--- (0: by its state's mark; 1: always; 2: always, and the base state's key is passed);
--- with 'c', 16: those and the receipt, the instant the charge was decided at and its
--- reset instant (µs). KEYS: each charge's keys in order: its state, the log's sorted
--- set for sliding_window_log, the base state (with 2), then the caller's record
--- (block.lua). The operators' calls ('x', 'k', 'p') name one key's states under
--- every (algorithm, period) the store knows for the limit, its own first, all with
--- the one record.
+-- ARGV[3..] the charges, 14 arguments each (16 with 'c'). For a charge whose first
+-- argument is ARGV[i] (every `decide` reads its charge as `args[i + <offset>]`):
+--   i+0   algorithm        its name (`D` and `A` are indexed by it)
+--   i+1   cost
+--   i+2   limit
+--   i+3   period           µs
+--   i+4   capacity
+--   i+5   params           five: the algorithm's own (wire.rs `ChargeArgs`)
+--   i+10  penalty_after    rejections that trip the penalty box (0: no box)
+--   i+11  penalty_within   its window, µs
+--   i+12  penalty_block    its block, µs
+--   i+13  reads            when the decision reads the caller's record (0: by its
+--                          state's mark; 1: always; 2: always, and the base state's
+--                          key is passed)
+--   i+14  receipt_at       'c' only: the instant the charge was decided at, µs
+--   i+15  receipt_until    'c' only: its reset instant, µs
 --
--- A call of one charge decided ('a', 'd': the common case) is sent as one argument
--- instead, every number of the call packed (lean.lua).
+-- KEYS: each charge's keys in order: its state, the log's sorted set for
+-- sliding_window_log, the base state (with reads 2), then the caller's record
+-- (block.lua). The operators' calls ('x', 'k', 'p') name one key's states under every
+-- (algorithm, period) the store knows for the limit, its own first, all with the one
+-- record.
 --
--- Returns 7 integers per charge ('r', 'c' and 'x': none; 'k' and 'p': each state's,
--- the first the limit's own): allowed (1/0), remaining,
--- reset_after (µs), retry_after (µs, -1 for none), delay (µs), blocked_for (µs, -1
--- when not blocked), tripped (1 when this call tripped the penalty box); durations,
--- never timestamps; then the instant the script decided at (µs), from which the
--- client carries its floor and a charge's receipt its instants. A call of one charge
--- decided gets the same eight packed in one string, little-endian 64-bit integers
--- (prelude.lua's `packed_reply`).
---
--- Every algorithm has a `decide(keys, now, ARGV, i, charge, force, v, mark)` that makes one
--- whole decision from its arguments at ARGV[i..] (a flat function over locals is
--- several times cheaper in Lua than the steps; `force` charges even what does not
--- fit, for 'p'), and steps (load, normalize, refund, save, ...) that evalsha_batch.lua
--- combines for refunds and batches. block.lua puts the block before each decision.
+-- Returns 7 integers per charge ('r', 'c' and 'x': none; 'k' and 'p': one per state,
+-- the first the limit's own), durations, never timestamps (prelude.lua's `verdict`
+-- builds them):
+--   v[1]  allowed          1 or 0
+--   v[2]  remaining
+--   v[3]  reset_after      µs
+--   v[4]  retry_after      µs, -1 for none
+--   v[5]  delay            µs
+--   v[6]  blocked_for      µs, -1 when not blocked
+--   v[7]  tripped          1 when this call tripped the penalty box
+-- then the instant the script decided at (µs), from which the client carries its
+-- floor and a charge's receipt its instants. A call of one charge decided gets the
+-- same eight packed in one string, little-endian 64-bit integers (prelude.lua's
+-- `packed_reply`).
 
 -- The common call, one charge decided, packed in one argument (lean.lua): decided
 -- before anything else is read.
@@ -52,20 +64,27 @@ if #ARGV == 1 then
   return redis.error_reply('tollgate: one argument must be a packed call')
 end
 
+-- The layout above, for the drivers (this file and evalsha_batch.lua): the arguments
+-- before the first charge, and each charge's count (a refund of charges: with its
+-- receipt): wire.rs `arg::{PER_CHARGE, PER_REFUND}`, tested against this line.
+local BEFORE_CHARGES, PER_CHARGE, PER_REFUND = 2, 14, 16
+
 local now = decision_clock(ARGV[1])
 local mode = ARGV[2]
+local first_arg = BEFORE_CHARGES + 1
 
 -- The common case, one charge decided (not refunded): straight to the algorithm's
 -- `decide`, without defining the steps or building evalsha_batch.lua's tables.
-if #ARGV == 17 and mode == 'w' and D[ARGV[3]] then
+if #ARGV == first_arg + PER_CHARGE and mode == 'w' and D[ARGV[first_arg]] then
   -- A reservation (Limiter::reserve): one charge, its max wait (µs) last.
-  local v = reserve(KEYS, now, ARGV, 3, tonumber(ARGV[17]))
+  local v = reserve(KEYS, now, ARGV, first_arg, tonumber(ARGV[#ARGV]))
   v[8] = now
   return v
 end
 
-if #ARGV == 16 and (mode == 'a' or mode == 'd') and D[ARGV[3]] then
-  local v = guarded(KEYS, now, ARGV, 3, mode == 'a', mode == 'a')
+if #ARGV == BEFORE_CHARGES + PER_CHARGE and (mode == 'a' or mode == 'd')
+  and D[ARGV[first_arg]] then
+  local v = guarded(KEYS, now, ARGV, first_arg, mode == 'a', mode == 'a')
   v[8] = now
   return v
 end

@@ -1,23 +1,25 @@
--- tollgate: the general driver, for refunds and batches of several charges: builds
--- each charge's parameters and combines the algorithms' steps. The ARGV, KEYS and
--- reply contract is at the top of evalsha.lua.
+-- tollgate: the general driver, for refunds, batches of several charges and
+-- operators' calls: reads every charge's arguments (the layout at the top of
+-- evalsha.lua) into a table, the one place here that reads them, and combines the
+-- algorithms' steps (prelude_steps.lua, */steps.lua) and decisions (block.lua's
+-- `guarded`, each algorithm's `decide`).
 
 local charges = {}
 local next_key = 1
 -- A refund of charges by their receipts carries two more arguments per charge.
-local stride = 14
+local stride = PER_CHARGE
 if mode == 'c' then
-  stride = 16
+  stride = PER_REFUND
 end
 -- One charge (a refund, here) owns every key: no per-charge copy of KEYS.
-local single = #ARGV == 2 + stride
-for i = 3, #ARGV, stride do
+local single = #ARGV == BEFORE_CHARGES + stride
+for i = first_arg, #ARGV, stride do
   local alg = A[ARGV[i]]
   local keys = KEYS
   if not single then
     keys = {}
-    -- The algorithm's keys, the base state's when passed, then the record's
-    -- (block.lua).
+    -- The algorithm's keys, the base state's when passed (reads 2), then the
+    -- record's (block.lua).
     local nkeys = alg.nkeys + 1
     if ARGV[i + 13] == '2' then
       nkeys = nkeys + 1
@@ -38,11 +40,12 @@ for i = 3, #ARGV, stride do
       limit = tonumber(ARGV[i + 2]),
       period = tonumber(ARGV[i + 3]),
       cap = tonumber(ARGV[i + 4]),
-      -- sliding_window_counters
+      -- the five params (i+5 ..), by algorithm: sliding_window_counters
       buckets = x1, bucket = x2,
       -- token_bucket
       upt = x1, ups = x2,
-      -- gcra, leaky_bucket
+      -- gcra, leaky_bucket (their fifth, the leaky bucket's bound, is read by
+      -- `decide` alone)
       t_us = x1, t_ns = x2, b_us = x3, b_ns = x4,
     },
   }
@@ -72,7 +75,7 @@ local function refund(c, amount, receipt)
   if receipt then
     -- Decided before an operator's reset, which forgot the charge already.
     record = redis.call('GET', c.keys[#c.keys])
-    local reset_at = record and tonumber(string.match(record, ' r(%d+)'))
+    local reset_at = record and pb_reset_at(select(5, pb_parse(record)))
     if reset_at and receipt.at <= reset_at then
       return
     end
@@ -112,10 +115,10 @@ local function emit(verdicts)
   end
 end
 
--- The charge's 14 arguments with another cost, at index 1 of a table of their own.
+-- The charge's arguments with another cost, at index 1 of a table of their own.
 local function with_cost(c, cost)
   local args = {}
-  for j = 0, 13 do
+  for j = 0, PER_CHARGE - 1 do
     args[j + 1] = ARGV[c.argi + j]
   end
   args[2] = num(cost)
@@ -139,7 +142,7 @@ elseif mode == 'x' then
     end
   end
   if forgotten > 0 then
-    redis.call('SET', record, string.format('0 0 0 0 r%.0f', now), 'PX', forgotten)
+    redis.call('SET', record, pb_text(0, 0, 0, 0, pb_suffix(now, {})), 'PX', forgotten)
   else
     redis.call('DEL', record)
   end
@@ -157,10 +160,9 @@ elseif mode == 'k' then
   else
     -- Lifted: the block and the count go, a queue of reservations stays (the memory
     -- store's `block(0)`): its places are still taken.
-    if record and (q > now or string.find(parked, ' r%d')) then
+    if record and (q > now or pb_reset_at(parked)) then
       -- Kept as long as it was to live: a queue's places, a reset's instant.
-      redis.call('SET', first.keys[#first.keys], string.format('0 0 0 %.0f', q) .. parked,
-        'KEEPTTL')
+      redis.call('SET', first.keys[#first.keys], pb_text(0, 0, 0, q, parked), 'KEEPTTL')
     else
       redis.call('DEL', first.keys[#first.keys])
     end

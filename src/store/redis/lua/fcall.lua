@@ -1,10 +1,13 @@
 -- tollgate: the entry point of the function library (Redis 7 and later; see
--- src/store/redis/function.rs). The library is the prelude and every algorithm's
--- `decide`, loaded once per server: a call runs only this function, where `EVALSHA`
--- runs a script's whole body (and creates its closures) every time. It takes one
--- charge, decided or dry-run, packed as lean.lua reads it (or as text, evalsha.lua's
--- layout), with the KEYS and reply of evalsha.lua; refunds and batches stay scripts. The Rust side appends the registration under the
--- library's versioned name.
+-- src/store/redis/function.rs). The library is prelude.lua, every algorithm's
+-- `decide`, block.lua, clock.lua, lean.lua and this file, loaded once per server: a
+-- call runs only this function, where `EVALSHA` runs a script's whole body (and
+-- creates its closures) every time. It takes one charge, decided or dry-run ('a',
+-- 'd'), with the KEYS and reply of evalsha.lua, its arguments read here: one packed
+-- argument (lean.lua), or as text in evalsha.lua's layout (args[1] the clock, args[2]
+-- the mode, the charge from args[3]). Refunds, batches and operators' calls stay
+-- scripts. The Rust side appends the registration under the library's versioned
+-- name.
 
 local function call(keys, args)
   if #args == 1 then

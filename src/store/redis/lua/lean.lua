@@ -1,14 +1,18 @@
 -- tollgate: the common call, one charge decided ('a' or 'd'), as both entry points
 -- (evalsha.lua, fcall.lua) take it: one argument, every number of the call packed as
 -- little-endian doubles, where Redis would parse, copy and hand Lua each argument on
--- its own (README.md, "The lean common call"). The numbers, in order: the clock's
--- kind (0: the caller's instant; 1: the server's TIME; 2: TIME, never earlier than a
--- floor) and value (µs), the mode (0: acquire, 1: dry run, plus twice when it reads
--- the record: evalsha.lua's i+13), the algorithm (its place in `LEAN_ALGORITHMS`),
--- then the charge's numbers as evalsha.lua lists them after its algorithm: cost,
--- limit, period, capacity, five parameters, and the penalty box's three when it has
--- one.
+-- its own (README.md, "The lean common call"). Written by script.rs `Call::packed`.
+-- The numbers, in order:
+--   1  the clock's kind: 0 the caller's instant; 1 the server's TIME; 2 TIME, never
+--      earlier than a floor (clock.lua)
+--   2  the clock's value, µs
+--   3  the mode: 0 acquire, 1 dry run, plus twice when it reads the record (evalsha.lua's
+--      i+13)
+--   4  the algorithm: its place in `LEAN_ALGORITHMS` (`Algorithm::code` + 1)
+--   5.. the charge's numbers as evalsha.lua lists them from i+1: cost, limit, period,
+--      capacity, five parameters, and the penalty box's three when it has one.
 
+-- `Algorithm::ALL`'s names in its order (a unit test in script/wire.rs compares them).
 local LEAN_ALGORITHMS = { 'fixed_window', 'sliding_window', 'sliding_window_counters',
   'sliding_window_log', 'token_bucket', 'gcra', 'leaky_bucket' }
 

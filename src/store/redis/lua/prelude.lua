@@ -1,8 +1,11 @@
--- tollgate: helpers shared by every algorithm's `decide`. How the files join into the
--- script and the function library, and which Rust rule each one twins: README.md.
+-- tollgate: what every script and the function library define first (README.md,
+-- "Assembly"): the state's string and its mark (`read_state`), the table `D` of each
+-- algorithm's `decide`, the verdict and its packed reply (the reply's layout is at the
+-- top of evalsha.lua), exact integer division (`idiv`, `ceil_div`) and the TTL
+-- helpers (`ttl_ms`, `ttl_kept`). Which Rust rule each Lua file twins: README.md.
 --
 -- Lua numbers are doubles: every integer here stays below 2^53 (the store rejects
--- policies that could leave that range), and every division goes through `idiv`,
+-- limits that could leave that range), and every division goes through `idiv`,
 -- which is exact where `a / b` rounded to a double is not.
 
 -- A state is one string: a mark, then the state's numbers with `s` (the latest instant
@@ -37,8 +40,10 @@ local function read_state(key)
   return v, mark
 end
 
--- Each algorithm's `decide(keys, now, args, i, charge, force, v, mark)`, by name (see
--- evalsha.lua): `v` the state string as the caller read it (false: no state), `mark`
+-- Each algorithm's `decide(keys, now, args, i, charge, force, v, mark)`, by name
+-- (`Algorithm::name`): one whole decision of the charge whose arguments start at
+-- args[i] (evalsha.lua's layout); `force` charges even what does not fit (an
+-- operator's penalty); `v` the state string as the caller read it (false: no state), `mark`
 -- the mark to write (block.lua's `guarded` reads the state once for both the block
 -- check and the decision; `decide_fresh` reads it for the other callers).
 local D = {}
@@ -74,9 +79,9 @@ local function ceil_div(a, b)
   return q
 end
 
--- A decision as the store reads it back (see evalsha.lua): allowed (1 or 0),
--- remaining, reset, retry, delay, blocked_for (-1: not blocked), tripped (0), and a
--- slot for the instant decided at, so that the reply's table is sized once.
+-- A decision as the store reads it back (evalsha.lua's `v[1]` to `v[7]`): allowed (1
+-- or 0), remaining, reset, retry, delay, blocked_for (-1: not blocked), tripped (0),
+-- and a slot for the instant decided at, so that the reply's table is sized once.
 local function verdict(allowed, remaining, reset, retry, delay)
   return { allowed and 1 or 0, remaining, reset, retry, delay, -1, 0, 0 }
 end

@@ -1,5 +1,7 @@
--- tollgate: helpers for the algorithms' steps (the */steps.lua files) and the general
--- driver (evalsha_batch.lua); the common case never reaches here (see prelude.lua).
+-- tollgate: what the scripts define after evalsha.lua's common case has returned
+-- (README.md, "Assembly"): the table `A` of each algorithm's steps (the */steps.lua
+-- files) and their shared helpers, for the general driver (evalsha_batch.lua). The
+-- function library holds none of it.
 
 -- Each algorithm's steps for refunds, by name: `nkeys`, `load`, `normalize`,
 -- `refund`, `refund_charge`, `idle_at`, `save` (see evalsha_batch.lua). Decisions,

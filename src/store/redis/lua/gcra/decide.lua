@@ -1,12 +1,19 @@
--- GCRA: the Lua twin of src/algorithm/gcra.rs.
--- Nanoseconds since the epoch (~1.7e18) are not exact in a double, so every instant
--- and duration is a pair (µs, ns) with 0 <= ns < 1000: the TAT, T = (p.t_us, p.t_ns)
--- and B*T = (p.b_us, p.b_ns), all split in Rust.
+-- GCRA: the Lua twin of src/algorithm/gcra.rs, its `decide` and the pair arithmetic
+-- its steps (gcra/steps.lua) and the leaky bucket (leaky_bucket/*.lua) share.
+--
+-- Why the arithmetic is written differently here (the same rule, the same answers):
+-- Rust keeps the TAT, T and B*T in u64 nanoseconds, but Lua's numbers are doubles,
+-- exact only below 2^53, and nanoseconds since the epoch (~1.7e18) are not. So every
+-- instant and duration here is a pair (µs, ns) with 0 <= ns < 1000: the TAT,
+-- T = (p.t_us, p.t_ns) and B*T = (p.b_us, p.b_ns), all split in Rust. A quota whose T
+-- and B*T are whole µs (100 per minute, 10 per second: most) is decided in plain µs
+-- arithmetic instead (`gcra_whole`: the pairs with every ns 0, measured cheaper); the
+-- two paths differ only in how they add and compare instants, and share every write
+-- and every wait they report (`gcra_write`, `gcra_note`, `gcra_retry`, `gcra_reset`).
+--
 -- State (see prelude.lua): the mark, then four packed doubles (s, a, b, e), s = latest
 -- instant seen, (a, b) = TAT as (µs, ns), (0, 0) when idle, e = the T (ns) the TAT is
 -- counted in. Every number is an integer below 2^53, exact in a double.
--- A quota whose T and B*T are whole µs (100 per minute, 10 per second: most) is
--- decided in plain µs arithmetic (`gcra_whole`): the same answers without the pairs.
 
 local GCRA_STATE = '<dddd'
 
@@ -94,6 +101,54 @@ local function gcra_carry_over(a, b, e, t, t_us, t_ns)
   return ns_add(t, 0, n_us, n_ns)
 end
 
+-- The parts of a decision that `gcra_whole` and `gcra_decide`'s pairs share: they
+-- differ only in how they add and compare instants, and each passes these the
+-- instants it computed (a whole-µs TAT is the pair (a, 0)).
+
+-- Writes the state: the TAT (a, b) counted in T = `tn` ns, at the latest instant `t`;
+-- with a TTL to the TAT's end (or `t`), or with `keep` under the TTL it has
+-- (`KEEPTTL`).
+local function gcra_write(keys, now, mark, t, a, b, tn, keep)
+  if keep then
+    redis.call('SET', keys[1], gcra_pack(mark, t, a, b, tn), 'KEEPTTL')
+  else
+    redis.call('SET', keys[1], gcra_pack(mark, t, a, b, tn), 'PX',
+      ttl_ms(math.max(ns_ceil_us(a, b), t), now))
+  end
+end
+
+-- The write of a decision that charged nothing: a TAT re-counted under this quota
+-- (`carried`) is saved, as the memory store keeps it; else a later instant than the
+-- state's is recorded, so that a clock stepping back later stands still here, as the
+-- memory store's floor does.
+local function gcra_note(keys, now, mark, t, a, b, tn, v, floor, carried)
+  if carried then
+    gcra_write(keys, now, mark, t, a, b, tn, false)
+  elseif v and t > floor then
+    gcra_write(keys, now, mark, t, a, b, tn, true)
+  end
+end
+
+-- Rule::retry_at as a wait from `now`: `fit` is the instant the same request would fit
+-- (max(TAT, t) + c*T - B*T, rounded up; 0 when it fits); the leaky bucket's queue
+-- (`max_delay` set) also waits until its start, `served` (rounded up), is within
+-- `max_delay`.
+local function gcra_retry(now, fit, served, max_delay)
+  if max_delay then
+    fit = math.max(fit, served - max_delay)
+  end
+  return math.max(fit - now, 0)
+end
+
+-- Rule::reset_at as a wait from `now`: until the start `served` (rounded up), 0 when
+-- that is not after the effective instant `t`.
+local function gcra_reset(now, t, served)
+  if served <= t then
+    return 0
+  end
+  return served - now
+end
+
 -- The decision of `gcra_decide` when T, B*T and the TAT are whole µs (`t_ns`, `b_ns`
 -- and the state's `b` are 0): the same rule on plain integers, every step exact, and
 -- the same writes. `st` is where the next charge starts, max(TAT, t).
@@ -112,40 +167,27 @@ local function gcra_whole(keys, now, t, a, cost, cap, tu, bu, max_delay, charge,
     if max_delay and st > t then
       delay = st - now
     end
-    -- The stored TAT was written with a TTL for it or later (`ttl_kept`).
+    -- The stored TAT was written with a TTL for it or later (`ttl_kept`): whole µs
+    -- are the common case, so only this path spares the charge's `PX`.
     local before = a
     a, st = en, en
-    if v and not carried and ttl_kept(before, math.max(a, t)) then
-      redis.call('SET', keys[1], gcra_pack(mark, t, a, 0, tn), 'KEEPTTL')
-    else
-      redis.call('SET', keys[1], gcra_pack(mark, t, a, 0, tn), 'PX', ttl_ms(math.max(a, t), now))
-    end
+    gcra_write(keys, now, mark, t, a, 0, tn,
+      v and not carried and ttl_kept(before, math.max(a, t)))
   else
     if not allowed and cost <= cap then
-      local at = 0
+      local fit = 0
       if not fits then
-        at = en - bu
+        fit = en - bu
       end
-      if max_delay then
-        at = math.max(at, st - max_delay)
-      end
-      retry = math.max(at - now, 0)
+      retry = gcra_retry(now, fit, st, max_delay)
     end
-    if carried then
-      redis.call('SET', keys[1], gcra_pack(mark, t, a, 0, tn), 'PX', ttl_ms(math.max(a, t), now))
-    elseif v and t > floor then
-      redis.call('SET', keys[1], gcra_pack(mark, t, a, 0, tn), 'KEEPTTL')
-    end
+    gcra_note(keys, now, mark, t, a, 0, tn, v, floor, carried)
   end
   local remaining = 0
   if t + bu > st then
     remaining = math.min(idiv(t + bu - st, tu), cap)
   end
-  local reset = 0
-  if st > t then
-    reset = st - now
-  end
-  return verdict(allowed, remaining, reset, retry, delay)
+  return verdict(allowed, remaining, gcra_reset(now, t, st), retry, delay)
 end
 
 -- One whole decision (algorithm::evaluate, specialised): GCRA's state is
@@ -200,31 +242,16 @@ local function gcra_decide(keys, now, args, i, charge, force, v, mark, queue)
     -- The new TAT; the next charge starts there (it is >= the old start >= t).
     a, b = e_us, e_ns
     st_us, st_ns = e_us, e_ns
-    local until_us = math.max(ns_ceil_us(a, b), t)
-    redis.call('SET', keys[1], gcra_pack(mark, t, a, b, tn), 'PX', ttl_ms(until_us, now))
+    gcra_write(keys, now, mark, t, a, b, tn, false)
   else
     if not allowed and cost <= cap then
-      -- max(TAT, t) + c*T - B*T, the instant the same request would fit; for the
-      -- queue, no earlier than ceil(start) - max_delay, when it is served within it.
-      local at = 0
+      local fit = 0
       if not fits then
-        at = ns_ceil_us(ns_sub(e_us, e_ns, b_us, b_ns))
+        fit = ns_ceil_us(ns_sub(e_us, e_ns, b_us, b_ns))
       end
-      if queue then
-        at = math.max(at, ns_ceil_us(st_us, st_ns) - max_delay)
-      end
-      retry = math.max(at - now, 0)
+      retry = gcra_retry(now, fit, ns_ceil_us(st_us, st_ns), max_delay)
     end
-    if carried then
-      -- No charge, but the state is now counted under this quota, as the memory
-      -- store keeps it.
-      redis.call('SET', keys[1], gcra_pack(mark, t, a, b, tn), 'PX',
-        ttl_ms(math.max(ns_ceil_us(a, b), t), now))
-    elseif v and t > floor then
-      -- No charge, but a later instant: record it, so that a clock stepping back
-      -- later stands still here, as the memory store's floor does.
-      redis.call('SET', keys[1], gcra_pack(mark, t, a, b, tn), 'KEEPTTL')
-    end
+    gcra_note(keys, now, mark, t, a, b, tn, v, floor, carried)
   end
   -- floor((t + B*T - max(TAT, t)) / T)
   local remaining = 0
@@ -233,13 +260,8 @@ local function gcra_decide(keys, now, args, i, charge, force, v, mark, queue)
     local h_us, h_ns = ns_sub(lim_us, lim_ns, st_us, st_ns)
     remaining = math.min(gcra_floor_units(h_us, h_ns, t_us, t_ns), cap)
   end
-  local reset = ns_ceil_us(st_us, st_ns)
-  if reset <= t then
-    reset = 0
-  else
-    reset = reset - now
-  end
-  return verdict(allowed, remaining, reset, retry, delay)
+  return verdict(allowed, remaining, gcra_reset(now, t, ns_ceil_us(st_us, st_ns)), retry,
+    delay)
 end
 
 -- The leaky bucket passes `queue` (leaky_bucket/decide.lua); GCRA itself leaves it nil.

@@ -51,28 +51,12 @@ local MAX_PARKED = 64
 local function gcra_refund_place(keys, p, s, amount, r, ahead_us, ahead_ns, v)
   local u, c, f, q, rest = 0, 0, 0, 0, ''
   if v then
-    u, c, f, q, rest = string.match(v, '^(%S+) (%S+) (%S+) (%S+)(.*)$')
-    u, c, f, q = tonumber(u), tonumber(c), tonumber(f), tonumber(q)
+    u, c, f, q, rest = pb_parse(v)
   end
-  local parked = {}
-  for till, at, cost in string.gmatch(rest, '(%d+)/(%d+)/(%d+)') do
-    parked[#parked + 1] = { till = tonumber(till), at = tonumber(at), cost = tonumber(cost) }
-  end
+  local parked = pb_parked(rest)
   local function save()
-    local out = {}
-    for _, x in ipairs(parked) do
-      out[#out + 1] = string.format('%.0f/%.0f/%.0f', x.till, x.at, x.cost)
-    end
-    local tail = ''
-    if #out > 0 then
-      tail = ' ' .. table.concat(out, ',')
-    end
     -- An operator's reset's instant (evalsha_batch.lua, mode 'x') stays.
-    local reset_mark = string.match(rest, ' (r%d+)')
-    if reset_mark then
-      tail = ' ' .. reset_mark .. tail
-    end
-    redis.call('SET', keys[#keys], string.format('%.0f %.0f %.0f %.0f', u, c, f, q) .. tail,
+    redis.call('SET', keys[#keys], pb_text(u, c, f, q, pb_suffix(pb_reset_at(rest), parked)),
       'KEEPTTL')
   end
   local ahead = not ns_le(s.a, s.b, now + ahead_us, ahead_ns)
