@@ -155,6 +155,8 @@ impl Store for RedisStore {
 }
 
 impl RedisStore {
+    /// Decides `charges` in Redis: one all-or-nothing script on one server or one hash
+    /// tag, else one per cluster slot in order (see `slots.rs`).
     async fn acquire_remote(&self, charges: &[Charge<'_>]) -> Result<Vec<Verdict>, StoreError> {
         let deadline = Instant::now() + self.deadline;
         let now = self.clock_now();

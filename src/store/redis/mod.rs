@@ -162,7 +162,7 @@ pub struct RedisStore {
     /// Whether and how single charges go to the function library (see
     /// `function.rs`). Shared by clones.
     functions: Arc<Functions>,
-    /// This store's in-flight leases (see `in_flight.rs`). Shared by clones.
+    /// This store's in-flight leases (see `leases.rs`). Shared by clones.
     leases: Arc<Leases>,
     /// The (algorithm, period) pairs each limit name was decided under here, which
     /// reset and penalize reach (see `keys::Known`). Shared by clones.

@@ -46,7 +46,7 @@ impl Source {
                 let object = pool.get().await.map_err(pool_error)?;
                 let mut conn = deadpool_redis::Connection::take(object);
                 // The store's deadline bounds its calls and decides when a slow
-                // connection is dropped (see the module's doc). A user's pool gives its
+                // connection is dropped (see `connection.rs`). A user's pool gives its
                 // connections redis-rs 1's 500 ms response timeout unless built
                 // otherwise; this connection left the pool for the store's use alone.
                 conn.set_response_timeout(NO_RESPONSE_TIMEOUT);
