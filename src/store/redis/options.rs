@@ -170,7 +170,7 @@ impl RedisStore {
 
     /// Bounds every store call (connecting, loading the script, running it) to
     /// `deadline` (default [`DEFAULT_DEADLINE`](RedisStore::DEFAULT_DEADLINE), 50 ms); a call that takes longer
-    /// fails with [`StoreErrorKind::Timeout`]. Zero is a [`ConfigError`].
+    /// fails with [`StoreErrorKind::Timeout`](crate::StoreErrorKind::Timeout). Zero is a [`ConfigError`].
     ///
     /// ```
     /// use std::time::Duration;
