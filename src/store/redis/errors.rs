@@ -1,0 +1,209 @@
+//! What a Redis failure means: the [`StoreError`] (of which [`StoreErrorKind`]) a
+//! caller sees, and whether the connection it came on is still usable.
+//!
+//! Timeouts, lost connections and servers that are up but not serving (`LOADING`,
+//! `CLUSTERDOWN`, `READONLY`, `OOM`, …) each come back as an error of their kind,
+//! never as a panic; only an error that breaks the socket (or a cluster that is down)
+//! drops the connection, every other error reply proves it alive.
+
+use deadpool_redis::redis::{ErrorKind, RedisError, ServerErrorKind};
+
+use crate::{StoreError, StoreErrorKind};
+
+/// Whether an error means the connection itself is unusable.
+///
+/// A reply redis-rs could not read as the type asked for (`Parse`) was read whole,
+/// so the connection is still in step and kept. redis-rs 1 reports bytes that are not
+/// RESP with the same kind, but then closes that connection itself, and the next
+/// call's error drops it.
+pub(super) fn breaks_connection(err: &RedisError) -> bool {
+    if err.kind() == ErrorKind::Parse {
+        return false;
+    }
+    err.is_io_error()
+        || err.is_connection_dropped()
+        || err.is_connection_refusal()
+        || err.is_timeout()
+        || err.is_unrecoverable_error()
+        || matches!(
+            err.kind(),
+            ErrorKind::ClusterConnectionNotFound | ErrorKind::Server(ServerErrorKind::ClusterDown)
+        )
+}
+
+/// Maps a Redis error to a [`StoreError`] of the right kind.
+pub(super) fn store_error(err: RedisError) -> StoreError {
+    let kind = if err.is_timeout() {
+        StoreErrorKind::Timeout
+    } else if err.is_io_error()
+        || err.is_connection_dropped()
+        || err.is_connection_refusal()
+        || err.kind() == ErrorKind::ClusterConnectionNotFound
+    {
+        StoreErrorKind::Connection
+    } else {
+        match err.kind() {
+            // LOADING, CLUSTERDOWN, READONLY, TRYAGAIN, MASTERDOWN: up but not serving.
+            ErrorKind::Server(
+                ServerErrorKind::BusyLoading
+                | ServerErrorKind::ClusterDown
+                | ServerErrorKind::ReadOnly
+                | ServerErrorKind::TryAgain
+                | ServerErrorKind::MasterDown,
+            ) => StoreErrorKind::Unavailable,
+            // Out of memory (`noeviction`), busy with a long script, refusing writes
+            // after a failed save or without enough replicas: up but not serving either.
+            _ if matches!(err.code(), Some("OOM" | "BUSY" | "MISCONF" | "NOREPLICAS")) => {
+                StoreErrorKind::Unavailable
+            }
+            _ => StoreErrorKind::Protocol,
+        }
+    };
+    let message = match err.code() {
+        Some(code) => format!("redis answered {code}"),
+        None => format!("redis call failed ({:?})", err.kind()),
+    };
+    StoreError::new(kind, message).with_source(err)
+}
+
+pub(super) fn pool_error(err: deadpool_redis::PoolError) -> StoreError {
+    match err {
+        deadpool_redis::PoolError::Backend(err) => store_error(err),
+        deadpool_redis::PoolError::Timeout(_) => StoreError::new(
+            StoreErrorKind::Timeout,
+            "no redis connection within the pool's timeout",
+        ),
+        other => {
+            StoreError::new(StoreErrorKind::Connection, "no redis connection").with_source(other)
+        }
+    }
+}
+
+pub(super) fn cluster_pool_error(err: deadpool_redis::cluster::PoolError) -> StoreError {
+    match err {
+        deadpool_redis::cluster::PoolError::Backend(err) => store_error(err),
+        deadpool_redis::cluster::PoolError::Timeout(_) => StoreError::new(
+            StoreErrorKind::Timeout,
+            "no redis cluster connection within the pool's timeout",
+        ),
+        other => StoreError::new(StoreErrorKind::Connection, "no redis cluster connection")
+            .with_source(other),
+    }
+}
+
+/// The error redis-rs makes of one error reply, read from its wire bytes (for the
+/// tests of every file that maps errors).
+#[cfg(test)]
+pub(super) fn error_reply(line: &str) -> RedisError {
+    use deadpool_redis::redis::{Value, parse_redis_value};
+    let bytes = format!("-{line}\r\n");
+    match parse_redis_value(bytes.as_bytes()).and_then(Value::extract_error) {
+        Err(err) => err,
+        Ok(value) => panic!("{line:?} read as {value:?}, not as an error"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use deadpool_redis::redis::{Value, from_redis_value};
+
+    use super::error_reply as reply;
+    use super::*;
+
+    #[test]
+    fn a_server_that_is_up_but_not_serving_is_unavailable() {
+        for line in [
+            "LOADING Redis is loading the dataset in memory",
+            "CLUSTERDOWN The cluster is down",
+            "READONLY You can't write against a read only replica.",
+            "TRYAGAIN Multiple keys request during rehashing of slot",
+            "MASTERDOWN Link with MASTER is down and replica-serve-stale-data is set to 'no'.",
+            "OOM command not allowed when used memory > 'maxmemory'.",
+            "BUSY Redis is busy running a script.",
+            "MISCONF Redis is configured to save RDB snapshots, but it's unable to persist",
+            "NOREPLICAS Not enough good replicas to write.",
+        ] {
+            let err = store_error(reply(line));
+            assert_eq!(err.kind(), StoreErrorKind::Unavailable, "{line}: {err}");
+            let code = line.split(' ').next().unwrap_or_default();
+            assert!(
+                err.to_string().ends_with(&format!("redis answered {code}")),
+                "{err}"
+            );
+        }
+    }
+
+    #[test]
+    fn only_a_cluster_that_is_down_drops_the_connection_among_error_replies() {
+        // Every other error reply is an answer: the connection is alive.
+        assert!(breaks_connection(&reply("CLUSTERDOWN The cluster is down")));
+        for line in [
+            "LOADING Redis is loading the dataset in memory",
+            "READONLY You can't write against a read only replica.",
+            "TRYAGAIN Multiple keys request during rehashing of slot",
+            "MASTERDOWN Link with MASTER is down",
+            "OOM command not allowed when used memory > 'maxmemory'.",
+            "BUSY Redis is busy running a script.",
+            "NOSCRIPT No matching script. Please use EVAL.",
+            "ERR Function not found",
+            "ERR unknown command 'FCALL', with args beginning with: ",
+            "NOPERM User default has no permissions to run the 'fcall' command",
+            "WRONGTYPE Operation against a key holding the wrong kind of value",
+            "CROSSSLOT Keys in request don't hash to the same slot",
+        ] {
+            assert!(!breaks_connection(&reply(line)), "{line}");
+        }
+    }
+
+    #[test]
+    fn refusals_of_the_call_itself_are_protocol_errors() {
+        for line in [
+            "ERR Error running script (call to f_0123): @user_script:1: boom",
+            "NOSCRIPT No matching script. Please use EVAL.",
+            "NOPERM User default has no permissions to run the 'evalsha' command",
+            "WRONGTYPE Operation against a key holding the wrong kind of value",
+            "CROSSSLOT Keys in request don't hash to the same slot",
+        ] {
+            assert_eq!(
+                store_error(reply(line)).kind(),
+                StoreErrorKind::Protocol,
+                "{line}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_reply_of_the_wrong_type_keeps_the_connection() {
+        // The whole reply was read: redis-rs 1 calls this `Parse` and would reconnect.
+        let err = RedisError::from(
+            from_redis_value::<Vec<i64>>(Value::Array(vec![Value::SimpleString("x".into())]))
+                .expect_err("a string is not an integer"),
+        );
+        assert!(!breaks_connection(&err));
+        assert_eq!(store_error(err).kind(), StoreErrorKind::Protocol);
+    }
+
+    #[test]
+    fn a_lost_socket_drops_the_connection() {
+        for (io, kind) in [
+            (std::io::ErrorKind::BrokenPipe, StoreErrorKind::Connection),
+            (
+                std::io::ErrorKind::ConnectionReset,
+                StoreErrorKind::Connection,
+            ),
+            (
+                std::io::ErrorKind::ConnectionRefused,
+                StoreErrorKind::Connection,
+            ),
+            (
+                std::io::ErrorKind::UnexpectedEof,
+                StoreErrorKind::Connection,
+            ),
+            (std::io::ErrorKind::TimedOut, StoreErrorKind::Timeout),
+        ] {
+            let err = RedisError::from(std::io::Error::from(io));
+            assert!(breaks_connection(&err), "{io:?}");
+            assert_eq!(store_error(err).kind(), kind, "{io:?}");
+        }
+    }
+}
