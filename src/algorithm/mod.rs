@@ -33,7 +33,7 @@ pub(crate) use params::{Params, gcd};
 /// token bucket, GCRA and leaky bucket have capacity `B`. Each variant states the most
 /// cost it can admit in any interval, the bound the property tests check.
 ///
-/// "Measured by the accuracy lab" figures come from its default run (feature `lab`:
+/// "Measured by the accuracy lab" figures come from its default run (the workspace crate `tollgate-lab`:
 /// 100/min with `B = L`, ten periods, seed 42), tabulated with charts in
 /// `docs/choosing-an-algorithm.md`; the run is seeded and replays on a manual clock,
 /// and the lab's unit tests recompute every figure quoted here.
@@ -480,4 +480,23 @@ pub(crate) fn still_owed(receipt: Receipt, now: u64, per_us: u64, exact: bool) -
 /// `ceil(a / b)` for nanoseconds to microseconds and similar conversions.
 pub(crate) const fn div_ceil(a: u64, b: u64) -> u64 {
     a.div_ceil(b)
+}
+
+#[cfg(test)]
+mod state_sizes {
+    use std::mem::size_of;
+
+    /// The per-key state of each algorithm, in bytes, as `Algorithm`'s docs count it
+    /// (the memory store adds the instant of the last charge to the window
+    /// algorithms' slots, and the log's and the counters' buffers live on the heap):
+    /// a field added to a state shows up here before it shows up in a benchmark.
+    #[test]
+    fn states_are_the_documented_size() {
+        assert_eq!(size_of::<super::fixed_window::State>(), 16);
+        assert_eq!(size_of::<super::sliding_window::State>(), 24);
+        assert_eq!(size_of::<super::sliding_window_counters::State>(), 32);
+        assert_eq!(size_of::<super::sliding_window_log::State>(), 48);
+        assert_eq!(size_of::<super::token_bucket::State>(), 24);
+        assert_eq!(size_of::<super::gcra::State>(), 16);
+    }
 }

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use super::set::Set;
-use super::{Inner, Limiter};
+use super::{Inner, KeptStore, Limiter};
 #[cfg(feature = "layer")]
 use crate::Policy;
 use crate::store::Store;
@@ -17,7 +17,7 @@ pub struct LimiterBuilder {
     limits: Vec<Limit>,
     #[cfg(feature = "layer")]
     policies: Vec<Policy>,
-    store: Option<Arc<dyn Store>>,
+    store: Option<KeptStore>,
 }
 
 impl LimiterBuilder {
@@ -63,7 +63,7 @@ impl LimiterBuilder {
     /// # Ok::<(), tollgate::ConfigError>(())
     /// ```
     pub fn store<S: Store>(mut self, store: S) -> Self {
-        self.store = Some(Arc::new(store));
+        self.store = Some(KeptStore::new(store));
         self
     }
 
@@ -84,12 +84,14 @@ impl LimiterBuilder {
     /// # Ok::<(), tollgate::ConfigError>(())
     /// ```
     pub fn build(self) -> Result<Limiter, ConfigError> {
-        let store = self.store.unwrap_or_else(|| Arc::new(MemoryStore::new()));
+        let store = self
+            .store
+            .unwrap_or_else(|| KeptStore::new(MemoryStore::new()));
         let set = Set::new(
             self.limits,
             #[cfg(feature = "layer")]
             self.policies,
-            &*store,
+            &*store.store,
         )?;
         Ok(Limiter {
             inner: Arc::new(Inner::new(set, store)),

@@ -31,7 +31,7 @@ use self::check::{Check, CheckState};
 #[cfg(feature = "layer")]
 use crate::Policy;
 use crate::store::{Charge, Store};
-use crate::{ConfigError, Decision, Key, Limit, Quota, StoreError, StoreErrorKind};
+use crate::{ConfigError, Decision, Key, Limit, MemoryStore, Quota, StoreError, StoreErrorKind};
 
 /// Decides whether keys may spend cost under named policies.
 ///
@@ -79,6 +79,34 @@ pub(super) struct Inner {
     /// decides in memory answers ready (see [`StoreCall`](crate::store::StoreCall)),
     /// and a check then returns at its first poll.
     pub(super) store: Arc<dyn Store>,
+    /// The same store when it is a [`MemoryStore`]: a check's first poll calls it
+    /// directly (see `Limiter::decide_now`).
+    pub(super) memory: Option<MemoryStore>,
+}
+
+/// A store as the limiter keeps it: through the [`Store`] trait, and, when it is the
+/// memory store, as itself for the check's hot path.
+pub(super) struct KeptStore {
+    pub(super) store: Arc<dyn Store>,
+    pub(super) memory: Option<MemoryStore>,
+}
+
+impl KeptStore {
+    pub(super) fn new<S: Store>(store: S) -> Self {
+        let memory = (&store as &dyn std::any::Any)
+            .downcast_ref::<MemoryStore>()
+            .cloned();
+        Self {
+            store: Arc::new(store),
+            memory,
+        }
+    }
+}
+
+impl fmt::Debug for KeptStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.store.fmt(f)
+    }
 }
 
 /// A derived limit's identity: the base limit's table (its name, algorithm and
@@ -112,7 +140,7 @@ impl std::ops::Deref for Resolved<'_> {
 }
 
 impl Inner {
-    pub(super) fn new(set: Set, store: Arc<dyn Store>) -> Self {
+    pub(super) fn new(set: Set, KeptStore { store, memory }: KeptStore) -> Self {
         let initial = Arc::new(set);
         Self {
             set: ArcSwap::new(Arc::clone(&initial)),
@@ -120,6 +148,7 @@ impl Inner {
             reloaded: AtomicBool::new(false),
             callers: ArcSwap::default(),
             store,
+            memory,
         }
     }
 }

@@ -48,14 +48,14 @@ impl Set {
             }
             // Every policy is one member of each header the layer writes.
             crate::layer::headers::check_size(&policies)?;
-            if let Some(policy) = policies.iter().find(|p| p.get_in_flight().is_some()) {
-                if !store.supports_in_flight() {
-                    return Err(ConfigError::new(format!(
-                        "policy \"{}\" has an in-flight limit, and the limiter's store keeps no \
-                         in-flight slots (Store::supports_in_flight is false)",
-                        policy.name()
-                    )));
-                }
+            if let Some(policy) = policies.iter().find(|p| p.get_in_flight().is_some())
+                && !store.supports_in_flight()
+            {
+                return Err(ConfigError::new(format!(
+                    "policy \"{}\" has an in-flight limit, and the limiter's store keeps no \
+                     in-flight slots (Store::supports_in_flight is false)",
+                    policy.name()
+                )));
             }
         }
         for limit in &limits {

@@ -111,7 +111,7 @@ impl<'a, T> StoreCall<'a, T> {
     {
         match self.0 {
             Answer::Future(future) => future,
-            ready => Box::pin(Self(ready)),
+            Answer::Ready(answer) => Box::pin(Self(Answer::Ready(answer))),
         }
     }
 

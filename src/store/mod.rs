@@ -24,10 +24,10 @@ pub use memory::MemoryStore;
 use crate::algorithm::Verdict;
 use crate::{ConfigError, Decision, Key, Limit, Receipt, StoreError, StoreErrorKind};
 
-/// One policy's share of a request: charge `cost` to `key` under `policy`.
+/// One limit's share of a request: charge `cost` to `key` under `limit`.
 #[derive(Debug, Clone, Copy)]
 pub struct Charge<'a> {
-    /// The policy (quota and algorithm) to count under.
+    /// The limit (quota and algorithm) to count under.
     pub limit: &'a Limit,
     /// Whose state to charge.
     pub key: &'a Key,
@@ -37,9 +37,22 @@ pub struct Charge<'a> {
 
 /// A place where limiter state lives.
 ///
-/// Implemented by [`MemoryStore`] (and, with their features, the Redis stores). A store
-/// owns its notion of time: it reads its clock once per call, so every charge of one
-/// [`decide`](Store::decide) is decided at the same instant.
+/// **A minimal store implements two methods:** [`decide`](Store::decide) (charge a
+/// batch all-or-nothing) and [`refund`](Store::refund) (give back a key's newest
+/// charges). Every other method has a default: `decide_one`, `peek` and `reserve` go
+/// through `decide`; `refund_charge` through `refund`; `reset`, `block`, `penalize`
+/// and in-flight slots answer [`StoreErrorKind::Unsupported`] (and
+/// [`supports_in_flight`](Store::supports_in_flight) says `false`, so a limiter that
+/// needs slots is refused at build time). A store that wraps another passes each
+/// method on.
+///
+/// Each method returns a [`StoreCall`]: [`StoreCall::ready`] for an answer made at
+/// once (no I/O), [`StoreCall::future`] for one that awaits. A future must do nothing
+/// until polled (the limiter may drop a call it never polled and make it again).
+///
+/// Implemented by [`MemoryStore`], [`LeasedStore`], [`Fallback`] and (feature `redis`)
+/// `RedisStore`. A store owns its notion of time: it reads its clock once per call, so
+/// every charge of one [`decide`](Store::decide) is decided at the same instant.
 ///
 /// ```
 /// use tollgate::{Charge, Key, Limit, MemoryStore, Quota, Store};

@@ -84,9 +84,9 @@ impl Store for MemoryStore {
 }
 
 impl MemoryStore {
-    /// One charge: the limiter's hot path.
+    /// One charge: the limiter's hot path (a check calls it directly).
     #[inline]
-    fn decide_now(&self, charge: &Charge<'_>) -> Decision {
+    pub(crate) fn decide_now(&self, charge: &Charge<'_>) -> Decision {
         let key = self.hashed(charge.key);
         let now = self.now();
         let policy = charge.limit;
