@@ -20,7 +20,9 @@ use std::hash::BuildHasher;
 use foldhash::fast::RandomState;
 use hashbrown::HashTable;
 
-use super::shard::Hashed;
+use super::shard::{Hashed, Shard};
+use crate::Limit;
+use crate::algorithm::Verdict;
 use crate::penalty::Offences;
 use crate::{Key, Receipt};
 
@@ -179,5 +181,25 @@ impl Records {
             }
             Err(_) => false,
         }
+    }
+}
+
+impl Shard {
+    /// The record of `key` under `policy`'s name, if any. One check while the shard
+    /// holds no record at all.
+    #[inline]
+    pub(super) fn record_of(&self, policy: &Limit, key: Hashed<'_>) -> Option<&Record> {
+        if self.records == 0 {
+            return None;
+        }
+        self.names.get(&policy.record())?.records.get(key)
+    }
+
+    /// The answer for `key` under `policy` at `now` if the key is blocked (under any
+    /// quota, period or algorithm of the limit's name).
+    #[inline]
+    pub(super) fn blocked(&self, policy: &Limit, key: Hashed<'_>, now: u64) -> Option<Verdict> {
+        let left = self.record_of(policy, key)?.offences.blocked_for(now)?;
+        Some(Verdict::blocked(left, false))
     }
 }

@@ -1,7 +1,8 @@
 //! Which state a full table gives up: of a random sample, the one whose loss forgives
-//! the least.
+//! the least; and the room made when a stored entry grows.
 
 use super::cells::Cell;
+use super::shard::Shard;
 use super::tables::Map;
 use crate::Key;
 use crate::algorithm::{Params, Rule};
@@ -112,4 +113,54 @@ pub(super) fn pick_victim<R: Rule, C: Cell<State = R::State>>(
         }
     }
     best.map(|(_, index)| index)
+}
+
+impl Shard {
+    /// After an entry of table `index` changed by `grown` bytes: counts it, and makes
+    /// room when it grew (never evicting `keep`, the key just decided).
+    pub(super) fn grown(&mut self, index: usize, grown: isize, keep: &Key, now: u64) {
+        if grown != 0 {
+            self.account(index, 0, grown);
+            if grown > 0 {
+                self.fit_bytes(index, keep, now);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::hash::BuildHasher;
+
+    use foldhash::fast::RandomState;
+
+    use super::super::shard::{Hashed, SWEEP_INTERVAL_US, Shard};
+    use crate::algorithm::Verdict;
+    use crate::{Key, Limit, Quota};
+
+    fn run(shard: &mut Shard, policy: &Limit, key: u64, now: u64, cost: u64) -> Verdict {
+        let key = Key::from(key);
+        let hash = shard.hasher.hash_one(key);
+        shard.run(policy, Hashed { key: &key, hash }, now, cost, cost > 0)
+    }
+
+    #[test]
+    fn a_full_shard_evicts_one_state_per_new_key_between_sweeps() {
+        // Regression: a full shard used to sweep itself on every new key, a scan of
+        // the whole shard per request under a flood of distinct keys.
+        let policy = Limit::new("api", Quota::per_second(1_000)).expect("policy");
+        let mut shard = Shard::new(4, usize::MAX, RandomState::default());
+        let start = 10_000_000;
+        for i in 0..4_u64 {
+            assert!(run(&mut shard, &policy, i, start, 1).allowed);
+        }
+        // Every state is idle 1 ms later, but the next sweep is due only at
+        // `start + 1 s`: before it, a new key evicts one state and leaves the others.
+        let before_sweep = start + SWEEP_INTERVAL_US / 2;
+        assert!(run(&mut shard, &policy, 4, before_sweep, 1).allowed);
+        assert_eq!(shard.len(), 4);
+        // The sweep, when due, drops what is idle.
+        run(&mut shard, &policy, 5, start + SWEEP_INTERVAL_US, 0);
+        assert_eq!(shard.len(), 0);
+    }
 }

@@ -3,11 +3,13 @@
 mod blocks;
 mod cells;
 mod decide;
+mod evaluate;
 mod eviction;
 mod footprint;
 mod in_flight;
 mod names;
 mod operations;
+mod reservations;
 mod shard;
 mod tables;
 

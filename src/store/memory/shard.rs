@@ -1,8 +1,12 @@
 //! One shard of the memory store: the states of the keys that hash to it, one table
 //! per (limit name, algorithm, period), and one record per (limit name, key) for
 //! blocks, penalty counts and reservations; bounded and swept of idle state as it is
-//! used. The bookkeeping of names, tables and shares is in `names.rs`; what operators
-//! and the penalty box do (blocks, resets, penalties, refunds) in `operations.rs`.
+//! used. This file holds the shard's state and its decision entry points (`run`,
+//! `run_shared`, `decide_at`); the rules run on a state in `evaluate.rs`; the
+//! bookkeeping of names, tables and shares (and the room they make) in `names.rs`;
+//! victim choice in `eviction.rs`; a key's record and its block in `blocks.rs`;
+//! reservations in `reservations.rs`; what operators and the penalty box do (blocks,
+//! resets, penalties, refunds) in `operations.rs`.
 
 use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -10,16 +14,14 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use foldhash::fast::RandomState;
 use hashbrown::HashMap;
 
-use super::blocks::Record;
-use super::cells::{AtomicTat, Cell, entry_bytes};
-use super::footprint::Footprint;
-use super::names::{Claim, Name};
-use super::tables::{Map, States, Table, with_rule};
+use super::cells::{Cell, entry_bytes};
+use super::evaluate::{fresh_verdict, run_atomic, run_fresh, run_stored};
+use super::names::Name;
+use super::tables::{States, Table, with_rule};
 use crate::algorithm::{
-    self, Params, Rule, Verdict, fixed_window::FixedWindow, gcra, gcra::Gcra,
-    leaky_bucket::LeakyBucket, sliding_window::SlidingWindow,
-    sliding_window_counters::SlidingWindowCounters, sliding_window_log::SlidingWindowLog,
-    token_bucket::TokenBucket,
+    Verdict, fixed_window::FixedWindow, gcra::Gcra, leaky_bucket::LeakyBucket,
+    sliding_window::SlidingWindow, sliding_window_counters::SlidingWindowCounters,
+    sliding_window_log::SlidingWindowLog, token_bucket::TokenBucket,
 };
 use crate::{Key, Limit};
 
@@ -89,89 +91,6 @@ pub(crate) struct Hashed<'a> {
     pub(crate) hash: u64,
 }
 
-/// Decides in `map` for a key it holds; `None` when the key is not stored. Also
-/// returns by how many bytes the entry grew (a log that took a new entry).
-fn run_stored<R: Rule, C: Cell<State = R::State>>(
-    map: &mut Map<C>,
-    p: &Params,
-    key: Hashed<'_>,
-    (now, floor): (u64, u64),
-    cost: u64,
-    charge: bool,
-) -> Option<(Verdict, isize)>
-where
-    R::State: Footprint,
-{
-    let (_, cell) = map.find_mut(key.hash, |(k, _)| k == key.key)?;
-    let before = entry_bytes(cell);
-    let verdict = cell.with_mut(|state| {
-        let verdict = algorithm::evaluate::<R>(p, state, now, floor, cost, charge);
-        state.compact();
-        verdict
-    });
-    if charge && cost > 0 && verdict.allowed {
-        cell.stamp(now.max(floor));
-    }
-    let grown = entry_bytes(cell).cast_signed() - before.cast_signed();
-    Some((verdict, grown))
-}
-
-/// Decides for a key with no state: on a fresh state, stored only by `insert`.
-fn run_fresh<R: Rule>(
-    p: &Params,
-    (now, floor): (u64, u64),
-    cost: u64,
-    charge: bool,
-) -> (Verdict, R::State) {
-    let mut state = R::State::default();
-    let verdict = algorithm::evaluate::<R>(p, &mut state, now, floor, cost, charge);
-    (verdict, state)
-}
-
-/// Decides one charge for a stored key of a GCRA or leaky-bucket table under the
-/// shard's read lock: the new TAT is computed from the one read and installed by
-/// compare-and-swap, again from the fresh value when another thread got there first.
-/// `None` when the key is not stored (inserting needs the write lock).
-fn run_atomic<R: Rule<State = gcra::State>>(
-    map: &Map<AtomicTat>,
-    p: &Params,
-    key: Hashed<'_>,
-    (now, floor): (u64, u64),
-    cost: u64,
-) -> Option<Verdict> {
-    let (_, AtomicTat { tat, emission_ns }) = map.find(key.hash, |(k, _)| k == key.key)?;
-    if *emission_ns != p.emission_ns {
-        // Counted under another quota: re-counting it needs the write lock.
-        return None;
-    }
-    let mut seen = tat.load(Relaxed);
-    loop {
-        let mut state = gcra::State {
-            tat_ns: seen,
-            emission_ns: p.emission_ns,
-        };
-        let step = algorithm::apply::<R>(p, &mut state, now, floor, cost, true);
-        // A denial (or a zero cost) changes nothing: its verdict holds for the TAT
-        // read. A charge holds once its TAT is installed over the one it started from.
-        if state.tat_ns != seen
-            && let Err(current) = tat.compare_exchange_weak(seen, state.tat_ns, Relaxed, Relaxed)
-        {
-            seen = current;
-            continue;
-        }
-        return Some(algorithm::report::<R>(p, &state, now, cost, step));
-    }
-}
-
-/// The verdict of a fresh state (a key with no state under these parameters).
-fn fresh_verdict(p: &Params, at: (u64, u64), cost: u64, charge: bool) -> Verdict {
-    // An empty `States` allocates nothing: it only names the rule.
-    with_rule!(&States::new(p.algorithm), |_map, R| run_fresh::<R>(
-        p, at, cost, charge
-    )
-    .0)
-}
-
 impl Shard {
     pub(crate) fn new(capacity: usize, max_bytes: usize, hasher: RandomState) -> Self {
         Self {
@@ -206,120 +125,6 @@ impl Shard {
     /// How many offences the shard refused to record (see `record_for`).
     pub(crate) fn refused_trips(&self) -> u64 {
         self.refused_trips
-    }
-
-    /// The record of `key` under `policy`'s name, if any. One check while the shard
-    /// holds no record at all.
-    #[inline]
-    pub(super) fn record_of(&self, policy: &Limit, key: Hashed<'_>) -> Option<&Record> {
-        if self.records == 0 {
-            return None;
-        }
-        self.names.get(&policy.record())?.records.get(key)
-    }
-
-    /// The answer for `key` under `policy` at `now` if the key is blocked (under any
-    /// quota, period or algorithm of the limit's name).
-    #[inline]
-    pub(super) fn blocked(&self, policy: &Limit, key: Hashed<'_>, now: u64) -> Option<Verdict> {
-        let left = self.record_of(policy, key)?.offences.blocked_for(now)?;
-        Some(Verdict::blocked(left, false))
-    }
-
-    /// The tail of `key`'s queue of reservations under `policy`'s name, if it is still
-    /// ahead of `now`.
-    #[inline]
-    pub(super) fn queued(&self, policy: &Limit, key: Hashed<'_>, now: u64) -> Option<u64> {
-        let tail = self.record_of(policy, key)?.queue_until;
-        (tail > now).then_some(tail)
-    }
-
-    /// Reserves `cost` for `key` under `policy` at `now`: the request's place is the
-    /// earliest instant, behind the key's queue of reservations, at which the rule
-    /// admits it; if that is within `max_wait_us`, it is charged there and then (the
-    /// state runs ahead of the clock until then) and the verdict's delay is the wait.
-    /// Otherwise nothing is charged and the denial's `retry_after` says when it could.
-    ///
-    /// A place ahead of the clock needs the key's record (the queue's tail), made
-    /// before anything is charged: when the name's share of records holds only blocks
-    /// and pending reservations, the reservation is refused and charges nothing.
-    pub(crate) fn reserve(
-        &mut self,
-        policy: &Limit,
-        key: Hashed<'_>,
-        now: u64,
-        cost: u64,
-        max_wait_us: u64,
-    ) -> Verdict {
-        let floor = self.advance_and_sweep(now);
-        if let Some(blocked) = self.blocked(policy, key, now) {
-            return blocked;
-        }
-        let tail = self.queued(policy, key, now).unwrap_or(0);
-        let first = floor.max(tail);
-        let probe = self.decide_at(policy, key, now, first, cost, false);
-        // Measured on the caller's clock, as the Redis store measures it: a place the
-        // rule gives at once is now, even when the key's latest instant is ahead.
-        // Full again no earlier than where the probe stood, as Redis reports it.
-        let reset_after_us = probe.reset_after_us.max(first - now);
-        let at = if probe.allowed {
-            now.max(tail)
-        } else {
-            match probe.retry_after_us {
-                Some(retry) => now + retry,
-                None => {
-                    return Verdict {
-                        reset_after_us,
-                        ..probe
-                    };
-                }
-            }
-        };
-        // The leaky bucket serves its place when the queue ahead has drained: the
-        // wait is until then (its reset at the place), and that is what max_wait bounds.
-        let served = if policy.params().algorithm == crate::Algorithm::LeakyBucket {
-            let there = self.decide_at(policy, key, now, floor.max(at), cost, false);
-            at.max(now + there.reset_after_us)
-        } else {
-            at
-        };
-        let refused = Verdict {
-            allowed: false,
-            remaining: 0,
-            reset_after_us,
-            retry_after_us: Some(served - now),
-            delay_us: 0,
-            receipt: None,
-            ..probe
-        };
-        if served - now > max_wait_us {
-            // Refused, charging nothing: a probe the rule admitted at the queue's
-            // tail is still a refusal here (it used to be reported allowed, with
-            // nothing charged: a caller that trusted it went uncounted).
-            return Verdict {
-                remaining: probe.remaining,
-                ..refused
-            };
-        }
-        if at > now
-            && self
-                .record_for(policy, key, now, Claim::Reservation)
-                .is_none()
-        {
-            return refused;
-        }
-        let mut verdict = self.decide_at(policy, key, now, floor.max(at), cost, true);
-        if !verdict.allowed {
-            return verdict;
-        }
-        verdict.delay_us = verdict.delay_us.max(at - now);
-        if at > now
-            && let Some(record) = self.record_mut(policy, key)
-        {
-            record.queue_until = record.queue_until.max(at);
-            record.expires_at = record.expires_at.max(at);
-        }
-        verdict
     }
 
     pub(crate) fn len(&self) -> usize {
@@ -423,7 +228,7 @@ impl Shard {
 
     /// Decides `cost` for `key` under `policy`, on the caller's clock `now` but at the
     /// instant `max(now, floor)` (the latest seen, or a reservation's place).
-    fn decide_at(
+    pub(super) fn decide_at(
         &mut self,
         policy: &Limit,
         key: Hashed<'_>,
@@ -471,17 +276,6 @@ impl Shard {
         verdict
     }
 
-    /// After an entry of table `index` changed by `grown` bytes: counts it, and makes
-    /// room when it grew (never evicting `keep`, the key just decided).
-    pub(super) fn grown(&mut self, index: usize, grown: isize, keep: &Key, now: u64) {
-        if grown != 0 {
-            self.account(index, 0, grown);
-            if grown > 0 {
-                self.fit_bytes(index, keep, now);
-            }
-        }
-    }
-
     /// Records `now` and returns the latest instant seen, `max(now, latest)`.
     ///
     /// A plain store, not a `fetch_max`: with keys spread over the shards, most
@@ -517,32 +311,6 @@ impl Shard {
 mod tests {
     use super::*;
     use crate::{Penalty, Quota};
-
-    fn run(shard: &mut Shard, policy: &Limit, key: u64, now: u64, cost: u64) -> Verdict {
-        let key = Key::from(key);
-        let hash = shard.hasher.hash_one(key);
-        shard.run(policy, Hashed { key: &key, hash }, now, cost, cost > 0)
-    }
-
-    #[test]
-    fn a_full_shard_evicts_one_state_per_new_key_between_sweeps() {
-        // Regression: a full shard used to sweep itself on every new key, a scan of
-        // the whole shard per request under a flood of distinct keys.
-        let policy = Limit::new("api", Quota::per_second(1_000)).expect("policy");
-        let mut shard = Shard::new(4, usize::MAX, RandomState::default());
-        let start = 10_000_000;
-        for i in 0..4_u64 {
-            assert!(run(&mut shard, &policy, i, start, 1).allowed);
-        }
-        // Every state is idle 1 ms later, but the next sweep is due only at
-        // `start + 1 s`: before it, a new key evicts one state and leaves the others.
-        let before_sweep = start + SWEEP_INTERVAL_US / 2;
-        assert!(run(&mut shard, &policy, 4, before_sweep, 1).allowed);
-        assert_eq!(shard.len(), 4);
-        // The sweep, when due, drops what is idle.
-        run(&mut shard, &policy, 5, start + SWEEP_INTERVAL_US, 0);
-        assert_eq!(shard.len(), 0);
-    }
 
     /// The shard's running totals equal what its tables and records hold.
     fn assert_consistent(shard: &Shard) {

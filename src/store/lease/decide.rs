@@ -1,0 +1,242 @@
+//! One request's way through the lease table: decided here (a lease spent, a denial
+//! repeated), waiting for the slice another task is charging, charging the key's next
+//! slice, or charging its own cost alongside.
+
+use std::pin::pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::Notify;
+
+use super::LeasedStore;
+use super::returns::Release;
+use super::sizing::{grow_under_demand, shrunk_after_expiry};
+use super::slice::{Lease, Spent};
+use super::table::{Entry, Shard, Slot, lock};
+use crate::store::{Charge, Store};
+use crate::{Decision, Limit, StoreError};
+
+/// What a request does next.
+enum Step {
+    /// Decided here: from a lease, or a denial repeated.
+    Done(Decision),
+    /// Wait for the task charging the next slice.
+    Wait(Arc<Notify>),
+    /// Charge a slice of this many units, as the key's one refilling task.
+    Charge(u64, Arc<Notify>),
+    /// Charge the request's own cost, leaving the lease to the refilling task.
+    Direct,
+}
+
+impl Entry {
+    /// Decides `charge` at local `now` from this entry alone: its denial repeated, or
+    /// units spent from its lease. Else why the lease cannot serve it (`None`: there
+    /// is none), having changed nothing.
+    fn decide_locally(&mut self, charge: &Charge<'_>, now: u64) -> Result<Decision, Option<Spent>> {
+        if let Some(denied) = &self.denied
+            && denied.covers(now, charge.cost)
+        {
+            return Ok(denied.repeat(now, charge.limit));
+        }
+        let Some(lease) = &mut self.lease else {
+            return Err(None);
+        };
+        let delay = lease.spend(now, charge.cost).map_err(Some)?;
+        Ok(lease_decision(lease, now, charge.cost, delay, charge.limit))
+    }
+}
+
+impl<S: Store> LeasedStore<S> {
+    /// Decides one charge of cost ≥ 1 on a leasable limit if the key's entry can
+    /// alone, without the backing store: the ready fast path. `None` leaves the
+    /// table as it was (only the clock's floor moves), so a call made instead does
+    /// nothing until it is polled, and one dropped unpolled has taken nothing.
+    pub(super) fn decide_here(&self, charge: &Charge<'_>) -> Option<Decision> {
+        let slot = Slot::of(charge);
+        let now = self.now();
+        let mut shard = lock(self.shard(&slot));
+        shard
+            .entries
+            .get_mut(&slot)?
+            .decide_locally(charge, now)
+            .ok()
+    }
+
+    /// Decides one charge of cost ≥ 1 on a leasable limit.
+    pub(super) async fn decide_leased(&self, charge: &Charge<'_>) -> Result<Decision, StoreError> {
+        let slot = Slot::of(charge);
+        loop {
+            let now = self.now();
+            let (step, expired, evicted) = self.step(charge, &slot, now);
+            if let Some(lease) = expired {
+                let release = Release {
+                    limit: charge.limit.clone(),
+                    key: *charge.key,
+                    lease,
+                };
+                let _ = self.give_back(release, now).await;
+            }
+            if let Some(release) = evicted {
+                let _ = self.give_back(release, now).await;
+            }
+            match step {
+                Step::Done(decision) => return Ok(decision),
+                Step::Wait(refill) => {
+                    let mut notified = pin!(refill.notified());
+                    // Registered before looking: the refill notifies under the shard's
+                    // lock, after clearing itself, so no wake-up is missed.
+                    notified.as_mut().enable();
+                    if self.refilling(&slot, &refill) {
+                        notified.await;
+                    }
+                }
+                Step::Direct => {
+                    let sent = self.now();
+                    let decision = self.acquire_one(charge, charge.cost).await?;
+                    self.note(&decision, charge.cost, sent, &slot);
+                    return Ok(decision);
+                }
+                Step::Charge(slice, notify) => {
+                    let mut refill = Refill {
+                        owner: self,
+                        slot: &slot,
+                        notify,
+                        done: false,
+                    };
+                    let decision = self
+                        .charge_slice(charge, slice, &slot, &refill.notify)
+                        .await;
+                    refill.done = true;
+                    refill.finish();
+                    return decision;
+                }
+            }
+        }
+    }
+
+    /// What a request of `charge` does at local `now`, decided under the key's shard
+    /// lock; with the expired lease and the evicted entry to return, outside it.
+    fn step(
+        &self,
+        charge: &Charge<'_>,
+        slot: &Slot,
+        now: u64,
+    ) -> (Step, Option<Lease>, Option<Release>) {
+        let cost = charge.cost;
+        let cap = self.cap(charge.limit.params().capacity);
+        let mut guard = lock(self.shard(slot));
+        let mut evicted = None;
+        if !guard.entries.contains_key(slot) {
+            evicted = self.make_room(&mut guard);
+            guard.tick += 1;
+            let stamp = guard.tick;
+            guard
+                .entries
+                .insert(slot.clone(), Entry::new(charge.limit.clone(), stamp));
+        }
+        let Shard { entries, tick, .. } = &mut *guard;
+        let Some(entry) = entries.get_mut(slot) else {
+            unreachable!("inserted above, under the same lock");
+        };
+        let unserved = match entry.decide_locally(charge, now) {
+            Ok(decision) => return (Step::Done(decision), None, evicted),
+            Err(unserved) => unserved,
+        };
+        if entry
+            .denied
+            .as_ref()
+            .is_some_and(|denied| now >= denied.until)
+        {
+            entry.denied = None;
+        }
+        let mut expired = None;
+        if let (Some(spent), Some(lease)) = (unserved, &entry.lease) {
+            match spent {
+                Spent::Exhausted => {
+                    entry.slice = self.grown_after_use(entry.slice, lease, now, cap);
+                }
+                Spent::Expired => {
+                    entry.slice = shrunk_after_expiry(entry.slice, lease);
+                    expired = entry.lease.take();
+                }
+            }
+        }
+        if let Some(refill) = &entry.refill {
+            // Another task is charging the next slice: wait for it if it will leave
+            // enough over, then look again; else charge alongside it, as without
+            // leases (waiting would queue every request behind one round trip).
+            let step = if entry.spare >= cost {
+                // As many wait as the slice will leave units for.
+                entry.spare -= cost;
+                Step::Wait(refill.clone())
+            } else {
+                grow_under_demand(entry, cap);
+                Step::Direct
+            };
+            return (step, expired, evicted);
+        }
+        let slice = self.next_slice(entry, cost, cap);
+        let notify = Arc::new(Notify::new());
+        entry.refill = Some(notify.clone());
+        entry.spare = slice - cost;
+        entry.lease = None;
+        *tick += 1;
+        entry.stamp = *tick;
+        (Step::Charge(slice, notify), expired, evicted)
+    }
+
+    /// Whether `refill` is still charging the slot's next slice.
+    fn refilling(&self, slot: &Slot, refill: &Arc<Notify>) -> bool {
+        lock(self.shard(slot))
+            .entries
+            .get(slot)
+            .is_some_and(|entry| entry.refilled_by(refill))
+    }
+}
+
+/// The decision for `cost` spent from `lease` at local `now`.
+fn lease_decision(lease: &Lease, now: u64, cost: u64, delay: u64, limit: &Limit) -> Decision {
+    let capacity = limit.params().capacity;
+    Decision {
+        allowed: true,
+        limit: capacity,
+        remaining: lease.remaining.saturating_add(lease.unused()).min(capacity),
+        reset_after: Duration::from_micros(lease.reset_after(now)),
+        retry_after: None,
+        delay: Duration::from_micros(delay),
+        policy: limit.name(),
+        quota: limit.quota(),
+        blocked_for: None,
+        receipt: lease.receipt.with_cost(cost),
+    }
+}
+
+/// The task charging a key's next slice: whatever happens to it (an answer, an error,
+/// being cancelled), the key stops waiting on it.
+struct Refill<'a, S: Store> {
+    owner: &'a LeasedStore<S>,
+    slot: &'a Slot,
+    notify: Arc<Notify>,
+    done: bool,
+}
+
+impl<S: Store> Refill<'_, S> {
+    fn finish(&mut self) {
+        let mut shard = lock(self.owner.shard(self.slot));
+        if let Some(entry) = shard.entries.get_mut(self.slot)
+            && entry.refilled_by(&self.notify)
+        {
+            entry.refill = None;
+        }
+        // Under the lock: a waiter registers under it too, so none misses this.
+        self.notify.notify_waiters();
+    }
+}
+
+impl<S: Store> Drop for Refill<'_, S> {
+    fn drop(&mut self) {
+        if !self.done {
+            self.finish();
+        }
+    }
+}
