@@ -36,7 +36,7 @@ pub trait Clock: Send + Sync + fmt::Debug + 'static {
     /// assert_eq!(ManualClock::new(Duration::from_millis(1500)).now_micros(), 1_500_000);
     /// ```
     fn now_micros(&self) -> u64 {
-        micros_of(self.now())
+        crate::time::micros(self.now())
     }
 }
 
@@ -78,7 +78,7 @@ fn anchor() -> &'static Anchor {
         Anchor {
             source,
             start_raw,
-            start_since_epoch_us: micros_of(since_epoch),
+            start_since_epoch_us: crate::time::micros(since_epoch),
         }
     })
 }
@@ -128,7 +128,7 @@ impl ManualClock {
     /// ```
     pub fn new(since_epoch: Duration) -> Self {
         Self {
-            micros: Arc::new(AtomicU64::new(micros_of(since_epoch))),
+            micros: Arc::new(AtomicU64::new(crate::time::micros(since_epoch))),
         }
     }
 
@@ -142,7 +142,8 @@ impl ManualClock {
     /// assert_eq!(clock.now(), Duration::from_secs(3));
     /// ```
     pub fn set(&self, since_epoch: Duration) {
-        self.micros.store(micros_of(since_epoch), Ordering::SeqCst);
+        self.micros
+            .store(crate::time::micros(since_epoch), Ordering::SeqCst);
     }
 
     /// Moves the clock forward by `by`.
@@ -155,7 +156,7 @@ impl ManualClock {
     /// assert_eq!(clock.now(), Duration::from_micros(10));
     /// ```
     pub fn advance(&self, by: Duration) {
-        let by = micros_of(by);
+        let by = crate::time::micros(by);
         // Saturates: a clock advanced past `u64::MAX` µs must not wrap to the past.
         let _ = self
             .micros
@@ -179,10 +180,6 @@ impl fmt::Debug for ManualClock {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_tuple("ManualClock").field(&self.now()).finish()
     }
-}
-
-fn micros_of(d: Duration) -> u64 {
-    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
 }
 
 /// The latest instant the stores compute at, in microseconds since the epoch (late

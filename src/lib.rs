@@ -127,6 +127,7 @@ mod observe;
 mod penalty;
 mod quota;
 pub mod store;
+mod time;
 
 pub use algorithm::Algorithm;
 pub use clock::{Clock, ManualClock, SystemClock};

@@ -1,6 +1,7 @@
 //! [`Penalty`]: the penalty box of a limit, and the offence record both stores keep
 //! next to a key's rate state (the Redis store's twin is `lua/block.lua`).
 
+use crate::time::micros_up;
 use std::time::Duration;
 
 use crate::ConfigError;
@@ -189,12 +190,6 @@ impl Penalty {
             None => Ok(()),
         }
     }
-}
-
-/// `d` in whole µs, rounded up (a block never ends early).
-pub(crate) fn micros_up(d: Duration) -> u64 {
-    let us = d.as_micros() + u128::from(!d.subsec_nanos().is_multiple_of(1_000));
-    u64::try_from(us).unwrap_or(u64::MAX)
 }
 
 /// A key's block and its count of rejections, in µs since the epoch: what the memory

@@ -1,6 +1,7 @@
 //! Rate-limit response headers: every header name the layer writes, in one place,
 //! and the styles that write them from decisions.
 
+use crate::time::ceil_secs;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
@@ -93,11 +94,6 @@ pub enum ResetFormat {
     Seconds,
     /// The reset as a Unix timestamp in whole seconds, rounded up.
     UnixEpoch,
-}
-
-/// Whole seconds, rounded up: headers never promise a reset earlier than the real one.
-pub(crate) fn ceil_secs(d: Duration) -> u64 {
-    d.as_secs() + u64::from(d.subsec_nanos() > 0)
 }
 
 /// The reset a header reports: for a policy that denied the request, the wait until

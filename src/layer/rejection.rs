@@ -10,7 +10,8 @@ use http::header::{CONTENT_TYPE, HeaderMap, HeaderValue, RETRY_AFTER};
 use http::{Response, StatusCode};
 
 use crate::Decision;
-use crate::layer::headers::{ceil_secs, digits, write_retry_after};
+use crate::layer::headers::{digits, write_retry_after};
+use crate::time::ceil_secs;
 
 /// Why the layer answered a request itself.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -220,8 +220,8 @@ impl BlockCache {
         let Some(retry_after) = denied.retry_after else {
             return;
         };
-        let retry_us = u64::try_from(retry_after.as_micros()).unwrap_or(u64::MAX);
-        let reset_us = u64::try_from(denied.reset_after.as_micros()).unwrap_or(u64::MAX);
+        let retry_us = crate::time::micros(retry_after);
+        let reset_us = crate::time::micros(denied.reset_after);
         let blocked = denied.blocked_for.is_some();
         let mut blocks = self.lock();
         blocks.expire(sent, self.max_age_us);

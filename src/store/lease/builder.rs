@@ -172,7 +172,7 @@ impl<S: Store> LeaseBuilder<S> {
             inner: Arc::new(Inner {
                 store: self.store,
                 clock: self.clock,
-                max_lease_us: u64::try_from(self.max_lease.as_micros()).unwrap_or(u64::MAX),
+                max_lease_us: crate::time::micros(self.max_lease),
                 max_slice: self.max_slice,
                 processes: self.processes,
                 sizing: self.sizing,

@@ -44,7 +44,7 @@ impl<S> LeasedStore<S> {
     /// The denial to repeat after `decision`, if it is one that can pass later.
     pub(super) fn denial(&self, decision: &Decision, cost: u64, sent: u64) -> Option<Denial> {
         let retry = decision.retry_after.filter(|_| !decision.allowed)?;
-        let retry = u64::try_from(retry.as_micros()).unwrap_or(u64::MAX);
+        let retry = crate::time::micros(retry);
         Some(Denial {
             until: sent.saturating_add(retry.min(self.inner.max_lease_us)),
             cost,

@@ -8,8 +8,8 @@ use std::time::Duration;
 use super::shard::{Hashed, Shard};
 use super::{MemoryStore, read, write};
 use crate::algorithm::{Refund, Verdict};
-use crate::penalty::micros_up;
 use crate::store::{Charge, InFlightSlot, Store, StoreCall, decision};
+use crate::time::micros_up;
 use crate::{Algorithm, ConfigError, Decision, Key, Limit, Receipt};
 
 impl Store for MemoryStore {

@@ -210,9 +210,3 @@ fn missing_verdict() -> StoreError {
         "the rate-limit script returned no verdict",
     )
 }
-
-/// `d` in whole microseconds, rounded up (a positive age never becomes 0).
-fn duration_us(d: Duration) -> u64 {
-    let us = d.as_micros() + u128::from(!d.subsec_nanos().is_multiple_of(1_000));
-    u64::try_from(us).unwrap_or(u64::MAX)
-}

@@ -16,8 +16,8 @@ use tokio::time::Instant;
 
 use super::script::Mode;
 use super::{MAX_BLOCK, RedisStore, missing_verdict};
-use crate::penalty::micros_up;
 use crate::store::{Charge, decision};
+use crate::time::micros_up;
 use crate::{Decision, Key, Limit, StoreError};
 
 impl RedisStore {

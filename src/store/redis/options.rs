@@ -16,7 +16,7 @@ use super::connection::Connections;
 use super::function::Functions;
 use super::leases::Leases;
 use super::source::{Source, pool_for_url};
-use super::{RedisStore, duration_us, keys};
+use super::{RedisStore, keys};
 use crate::store::block_cache::BlockCache;
 use crate::{Clock, ConfigError};
 
@@ -41,7 +41,7 @@ impl RedisStore {
             deadline: Self::DEFAULT_DEADLINE,
             cache: Some(Arc::new(BlockCache::new(
                 Self::DEFAULT_BLOCK_CACHE_KEYS,
-                duration_us(Self::DEFAULT_BLOCK_CACHE_MAX_AGE),
+                crate::time::micros_up(Self::DEFAULT_BLOCK_CACHE_MAX_AGE),
             ))),
             cache_max_age: Self::DEFAULT_BLOCK_CACHE_MAX_AGE,
             functions: Arc::new(Functions::new(true)),
@@ -209,7 +209,7 @@ impl RedisStore {
     /// ```
     #[must_use]
     pub fn block_cache(mut self, max_keys: usize) -> Self {
-        let max_age_us = duration_us(self.cache_max_age);
+        let max_age_us = crate::time::micros_up(self.cache_max_age);
         self.cache = (max_keys > 0).then(|| Arc::new(BlockCache::new(max_keys, max_age_us)));
         self
     }
@@ -244,10 +244,12 @@ impl RedisStore {
             )));
         }
         self.cache_max_age = max_age;
-        self.cache = self
-            .cache
-            .as_ref()
-            .map(|cache| Arc::new(BlockCache::new(cache.max_keys(), duration_us(max_age))));
+        self.cache = self.cache.as_ref().map(|cache| {
+            Arc::new(BlockCache::new(
+                cache.max_keys(),
+                crate::time::micros_up(max_age),
+            ))
+        });
         Ok(self)
     }
 

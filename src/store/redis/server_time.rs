@@ -50,7 +50,7 @@ impl ServerTime {
 }
 
 fn extrapolate(server_us: u64, at: Instant, now: Instant) -> u64 {
-    let elapsed = u64::try_from(now.saturating_duration_since(at).as_micros()).unwrap_or(u64::MAX);
+    let elapsed = crate::time::micros(now.saturating_duration_since(at));
     server_us.saturating_add(elapsed - elapsed / SLOWDOWN)
 }
 
