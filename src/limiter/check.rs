@@ -52,12 +52,36 @@ impl Future for Check<'_> {
         this.state = CheckState::Done;
         let limiter = this.limiter;
         let (policy, key, cost, quota) = (this.policy, this.key, u64::from(this.cost), this.quota);
-        if let Poll::Ready(answer) = limiter.decide_now(policy, key, cost, quota) {
-            return Poll::Ready(answer);
+        if let Some(memory) = &limiter.inner.memory {
+            // The memory store, called directly: one synchronous decision under the
+            // current set, loaded without a lock, returned from this poll with no
+            // call boundary, closure or `Cow` in between (through the `Store` vtable
+            // and a `StoreCall`, the decision, some 170 bytes, is copied at each:
+            // measured 477 instructions a hot-key check instead of 373).
+            let set = limiter.current();
+            let Some(limit) = set.find(policy) else {
+                return Poll::Ready(Err(unknown_policy(policy)));
+            };
+            return Poll::Ready(match quota {
+                Some(quota) if quota != limit.quota() => {
+                    limiter.caller_limit(limit, quota).map(|own| {
+                        memory.decide_now(&Charge {
+                            limit: &own,
+                            key,
+                            cost,
+                        })
+                    })
+                }
+                _ => Ok(memory.decide_now(&Charge { limit, key, cost })),
+            });
         }
-        // A store that does I/O. The call holds its set: a reload while it awaits the
-        // store does not change the limit it decides under. It owns what it needs, so
-        // that dropped on the wire it can run on and give its charge back.
+        // Any other store, through the trait, from owned arguments: the call holds its
+        // set (a reload while it awaits the store does not change the limit it decides
+        // under), and dropped on the wire it can run on and give its charge back. A
+        // store that answers ready (a lease covering the charge) is done at the
+        // first poll below. (Asking it first with borrowed arguments, as the layer
+        // does, cost the memory path above 40 instructions: the decision then had to
+        // be built whole even for a caller that reads only `allowed`.)
         let set = limiter.snapshot();
         let Some(index) = set.index_of(policy) else {
             return Poll::Ready(Err(unknown_policy(policy)));
@@ -85,51 +109,5 @@ impl Future for Check<'_> {
             this.state = CheckState::Store(future);
         }
         poll
-    }
-}
-
-impl Limiter {
-    /// A check decided at once, when the store answers without I/O; `Pending` when
-    /// it would await (nothing was sent: the call made and dropped here was never
-    /// polled).
-    ///
-    /// The memory store is called directly, its decision inlined here: through the
-    /// `Store` vtable and a [`StoreCall`](crate::store::StoreCall) the same decision
-    /// measured 477 instructions instead of 373 on a hot key (the decision, some 170
-    /// bytes, copied across each call boundary), far over this path's budget. Every
-    /// other store, and every other operation, goes through the trait.
-    #[inline]
-    fn decide_now(
-        &self,
-        policy: &str,
-        key: &Key,
-        cost: u64,
-        quota: Option<Quota>,
-    ) -> Poll<Result<Decision, StoreError>> {
-        // Under the current set, loaded without a lock; no closure or `Cow` between
-        // the store and the caller (each would copy the decision).
-        let set = self.current();
-        let Some(limit) = set.find(policy) else {
-            return Poll::Ready(Err(unknown_policy(policy)));
-        };
-        let own;
-        let limit = match quota {
-            Some(quota) if quota != limit.quota() => match self.caller_limit(limit, quota) {
-                Ok(derived) => {
-                    own = derived;
-                    &*own
-                }
-                Err(error) => return Poll::Ready(Err(error)),
-            },
-            _ => limit,
-        };
-        let charge = Charge { limit, key, cost };
-        if let Some(memory) = &self.inner.memory {
-            return Poll::Ready(Ok(memory.decide_now(&charge)));
-        }
-        match self.inner.store.decide_one(charge).into_ready() {
-            Ok(answer) => Poll::Ready(answer),
-            Err(_unpolled) => Poll::Pending,
-        }
     }
 }

@@ -118,6 +118,7 @@ pub(super) fn pick_victim<R: Rule, C: Cell<State = R::State>>(
 impl Shard {
     /// After an entry of table `index` changed by `grown` bytes: counts it, and makes
     /// room when it grew (never evicting `keep`, the key just decided).
+    #[inline]
     pub(super) fn grown(&mut self, index: usize, grown: isize, keep: &Key, now: u64) {
         if grown != 0 {
             self.account(index, 0, grown);
