@@ -10,9 +10,10 @@ use crate::layer::RateLimit;
 use crate::layer::fail_mode::FailMode;
 use arc_swap::ArcSwap;
 
+use crate::layer::builder::{LayerBuilder, validate};
 use crate::layer::shared::Shared;
 use crate::layer::shared::View;
-use crate::{HeaderStyle, Limiter, Rejection};
+use crate::{ConfigError, HeaderStyle, Limiter, Policy, Rejection};
 
 /// Rate limiting for any Tower service over `http` requests: axum routers, tonic
 /// servers, hyper stacks.
@@ -70,24 +71,51 @@ impl RateLimitLayer {
     /// ```
     pub const DEFAULT_MAX_HELD_PER_KEY: usize = Self::DEFAULT_MAX_HELD / 8;
 
-    /// A layer deciding with `limiter`, writing draft-11 headers, rejecting with a text
-    /// 429, failing open.
+    /// A layer whose policies are built with `policy`, over a store given with
+    /// [`store`](LayerBuilder::store) (default: a new [`MemoryStore`](crate::MemoryStore)):
+    /// the usual way in. The layer's [`limiter`](RateLimitLayer::limiter) holds their
+    /// limits, for handlers and operators.
     ///
     /// ```
-    /// let limiter = tollgate::Limiter::builder()
-    ///     .policy(tollgate::Policy::new("api", tollgate::Quota::per_second(10))?)
+    /// use tollgate::{Policy, Quota, RateLimitLayer, key};
+    /// let layer = RateLimitLayer::builder()
+    ///     .policy(Policy::new("api", Quota::per_minute(100))?.key(key::header("x-api-key")?))
+    ///     .policy(Policy::new("global", Quota::per_second(1000))?.key(key::global()))
     ///     .build()?;
-    /// let layer = tollgate::RateLimitLayer::new(limiter);
-    /// # let _ = layer;
+    /// assert_eq!(layer.policies().len(), 2);
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    pub fn builder() -> LayerBuilder {
+        LayerBuilder::default()
+    }
+
+    /// A layer deciding with `limiter`, every limit with the default request rules
+    /// (each request keyed by its peer IP, cost 1), writing draft-11 headers, rejecting
+    /// with a text 429, failing open. For rules of your own, use
+    /// [`builder`](RateLimitLayer::builder) or [`reload`](RateLimitLayer::reload).
+    ///
+    /// ```
+    /// use tollgate::{Limit, Limiter, Quota, RateLimitLayer};
+    /// let limiter = Limiter::builder().limit(Limit::new("api", Quota::per_second(10))?).build()?;
+    /// let layer = RateLimitLayer::new(limiter);
+    /// assert_eq!(layer.policies()[0].name(), "api");
     /// # Ok::<(), tollgate::ConfigError>(())
     /// ```
     pub fn new(limiter: Limiter) -> Self {
+        Self::with_rules(limiter, Vec::new())
+    }
+
+    /// A layer over `limiter` whose limits take their request rules from `rules` by
+    /// name (checked by the caller).
+    pub(super) fn with_rules(limiter: Limiter, rules: Vec<Policy>) -> Self {
         let style = HeaderStyle::default();
-        let view = View::new(style, limiter.snapshot());
+        let view = View::new(style, limiter.snapshot(), &rules);
         Self {
             shared: Arc::new(Shared {
                 limiter,
                 style,
+                rules: Arc::new(ArcSwap::from_pointee(rules)),
+                reloading: Arc::default(),
                 view: Arc::new(ArcSwap::from_pointee(view)),
                 rejection: Rejection::default(),
                 fail_mode: FailMode::default(),
@@ -102,6 +130,79 @@ impl RateLimitLayer {
                 held_per_key: Arc::default(),
                 slot_lines: Arc::default(),
             }),
+        }
+    }
+
+    /// The layer's policies now: each limit of its limiter with its request rules, in
+    /// the limiter's order (after a reload, the new set's).
+    ///
+    /// ```
+    /// use tollgate::{Policy, Quota, RateLimitLayer};
+    /// let layer = RateLimitLayer::builder().policy(Policy::new("api", Quota::per_second(5))?).build()?;
+    /// assert_eq!(layer.policies()[0].name(), "api");
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    pub fn policies(&self) -> Vec<Policy> {
+        self.shared.view().policies().to_vec()
+    }
+
+    /// The policy named `name`.
+    ///
+    /// ```
+    /// use tollgate::{Policy, Quota, RateLimitLayer};
+    /// let layer = RateLimitLayer::builder().policy(Policy::new("api", Quota::per_second(5))?).build()?;
+    /// assert!(layer.policy("api").is_some());
+    /// assert!(layer.policy("other").is_none());
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    pub fn policy(&self, name: &str) -> Option<Policy> {
+        self.shared
+            .view()
+            .policies()
+            .iter()
+            .find(|p| p.name() == name)
+            .cloned()
+    }
+
+    /// Replaces the layer's policies (their limits in the limiter, and their request
+    /// rules) with `policies`, atomically: each request is decided under one set, old
+    /// or new, never a limit of one with the rules of the other. Usage carries over as
+    /// for [`Limiter::reload`]; an invalid set is refused whole, with the errors of
+    /// [`LayerBuilder::build`], and the old one stays. Shared by every clone of the
+    /// layer.
+    ///
+    /// ```
+    /// use tollgate::{Policy, Quota, RateLimitLayer, key};
+    /// let layer = RateLimitLayer::builder().policy(Policy::new("api", Quota::per_minute(100))?).build()?;
+    /// layer.reload([
+    ///     Policy::new("api", Quota::per_minute(1000))?.key(key::header("x-api-key")?),
+    /// ])?;
+    /// assert_eq!(layer.policy("api").map(|p| p.quota()), Some(Quota::per_minute(1000)));
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    pub fn reload(&self, policies: impl IntoIterator<Item = Policy>) -> Result<(), ConfigError> {
+        let policies: Vec<Policy> = policies.into_iter().collect();
+        validate(&policies, &**self.shared.limiter.store())?;
+        let shared = &self.shared;
+        let _one_at_a_time = shared
+            .reloading
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let limits = policies.iter().map(|p| p.limit().clone()).collect();
+        // The rules first: a request that sees the new set before its view is stored
+        // builds that view from them (see `Shared::view`).
+        let old_rules = shared.rules.swap(Arc::new(policies.clone()));
+        match shared.limiter.replace(limits) {
+            Ok(set) => {
+                shared
+                    .view
+                    .store(Arc::new(View::new(shared.style, set, &policies)));
+                Ok(())
+            }
+            Err(error) => {
+                shared.rules.store(old_rules);
+                Err(error)
+            }
         }
     }
 
@@ -124,6 +225,7 @@ impl RateLimitLayer {
         shared.view = Arc::new(ArcSwap::from_pointee(View::new(
             style,
             shared.limiter.snapshot(),
+            &shared.rules.load(),
         )));
         self
     }

@@ -18,9 +18,9 @@ use crate::layer::context::rejection;
 use crate::layer::few::{Checks, Claims};
 use crate::layer::future::{ResponseFuture, take_ready};
 use crate::layer::grpc::grpc_flavour;
+use crate::layer::limiter_calls::Pending;
 use crate::layer::rejection::{RejectReason, RejectionInfo};
 use crate::layer::shared::Shared;
-use crate::limiter::Pending;
 
 /// Rate limiting around an inner service; built by [`RateLimitLayer`](crate::RateLimitLayer).
 ///
