@@ -611,7 +611,7 @@ async fn log_denial_row(
         .expect("a deadline")
         .with_clock(clock.clone());
     let quota = Quota::new(limit, Duration::from_secs(100_000)).expect("a quota");
-    let limiter = Limiter::builder()
+    let layer = RateLimitLayer::builder()
         .policy(
             Policy::new("log", quota)
                 .expect("a policy")
@@ -620,6 +620,7 @@ async fn log_denial_row(
         .store(store)
         .build()
         .expect("a limiter");
+    let limiter = layer.limiter().clone();
     let key = Key::from("full");
     for _ in 0..limit {
         clock.advance(Duration::from_micros(1));

@@ -142,7 +142,7 @@ async fn block(
 fn app(limiter: Limiter, token: String) -> Router {
     let api = Router::new()
         .route("/api", get(|| async { "hello" }))
-        .layer(RateLimitLayer::new(limiter.clone()));
+        .layer(layer.clone());
     let admin = Router::new()
         .route("/admin/keys/{key}", get(peek).delete(reset))
         .route("/admin/keys/{key}/block/{seconds}", post(block))
@@ -229,7 +229,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         std::env::var("ADMIN_TOKEN").unwrap_or_else(|_| "demo-admin-token-0123456789".to_owned());
     // 2 requests a minute per API key; the 2nd rejection within a minute blocks the
     // key for 10 minutes.
-    let limiter = Limiter::builder()
+    let layer = RateLimitLayer::builder()
         .policy(
             Policy::new(POLICY, Quota::per_minute(2))?
                 .key(key::header("x-api-key")?)
@@ -240,6 +240,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 ),
         )
         .build()?;
+    let limiter = layer.limiter().clone();
 
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let addr = listener.local_addr()?;

@@ -17,13 +17,14 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .route(Method::POST, "/users", 5)?
         .route(Method::GET, "/users/{id}", 1)?
         .route(Method::GET, "/health", 0)?; // free: never reaches the store
-    let limiter = Limiter::builder()
+    let layer = RateLimitLayer::builder()
         .policy(
             Policy::new("api", Quota::per_minute(10))?
                 .key(key::peer_ip())
                 .costs(costs),
         )
         .build()?;
+    let limiter = layer.limiter().clone();
     let app = Router::new()
         .route(
             "/users",
@@ -31,7 +32,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         )
         .route("/users/{id}", get(|| async { "one user" }))
         .route("/health", get(|| async { "ok" }))
-        .layer(RateLimitLayer::new(limiter));
+        .layer(layer);
     let demo = Demo::start(app).await?;
 
     println!("quota: 10 per minute per client; POST /users costs 5, GET /health is free\n");

@@ -132,11 +132,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .extract(&parts)
         .ok_or("the global extractor always finds a key")?;
     println!("key {}", store.state_key(&policy, &everyone));
-    let limiter = Limiter::builder().policy(policy).store(store).build()?;
+    let layer = RateLimitLayer::builder().policy(policy).store(store).build()?;
+    let limiter = layer.limiter().clone();
     let stats = Shared::default();
     let app = Router::new()
         .route("/", get(|| async { "ok" }))
-        .layer(RateLimitLayer::new(limiter).on_store_error(FailMode::Closed))
+        .layer(layer.on_store_error(FailMode::Closed))
         .layer(middleware::from_fn_with_state(stats.clone(), record));
 
     tokio::spawn(async move {

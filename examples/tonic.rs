@@ -98,16 +98,17 @@ fn text<'a>(metadata: &'a MetadataMap, name: &str) -> &'a str {
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let limiter = Limiter::builder()
+    let layer = RateLimitLayer::builder()
         .policy(Policy::new("per-caller", Quota::per_minute(3))?.key(key::peer_ip()))
         .build()?;
+    let limiter = layer.limiter().clone();
 
     let listener = TcpListener::bind("127.0.0.1:0").await?;
     let addr = listener.local_addr()?;
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let server = tokio::spawn(
         Server::builder()
-            .layer(RateLimitLayer::new(limiter))
+            .layer(layer)
             .add_service(Greeter)
             .serve_with_incoming_shutdown(TcpIncoming::from(listener), async {
                 let _ = stopped.await;

@@ -39,10 +39,10 @@ async fn hello(request: Request<Incoming>) -> Result<Response<Full<Bytes>>, Infa
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let limiter = Limiter::builder()
+    let layer = RateLimitLayer::builder()
         .policy(Policy::new("per-peer", Quota::per_minute(3))?.key(key::peer_ip()))
         .build()?;
-    let layer = RateLimitLayer::new(limiter);
+    let limiter = layer.limiter().clone();
 
     let listener = TcpListener::bind("127.0.0.1:0").await?;
     let addr = listener.local_addr()?;

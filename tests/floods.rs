@@ -102,11 +102,12 @@ fn flood(total: u64, max_keys: Option<usize>) {
         None => store,
     };
     let max_keys = store.get_max_keys();
-    let limiter = Limiter::builder()
+    let layer = RateLimitLayer::builder()
         .policy(Policy::new("api", Quota::per_minute(10)).expect("policy"))
         .store(store.clone())
         .build()
         .expect("limiter");
+    let limiter = layer.limiter().clone();
     let runtime = runtime();
     let before = resident_bytes();
     let mut full_at = None;
@@ -193,7 +194,7 @@ fn flood_bytes(
         .max_keys(max_keys)
         .and_then(|store| store.max_bytes(max_bytes))
         .expect("bounds");
-    let limiter = Limiter::builder()
+    let layer = RateLimitLayer::builder()
         .policy(
             Policy::new("api", quota)
                 .expect("policy")
@@ -202,6 +203,7 @@ fn flood_bytes(
         .store(store.clone())
         .build()
         .expect("limiter");
+    let limiter = layer.limiter().clone();
     let before = resident_bytes();
     let mut peak = 0;
     for i in 0..total {
@@ -279,15 +281,15 @@ fn a_flood_on_a_log_with_a_large_limit_stays_under_max_bytes() {
 // ---------------------------------------------------------------------------------
 // Spoofed forwarding headers
 
-fn app(limiter: Limiter) -> Router {
+fn app(layer: RateLimitLayer) -> Router {
     Router::new()
         .route("/", get(|| async { "ok" }))
-        .layer(RateLimitLayer::new(limiter))
+        .layer(layer)
 }
 
-/// A limiter with one policy on a memory store whose clock stands still.
-fn limiter_of(policy: Policy) -> Limiter {
-    Limiter::builder()
+/// A layer with one policy on a memory store whose clock stands still.
+fn layer_of(policy: Policy) -> RateLimitLayer {
+    RateLimitLayer::builder()
         .policy(policy)
         .store(MemoryStore::with_clock(ManualClock::new(BASE)))
         .build()
@@ -401,8 +403,8 @@ fn spoofed_forwarding_headers_from_an_untrusted_peer_never_change_the_key() {
         // though the spoofed headers name their networks often.
         let proxies = TrustedProxies::new(["10.0.0.0/8", "192.168.0.0/16", "2001:db8::/32"])
             .expect("proxies");
-        let limiter = limiter_of(fixed_window("client", REQUESTS).key(key::client_ip(proxies)));
-        let server = Server::start(app(limiter)).await;
+        let layer = layer_of(fixed_window("client", REQUESTS).key(key::client_ip(proxies)));
+        let server = Server::start(app(layer)).await;
         for i in 0..REQUESTS {
             let reply = server.send(spoofed_request(&mut rng)).await;
             assert_eq!(reply.status, StatusCode::OK);
@@ -429,8 +431,8 @@ fn hops_left_of_the_client_never_change_the_key_behind_a_trusted_proxy() {
         let proxies = TrustedProxies::new(["127.0.0.1"])
             .expect("proxies")
             .header(ProxyHeader::XForwardedFor);
-        let limiter = limiter_of(fixed_window("client", REQUESTS).key(key::client_ip(proxies)));
-        let server = Server::start(app(limiter)).await;
+        let layer = layer_of(fixed_window("client", REQUESTS).key(key::client_ip(proxies)));
+        let server = Server::start(app(layer)).await;
         for i in 0..REQUESTS {
             let invented: Vec<String> = (0..rng.below_usize(40))
                 .map(|_| spoofed_hop(&mut rng))
@@ -458,8 +460,8 @@ fn hops_left_of_the_client_never_change_the_key_behind_a_trusted_proxy() {
 // ---------------------------------------------------------------------------------
 // Hostile key material
 
-fn keyed_by_header(store: &MemoryStore) -> Limiter {
-    Limiter::builder()
+fn keyed_by_header(store: &MemoryStore) -> RateLimitLayer {
+    RateLimitLayer::builder()
         .policy(fixed_window("api-key", 3).key(key::header("x-api-key").expect("name")))
         .store(store.clone())
         .build()
@@ -530,9 +532,8 @@ fn forwarding_headers_of_64_kib_and_invalid_utf8_key_the_request_by_its_proxy() 
     let _serial = serial();
     runtime().block_on(async {
         // Trusting 127.0.0.1: its unreadable reports key the request by the proxy.
-        let limiter =
-            limiter_of(fixed_window("client", 10).key(key::client_ip(TrustedProxies::loopback())));
-        let server = Server::start(app(limiter)).await;
+        let layer = layer_of(fixed_window("client", 10).key(key::client_ip(TrustedProxies::loopback())));
+        let server = Server::start(app(layer)).await;
         let mut huge_list = vec!["203.0.113.9"; 5_500].join(",").into_bytes();
         huge_list.extend_from_slice(b",\xff");
         assert!(huge_list.len() >= 64 << 10);

@@ -24,7 +24,7 @@ fn store(prefix: &str) -> RedisStore {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_way_a_request_ends_gives_its_lease_back() {
-    let limiter = Limiter::builder()
+    let layer = RateLimitLayer::builder()
         .policy(
             Policy::new("slow", Quota::per_minute(1000))
                 .expect("policy")
@@ -34,7 +34,7 @@ async fn every_way_a_request_ends_gives_its_lease_back() {
         .store(store(&unique_prefix("in-flight")))
         .build()
         .expect("limiter");
-    let layer = RateLimitLayer::new(limiter);
+    let limiter = layer.limiter().clone();
     every_way_a_request_ends(2, |router| router.layer(layer)).await;
 }
 

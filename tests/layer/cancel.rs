@@ -132,7 +132,7 @@ async fn dropped_held_requests(
 ) -> Duration {
     let period = quota.period() / u32::try_from(quota.limit()).expect("small");
     let limiter = limiter(queue(quota), store);
-    let layer = RateLimitLayer::new(limiter.clone()).wait(DAY);
+    let layer = layer.wait(DAY);
     let server = Server::start(app(layer.clone())).await;
     assert_eq!(server.send(from("alice")).await.status, StatusCode::OK);
     assert_eq!(next_place(&limiter, "alice").await, period);
@@ -214,7 +214,7 @@ async fn a_dropped_leaky_bucket_hold_gives_its_charge_back(
         .max_delay(DAY)
         .key(key::header("x-user").expect("a header name"));
     let limiter = limiter(policy, store);
-    let layer = RateLimitLayer::new(limiter.clone());
+    let layer = layer.clone();
     let server = Server::start(app(layer.clone())).await;
     assert_eq!(server.send(from("alice")).await.status, StatusCode::OK);
     let key = key_of(&limiter, "slow", "alice");
@@ -256,7 +256,7 @@ async fn one_caller_cannot_take_every_held_place() {
         queue(Quota::per_hour(10).with_burst(1).expect("burst")),
         MemoryStore::with_clock(ManualClock::new(BASE)),
     );
-    let layer = RateLimitLayer::new(limiter.clone())
+    let layer = layer.clone()
         .wait(DAY)
         .max_held(10)
         .max_held_per_key(3);
@@ -296,7 +296,7 @@ async fn by_default_one_key_holds_at_most_an_eighth_of_the_places() {
         queue(Quota::per_second(1)),
         MemoryStore::with_clock(ManualClock::new(BASE)),
     );
-    let layer = RateLimitLayer::new(limiter).wait(DAY);
+    let layer = layer.wait(DAY);
     let mut service = layer.layer(tower::service_fn(|_: Request<Full<Bytes>>| async {
         Ok::<_, Infallible>(Response::new(Full::new(Bytes::from_static(b"ok"))))
     }));
@@ -365,7 +365,7 @@ async fn a_request_whose_client_leaves_while_its_decision_is_on_the_wire_takes_n
         .algorithm(Algorithm::FixedWindow)
         .key(key::header("x-user").expect("a header name"));
     let limiter = limiter(policy, store);
-    let server = Server::start(app(RateLimitLayer::new(limiter.clone()))).await;
+    let server = Server::start(app(layer.clone())).await;
     assert_eq!(server.send(from("alice")).await.status, StatusCode::OK);
     let calls = script_calls(redis.port());
     assert_eq!(redis.cli(&["CLIENT", "PAUSE", "600", "ALL"]), "OK");
@@ -384,7 +384,7 @@ async fn a_request_whose_client_leaves_while_its_decision_is_on_the_wire_takes_n
     // Wait mode: the left request's place is given back.
     let (redis, store) = private_redis(ManualClock::new(BASE));
     let limiter = limiter_for_queue(store);
-    let layer = RateLimitLayer::new(limiter.clone()).wait(DAY);
+    let layer = layer.wait(DAY);
     let server = Server::start(app(layer.clone())).await;
     assert_eq!(server.send(from("alice")).await.status, StatusCode::OK);
     let calls = script_calls(redis.port());
@@ -416,13 +416,14 @@ async fn waiters_for_an_in_flight_slot_are_served_in_arrival_order(store: impl S
     let policy = Policy::in_flight_only("reports", 1)
         .expect("policy")
         .wait(Duration::from_secs(30));
-    let limiter = Limiter::builder()
+    let layer = RateLimitLayer::builder()
         .policy(policy)
         .store(store)
         .build()
         .expect("limiter");
+    let limiter = layer.limiter().clone();
     let service =
-        RateLimitLayer::new(limiter).layer(tower::service_fn(|_: Request<Full<Bytes>>| async {
+        layer.layer(tower::service_fn(|_: Request<Full<Bytes>>| async {
             Ok::<_, Infallible>(Response::new(Full::new(Bytes::from_static(b"ok"))))
         }));
     let get = || Request::get("/").body(Full::default()).expect("request");
@@ -483,12 +484,13 @@ fn command_calls(port: u16, command: &str) -> u64 {
 #[tokio::test]
 async fn a_request_whose_client_leaves_while_its_slot_call_is_on_the_wire_leaves_the_slot_free() {
     let (redis, store) = private_redis(ManualClock::new(BASE));
-    let limiter = Limiter::builder()
+    let layer = RateLimitLayer::builder()
         .policy(Policy::in_flight_only("reports", 1).expect("policy"))
         .store(store)
         .build()
         .expect("limiter");
-    let server = Server::start(app(RateLimitLayer::new(limiter))).await;
+    let limiter = layer.limiter().clone();
+    let server = Server::start(app(layer)).await;
     assert_eq!(server.get("/").await.status, StatusCode::OK);
     let port = redis.port();
     wait_until("its slot given back", async || {

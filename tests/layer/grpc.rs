@@ -19,7 +19,7 @@ use tollgate::{
 use tonic::codegen::tokio_stream::{self, StreamExt as _};
 use tonic::{Code, Status};
 
-use crate::broken_store::broken_limiter;
+use crate::broken_store::broken_layer;
 use crate::grpc_server::{GrpcServer, Ping, ping};
 
 const BASE: Duration = Duration::from_secs(1_699_920_000);
@@ -246,10 +246,10 @@ async fn a_rejection_is_a_trailers_only_http_200_on_the_wire() {
 #[tokio::test]
 async fn a_failing_store_fails_closed_as_unavailable_or_open_as_admitted() {
     let store_calls = Arc::new(AtomicUsize::new(0));
-    let broken = || broken_limiter(per_minute("api", 1), &store_calls);
+    let broken = || broken_layer(per_minute("api", 1), &store_calls);
 
     let closed =
-        GrpcServer::start(RateLimitLayer::new(broken()).on_store_error(FailMode::Closed)).await;
+        GrpcServer::start(broken().on_store_error(FailMode::Closed)).await;
     let mut client = closed.client().await;
     let status = client.echo(ping("hello")).await.expect_err("fails closed");
     assert_eq!(status.code(), Code::Unavailable, "{status:?}");
@@ -260,7 +260,7 @@ async fn a_failing_store_fails_closed_as_unavailable_or_open_as_admitted() {
     assert_eq!(meta(status.metadata(), "grpc-retry-pushback-ms"), "1000");
     assert_eq!(closed.counts.calls(), 0);
 
-    let open = GrpcServer::start(RateLimitLayer::new(broken())).await;
+    let open = GrpcServer::start(broken()).await;
     let mut client = open.client().await;
     for _ in 0..3 {
         let reply = client.echo(ping("hello")).await.expect("fails open");

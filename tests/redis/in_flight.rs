@@ -31,13 +31,11 @@ fn store(prefix: &str) -> RedisStore {
 }
 
 fn layer(policy: Policy, store: RedisStore) -> RateLimitLayer {
-    RateLimitLayer::new(
-        Limiter::builder()
+    RateLimitLayer::builder()
             .policy(policy)
             .store(store)
             .build()
-            .expect("limiter"),
-    )
+            .expect("limiter")
 }
 
 fn limit() -> Limit {
