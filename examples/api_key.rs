@@ -10,7 +10,7 @@ use axum::routing::get;
 use http::Request;
 use http_body_util::Full;
 use support::Demo;
-use tollgate::{Limiter, Policy, Quota, RateLimitLayer, TrustedProxies, key};
+use tollgate::{Policy, Quota, RateLimitLayer, TrustedProxies, key};
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -30,7 +30,6 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             },
         ))
         .build()?;
-    let limiter = layer.limiter().clone();
     let app = Router::new()
         .route("/", get(|| async { "hello" }))
         .layer(layer);

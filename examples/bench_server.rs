@@ -23,7 +23,7 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::routing::get;
-use tollgate::{Limiter, Policy, Quota, RateLimitLayer, key};
+use tollgate::{Policy, Quota, RateLimitLayer, key};
 use tower_governor::GovernorLayer;
 use tower_governor::governor::GovernorConfigBuilder;
 
@@ -50,7 +50,6 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             let layer = RateLimitLayer::builder()
                 .policy(Policy::new("api", quota)?.key(key::peer_ip()))
                 .build()?;
-            let limiter = layer.limiter().clone();
             app.layer(layer.decisions_extension(mode != "lean"))
         }
         // The same quotas as tollgate's: one cell per nanosecond with a burst of 10⁹ is

@@ -23,7 +23,7 @@ use hyper::server::conn::http1;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use tokio::net::TcpListener;
-use tollgate::{Key, Limiter, Policy, Quota, RateLimitLayer};
+use tollgate::{Key, Policy, Quota, RateLimitLayer};
 use tower::{Service, ServiceBuilder, ServiceExt};
 
 const CALLS: usize = 100;
@@ -54,7 +54,6 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         |parts: &http::request::Parts| parts.uri.authority().map(|host| Key::from(host.as_str())),
     );
     let layer = RateLimitLayer::builder().policy(per_host).build()?;
-    let limiter = layer.limiter().clone();
     let client = ServiceBuilder::new()
         .layer(layer.wait(Duration::from_secs(10)))
         .service(Client::builder(TokioExecutor::new()).build_http::<Empty<Bytes>>());

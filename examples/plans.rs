@@ -19,7 +19,7 @@ use axum::routing::get;
 use http::StatusCode;
 use http_body_util::Full;
 use support::{Demo, Reply};
-use tollgate::{Limiter, Policy, Quota, RateLimitLayer, key};
+use tollgate::{Policy, Quota, RateLimitLayer, key};
 
 #[derive(Debug, Clone, Copy)]
 enum Plan {
@@ -75,7 +75,6 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 }),
         )
         .build()?;
-    let limiter = layer.limiter().clone();
     let app = Router::new()
         .route("/", get(|| async { "hello" }))
         .layer(layer)

@@ -9,7 +9,7 @@ use axum::routing::get;
 use http::{Method, Request};
 use http_body_util::Full;
 use support::Demo;
-use tollgate::{Costs, Limiter, Policy, Quota, RateLimitLayer, key};
+use tollgate::{Costs, Policy, Quota, RateLimitLayer, key};
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -24,7 +24,6 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 .costs(costs),
         )
         .build()?;
-    let limiter = layer.limiter().clone();
     let app = Router::new()
         .route(
             "/users",

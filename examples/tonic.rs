@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use http::uri::PathAndQuery;
 use tokio::net::TcpListener;
-use tollgate::{Limiter, Policy, Quota, RateLimitLayer, key};
+use tollgate::{Policy, Quota, RateLimitLayer, key};
 use tonic::body::Body;
 use tonic::codegen::{BoxFuture, Service};
 use tonic::metadata::MetadataMap;
@@ -101,7 +101,6 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let layer = RateLimitLayer::builder()
         .policy(Policy::new("per-caller", Quota::per_minute(3))?.key(key::peer_ip()))
         .build()?;
-    let limiter = layer.limiter().clone();
 
     let listener = TcpListener::bind("127.0.0.1:0").await?;
     let addr = listener.local_addr()?;

@@ -1238,7 +1238,6 @@ mod layer {
             )
             .build()
             .expect("limiter");
-        let limiter = layer.limiter().clone();
         let app = Router::new()
             .route(
                 "/",
@@ -1352,7 +1351,6 @@ mod layer {
             .store(MemoryStore::with_clock(ManualClock::new(BASE)))
             .build()
             .expect("limiter");
-        let limiter = layer.limiter().clone();
         let app = Router::new()
             .route("/", get(|| async { "ok" }))
             .layer(layer.clone());
@@ -1480,7 +1478,6 @@ mod layer {
             )
             .build()
             .expect("limiter");
-        let limiter = layer.limiter().clone();
         let app = Router::new()
             .route(
                 "/",

@@ -24,7 +24,7 @@ use support::immediate::immediate;
 use support::rng::Rng;
 use tollgate::key::{self, ProxyHeader};
 use tollgate::{
-    Algorithm, Key, Limiter, ManualClock, MemoryStore, Policy, Quota, RateLimitLayer,
+    Algorithm, Key, Limit, Limiter, ManualClock, MemoryStore, Policy, Quota, RateLimitLayer,
     TrustedProxies,
 };
 
@@ -102,12 +102,11 @@ fn flood(total: u64, max_keys: Option<usize>) {
         None => store,
     };
     let max_keys = store.get_max_keys();
-    let layer = RateLimitLayer::builder()
-        .policy(Policy::new("api", Quota::per_minute(10)).expect("policy"))
+    let limiter = Limiter::builder()
+        .limit(Limit::new("api", Quota::per_minute(10)).expect("limit"))
         .store(store.clone())
         .build()
         .expect("limiter");
-    let limiter = layer.limiter().clone();
     let runtime = runtime();
     let before = resident_bytes();
     let mut full_at = None;
@@ -194,16 +193,15 @@ fn flood_bytes(
         .max_keys(max_keys)
         .and_then(|store| store.max_bytes(max_bytes))
         .expect("bounds");
-    let layer = RateLimitLayer::builder()
-        .policy(
-            Policy::new("api", quota)
-                .expect("policy")
+    let limiter = Limiter::builder()
+        .limit(
+            Limit::new("api", quota)
+                .expect("limit")
                 .algorithm(algorithm),
         )
         .store(store.clone())
         .build()
         .expect("limiter");
-    let limiter = layer.limiter().clone();
     let before = resident_bytes();
     let mut peak = 0;
     for i in 0..total {

@@ -11,7 +11,7 @@ use support::in_flight::{
 };
 use support::redis_cluster::shared_cluster;
 use support::redis_server::{cli, unique_prefix};
-use tollgate::{Key, Limit, Limiter, Policy, Quota, RateLimitLayer, RedisStore, Store};
+use tollgate::{Key, Limit, Policy, Quota, RateLimitLayer, RedisStore, Store};
 
 fn store(prefix: &str) -> RedisStore {
     RedisStore::from_cluster_urls(shared_cluster().urls())
@@ -34,7 +34,6 @@ async fn every_way_a_request_ends_gives_its_lease_back() {
         .store(store(&unique_prefix("in-flight")))
         .build()
         .expect("limiter");
-    let limiter = layer.limiter().clone();
     every_way_a_request_ends(2, |router| router.layer(layer)).await;
 }
 

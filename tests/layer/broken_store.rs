@@ -5,7 +5,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use tollgate::{
-    Charge, Decision, InFlightSlot, Key, Limit, Limiter, Policy, Store, StoreError, StoreErrorKind,
+    Charge, Decision, InFlightSlot, Key, Limit, Policy, RateLimitLayer, Store, StoreError,
+    StoreErrorKind,
     store::StoreCall,
 };
 

@@ -4,7 +4,7 @@
 use http::Method;
 use http::request::Parts;
 use proptest::prelude::*;
-use tollgate::{Algorithm, Costs, Limiter, Policy, Quota};
+use tollgate::{Algorithm, Costs, Policy, Quota, RateLimitLayer};
 
 fn parts(method: Method, uri: &str) -> Parts {
     http::Request::builder()
@@ -207,7 +207,7 @@ fn a_route_costing_more_than_the_capacity_fails_the_build_naming_it() {
                 .expect("valid")
                 .default(0),
         );
-    assert!(Limiter::builder().policy(fits).build().is_ok());
+    assert!(RateLimitLayer::builder().policy(fits).build().is_ok());
 }
 
 #[test]

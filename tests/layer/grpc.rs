@@ -14,7 +14,7 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use prost::Message as _;
 use tollgate::{
-    Algorithm, FailMode, Limiter, ManualClock, MemoryStore, Policy, Quota, RateLimitLayer, key,
+    Algorithm, FailMode, ManualClock, MemoryStore, Policy, Quota, RateLimitLayer, key,
 };
 use tonic::codegen::tokio_stream::{self, StreamExt as _};
 use tonic::{Code, Status};
@@ -28,12 +28,12 @@ const BASE: Duration = Duration::from_secs(1_699_920_000);
 /// a failure; never a timing assertion.
 const HANG: Duration = Duration::from_secs(20);
 
-fn limiter(policy: Policy, clock: &ManualClock) -> Limiter {
-    Limiter::builder()
+fn layer(policy: Policy, clock: &ManualClock) -> RateLimitLayer {
+    RateLimitLayer::builder()
         .policy(policy)
         .store(MemoryStore::with_clock(clock.clone()))
         .build()
-        .expect("limiter")
+        .expect("layer")
 }
 
 fn per_minute(name: &str, n: u64) -> Policy {
@@ -54,7 +54,7 @@ fn meta<'a>(metadata: &'a tonic::metadata::MetadataMap, name: &str) -> &'a str {
 async fn unary_calls_are_admitted_up_to_the_limit_then_resource_exhausted() {
     let clock = ManualClock::new(BASE);
     let server =
-        GrpcServer::start(RateLimitLayer::new(limiter(per_minute("api", 2), &clock))).await;
+        GrpcServer::start(layer(per_minute("api", 2), &clock)).await;
     let mut client = server.client().await;
 
     let first = client.echo(ping("hello")).await.expect("admitted");
@@ -107,10 +107,10 @@ async fn unary_calls_are_admitted_up_to_the_limit_then_resource_exhausted() {
 #[tokio::test]
 async fn a_rejected_client_stream_is_answered_without_its_body_being_read() {
     let clock = ManualClock::new(BASE);
-    let server = GrpcServer::start(RateLimitLayer::new(limiter(
+    let server = GrpcServer::start(layer(
         per_minute("uploads", 1),
         &clock,
-    )))
+    ))
     .await;
     let mut client = server.client().await;
     let pings = |n: usize| {
@@ -167,7 +167,7 @@ async fn a_rejected_client_stream_is_answered_without_its_body_being_read() {
 async fn a_rejection_is_a_trailers_only_http_200_on_the_wire() {
     let clock = ManualClock::new(BASE);
     let server =
-        GrpcServer::start(RateLimitLayer::new(limiter(per_minute("api", 1), &clock))).await;
+        GrpcServer::start(layer(per_minute("api", 1), &clock)).await;
     let client = Client::builder(TokioExecutor::new())
         .http2_only(true)
         .build_http();
@@ -278,7 +278,7 @@ async fn a_failing_store_fails_closed_as_unavailable_or_open_as_admitted() {
 async fn metadata_keys_separate_callers_and_deny_answers_permission_denied() {
     let clock = ManualClock::new(BASE);
     let policy = per_minute("tenant", 1).key(key::header("x-api-key").expect("header name"));
-    let layer = RateLimitLayer::new(limiter(policy, &clock))
+    let layer = layer(policy, &clock)
         .deny(|parts: &http::request::Parts| parts.headers.contains_key("x-banned"));
     let server = GrpcServer::start(layer).await;
     let mut client = server.client().await;
@@ -327,7 +327,7 @@ async fn peer_ip_keys_by_the_tcp_peer_through_tonic_connect_info() {
 
     let clock = ManualClock::new(BASE);
     let policy = per_minute("peer", 1).key(key::peer_ip());
-    let server = GrpcServer::start(RateLimitLayer::new(limiter(policy, &clock))).await;
+    let server = GrpcServer::start(layer(policy, &clock)).await;
     let other = IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2));
 
     let mut first = server.client().await;
@@ -378,7 +378,7 @@ async fn count_when_reads_the_grpc_status_from_headers_and_trailers() {
     // Only failed logins count: gRPC's UNAUTHENTICATED maps to HTTP 401.
     let logins =
         per_minute("logins", 2).count_when(|status| status == http::StatusCode::UNAUTHORIZED);
-    let server = GrpcServer::start(RateLimitLayer::new(limiter(logins, &clock))).await;
+    let server = GrpcServer::start(layer(logins, &clock)).await;
     let mut client = server.client().await;
     // Successes end with `grpc-status: 0` in the trailers: refunded.
     for _ in 0..5 {

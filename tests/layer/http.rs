@@ -14,7 +14,7 @@ use http_body_util::Full;
 use support::http::Server;
 use tollgate::layer::Decisions;
 use tollgate::{
-    Algorithm, Decision, FailMode, HeaderStyle, Key, Limiter, ManualClock, MemoryStore, Policy,
+    Algorithm, Decision, FailMode, HeaderStyle, Key, ManualClock, MemoryStore, Policy,
     Quota, RateLimitLayer, Rejection, ResetFormat, key,
 };
 
@@ -274,10 +274,9 @@ async fn without_the_decisions_extension_headers_and_rejections_are_unchanged() 
             None => "no decisions".to_string(),
         }
     };
-    let layer = layer(policies(), &clock);
-    let with = Server::start(Router::new().route("/", get(handler)).layer(layer)).await;
-    let layer = layer(policies(), &clock).decisions_extension(false);
-    let without = Server::start(Router::new().route("/", get(handler)).layer(layer)).await;
+    let with = Server::start(Router::new().route("/", get(handler)).layer(layer(policies(), &clock))).await;
+    let without_extension = layer(policies(), &clock).decisions_extension(false);
+    let without = Server::start(Router::new().route("/", get(handler)).layer(without_extension)).await;
 
     let mut seen = Vec::new();
     for server in [&with, &without] {
@@ -463,7 +462,6 @@ async fn leaky_bucket_holds_requests_for_their_turn() {
         .expect("policy")
         .algorithm(Algorithm::LeakyBucket);
     let layer = RateLimitLayer::builder().policy(policy).build().expect("limiter");
-    let limiter = layer.limiter().clone();
     let server = Arc::new(Server::start(app(layer)).await);
     let started = tokio::time::Instant::now();
     let replies = futures_join(&server, 3).await;
@@ -581,7 +579,6 @@ async fn free_requests_skip_the_store() {
         .store(BrokenStore(calls.clone()))
         .build()
         .expect("limiter");
-    let limiter = layer.limiter().clone();
     let server = Server::start(app(layer)).await;
     for _ in 0..3 {
         assert_eq!(server.get("/").await.status, StatusCode::OK);

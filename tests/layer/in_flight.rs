@@ -19,7 +19,7 @@ use support::http::Server;
 use support::in_flight::{App, every_way_a_request_ends};
 use tokio::sync::Notify;
 use tollgate::{
-    Algorithm, Charge, ConfigError, Decision, FailMode, Key, Limit, Limiter, ManualClock,
+    Algorithm, Charge, ConfigError, Decision, FailMode, Key, Limit, ManualClock,
     MemoryStore, Policy, Quota, RateLimitLayer, Store, key, store::StoreCall,
 };
 use tower::{Layer, Service, ServiceExt};
@@ -229,7 +229,7 @@ fn a_store_without_slots_is_refused_at_build_time_and_zero_is_a_config_error() {
         .expect_err("no slots");
     assert!(err.to_string().contains("\"uploads\""), "{err}");
     assert!(
-        Limiter::builder()
+        RateLimitLayer::builder()
             .policy(Policy::new("api", Quota::per_second(1)).expect("policy"))
             .store(NoSlots(MemoryStore::new()))
             .build()

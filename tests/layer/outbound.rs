@@ -14,7 +14,7 @@ use hyper::server::conn::http1;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use tokio::net::TcpListener;
-use tollgate::{Algorithm, Key, Limiter, ManualClock, MemoryStore, Policy, Quota, RateLimitLayer};
+use tollgate::{Algorithm, Key, ManualClock, MemoryStore, Policy, Quota, RateLimitLayer};
 use tower::{Service, ServiceBuilder, ServiceExt};
 
 const BASE: Duration = Duration::from_secs(1_699_920_000);
@@ -152,7 +152,6 @@ async fn in_wait_mode_calls_over_the_quota_wait_for_their_window() {
         .store(MemoryStore::with_clock(ManualClock::new(BASE)))
         .build()
         .expect("limiter");
-    let limiter = layer.limiter().clone();
     let (started, seen) = burst(
         layer.wait(Duration::from_secs(5)),
         addr,
