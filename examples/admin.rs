@@ -139,10 +139,11 @@ async fn block(
 
 /// The API (rate limited, with a penalty box) and, beside it, the admin routes (not
 /// rate limited by it: operators must get through to a caller that is blocked).
-fn app(limiter: Limiter, token: String) -> Router {
+fn app(layer: RateLimitLayer, token: String) -> Router {
+    let limiter = layer.limiter().clone();
     let api = Router::new()
         .route("/api", get(|| async { "hello" }))
-        .layer(layer.clone());
+        .layer(layer);
     let admin = Router::new()
         .route("/admin/keys/{key}", get(peek).delete(reset))
         .route("/admin/keys/{key}/block/{seconds}", post(block))
@@ -240,14 +241,13 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 ),
         )
         .build()?;
-    let limiter = layer.limiter().clone();
 
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let addr = listener.local_addr()?;
     let server = tokio::spawn(
         axum::serve(
             listener,
-            app(limiter, token.clone()).into_make_service_with_connect_info::<SocketAddr>(),
+            app(layer, token.clone()).into_make_service_with_connect_info::<SocketAddr>(),
         )
         .into_future(),
     );
