@@ -1325,7 +1325,7 @@ mod layer {
             .body(())
             .expect("request")
             .into_parts();
-        let key = limiter
+        let key = layer
             .policy("api")
             .and_then(|p| p.key_of(&parts))
             .expect("key");
@@ -1434,7 +1434,7 @@ mod layer {
             .body(())
             .expect("request")
             .into_parts();
-        let key = limiter
+        let key = layer
             .policy("login")
             .and_then(|p| p.key_of(&parts))
             .expect("key");

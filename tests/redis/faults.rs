@@ -181,7 +181,7 @@ async fn a_read_only_replica_is_unavailable() -> TestResult {
     let key = Key::from("alice");
     let err = store
         .decide(&[Charge {
-            limit: policy.limit(),
+            limit: &policy,
             key: &key,
             cost: 1,
         }])

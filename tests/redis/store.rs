@@ -359,7 +359,7 @@ async fn server_time_is_the_default_clock() -> TestResult {
     let policy = Limit::new("api", Quota::per_day(2))?;
     let key = Key::from("alice");
     let charge = Charge {
-        limit: policy.limit(),
+        limit: &policy,
         key: &key,
         cost: 1,
     };
