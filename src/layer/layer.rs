@@ -18,20 +18,22 @@ use crate::{ConfigError, HeaderStyle, Limiter, Policy, Rejection};
 /// Rate limiting for any Tower service over `http` requests: axum routers, tonic
 /// servers, hyper stacks.
 ///
-/// For each request, every policy of the [`Limiter`] finds the request's key and cost;
+/// For each request, every policy of the layer finds the request's key and cost;
 /// the policies are checked all-or-nothing. Admitted requests reach the inner service
 /// (leaky-bucket decisions after their delay) with their [`Decisions`](crate::layer::Decisions)
 /// in the request extensions; rejected ones get a 429 (gRPC: `RESOURCE_EXHAUSTED`)
 /// without their body being read. Every limited response carries rate-limit headers.
 ///
-/// Clones of the layer, and of the services it builds, share one limiter: a clone never
-/// gets fresh quota. The layer adds no error type: `RateLimit<S>::Error` is `S::Error`,
-/// so it drops into an axum `Router` without `HandleErrorLayer`.
+/// Clones of the layer, and of the services it builds, share one [`Limiter`] and one set
+/// of policies: a clone never gets fresh quota. The layer adds no error type:
+/// `RateLimit<S>::Error` is `S::Error`, so it drops into an axum `Router` without
+/// `HandleErrorLayer`.
 ///
 /// ```
-/// use tollgate::{Limiter, Policy, Quota, RateLimitLayer, HeaderStyle, FailMode, Rejection};
-/// let limiter = Limiter::builder().policy(Policy::new("api", Quota::per_minute(100))?).build()?;
-/// let layer = RateLimitLayer::new(limiter)
+/// use tollgate::{Policy, Quota, RateLimitLayer, HeaderStyle, FailMode, Rejection};
+/// let layer = RateLimitLayer::builder()
+///     .policy(Policy::new("api", Quota::per_minute(100))?)
+///     .build()?
 ///     .headers(HeaderStyle::Draft11)
 ///     .rejection(Rejection::Problem)
 ///     .on_store_error(FailMode::Open)
@@ -213,7 +215,7 @@ impl RateLimitLayer {
     /// Which rate-limit headers to write (default [`HeaderStyle::Draft11`]).
     ///
     /// ```
-    /// # let limiter = tollgate::Limiter::builder().policy(tollgate::Policy::new("api", tollgate::Quota::per_second(10))?).build()?;
+    /// # let limiter = tollgate::Limiter::builder().limit(tollgate::Limit::new("api", tollgate::Quota::per_second(10))?).build()?;
     /// let layer = tollgate::RateLimitLayer::new(limiter).headers(tollgate::HeaderStyle::None);
     /// # let _ = layer;
     /// # Ok::<(), tollgate::ConfigError>(())
@@ -234,7 +236,7 @@ impl RateLimitLayer {
     /// [`Rejection`] or a closure building the response.
     ///
     /// ```
-    /// # let limiter = tollgate::Limiter::builder().policy(tollgate::Policy::new("api", tollgate::Quota::per_second(10))?).build()?;
+    /// # let limiter = tollgate::Limiter::builder().limit(tollgate::Limit::new("api", tollgate::Quota::per_second(10))?).build()?;
     /// let layer = tollgate::RateLimitLayer::new(limiter).rejection(tollgate::Rejection::Json);
     /// # let _ = layer;
     /// # Ok::<(), tollgate::ConfigError>(())
@@ -248,7 +250,7 @@ impl RateLimitLayer {
     /// What to do when the store fails (default [`FailMode::Open`]).
     ///
     /// ```
-    /// # let limiter = tollgate::Limiter::builder().policy(tollgate::Policy::new("api", tollgate::Quota::per_second(10))?).build()?;
+    /// # let limiter = tollgate::Limiter::builder().limit(tollgate::Limit::new("api", tollgate::Quota::per_second(10))?).build()?;
     /// let layer = tollgate::RateLimitLayer::new(limiter).on_store_error(tollgate::FailMode::Closed);
     /// # let _ = layer;
     /// # Ok::<(), tollgate::ConfigError>(())
@@ -263,7 +265,7 @@ impl RateLimitLayer {
     /// on production traffic before enforcing them.
     ///
     /// ```
-    /// # let limiter = tollgate::Limiter::builder().policy(tollgate::Policy::new("api", tollgate::Quota::per_second(10))?).build()?;
+    /// # let limiter = tollgate::Limiter::builder().limit(tollgate::Limit::new("api", tollgate::Quota::per_second(10))?).build()?;
     /// let layer = tollgate::RateLimitLayer::new(limiter).shadow(true);
     /// # let _ = layer;
     /// # Ok::<(), tollgate::ConfigError>(())
@@ -281,7 +283,7 @@ impl RateLimitLayer {
     /// and `count_when` refunds do not depend on it.
     ///
     /// ```
-    /// # let limiter = tollgate::Limiter::builder().policy(tollgate::Policy::new("api", tollgate::Quota::per_second(10))?).build()?;
+    /// # let limiter = tollgate::Limiter::builder().limit(tollgate::Limit::new("api", tollgate::Quota::per_second(10))?).build()?;
     /// let layer = tollgate::RateLimitLayer::new(limiter).decisions_extension(false);
     /// # let _ = layer;
     /// # Ok::<(), tollgate::ConfigError>(())
@@ -307,7 +309,7 @@ impl RateLimitLayer {
     /// at once instead. 0 holds nothing: only requests served at once pass.
     ///
     /// ```
-    /// # let limiter = tollgate::Limiter::builder().policy(tollgate::Policy::new("api", tollgate::Quota::per_second(10))?).build()?;
+    /// # let limiter = tollgate::Limiter::builder().limit(tollgate::Limit::new("api", tollgate::Quota::per_second(10))?).build()?;
     /// let layer = tollgate::RateLimitLayer::new(limiter).max_held(100);
     /// assert_eq!(layer.held(), 0);
     /// # Ok::<(), tollgate::ConfigError>(())
@@ -333,7 +335,7 @@ impl RateLimitLayer {
     /// raises it, up to `max_held`.
     ///
     /// ```
-    /// # let limiter = tollgate::Limiter::builder().policy(tollgate::Policy::new("api", tollgate::Quota::per_second(10))?).build()?;
+    /// # let limiter = tollgate::Limiter::builder().limit(tollgate::Limit::new("api", tollgate::Quota::per_second(10))?).build()?;
     /// let layer = tollgate::RateLimitLayer::new(limiter).max_held(1_000).max_held_per_key(10);
     /// assert_eq!(layer.held(), 0);
     /// # Ok::<(), tollgate::ConfigError>(())
@@ -357,7 +359,7 @@ impl RateLimitLayer {
     ///
     /// ```
     /// use std::time::Duration;
-    /// # let limiter = tollgate::Limiter::builder().policy(tollgate::Policy::new("api", tollgate::Quota::per_second(10))?).build()?;
+    /// # let limiter = tollgate::Limiter::builder().limit(tollgate::Limit::new("api", tollgate::Quota::per_second(10))?).build()?;
     /// let layer = tollgate::RateLimitLayer::new(limiter).wait(Duration::from_secs(2));
     /// # let _ = layer;
     /// # Ok::<(), tollgate::ConfigError>(())
@@ -372,7 +374,7 @@ impl RateLimitLayer {
     /// turn; at most [`max_held`](RateLimitLayer::max_held).
     ///
     /// ```
-    /// # let limiter = tollgate::Limiter::builder().policy(tollgate::Policy::new("api", tollgate::Quota::per_second(10))?).build()?;
+    /// # let limiter = tollgate::Limiter::builder().limit(tollgate::Limit::new("api", tollgate::Quota::per_second(10))?).build()?;
     /// let layer = tollgate::RateLimitLayer::new(limiter);
     /// assert_eq!(layer.held(), 0);
     /// # Ok::<(), tollgate::ConfigError>(())
@@ -382,16 +384,22 @@ impl RateLimitLayer {
     }
 
     /// The layer's limiter, shared with every clone of the layer and its services: for
-    /// the operations that act on it while the server runs ([`Limiter::reload`],
-    /// [`Limiter::reload_policies`], refunds, peeks).
+    /// the operations that act on it while the server runs (peeks, resets, blocks,
+    /// refunds, [`Limiter::reload`]). A reload of the limiter alone keeps each limit's
+    /// request rules, by name (a new name gets the default rules); to replace the rules
+    /// too, use the layer's [`reload`](RateLimitLayer::reload).
     ///
     /// ```
-    /// use tollgate::{Policy, Quota, RateLimitLayer};
-    /// # let limiter = tollgate::Limiter::builder().policy(Policy::new("api", Quota::per_second(10))?).build()?;
-    /// let layer = RateLimitLayer::new(limiter);
-    /// layer.limiter().reload_policies([Policy::new("api", Quota::per_second(20))?])?;
-    /// assert_eq!(layer.limiter().policy("api").map(|p| p.quota()), Some(Quota::per_second(20)));
-    /// # Ok::<(), tollgate::ConfigError>(())
+    /// use tollgate::{Costs, Limit, Policy, Quota, RateLimitLayer};
+    /// let layer = RateLimitLayer::builder()
+    ///     .policy(Policy::new("api", Quota::per_second(10))?.costs(Costs::new().default(2)))
+    ///     .build()?;
+    /// layer.limiter().reload([Limit::new("api", Quota::per_second(20))?])?;
+    /// let api = layer.policy("api").expect("still there");
+    /// assert_eq!(api.quota(), Quota::per_second(20));
+    /// let (parts, ()) = http::Request::get("/").body(())?.into_parts();
+    /// assert_eq!(api.cost_of(&parts), 2, "its cost rule stays");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn limiter(&self) -> &Limiter {
         &self.shared.limiter
@@ -401,7 +409,7 @@ impl RateLimitLayer {
     /// callers). Checked after [`deny`](RateLimitLayer::deny).
     ///
     /// ```
-    /// # let limiter = tollgate::Limiter::builder().policy(tollgate::Policy::new("api", tollgate::Quota::per_second(10))?).build()?;
+    /// # let limiter = tollgate::Limiter::builder().limit(tollgate::Limit::new("api", tollgate::Quota::per_second(10))?).build()?;
     /// let layer = tollgate::RateLimitLayer::new(limiter)
     ///     .allow(|parts: &http::request::Parts| parts.uri.path() == "/health");
     /// # let _ = layer;
@@ -420,7 +428,7 @@ impl RateLimitLayer {
     /// before any policy is checked.
     ///
     /// ```
-    /// # let limiter = tollgate::Limiter::builder().policy(tollgate::Policy::new("api", tollgate::Quota::per_second(10))?).build()?;
+    /// # let limiter = tollgate::Limiter::builder().limit(tollgate::Limit::new("api", tollgate::Quota::per_second(10))?).build()?;
     /// let layer = tollgate::RateLimitLayer::new(limiter)
     ///     .deny(|parts: &http::request::Parts| parts.headers.contains_key("x-banned"));
     /// # let _ = layer;
