@@ -5,10 +5,10 @@
 //! [`RateLimitLayer`](crate::RateLimitLayer) (their limits alone suit a
 //! [`Limiter`](crate::Limiter)), so operators change limits without a new build, and a
 //! running server can reload them. Every mistake is a [`ConfigError`] that names the
-//! file, the line and the column, and quotes the offending value: syntax, unknown keys (a misspelt key is an
-//! error, not a silently ignored line), and everything the builder would refuse (a bad
-//! quota, a burst on a window algorithm, a cost no request could ever pay, a duplicate
-//! name, a malformed network).
+//! file, the line and the column, and quotes the offending value: syntax, unknown keys
+//! (a misspelt key is an error, not a silently ignored line), and everything the
+//! builder would refuse (a bad quota, a burst on a window algorithm, a cost no request
+//! could ever pay, a duplicate name, a malformed network).
 //!
 //! ## The file
 //!

@@ -208,7 +208,7 @@ async fn a_failing_store_fails_open_or_closed_as_the_layer_says() {
 
 /// A store that keeps rate state (in memory) but no in-flight slots.
 #[derive(Debug)]
-struct NoSlots(MemoryStore);
+pub(crate) struct NoSlots(pub(crate) MemoryStore);
 
 impl Store for NoSlots {
     fn decide<'a>(&'a self, charges: &'a [Charge<'a>]) -> StoreCall<'a, Vec<Decision>> {
