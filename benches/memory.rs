@@ -45,7 +45,7 @@ use std::time::{Duration, Instant};
 use criterion::measurement::WallTime;
 use criterion::{Bencher, BenchmarkGroup, Criterion};
 use governor::{DefaultKeyedRateLimiter, RateLimiter};
-use tollgate::{Algorithm, Key, Limiter, MemoryStore, Limit, Quota};
+use tollgate::{Algorithm, Key, Limit, Limiter, MemoryStore, Quota};
 
 /// The quota every limiter enforces: `LIMIT` per `PERIOD_SECS`, burst `LIMIT`.
 const LIMIT: u32 = 4_000_000_000;

@@ -23,7 +23,7 @@ use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use governor::{DefaultKeyedRateLimiter, RateLimiter};
-use tollgate::{Algorithm, Key, Limiter, MemoryStore, Limit, Quota};
+use tollgate::{Algorithm, Key, Limit, Limiter, MemoryStore, Quota};
 
 const KEYS: usize = 1_000_000;
 const RUNS: usize = 3;

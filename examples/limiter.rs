@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use tollgate::{Algorithm, Key, Limiter, ManualClock, MemoryStore, Limit, Quota};
+use tollgate::{Algorithm, Key, Limit, Limiter, ManualClock, MemoryStore, Quota};
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {

@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use tollgate::{Algorithm, Key, Limiter, Limit, Quota, RedisStore};
+use tollgate::{Algorithm, Key, Limit, Limiter, Quota, RedisStore};
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {

@@ -132,7 +132,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .extract(&parts)
         .ok_or("the global extractor always finds a key")?;
     println!("key {}", store.state_key(&policy, &everyone));
-    let layer = RateLimitLayer::builder().policy(policy).store(store).build()?;
+    let layer = RateLimitLayer::builder()
+        .policy(policy)
+        .store(store)
+        .build()?;
     let stats = Shared::default();
     let app = Router::new()
         .route("/", get(|| async { "ok" }))

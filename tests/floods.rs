@@ -530,7 +530,8 @@ fn forwarding_headers_of_64_kib_and_invalid_utf8_key_the_request_by_its_proxy() 
     let _serial = serial();
     runtime().block_on(async {
         // Trusting 127.0.0.1: its unreadable reports key the request by the proxy.
-        let layer = layer_of(fixed_window("client", 10).key(key::client_ip(TrustedProxies::loopback())));
+        let layer =
+            layer_of(fixed_window("client", 10).key(key::client_ip(TrustedProxies::loopback())));
         let server = Server::start(app(layer)).await;
         let mut huge_list = vec!["203.0.113.9"; 5_500].join(",").into_bytes();
         huge_list.extend_from_slice(b",\xff");

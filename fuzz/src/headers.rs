@@ -27,8 +27,7 @@ use sfv::{BareItem, Item, List, ListEntry, Parser};
 use tokio::runtime::Runtime;
 use tollgate::layer::Decisions;
 use tollgate::{
-    Algorithm, HeaderStyle, ManualClock, MemoryStore, Policy, Quota, RateLimitLayer,
-    ResetFormat,
+    Algorithm, HeaderStyle, ManualClock, MemoryStore, Policy, Quota, RateLimitLayer, ResetFormat,
 };
 use tower::{Layer, ServiceExt};
 

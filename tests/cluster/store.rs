@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use support::redis_cluster::{RedisCluster, shared_cluster};
 use support::redis_server::{cli, unique_prefix};
-use tollgate::{Algorithm, Key, Limiter, ManualClock, Limit, Quota, RedisStore, StoreErrorKind};
+use tollgate::{Algorithm, Key, Limit, Limiter, ManualClock, Quota, RedisStore, StoreErrorKind};
 
 const BASE: Duration = Duration::from_secs(1_699_920_000);
 

@@ -10,7 +10,7 @@
 use std::time::Duration;
 
 use support::immediate::immediate;
-use tollgate::{Algorithm, Key, Limiter, ManualClock, MemoryStore, Limit, Quota};
+use tollgate::{Algorithm, Key, Limit, Limiter, ManualClock, MemoryStore, Quota};
 
 const BASE: Duration = Duration::from_secs(1_700_000_000);
 const VICTIMS: u64 = 200;

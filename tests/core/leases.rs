@@ -16,7 +16,7 @@ use std::time::Duration;
 use proptest::prelude::*;
 use support::immediate::immediate;
 use tollgate::{
-    Algorithm, Decision, Key, LeasedStore, Limiter, ManualClock, MemoryStore, Limit, Quota,
+    Algorithm, Decision, Key, LeasedStore, Limit, Limiter, ManualClock, MemoryStore, Quota,
     SliceSizing,
 };
 
@@ -222,11 +222,7 @@ fn a_quiet_key_costs_one_store_call_per_request_as_without_leases() {
         let mut leased = hot(algorithm, quota, 1);
         let clock = ManualClock::new(Duration::from_micros(BASE_US));
         let plain = Limiter::builder()
-            .limit(
-                Limit::new("p", quota)
-                    .expect("policy")
-                    .algorithm(algorithm),
-            )
+            .limit(Limit::new("p", quota).expect("policy").algorithm(algorithm))
             .store(MemoryStore::with_clock(clock.clone()))
             .build()
             .expect("limiter");

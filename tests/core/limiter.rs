@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use support::immediate::immediate;
-use tollgate::{Algorithm, Key, Limiter, ManualClock, MemoryStore, Limit, Quota, StoreErrorKind};
+use tollgate::{Algorithm, Key, Limit, Limiter, ManualClock, MemoryStore, Quota, StoreErrorKind};
 
 const BASE: Duration = Duration::from_secs(1_699_920_000);
 
@@ -136,8 +136,7 @@ fn refunds_return_the_newest_charges_and_never_exceed_idle() {
 fn cost_above_capacity_can_never_fit() {
     let limiter = Limiter::builder()
         .limit(
-            Limit::new("api", Quota::per_second(10).with_burst(3).expect("burst"))
-                .expect("policy"),
+            Limit::new("api", Quota::per_second(10).with_burst(3).expect("burst")).expect("policy"),
         )
         .build()
         .expect("limiter");

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use support::immediate::immediate;
-use tollgate::{Algorithm, Key, Limiter, ManualClock, MemoryStore, Limit, Quota};
+use tollgate::{Algorithm, Key, Limit, Limiter, ManualClock, MemoryStore, Quota};
 
 const BASE: Duration = Duration::from_secs(1_699_920_000);
 

@@ -6,8 +6,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use tollgate::{
     Charge, Decision, InFlightSlot, Key, Limit, Policy, RateLimitLayer, Store, StoreError,
-    StoreErrorKind,
-    store::StoreCall,
+    StoreErrorKind, store::StoreCall,
 };
 
 /// Fails every `acquire` and `acquire_in_flight` with a connection error; counts the

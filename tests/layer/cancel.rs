@@ -219,7 +219,14 @@ async fn a_dropped_leaky_bucket_hold_gives_its_charge_back(
     let server = Server::start(app(layer.clone())).await;
     assert_eq!(server.send(from("alice")).await.status, StatusCode::OK);
     let key = key_of(&layer, "slow", "alice");
-    let remaining = async || layer.limiter().peek("slow", &key).await.expect("peek").remaining;
+    let remaining = async || {
+        layer
+            .limiter()
+            .peek("slow", &key)
+            .await
+            .expect("peek")
+            .remaining
+    };
     assert_eq!(remaining().await, 9);
     // Held an hour for its turn.
     let gone = client(&server, "alice").await;
@@ -257,10 +264,7 @@ async fn one_caller_cannot_take_every_held_place() {
         queue(Quota::per_hour(10).with_burst(1).expect("burst")),
         MemoryStore::with_clock(ManualClock::new(BASE)),
     );
-    let layer = layer
-        .wait(DAY)
-        .max_held(10)
-        .max_held_per_key(3);
+    let layer = layer.wait(DAY).max_held(10).max_held_per_key(3);
     let server = Arc::new(Server::start(app(layer.clone())).await);
     // Each caller's burst of 1 at once.
     for user in ["mallory", "alice"] {
@@ -423,10 +427,9 @@ async fn waiters_for_an_in_flight_slot_are_served_in_arrival_order(store: impl S
         .store(store)
         .build()
         .expect("limiter");
-    let service =
-        layer.layer(tower::service_fn(|_: Request<Full<Bytes>>| async {
-            Ok::<_, Infallible>(Response::new(Full::new(Bytes::from_static(b"ok"))))
-        }));
+    let service = layer.layer(tower::service_fn(|_: Request<Full<Bytes>>| async {
+        Ok::<_, Infallible>(Response::new(Full::new(Bytes::from_static(b"ok"))))
+    }));
     let get = || Request::get("/").body(Full::default()).expect("request");
     // Its slot is held while its body lives.
     let holder = service.clone().oneshot(get()).await.expect("infallible");

@@ -13,9 +13,7 @@ use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use prost::Message as _;
-use tollgate::{
-    Algorithm, FailMode, ManualClock, MemoryStore, Policy, Quota, RateLimitLayer, key,
-};
+use tollgate::{Algorithm, FailMode, ManualClock, MemoryStore, Policy, Quota, RateLimitLayer, key};
 use tonic::codegen::tokio_stream::{self, StreamExt as _};
 use tonic::{Code, Status};
 
@@ -53,8 +51,7 @@ fn meta<'a>(metadata: &'a tonic::metadata::MetadataMap, name: &str) -> &'a str {
 #[tokio::test]
 async fn unary_calls_are_admitted_up_to_the_limit_then_resource_exhausted() {
     let clock = ManualClock::new(BASE);
-    let server =
-        GrpcServer::start(layer(per_minute("api", 2), &clock)).await;
+    let server = GrpcServer::start(layer(per_minute("api", 2), &clock)).await;
     let mut client = server.client().await;
 
     let first = client.echo(ping("hello")).await.expect("admitted");
@@ -107,11 +104,7 @@ async fn unary_calls_are_admitted_up_to_the_limit_then_resource_exhausted() {
 #[tokio::test]
 async fn a_rejected_client_stream_is_answered_without_its_body_being_read() {
     let clock = ManualClock::new(BASE);
-    let server = GrpcServer::start(layer(
-        per_minute("uploads", 1),
-        &clock,
-    ))
-    .await;
+    let server = GrpcServer::start(layer(per_minute("uploads", 1), &clock)).await;
     let mut client = server.client().await;
     let pings = |n: usize| {
         (0..n)
@@ -166,8 +159,7 @@ async fn a_rejected_client_stream_is_answered_without_its_body_being_read() {
 #[tokio::test]
 async fn a_rejection_is_a_trailers_only_http_200_on_the_wire() {
     let clock = ManualClock::new(BASE);
-    let server =
-        GrpcServer::start(layer(per_minute("api", 1), &clock)).await;
+    let server = GrpcServer::start(layer(per_minute("api", 1), &clock)).await;
     let client = Client::builder(TokioExecutor::new())
         .http2_only(true)
         .build_http();
@@ -248,8 +240,7 @@ async fn a_failing_store_fails_closed_as_unavailable_or_open_as_admitted() {
     let store_calls = Arc::new(AtomicUsize::new(0));
     let broken = || broken_layer(per_minute("api", 1), &store_calls);
 
-    let closed =
-        GrpcServer::start(broken().on_store_error(FailMode::Closed)).await;
+    let closed = GrpcServer::start(broken().on_store_error(FailMode::Closed)).await;
     let mut client = closed.client().await;
     let status = client.echo(ping("hello")).await.expect_err("fails closed");
     assert_eq!(status.code(), Code::Unavailable, "{status:?}");

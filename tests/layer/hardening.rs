@@ -53,7 +53,11 @@ async fn peek(layer: &RateLimitLayer, policy: &str, request: Request<()>) -> Dec
         .policy(policy)
         .and_then(|p| p.key_of(&parts))
         .expect("a key");
-    layer.limiter().check(policy, &key, 0).await.expect("a peek")
+    layer
+        .limiter()
+        .check(policy, &key, 0)
+        .await
+        .expect("a peek")
 }
 
 /// Polls `done` until it holds; fails after [`HANG`].
@@ -578,9 +582,7 @@ async fn shadow_mode_passes_a_request_past_the_held_cap_on_at_once_uncharged() {
         slow_queue(),
         MemoryStore::with_clock(ManualClock::new(BASE)),
     );
-    let layer = layer
-        .shadow(true)
-        .max_held(0);
+    let layer = layer.shadow(true).max_held(0);
     let server = Server::start(plain_app(layer.clone())).await;
     assert_eq!(server.send(from("alice")).await.status, StatusCode::OK);
     // Its place would be an hour away and nothing may be held: passed on now.

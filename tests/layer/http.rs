@@ -14,8 +14,8 @@ use http_body_util::Full;
 use support::http::Server;
 use tollgate::layer::Decisions;
 use tollgate::{
-    Algorithm, Decision, FailMode, HeaderStyle, Key, ManualClock, MemoryStore, Policy,
-    Quota, RateLimitLayer, Rejection, ResetFormat, key,
+    Algorithm, Decision, FailMode, HeaderStyle, Key, ManualClock, MemoryStore, Policy, Quota,
+    RateLimitLayer, Rejection, ResetFormat, key,
 };
 
 use crate::broken_store::{BrokenStore, broken_layer};
@@ -89,8 +89,7 @@ async fn sub_second_waits_round_retry_after_up_to_one() {
 async fn clones_share_one_quota_under_concurrency() {
     let clock = ManualClock::new(BASE);
     let policy = Policy::new("api", Quota::per_minute(25)).expect("policy");
-    let server =
-        Arc::new(Server::start(app(layer(vec![policy], &clock))).await);
+    let server = Arc::new(Server::start(app(layer(vec![policy], &clock))).await);
     let tasks: Vec<_> = (0..100)
         .map(|_| {
             let server = server.clone();
@@ -134,11 +133,7 @@ async fn a_denial_by_one_policy_charges_no_other() {
         .expect("policy")
         .key(key::header("x-user").expect("header name"));
     let global = Policy::new("global", Quota::per_minute(3)).expect("policy");
-    let server = Server::start(app(layer(
-        vec![per_user, global],
-        &clock,
-    )))
-    .await;
+    let server = Server::start(app(layer(vec![per_user, global], &clock))).await;
     let as_user = |user: &str| {
         Request::get("/")
             .header("x-user", user)
@@ -225,10 +220,7 @@ async fn shadow_mode_decides_and_reports_but_never_rejects() {
     let policy = Policy::new("api", Quota::per_minute(1))
         .expect("policy")
         .algorithm(Algorithm::FixedWindow);
-    let server = Server::start(app(
-        layer(vec![policy], &clock).shadow(true)
-    ))
-    .await;
+    let server = Server::start(app(layer(vec![policy], &clock).shadow(true))).await;
     assert_eq!(
         server.get("/").await.header("ratelimit"),
         r#""api";r=0;t=60"#
@@ -274,9 +266,19 @@ async fn without_the_decisions_extension_headers_and_rejections_are_unchanged() 
             None => "no decisions".to_string(),
         }
     };
-    let with = Server::start(Router::new().route("/", get(handler)).layer(layer(policies(), &clock))).await;
+    let with = Server::start(
+        Router::new()
+            .route("/", get(handler))
+            .layer(layer(policies(), &clock)),
+    )
+    .await;
     let without_extension = layer(policies(), &clock).decisions_extension(false);
-    let without = Server::start(Router::new().route("/", get(handler)).layer(without_extension)).await;
+    let without = Server::start(
+        Router::new()
+            .route("/", get(handler))
+            .layer(without_extension),
+    )
+    .await;
 
     let mut seen = Vec::new();
     for server in [&with, &without] {
@@ -321,10 +323,7 @@ async fn draft06_and_legacy_styles_describe_the_tightest_policy() {
             fixed_window("second", Quota::per_second(2)),
         ]
     };
-    let server = Server::start(app(
-        layer(policies(), &clock).headers(HeaderStyle::Draft06)
-    ))
-    .await;
+    let server = Server::start(app(layer(policies(), &clock).headers(HeaderStyle::Draft06))).await;
     let reply = server.get("/").await;
     assert_eq!(reply.header("ratelimit-limit"), "2");
     assert_eq!(reply.header("ratelimit-remaining"), "1");
@@ -332,16 +331,18 @@ async fn draft06_and_legacy_styles_describe_the_tightest_policy() {
     assert_eq!(reply.header("ratelimit-policy"), "10;w=60, 2;w=1");
     assert!(!reply.headers.contains_key("ratelimit"));
 
-    let server = Server::start(app(layer(policies(), &clock)
-        .headers(HeaderStyle::Legacy(ResetFormat::Seconds))))
+    let server = Server::start(app(
+        layer(policies(), &clock).headers(HeaderStyle::Legacy(ResetFormat::Seconds))
+    ))
     .await;
     let reply = server.get("/").await;
     assert_eq!(reply.header("x-ratelimit-limit"), "2");
     assert_eq!(reply.header("x-ratelimit-remaining"), "1");
     assert_eq!(reply.header("x-ratelimit-reset"), "1");
 
-    let server = Server::start(app(layer(policies(), &clock)
-        .headers(HeaderStyle::Legacy(ResetFormat::UnixEpoch))))
+    let server = Server::start(app(
+        layer(policies(), &clock).headers(HeaderStyle::Legacy(ResetFormat::UnixEpoch))
+    ))
     .await;
     let reset: u64 = server
         .get("/")
@@ -358,10 +359,7 @@ async fn draft06_and_legacy_styles_describe_the_tightest_policy() {
         "reset {reset} vs now {now}"
     );
 
-    let server = Server::start(app(
-        layer(policies(), &clock).headers(HeaderStyle::None)
-    ))
-    .await;
+    let server = Server::start(app(layer(policies(), &clock).headers(HeaderStyle::None))).await;
     let reply = server.get("/").await;
     assert!(
         reply
@@ -379,10 +377,7 @@ async fn json_and_problem_rejections() {
             .expect("policy")
             .algorithm(Algorithm::FixedWindow)
     };
-    let server = Server::start(app(
-        layer(vec![policy()], &clock).rejection(Rejection::Json)
-    ))
-    .await;
+    let server = Server::start(app(layer(vec![policy()], &clock).rejection(Rejection::Json))).await;
     server.get("/").await;
     let reply = server.get("/").await;
     assert_eq!(reply.header("content-type"), "application/json");
@@ -404,17 +399,15 @@ async fn json_and_problem_rejections() {
     assert_eq!(problem["title"], "Too Many Requests");
     assert_eq!(reply.header("retry-after"), "60");
 
-    let custom = layer(vec![policy()], &clock).rejection(
-        |info: &tollgate::RejectionInfo| {
-            http::Response::builder()
-                .status(StatusCode::SERVICE_UNAVAILABLE)
-                .body(Bytes::from(format!(
-                    "busy: {}",
-                    info.denied_by().collect::<Vec<_>>().join(",")
-                )))
-                .expect("response")
-        },
-    );
+    let custom = layer(vec![policy()], &clock).rejection(|info: &tollgate::RejectionInfo| {
+        http::Response::builder()
+            .status(StatusCode::SERVICE_UNAVAILABLE)
+            .body(Bytes::from(format!(
+                "busy: {}",
+                info.denied_by().collect::<Vec<_>>().join(",")
+            )))
+            .expect("response")
+    });
     let server = Server::start(app(custom)).await;
     server.get("/").await;
     let reply = server.get("/").await;
@@ -461,7 +454,10 @@ async fn leaky_bucket_holds_requests_for_their_turn() {
     let policy = Policy::new("queue", Quota::per_second(20).with_burst(3).expect("burst"))
         .expect("policy")
         .algorithm(Algorithm::LeakyBucket);
-    let layer = RateLimitLayer::builder().policy(policy).build().expect("limiter");
+    let layer = RateLimitLayer::builder()
+        .policy(policy)
+        .build()
+        .expect("limiter");
     let server = Arc::new(Server::start(app(layer)).await);
     let started = tokio::time::Instant::now();
     let replies = futures_join(&server, 3).await;
@@ -506,10 +502,7 @@ async fn store_failures_fail_open_or_closed() {
         );
         assert!(!reply.headers.contains_key("ratelimit"));
     }
-    let server = Server::start(app(
-        broken().on_store_error(FailMode::Closed)
-    ))
-    .await;
+    let server = Server::start(app(broken().on_store_error(FailMode::Closed))).await;
     let reply = server.get("/").await;
     assert_eq!(reply.status, StatusCode::SERVICE_UNAVAILABLE);
     assert_eq!(reply.header("retry-after"), "1");
@@ -534,10 +527,7 @@ async fn a_store_failure_in_wait_mode_fails_open_or_closed() {
     assert_eq!(reply.status, StatusCode::OK, "fail open lets it through");
     assert!(!reply.headers.contains_key("ratelimit"));
     assert_eq!(layer.held(), 0, "nothing is held for a store that failed");
-    let server = Server::start(app(broken()
-        .wait(wait)
-        .on_store_error(FailMode::Closed)))
-    .await;
+    let server = Server::start(app(broken().wait(wait).on_store_error(FailMode::Closed))).await;
     let reply = server.get("/").await;
     assert_eq!(reply.status, StatusCode::SERVICE_UNAVAILABLE);
     assert_eq!(reply.header("retry-after"), "1");
@@ -633,11 +623,7 @@ async fn spoofed_forwarded_headers_from_an_untrusted_peer_do_not_change_the_key(
 
     // Trusting 127.0.0.1 as a proxy, its forwarded client addresses become the keys.
     let trusted = tollgate::TrustedProxies::new(["127.0.0.1/32"]).expect("cidr");
-    let server = Server::start(app(layer(
-        vec![by_client(trusted)],
-        &clock,
-    )))
-    .await;
+    let server = Server::start(app(layer(vec![by_client(trusted)], &clock))).await;
     for ip in ["203.0.113.1", "203.0.113.2", "203.0.113.3", "203.0.113.4"] {
         assert_eq!(
             server.send(spoofed(ip)).await.status,

@@ -19,8 +19,8 @@ use support::http::Server;
 use support::in_flight::{App, every_way_a_request_ends};
 use tokio::sync::Notify;
 use tollgate::{
-    Algorithm, Charge, ConfigError, Decision, FailMode, Key, Limit, ManualClock,
-    MemoryStore, Policy, Quota, RateLimitLayer, Store, key, store::StoreCall,
+    Algorithm, Charge, ConfigError, Decision, FailMode, Key, Limit, ManualClock, MemoryStore,
+    Policy, Quota, RateLimitLayer, Store, key, store::StoreCall,
 };
 use tower::{Layer, Service, ServiceExt};
 
@@ -32,10 +32,10 @@ const BASE: Duration = Duration::from_secs(1_699_920_000);
 
 fn layer(policy: Policy, store: MemoryStore) -> RateLimitLayer {
     RateLimitLayer::builder()
-            .policy(policy)
-            .store(store)
-            .build()
-            .expect("limiter")
+        .policy(policy)
+        .store(store)
+        .build()
+        .expect("limiter")
 }
 
 #[tokio::test]

@@ -9,9 +9,7 @@ use axum::Router;
 use axum::routing::get;
 use http::StatusCode;
 use support::http::Server;
-use tollgate::{
-    Key, ManualClock, MemoryStore, Penalty, Policy, Quota, RateLimitLayer, key,
-};
+use tollgate::{Key, ManualClock, MemoryStore, Penalty, Policy, Quota, RateLimitLayer, key};
 
 const BASE: Duration = Duration::from_secs(1_699_920_000);
 

@@ -152,13 +152,7 @@ async fn in_wait_mode_calls_over_the_quota_wait_for_their_window() {
         .store(MemoryStore::with_clock(ManualClock::new(BASE)))
         .build()
         .expect("limiter");
-    let (started, seen) = burst(
-        layer.wait(Duration::from_secs(5)),
-        addr,
-        CALLS,
-        &arrivals,
-    )
-    .await;
+    let (started, seen) = burst(layer.wait(Duration::from_secs(5)), addr, CALLS, &arrivals).await;
     for (k, at) in seen.iter().enumerate() {
         let window = Duration::from_secs(u64::try_from(k / 10).expect("small"));
         assert!(

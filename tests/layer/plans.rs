@@ -21,8 +21,7 @@ use http::StatusCode;
 use http_body_util::Full;
 use support::http::{Reply, Server};
 use tollgate::{
-    Algorithm, FailMode, ManualClock, MemoryStore, Policy, Quota, RateLimitLayer, Store,
-    key,
+    Algorithm, FailMode, ManualClock, MemoryStore, Policy, Quota, RateLimitLayer, Store, key,
 };
 
 /// 2023-11-14T00:00:00Z: a minute starts here.
@@ -158,11 +157,7 @@ async fn each_plan_states_its_own_quota_and_remaining() {
     let clock = ManualClock::new(BASE);
     let accounts = Accounts::new(&[("key-free-1", Plan::Free), ("key-pro-1", Plan::Pro)]);
     let store = MemoryStore::with_clock(clock.clone());
-    let server = serve(
-        layer(api(Quota::per_minute(5)), store),
-        &accounts,
-    )
-    .await;
+    let server = serve(layer(api(Quota::per_minute(5)), store), &accounts).await;
 
     let ok = StatusCode::OK;
     let free = as_caller(&server, "key-free-1").await;
@@ -189,11 +184,7 @@ async fn each_plan_states_its_own_quota_and_remaining() {
 /// instants of `clock` (the clock of `store`).
 async fn plan_changes_carry_usage_over(store: impl Store, clock: &ManualClock) {
     let accounts = Accounts::new(&[("key-a", Plan::Free), ("key-b", Plan::Pro)]);
-    let server = serve(
-        layer(api(Quota::per_minute(5)), store),
-        &accounts,
-    )
-    .await;
+    let server = serve(layer(api(Quota::per_minute(5)), store), &accounts).await;
     let (ok, limited) = (StatusCode::OK, StatusCode::TOO_MANY_REQUESTS);
 
     // Free: all 5 of 5/min used at one instant, the 6th refused for 12 s.
@@ -327,11 +318,7 @@ async fn a_caller_cannot_choose_its_own_plan() {
     let clock = ManualClock::new(BASE);
     let accounts = Accounts::new(&[("key-free-1", Plan::Free)]);
     let store = MemoryStore::with_clock(clock.clone());
-    let server = serve(
-        layer(api(Quota::per_minute(5)), store),
-        &accounts,
-    )
-    .await;
+    let server = serve(layer(api(Quota::per_minute(5)), store), &accounts).await;
 
     // Whatever the request says about its plan, the plan is the one the server's
     // accounts hold for its key: only server code writes request extensions.

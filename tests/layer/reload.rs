@@ -87,12 +87,18 @@ fn decided_by(reply: &Reply) -> char {
     match policy {
         POLICY_A => {
             assert_eq!(api, 999, "A's limit with B's key rule: {reply:?}");
-            assert!(reply.header("ratelimit").contains("\"global\";"), "{reply:?}");
+            assert!(
+                reply.header("ratelimit").contains("\"global\";"),
+                "{reply:?}"
+            );
             'A'
         }
         POLICY_B => {
             assert!(api <= 1998, "B's limit with A's key rule: {reply:?}");
-            assert!(reply.header("ratelimit").contains("\"daily\";"), "{reply:?}");
+            assert!(
+                reply.header("ratelimit").contains("\"daily\";"),
+                "{reply:?}"
+            );
             'B'
         }
         other => panic!("a policy header of neither set: {other:?}"),
@@ -166,7 +172,10 @@ async fn a_refused_reload_leaves_the_old_set_serving() {
     let twice = layer
         .reload(set_b().into_iter().chain(set_b()))
         .expect_err("a name twice");
-    assert!(twice.to_string().contains("duplicate limit name"), "{twice}");
+    assert!(
+        twice.to_string().contains("duplicate limit name"),
+        "{twice}"
+    );
     let slots = layer
         .reload(
             set_b()
@@ -177,7 +186,11 @@ async fn a_refused_reload_leaves_the_old_set_serving() {
     assert!(slots.to_string().contains("\"uploads\""), "{slots}");
 
     // A's limits and rules, as before: every user counted alone, "global" beside it.
-    let names: Vec<String> = layer.policies().iter().map(|p| p.name().to_owned()).collect();
+    let names: Vec<String> = layer
+        .policies()
+        .iter()
+        .map(|p| p.name().to_owned())
+        .collect();
     assert_eq!(names, ["api", "global"]);
     let limits: Vec<String> = layer
         .limiter()

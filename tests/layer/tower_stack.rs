@@ -20,8 +20,7 @@ use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 use tollgate::{
-    Algorithm, ManualClock, MemoryStore, Policy, Quota, RateLimitLayer, key,
-    layer::Decisions,
+    Algorithm, ManualClock, MemoryStore, Policy, Quota, RateLimitLayer, key, layer::Decisions,
 };
 use tower::ServiceBuilder;
 
@@ -222,8 +221,7 @@ async fn peer_ip_keys_by_the_socket_addr_the_accept_loop_inserts() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn concurrent_connections_share_one_quota() {
     let clock = ManualClock::new(BASE);
-    let server =
-        Arc::new(Served::start(layer(per_minute("api", 10), &clock)).await);
+    let server = Arc::new(Served::start(layer(per_minute("api", 10), &clock)).await);
     let tasks: Vec<_> = (0..40)
         .map(|_| {
             let server = server.clone();
@@ -246,11 +244,7 @@ async fn concurrent_connections_share_one_quota() {
 #[tokio::test]
 async fn a_rejected_request_is_answered_before_its_body_ends() {
     let clock = ManualClock::new(BASE);
-    let server = Served::start(layer(
-        per_minute("uploads", 1),
-        &clock,
-    ))
-    .await;
+    let server = Served::start(layer(per_minute("uploads", 1), &clock)).await;
     assert_eq!(server.post().await.0, StatusCode::OK);
 
     // A chunked body that sends one chunk and never ends: only a layer that answers

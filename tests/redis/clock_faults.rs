@@ -24,7 +24,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use support::redis_server::RedisServer;
 use support::rng::Rng;
 use tempfile::TempDir;
-use tollgate::{Algorithm, Decision, Key, Limiter, Limit, Quota, RedisStore};
+use tollgate::{Algorithm, Decision, Key, Limit, Limiter, Quota, RedisStore};
 
 const PERIOD: Duration = Duration::from_secs(1);
 const LIMIT: u64 = 10;

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use support::redis_server::RedisServer;
 use tollgate::{
-    Algorithm, Charge, Fallback, Key, Limiter, MemoryStore, Limit, Quota, RedisStore, Store,
+    Algorithm, Charge, Fallback, Key, Limit, Limiter, MemoryStore, Quota, RedisStore, Store,
     StoreErrorKind,
 };
 

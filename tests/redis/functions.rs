@@ -8,7 +8,7 @@
 use std::time::Duration;
 
 use support::redis_server::RedisServer;
-use tollgate::{Key, Limiter, Limit, Quota, RedisStore, StoreErrorKind};
+use tollgate::{Key, Limit, Limiter, Quota, RedisStore, StoreErrorKind};
 
 type TestResult = Result<(), Box<dyn std::error::Error>>;
 

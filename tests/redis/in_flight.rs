@@ -32,10 +32,10 @@ fn store(prefix: &str) -> RedisStore {
 
 fn layer(policy: Policy, store: RedisStore) -> RateLimitLayer {
     RateLimitLayer::builder()
-            .policy(policy)
-            .store(store)
-            .build()
-            .expect("limiter")
+        .policy(policy)
+        .store(store)
+        .build()
+        .expect("limiter")
 }
 
 fn limit() -> Limit {

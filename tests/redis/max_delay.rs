@@ -10,7 +10,7 @@ use std::time::Duration;
 use support::redis_cluster::shared_cluster;
 use support::redis_server::{shared_server, unique_prefix};
 use support::rng::Rng;
-use tollgate::{Algorithm, Key, Limiter, ManualClock, MemoryStore, Limit, Quota, RedisStore};
+use tollgate::{Algorithm, Key, Limit, Limiter, ManualClock, MemoryStore, Quota, RedisStore};
 
 const BASE: Duration = Duration::from_secs(1_699_920_000);
 

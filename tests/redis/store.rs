@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use support::redis_server::{RedisServer, shared_server, unique_prefix};
 use tollgate::{
-    Algorithm, Charge, ConfigError, Key, Limiter, ManualClock, MemoryStore, Limit, Quota,
+    Algorithm, Charge, ConfigError, Key, Limit, Limiter, ManualClock, MemoryStore, Quota,
     RedisStore, Store,
 };
 
@@ -174,8 +174,8 @@ async fn every_key_written_has_a_ttl() -> TestResult {
         Algorithm::LeakyBucket,
     ];
     for algorithm in algorithms {
-        builder = builder
-            .limit(Limit::new(algorithm.name(), Quota::per_minute(5))?.algorithm(algorithm));
+        builder =
+            builder.limit(Limit::new(algorithm.name(), Quota::per_minute(5))?.algorithm(algorithm));
     }
     let limiter = builder.build()?;
     for algorithm in algorithms {
