@@ -126,7 +126,11 @@ async fn every_request_is_decided_by_one_whole_set_while_the_layer_reloads() {
         tokio::spawn(async move {
             let mut reloads = 0_u32;
             while !done.load(Ordering::Relaxed) {
-                let set = if reloads % 2 == 0 { set_a() } else { set_b() };
+                let set = if reloads.is_multiple_of(2) {
+                    set_a()
+                } else {
+                    set_b()
+                };
                 layer.reload(set).expect("a valid set");
                 reloads += 1;
                 tokio::task::yield_now().await;

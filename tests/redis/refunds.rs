@@ -52,7 +52,7 @@ fn policy(name: &str, quota: Quota, algorithm: Algorithm) -> Policy {
 /// A limiter of the policies' limits (their request rules play no part).
 fn limiter(policies: Vec<Policy>, store: impl Store) -> Limiter {
     Limiter::builder()
-        .limits(policies.iter().map(|p| p.limit().clone()))
+        .limits(policies.into_iter().map(|p| p.limit().clone()))
         .store(store)
         .build()
         .expect("a limiter")
