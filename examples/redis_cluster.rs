@@ -30,7 +30,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         let user_key = Key::from(format!("{user}-{run}"));
         println!(
             "{user}'s key: {}",
-            store.state_key(limiter.limit("user").ok_or("no policy")?, &user_key)
+            store.state_key(limiter.limit("user").ok_or("no limit")?, &user_key)
         );
         for request in 0..3 {
             let decisions = limiter

@@ -1237,7 +1237,7 @@ mod layer {
                     .wait(Duration::from_secs(30)),
             )
             .build()
-            .expect("limiter");
+            .expect("layer");
         let app = Router::new()
             .route(
                 "/",
@@ -1308,7 +1308,7 @@ mod layer {
             )
             .store(MemoryStore::with_clock(ManualClock::new(BASE)))
             .build()
-            .expect("limiter");
+            .expect("layer");
         let limiter = layer.limiter().clone();
         let layer = layer.wait(DAY);
         let app = Router::new()
@@ -1350,7 +1350,7 @@ mod layer {
             )
             .store(MemoryStore::with_clock(ManualClock::new(BASE)))
             .build()
-            .expect("limiter");
+            .expect("layer");
         let app = Router::new()
             .route("/", get(|| async { "ok" }))
             .layer(layer.clone());
@@ -1397,7 +1397,7 @@ mod layer {
                 BASE + Duration::from_secs(5),
             )))
             .build()
-            .expect("limiter");
+            .expect("layer");
         let limiter = layer.limiter().clone();
         let app = Router::new()
             .route(
@@ -1477,7 +1477,7 @@ mod layer {
                     .wait(Duration::from_secs(60)),
             )
             .build()
-            .expect("limiter");
+            .expect("layer");
         let app = Router::new()
             .route(
                 "/",

@@ -291,7 +291,7 @@ fn layer_of(policy: Policy) -> RateLimitLayer {
         .policy(policy)
         .store(MemoryStore::with_clock(ManualClock::new(BASE)))
         .build()
-        .expect("limiter")
+        .expect("layer")
 }
 
 fn fixed_window(name: &str, limit: u64) -> Policy {
@@ -463,7 +463,7 @@ fn keyed_by_header(store: &MemoryStore) -> RateLimitLayer {
         .policy(fixed_window("api-key", 3).key(key::header("x-api-key").expect("name")))
         .store(store.clone())
         .build()
-        .expect("limiter")
+        .expect("layer")
 }
 
 fn with_api_key(value: &[u8]) -> Request<Full<Bytes>> {

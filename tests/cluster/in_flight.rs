@@ -33,7 +33,7 @@ async fn every_way_a_request_ends_gives_its_lease_back() {
         )
         .store(store(&unique_prefix("in-flight")))
         .build()
-        .expect("limiter");
+        .expect("layer");
     every_way_a_request_ends(2, |router| router.layer(layer)).await;
 }
 

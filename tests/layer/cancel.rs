@@ -426,7 +426,7 @@ async fn waiters_for_an_in_flight_slot_are_served_in_arrival_order(store: impl S
         .policy(policy)
         .store(store)
         .build()
-        .expect("limiter");
+        .expect("layer");
     let service = layer.layer(tower::service_fn(|_: Request<Full<Bytes>>| async {
         Ok::<_, Infallible>(Response::new(Full::new(Bytes::from_static(b"ok"))))
     }));
@@ -492,7 +492,7 @@ async fn a_request_whose_client_leaves_while_its_slot_call_is_on_the_wire_leaves
         .policy(Policy::in_flight_only("reports", 1).expect("policy"))
         .store(store)
         .build()
-        .expect("limiter");
+        .expect("layer");
     let server = Server::start(app(layer)).await;
     assert_eq!(server.get("/").await.status, StatusCode::OK);
     let port = redis.port();

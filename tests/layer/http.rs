@@ -457,7 +457,7 @@ async fn leaky_bucket_holds_requests_for_their_turn() {
     let layer = RateLimitLayer::builder()
         .policy(policy)
         .build()
-        .expect("limiter");
+        .expect("layer");
     let server = Arc::new(Server::start(app(layer)).await);
     let started = tokio::time::Instant::now();
     let replies = futures_join(&server, 3).await;
@@ -568,7 +568,7 @@ async fn free_requests_skip_the_store() {
         )
         .store(BrokenStore(calls.clone()))
         .build()
-        .expect("limiter");
+        .expect("layer");
     let server = Server::start(app(layer)).await;
     for _ in 0..3 {
         assert_eq!(server.get("/").await.status, StatusCode::OK);

@@ -35,7 +35,7 @@ fn layer(policy: Policy, store: MemoryStore) -> RateLimitLayer {
         .policy(policy)
         .store(store)
         .build()
-        .expect("limiter")
+        .expect("layer")
 }
 
 #[tokio::test]

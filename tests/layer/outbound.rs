@@ -108,7 +108,7 @@ async fn a_burst_of_calls_reaches_the_upstream_no_faster_than_its_limit() {
         .policy(per_host)
         .store(MemoryStore::with_clock(clock))
         .build()
-        .expect("limiter");
+        .expect("layer");
     let limiter = layer.limiter().clone();
     let (started, seen) = burst(layer.clone(), addr, CALLS, &arrivals).await;
     // The k-th call to arrive left no earlier than its turn, k·T after the burst: by
@@ -151,7 +151,7 @@ async fn in_wait_mode_calls_over_the_quota_wait_for_their_window() {
         .policy(per_host)
         .store(MemoryStore::with_clock(ManualClock::new(BASE)))
         .build()
-        .expect("limiter");
+        .expect("layer");
     let (started, seen) = burst(layer.wait(Duration::from_secs(5)), addr, CALLS, &arrivals).await;
     for (k, at) in seen.iter().enumerate() {
         let window = Duration::from_secs(u64::try_from(k / 10).expect("small"));

@@ -35,7 +35,7 @@ fn layer(policy: Policy, store: RedisStore) -> RateLimitLayer {
         .policy(policy)
         .store(store)
         .build()
-        .expect("limiter")
+        .expect("layer")
 }
 
 fn limit() -> Limit {
