@@ -5,7 +5,8 @@ use crate::layer::headers::check_size;
 use crate::store::Store;
 use crate::{ConfigError, LimiterBuilder, Policy, RateLimitLayer};
 
-/// Builds a [`RateLimitLayer`] and its [`Limiter`]; see [`RateLimitLayer::builder`].
+/// Builds a [`RateLimitLayer`] and its [`Limiter`](crate::Limiter); see
+/// [`RateLimitLayer::builder`].
 ///
 /// ```
 /// use tollgate::{MemoryStore, Policy, Quota, RateLimitLayer, key};
