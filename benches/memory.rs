@@ -45,7 +45,7 @@ use std::time::{Duration, Instant};
 use criterion::measurement::WallTime;
 use criterion::{Bencher, BenchmarkGroup, Criterion};
 use governor::{DefaultKeyedRateLimiter, RateLimiter};
-use tollgate::{Algorithm, Key, Limiter, MemoryStore, Policy, Quota};
+use tollgate::{Algorithm, Key, Limit, Limiter, MemoryStore, Quota};
 
 /// The quota every limiter enforces: `LIMIT` per `PERIOD_SECS`, burst `LIMIT`.
 const LIMIT: u32 = 4_000_000_000;
@@ -117,8 +117,8 @@ fn fast_quota() -> Quota {
 
 fn tollgate_limiter(algorithm: Algorithm, quota: Quota, store: MemoryStore) -> Limiter {
     Limiter::builder()
-        .policy(
-            Policy::new(POLICY, quota)
+        .limit(
+            Limit::new(POLICY, quota)
                 .expect("valid policy")
                 .algorithm(algorithm),
         )

@@ -23,7 +23,7 @@ use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use governor::{DefaultKeyedRateLimiter, RateLimiter};
-use tollgate::{Algorithm, Key, Limiter, MemoryStore, Policy, Quota};
+use tollgate::{Algorithm, Key, Limit, Limiter, MemoryStore, Quota};
 
 const KEYS: usize = 1_000_000;
 const RUNS: usize = 3;
@@ -106,8 +106,8 @@ fn measure(case: &str) {
         let store = MemoryStore::new().max_keys(2 * KEYS).expect("valid bound");
         let quota = Quota::per_day(u64::from(LIMIT));
         let limiter = Limiter::builder()
-            .policy(
-                Policy::new("bench", quota)
+            .limit(
+                Limit::new("bench", quota)
                     .expect("valid policy")
                     .algorithm(algorithm),
             )

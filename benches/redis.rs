@@ -54,7 +54,7 @@ use std::time::{Duration, Instant};
 
 use redis::aio::MultiplexedConnection;
 use support::redis_server::RedisServer;
-use tollgate::{Algorithm, Key, Limiter, Policy, Quota, RedisStore};
+use tollgate::{Algorithm, Key, Limit, Limiter, Policy, Quota, RedisStore};
 
 const TASKS: usize = 64;
 
@@ -242,9 +242,9 @@ fn limiter(
         .deadline(Duration::from_secs(5))
         .expect("a deadline");
     Limiter::builder()
-        .policy(
-            Policy::new("bench", quota)
-                .expect("a policy")
+        .limit(
+            Limit::new("bench", quota)
+                .expect("a limit")
                 .algorithm(algorithm),
         )
         .store(store)
@@ -612,9 +612,9 @@ async fn log_denial_row(
         .with_clock(clock.clone());
     let quota = Quota::new(limit, Duration::from_secs(100_000)).expect("a quota");
     let limiter = Limiter::builder()
-        .policy(
-            Policy::new("log", quota)
-                .expect("a policy")
+        .limit(
+            Limit::new("log", quota)
+                .expect("a limit")
                 .algorithm(Algorithm::SlidingWindowLog),
         )
         .store(store)

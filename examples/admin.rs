@@ -139,10 +139,11 @@ async fn block(
 
 /// The API (rate limited, with a penalty box) and, beside it, the admin routes (not
 /// rate limited by it: operators must get through to a caller that is blocked).
-fn app(limiter: Limiter, token: String) -> Router {
+fn app(layer: RateLimitLayer, token: String) -> Router {
+    let limiter = layer.limiter().clone();
     let api = Router::new()
         .route("/api", get(|| async { "hello" }))
-        .layer(RateLimitLayer::new(limiter.clone()));
+        .layer(layer);
     let admin = Router::new()
         .route("/admin/keys/{key}", get(peek).delete(reset))
         .route("/admin/keys/{key}/block/{seconds}", post(block))
@@ -229,7 +230,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         std::env::var("ADMIN_TOKEN").unwrap_or_else(|_| "demo-admin-token-0123456789".to_owned());
     // 2 requests a minute per API key; the 2nd rejection within a minute blocks the
     // key for 10 minutes.
-    let limiter = Limiter::builder()
+    let layer = RateLimitLayer::builder()
         .policy(
             Policy::new(POLICY, Quota::per_minute(2))?
                 .key(key::header("x-api-key")?)
@@ -246,7 +247,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let server = tokio::spawn(
         axum::serve(
             listener,
-            app(limiter, token.clone()).into_make_service_with_connect_info::<SocketAddr>(),
+            app(layer, token.clone()).into_make_service_with_connect_info::<SocketAddr>(),
         )
         .into_future(),
     );

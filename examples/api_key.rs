@@ -10,12 +10,12 @@ use axum::routing::get;
 use http::Request;
 use http_body_util::Full;
 use support::Demo;
-use tollgate::{Limiter, Policy, Quota, RateLimitLayer, TrustedProxies, key};
+use tollgate::{Policy, Quota, RateLimitLayer, TrustedProxies, key};
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let api_key = key::header("x-api-key")?;
-    let limiter = Limiter::builder()
+    let layer = RateLimitLayer::builder()
         // Callers with a key: 5 per minute each (the key is hashed, never stored raw).
         .policy(Policy::new("keyed", Quota::per_minute(5))?.key(api_key.clone()))
         // Everyone else, by client IP: 2 per minute. A request with a key has no
@@ -32,7 +32,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .build()?;
     let app = Router::new()
         .route("/", get(|| async { "hello" }))
-        .layer(RateLimitLayer::new(limiter));
+        .layer(layer);
     let demo = Demo::start(app).await?;
 
     println!("with a key: 5/min per key; without: 2/min per IP\n");

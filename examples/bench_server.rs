@@ -23,7 +23,7 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::routing::get;
-use tollgate::{Limiter, Policy, Quota, RateLimitLayer, key};
+use tollgate::{Policy, Quota, RateLimitLayer, key};
 use tower_governor::GovernorLayer;
 use tower_governor::governor::GovernorConfigBuilder;
 
@@ -47,10 +47,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             } else {
                 Quota::per_second(u64::from(NEVER_REJECTS))
             };
-            let limiter = Limiter::builder()
+            let layer = RateLimitLayer::builder()
                 .policy(Policy::new("api", quota)?.key(key::peer_ip()))
                 .build()?;
-            app.layer(RateLimitLayer::new(limiter).decisions_extension(mode != "lean"))
+            app.layer(layer.decisions_extension(mode != "lean"))
         }
         // The same quotas as tollgate's: one cell per nanosecond with a burst of 10⁹ is
         // 10⁹ per second, burst 10⁹ (`Quota::per_second`'s burst is its limit); one per

@@ -21,7 +21,7 @@ use notify_debouncer_mini::{DebounceEventResult, new_debouncer, notify::Recursiv
 use support::Demo;
 use tokio::sync::mpsc;
 use tollgate::config::Limits;
-use tollgate::{Limiter, Policy, RateLimitLayer};
+use tollgate::{Policy, RateLimitLayer};
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -41,22 +41,20 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     };
 
     let limits = Limits::from_path(&path)?;
-    let mut builder = Limiter::builder();
-    for policy in limits.policies() {
-        builder = builder.policy(policy.clone());
-    }
-    // A clone shares its state and its set of limits: reloading it reloads the layer's.
-    let limiter = builder.build()?;
-    let layer = RateLimitLayer::new(limiter.clone());
+    // A clone of the layer shares its limiter and its policies: reloading it reloads
+    // the one serving requests.
+    let layer = RateLimitLayer::builder()
+        .policies(limits.policies().to_vec())
+        .build()?;
     let app = Router::new()
         .route(
             "/users",
             get(|| async { "users" }).post(|| async { "created" }),
         )
         .route("/health", get(|| async { "ok" }))
-        .layer(layer);
+        .layer(layer.clone());
 
-    let reloads = watch(&path, limiter, limits)?;
+    let reloads = watch(&path, layer, limits)?;
     if self_test {
         let demo = Demo::start(app).await?;
         self_test_run(&demo, &path, reloads).await
@@ -72,11 +70,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
 }
 
-/// Watches `path` and reloads `limiter` when the file changes; each outcome (what
+/// Watches `path` and reloads `layer` when the file changes; each outcome (what
 /// changed, or why the file was refused) is printed and sent on the returned channel.
 fn watch(
     path: &Path,
-    limiter: Limiter,
+    layer: RateLimitLayer,
     limits: Limits,
 ) -> Result<mpsc::UnboundedReceiver<String>, Box<dyn std::error::Error>> {
     let (changed_tx, mut changed_rx) = mpsc::unbounded_channel();
@@ -122,7 +120,7 @@ fn watch(
                 Ok(limits) => {
                     let next = summary(limits.policies());
                     // Reloaded even when no quota changed: costs, keys or plans may have.
-                    match limiter.reload_policies(limits) {
+                    match layer.reload(limits) {
                         Ok(()) => {
                             let before = std::mem::replace(&mut current, next);
                             changes(&before, &current)

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use tollgate::{Algorithm, Key, Limiter, ManualClock, MemoryStore, Policy, Quota};
+use tollgate::{Algorithm, Key, Limit, Limiter, ManualClock, MemoryStore, Quota};
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -12,10 +12,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // a pause, then a few more.
     let clock = ManualClock::new(Duration::from_secs(1_700_000_000));
     let limiter = Limiter::builder()
-        .policy(
-            Policy::new("api", "5/s".parse::<Quota>()?.with_burst(3)?)?.algorithm(Algorithm::Gcra),
+        .limit(
+            Limit::new("api", "5/s".parse::<Quota>()?.with_burst(3)?)?.algorithm(Algorithm::Gcra),
         )
-        .policy(Policy::new("daily", Quota::per_day(12))?.algorithm(Algorithm::FixedWindow))
+        .limit(Limit::new("daily", Quota::per_day(12))?.algorithm(Algorithm::FixedWindow))
         .store(MemoryStore::with_clock(clock.clone()))
         .build()?;
     let caller = Key::from("203.0.113.9".parse::<std::net::IpAddr>()?);

@@ -23,7 +23,7 @@ use hyper::server::conn::http1;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use tokio::net::TcpListener;
-use tollgate::{Key, Limiter, Policy, Quota, RateLimitLayer};
+use tollgate::{Key, Policy, Quota, RateLimitLayer};
 use tower::{Service, ServiceBuilder, ServiceExt};
 
 const CALLS: usize = 100;
@@ -53,9 +53,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let per_host = Policy::new("upstream", Quota::per_second(10).with_burst(1)?)?.key(
         |parts: &http::request::Parts| parts.uri.authority().map(|host| Key::from(host.as_str())),
     );
-    let limiter = Limiter::builder().policy(per_host).build()?;
+    let layer = RateLimitLayer::builder().policy(per_host).build()?;
     let client = ServiceBuilder::new()
-        .layer(RateLimitLayer::new(limiter).wait(Duration::from_secs(10)))
+        .layer(layer.wait(Duration::from_secs(10)))
         .service(Client::builder(TokioExecutor::new()).build_http::<Empty<Bytes>>());
 
     println!("firing {CALLS} calls at once at an upstream that allows 10 per second\n");

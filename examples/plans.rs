@@ -19,7 +19,7 @@ use axum::routing::get;
 use http::StatusCode;
 use http_body_util::Full;
 use support::{Demo, Reply};
-use tollgate::{Limiter, Policy, Quota, RateLimitLayer, key};
+use tollgate::{Policy, Quota, RateLimitLayer, key};
 
 #[derive(Debug, Clone, Copy)]
 enum Plan {
@@ -66,7 +66,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         ("key-pro-1".to_string(), Plan::Pro),
     ])));
     // GCRA (the default): a 5/min caller gets one request back every 12 s.
-    let limiter = Limiter::builder()
+    let layer = RateLimitLayer::builder()
         .policy(
             Policy::new("api", Plan::Free.quota())?
                 .key(key::header("x-api-key")?)
@@ -77,7 +77,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .build()?;
     let app = Router::new()
         .route("/", get(|| async { "hello" }))
-        .layer(RateLimitLayer::new(limiter))
+        .layer(layer)
         // Added last, so it runs first: the limiter sees the plan it inserts.
         .layer(from_fn_with_state(accounts.clone(), authenticate));
     let demo = Demo::start(app).await?;

@@ -13,11 +13,11 @@ use http::{Method, Request};
 use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
-use tollgate::{Costs, Limiter, Policy, Quota, RateLimitLayer, TrustedProxies, key};
+use tollgate::{Costs, Policy, Quota, RateLimitLayer, TrustedProxies, key};
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let limiter = Limiter::builder()
+    let layer = RateLimitLayer::builder()
         // Per client: 5 per second, bursts of 3; creating a user costs 2.
         .policy(
             Policy::new("per-client", Quota::per_second(5).with_burst(3)?)?
@@ -30,7 +30,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let app = Router::new()
         .route("/", get(|| async { "hello" }))
         .route("/users", post(|| async { "created" }))
-        .layer(RateLimitLayer::new(limiter));
+        .layer(layer);
 
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let addr = listener.local_addr()?;

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use tollgate::{Algorithm, Fallback, Key, Limiter, MemoryStore, Policy, Quota, RedisStore};
+use tollgate::{Algorithm, Fallback, Key, Limit, Limiter, MemoryStore, Quota, RedisStore};
 
 /// One "instance" of the app: its own store (connection) and limiter.
 fn instance(url: &str) -> Result<Limiter, Box<dyn std::error::Error>> {
@@ -16,9 +16,7 @@ fn instance(url: &str) -> Result<Limiter, Box<dyn std::error::Error>> {
         .deadline(Duration::from_millis(50))?;
     let store = Fallback::new(redis, MemoryStore::new());
     Ok(Limiter::builder()
-        .policy(
-            Policy::new("api", Quota::per_second(10).with_burst(5)?)?.algorithm(Algorithm::Gcra),
-        )
+        .limit(Limit::new("api", Quota::per_second(10).with_burst(5)?)?.algorithm(Algorithm::Gcra))
         .store(store)
         .build()?)
 }

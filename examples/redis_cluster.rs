@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use tollgate::{Algorithm, Key, Limiter, Policy, Quota, RedisStore};
+use tollgate::{Algorithm, Key, Limit, Limiter, Quota, RedisStore};
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -19,8 +19,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         // A cluster call may follow a redirect while slots move: allow a little more.
         .deadline(Duration::from_millis(100))?;
     let limiter = Limiter::builder()
-        .policy(Policy::new("user", Quota::per_minute(5))?.algorithm(Algorithm::SlidingWindowLog))
-        .policy(Policy::new("tenant", Quota::per_minute(3))?.algorithm(Algorithm::FixedWindow))
+        .limit(Limit::new("user", Quota::per_minute(5))?.algorithm(Algorithm::SlidingWindowLog))
+        .limit(Limit::new("tenant", Quota::per_minute(3))?.algorithm(Algorithm::FixedWindow))
         .store(store.clone())
         .build()?;
 
@@ -30,7 +30,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         let user_key = Key::from(format!("{user}-{run}"));
         println!(
             "{user}'s key: {}",
-            store.state_key(limiter.policy("user").ok_or("no policy")?, &user_key)
+            store.state_key(limiter.limit("user").ok_or("no limit")?, &user_key)
         );
         for request in 0..3 {
             let decisions = limiter

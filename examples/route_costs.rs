@@ -9,7 +9,7 @@ use axum::routing::get;
 use http::{Method, Request};
 use http_body_util::Full;
 use support::Demo;
-use tollgate::{Costs, Limiter, Policy, Quota, RateLimitLayer, key};
+use tollgate::{Costs, Policy, Quota, RateLimitLayer, key};
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -17,7 +17,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .route(Method::POST, "/users", 5)?
         .route(Method::GET, "/users/{id}", 1)?
         .route(Method::GET, "/health", 0)?; // free: never reaches the store
-    let limiter = Limiter::builder()
+    let layer = RateLimitLayer::builder()
         .policy(
             Policy::new("api", Quota::per_minute(10))?
                 .key(key::peer_ip())
@@ -31,7 +31,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         )
         .route("/users/{id}", get(|| async { "one user" }))
         .route("/health", get(|| async { "ok" }))
-        .layer(RateLimitLayer::new(limiter));
+        .layer(layer);
     let demo = Demo::start(app).await?;
 
     println!("quota: 10 per minute per client; POST /users costs 5, GET /health is free\n");

@@ -27,7 +27,7 @@ use axum::middleware::{self, Next};
 use axum::response::Response;
 use axum::routing::get;
 use http::StatusCode;
-use tollgate::{FailMode, Limiter, Policy, Quota, RateLimitLayer, RedisStore};
+use tollgate::{FailMode, Policy, Quota, RateLimitLayer, RedisStore};
 
 /// The limit under test: `LIMIT` per second, burst `LIMIT`, so at most `2 × LIMIT`
 /// may pass in any one second.
@@ -132,11 +132,14 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .extract(&parts)
         .ok_or("the global extractor always finds a key")?;
     println!("key {}", store.state_key(&policy, &everyone));
-    let limiter = Limiter::builder().policy(policy).store(store).build()?;
+    let layer = RateLimitLayer::builder()
+        .policy(policy)
+        .store(store)
+        .build()?;
     let stats = Shared::default();
     let app = Router::new()
         .route("/", get(|| async { "ok" }))
-        .layer(RateLimitLayer::new(limiter).on_store_error(FailMode::Closed))
+        .layer(layer.on_store_error(FailMode::Closed))
         .layer(middleware::from_fn_with_state(stats.clone(), record));
 
     tokio::spawn(async move {

@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use http::uri::PathAndQuery;
 use tokio::net::TcpListener;
-use tollgate::{Limiter, Policy, Quota, RateLimitLayer, key};
+use tollgate::{Policy, Quota, RateLimitLayer, key};
 use tonic::body::Body;
 use tonic::codegen::{BoxFuture, Service};
 use tonic::metadata::MetadataMap;
@@ -98,7 +98,7 @@ fn text<'a>(metadata: &'a MetadataMap, name: &str) -> &'a str {
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let limiter = Limiter::builder()
+    let layer = RateLimitLayer::builder()
         .policy(Policy::new("per-caller", Quota::per_minute(3))?.key(key::peer_ip()))
         .build()?;
 
@@ -107,7 +107,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let server = tokio::spawn(
         Server::builder()
-            .layer(RateLimitLayer::new(limiter))
+            .layer(layer)
             .add_service(Greeter)
             .serve_with_incoming_shutdown(TcpIncoming::from(listener), async {
                 let _ = stopped.await;

@@ -22,7 +22,7 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
 use tollgate::layer::Decisions;
-use tollgate::{Limiter, Policy, Quota, RateLimitLayer, key};
+use tollgate::{Policy, Quota, RateLimitLayer, key};
 use tower::ServiceBuilder;
 
 /// The application: greets the caller with what is left of its quota.
@@ -39,10 +39,9 @@ async fn hello(request: Request<Incoming>) -> Result<Response<Full<Bytes>>, Infa
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let limiter = Limiter::builder()
+    let layer = RateLimitLayer::builder()
         .policy(Policy::new("per-peer", Quota::per_minute(3))?.key(key::peer_ip()))
         .build()?;
-    let layer = RateLimitLayer::new(limiter);
 
     let listener = TcpListener::bind("127.0.0.1:0").await?;
     let addr = listener.local_addr()?;

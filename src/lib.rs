@@ -4,17 +4,17 @@
 //! "not now" to a caller: seven algorithms, one result shape, state in memory or in
 //! Redis, standard rate-limit headers on every response.
 //!
-//! A [`Limiter`] holds named [`Policy`]s (a [`Quota`] counted by an [`Algorithm`]) over
+//! A [`Limiter`] holds named [`Limit`]s (a [`Quota`] counted by an [`Algorithm`]) over
 //! a store ([`MemoryStore`] by default). For each request it returns a [`Decision`]:
 //! whether the request passes, how much capacity is left, when it resets and, for a
 //! rejection, when to retry. Checks over several policies are all-or-nothing: a request
 //! denied by one policy is charged to none.
 //!
 //! ```
-//! use tollgate::{Algorithm, Key, Limiter, Policy, Quota};
+//! use tollgate::{Algorithm, Key, Limit, Limiter, Quota};
 //! # tokio::runtime::Builder::new_current_thread().build()?.block_on(async {
 //! let limiter = Limiter::builder()
-//!     .policy(Policy::new("api", "10/s".parse::<Quota>()?.with_burst(3)?)?.algorithm(Algorithm::Gcra))
+//!     .limit(Limit::new("api", "10/s".parse::<Quota>()?.with_burst(3)?)?.algorithm(Algorithm::Gcra))
 //!     .build()?;
 //! let caller = Key::from("203.0.113.9".parse::<std::net::IpAddr>()?);
 //! let mut passed = 0;
@@ -34,19 +34,21 @@
 //!
 //! ## In a Tower stack
 //!
-//! [`RateLimitLayer`] puts a limiter in front of any Tower service over `http`
-//! requests: axum routers, tonic servers, hyper stacks.
+//! [`RateLimitLayer`] puts [`Policy`]s (limits with the rules that find each request's
+//! key and cost) in front of any Tower service over `http` requests: axum routers,
+//! tonic servers, hyper stacks. Its [`limiter`](RateLimitLayer::limiter) is the
+//! [`Limiter`] of their limits, for handlers and operators.
 //!
 //! ```
 //! use axum::{Router, routing::get};
-//! use tollgate::{Limiter, Policy, Quota, RateLimitLayer, TrustedProxies, key};
+//! use tollgate::{Policy, Quota, RateLimitLayer, TrustedProxies, key};
 //!
-//! let limiter = Limiter::builder()
+//! let layer = RateLimitLayer::builder()
 //!     .policy(Policy::new("api", Quota::per_minute(100).with_burst(20)?)?.key(key::client_ip(TrustedProxies::none())))
 //!     .build()?;
 //! let app: Router = Router::new()
 //!     .route("/", get(|| async { "hello" }))
-//!     .layer(RateLimitLayer::new(limiter));
+//!     .layer(layer);
 //! # Ok::<(), tollgate::ConfigError>(())
 //! ```
 //!

@@ -108,6 +108,16 @@ pub(crate) fn lease_failed(error: &StoreError) {
     tracing::warn!(target: "tollgate", %error, "in-flight lease release or renewal failed");
 }
 
+/// Records a layer whose policies' rate-limit headers could outgrow a proxy's buffer:
+/// refused by the layer's builder and reload, only reported for a set reloaded
+/// through the limiter alone.
+#[cfg(feature = "layer")]
+#[cfg_attr(not(feature = "tracing"), allow(unused_variables))]
+pub(crate) fn headers_too_long(error: &crate::ConfigError) {
+    #[cfg(feature = "tracing")]
+    tracing::warn!(target: "tollgate", %error, "rate-limit headers over the size bound");
+}
+
 /// Records a penalty box that a rejection of `policy` tripped: the key is blocked for
 /// `block_for`. The key itself is not recorded.
 #[cfg_attr(not(feature = "tracing"), allow(unused_variables))]

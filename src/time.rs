@@ -20,6 +20,7 @@ pub(crate) fn micros_up(d: Duration) -> u64 {
 
 /// `d` in whole seconds, rounded up: a header never promises a reset earlier than
 /// the real one.
+#[cfg_attr(not(feature = "layer"), allow(dead_code))] // headers are the layer's
 #[inline]
 pub(crate) fn ceil_secs(d: Duration) -> u64 {
     d.as_secs() + u64::from(d.subsec_nanos() > 0)

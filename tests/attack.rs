@@ -1229,7 +1229,7 @@ mod layer {
     async fn a_waiter_that_leaves_never_keeps_the_slot_from_the_next() {
         let gate = Arc::new(Semaphore::new(0));
         let handler_gate = gate.clone();
-        let limiter = Limiter::builder()
+        let layer = RateLimitLayer::builder()
             .policy(
                 Policy::in_flight_only("reports", 1)
                     .expect("policy")
@@ -1237,7 +1237,7 @@ mod layer {
                     .wait(Duration::from_secs(30)),
             )
             .build()
-            .expect("limiter");
+            .expect("layer");
         let app = Router::new()
             .route(
                 "/",
@@ -1249,7 +1249,7 @@ mod layer {
                     }
                 }),
             )
-            .layer(RateLimitLayer::new(limiter));
+            .layer(layer);
         let server = Arc::new(Server::start(app).await);
         let holder = {
             let server = server.clone();
@@ -1297,7 +1297,7 @@ mod layer {
     async fn a_plan_caller_in_wait_mode_waits_under_its_own_quota() {
         let pro = Quota::per_second(10).with_burst(1).expect("burst");
         let base = Quota::per_second(1).with_burst(1).expect("burst");
-        let limiter = Limiter::builder()
+        let layer = RateLimitLayer::builder()
             .policy(
                 Policy::new("api", base)
                     .expect("policy")
@@ -1308,8 +1308,9 @@ mod layer {
             )
             .store(MemoryStore::with_clock(ManualClock::new(BASE)))
             .build()
-            .expect("limiter");
-        let layer = RateLimitLayer::new(limiter.clone()).wait(DAY);
+            .expect("layer");
+        let limiter = layer.limiter().clone();
+        let layer = layer.wait(DAY);
         let app = Router::new()
             .route("/", get(|| async { "ok" }))
             .layer(layer.clone());
@@ -1324,7 +1325,7 @@ mod layer {
             .body(())
             .expect("request")
             .into_parts();
-        let key = limiter
+        let key = layer
             .policy("api")
             .and_then(|p| p.key_of(&parts))
             .expect("key");
@@ -1339,7 +1340,7 @@ mod layer {
     /// (`DEFAULT_MAX_HELD_PER_KEY`, 128).
     #[tokio::test]
     async fn one_key_holds_at_most_max_held_per_key_leaky_bucket_turns() {
-        let limiter = Limiter::builder()
+        let layer = RateLimitLayer::builder()
             .policy(
                 Policy::new("queue", Quota::per_second(1).with_burst(1_000).expect("b"))
                     .expect("policy")
@@ -1349,8 +1350,7 @@ mod layer {
             )
             .store(MemoryStore::with_clock(ManualClock::new(BASE)))
             .build()
-            .expect("limiter");
-        let layer = RateLimitLayer::new(limiter);
+            .expect("layer");
         let app = Router::new()
             .route("/", get(|| async { "ok" }))
             .layer(layer.clone());
@@ -1385,7 +1385,7 @@ mod layer {
     async fn refunds_of_requests_from_before_a_reset_never_widen_the_fresh_quota() {
         let gate = Arc::new(Semaphore::new(0));
         let handler_gate = gate.clone();
-        let limiter = Limiter::builder()
+        let layer = RateLimitLayer::builder()
             .policy(
                 Policy::new("login", Quota::per_minute(5))
                     .expect("policy")
@@ -1397,7 +1397,8 @@ mod layer {
                 BASE + Duration::from_secs(5),
             )))
             .build()
-            .expect("limiter");
+            .expect("layer");
+        let limiter = layer.limiter().clone();
         let app = Router::new()
             .route(
                 "/",
@@ -1413,7 +1414,7 @@ mod layer {
                     }
                 }),
             )
-            .layer(RateLimitLayer::new(limiter.clone()));
+            .layer(layer.clone());
         let server = Arc::new(Server::start(app).await);
         let mut slow = Vec::new();
         for _ in 0..5 {
@@ -1433,7 +1434,7 @@ mod layer {
             .body(())
             .expect("request")
             .into_parts();
-        let key = limiter
+        let key = layer
             .policy("login")
             .and_then(|p| p.key_of(&parts))
             .expect("key");
@@ -1468,7 +1469,7 @@ mod layer {
     async fn one_key_waiting_for_a_slot_is_bounded_per_key() {
         let gate = Arc::new(Semaphore::new(0));
         let handler_gate = gate.clone();
-        let limiter = Limiter::builder()
+        let layer = RateLimitLayer::builder()
             .policy(
                 Policy::in_flight_only("reports", 1)
                     .expect("policy")
@@ -1476,8 +1477,7 @@ mod layer {
                     .wait(Duration::from_secs(60)),
             )
             .build()
-            .expect("limiter");
-        let layer = RateLimitLayer::new(limiter);
+            .expect("layer");
         let app = Router::new()
             .route(
                 "/",

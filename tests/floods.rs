@@ -24,7 +24,7 @@ use support::immediate::immediate;
 use support::rng::Rng;
 use tollgate::key::{self, ProxyHeader};
 use tollgate::{
-    Algorithm, Key, Limiter, ManualClock, MemoryStore, Policy, Quota, RateLimitLayer,
+    Algorithm, Key, Limit, Limiter, ManualClock, MemoryStore, Policy, Quota, RateLimitLayer,
     TrustedProxies,
 };
 
@@ -103,7 +103,7 @@ fn flood(total: u64, max_keys: Option<usize>) {
     };
     let max_keys = store.get_max_keys();
     let limiter = Limiter::builder()
-        .policy(Policy::new("api", Quota::per_minute(10)).expect("policy"))
+        .limit(Limit::new("api", Quota::per_minute(10)).expect("limit"))
         .store(store.clone())
         .build()
         .expect("limiter");
@@ -194,9 +194,9 @@ fn flood_bytes(
         .and_then(|store| store.max_bytes(max_bytes))
         .expect("bounds");
     let limiter = Limiter::builder()
-        .policy(
-            Policy::new("api", quota)
-                .expect("policy")
+        .limit(
+            Limit::new("api", quota)
+                .expect("limit")
                 .algorithm(algorithm),
         )
         .store(store.clone())
@@ -279,19 +279,19 @@ fn a_flood_on_a_log_with_a_large_limit_stays_under_max_bytes() {
 // ---------------------------------------------------------------------------------
 // Spoofed forwarding headers
 
-fn app(limiter: Limiter) -> Router {
+fn app(layer: RateLimitLayer) -> Router {
     Router::new()
         .route("/", get(|| async { "ok" }))
-        .layer(RateLimitLayer::new(limiter))
+        .layer(layer)
 }
 
-/// A limiter with one policy on a memory store whose clock stands still.
-fn limiter_of(policy: Policy) -> Limiter {
-    Limiter::builder()
+/// A layer with one policy on a memory store whose clock stands still.
+fn layer_of(policy: Policy) -> RateLimitLayer {
+    RateLimitLayer::builder()
         .policy(policy)
         .store(MemoryStore::with_clock(ManualClock::new(BASE)))
         .build()
-        .expect("limiter")
+        .expect("layer")
 }
 
 fn fixed_window(name: &str, limit: u64) -> Policy {
@@ -401,8 +401,8 @@ fn spoofed_forwarding_headers_from_an_untrusted_peer_never_change_the_key() {
         // though the spoofed headers name their networks often.
         let proxies = TrustedProxies::new(["10.0.0.0/8", "192.168.0.0/16", "2001:db8::/32"])
             .expect("proxies");
-        let limiter = limiter_of(fixed_window("client", REQUESTS).key(key::client_ip(proxies)));
-        let server = Server::start(app(limiter)).await;
+        let layer = layer_of(fixed_window("client", REQUESTS).key(key::client_ip(proxies)));
+        let server = Server::start(app(layer)).await;
         for i in 0..REQUESTS {
             let reply = server.send(spoofed_request(&mut rng)).await;
             assert_eq!(reply.status, StatusCode::OK);
@@ -429,8 +429,8 @@ fn hops_left_of_the_client_never_change_the_key_behind_a_trusted_proxy() {
         let proxies = TrustedProxies::new(["127.0.0.1"])
             .expect("proxies")
             .header(ProxyHeader::XForwardedFor);
-        let limiter = limiter_of(fixed_window("client", REQUESTS).key(key::client_ip(proxies)));
-        let server = Server::start(app(limiter)).await;
+        let layer = layer_of(fixed_window("client", REQUESTS).key(key::client_ip(proxies)));
+        let server = Server::start(app(layer)).await;
         for i in 0..REQUESTS {
             let invented: Vec<String> = (0..rng.below_usize(40))
                 .map(|_| spoofed_hop(&mut rng))
@@ -458,12 +458,12 @@ fn hops_left_of_the_client_never_change_the_key_behind_a_trusted_proxy() {
 // ---------------------------------------------------------------------------------
 // Hostile key material
 
-fn keyed_by_header(store: &MemoryStore) -> Limiter {
-    Limiter::builder()
+fn keyed_by_header(store: &MemoryStore) -> RateLimitLayer {
+    RateLimitLayer::builder()
         .policy(fixed_window("api-key", 3).key(key::header("x-api-key").expect("name")))
         .store(store.clone())
         .build()
-        .expect("limiter")
+        .expect("layer")
 }
 
 fn with_api_key(value: &[u8]) -> Request<Full<Bytes>> {
@@ -530,9 +530,9 @@ fn forwarding_headers_of_64_kib_and_invalid_utf8_key_the_request_by_its_proxy() 
     let _serial = serial();
     runtime().block_on(async {
         // Trusting 127.0.0.1: its unreadable reports key the request by the proxy.
-        let limiter =
-            limiter_of(fixed_window("client", 10).key(key::client_ip(TrustedProxies::loopback())));
-        let server = Server::start(app(limiter)).await;
+        let layer =
+            layer_of(fixed_window("client", 10).key(key::client_ip(TrustedProxies::loopback())));
+        let server = Server::start(app(layer)).await;
         let mut huge_list = vec!["203.0.113.9"; 5_500].join(",").into_bytes();
         huge_list.extend_from_slice(b",\xff");
         assert!(huge_list.len() >= 64 << 10);

@@ -27,8 +27,7 @@ use sfv::{BareItem, Item, List, ListEntry, Parser};
 use tokio::runtime::Runtime;
 use tollgate::layer::Decisions;
 use tollgate::{
-    Algorithm, HeaderStyle, Limiter, ManualClock, MemoryStore, Policy, Quota, RateLimitLayer,
-    ResetFormat,
+    Algorithm, HeaderStyle, ManualClock, MemoryStore, Policy, Quota, RateLimitLayer, ResetFormat,
 };
 use tower::{Layer, ServiceExt};
 
@@ -95,9 +94,8 @@ pub fn check(data: &[u8]) {
             window_secs: ceil_secs(p.quota().period()).max(1),
         })
         .collect();
-    let Ok(limiter) = policies
-        .into_iter()
-        .fold(Limiter::builder(), tollgate::LimiterBuilder::policy)
+    let Ok(layer) = RateLimitLayer::builder()
+        .policies(policies)
         .store(MemoryStore::with_clock(clock.clone()))
         .build()
     else {
@@ -110,7 +108,7 @@ pub fn check(data: &[u8]) {
         *seen.lock().unwrap_or_else(PoisonError::into_inner) = decisions;
         async { Ok::<_, Infallible>(Response::new(String::from("ok"))) }
     });
-    let service = RateLimitLayer::new(limiter).headers(style).layer(inner);
+    let service = layer.headers(style).layer(inner);
 
     RUNTIME.with_borrow(|runtime| {
         for (step, n) in steps {

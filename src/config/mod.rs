@@ -1,14 +1,14 @@
 //! Limits from a TOML file: each limit's quota and algorithm, and the request rules the
 //! layer applies (whose key, what each route costs, which plan a caller is on).
 //!
-//! [`Limits::from_path`] reads a file into [`Policy`]s for
-//! [`RateLimitLayer`](crate::RateLimitLayer) or the [`Limiter`](crate::Limiter), so
-//! operators change limits without a new build, and a running server can reload
-//! them. Every mistake is a [`ConfigError`] that names the file, the line and the
-//! column, and quotes the offending value: syntax, unknown keys (a misspelt key is an
-//! error, not a silently ignored line), and everything the builder would refuse (a bad
-//! quota, a burst on a window algorithm, a cost no request could ever pay, a duplicate
-//! name, a malformed network).
+//! [`Limits::from_path`] reads a file into [`Policy`]s for a
+//! [`RateLimitLayer`](crate::RateLimitLayer) (their limits alone suit a
+//! [`Limiter`](crate::Limiter)), so operators change limits without a new build, and a
+//! running server can reload them. Every mistake is a [`ConfigError`] that names the
+//! file, the line and the column, and quotes the offending value: syntax, unknown keys
+//! (a misspelt key is an error, not a silently ignored line), and everything the
+//! builder would refuse (a bad quota, a burst on a window algorithm, a cost no request
+//! could ever pay, a duplicate name, a malformed network).
 //!
 //! ## The file
 //!
@@ -131,19 +131,18 @@ use place::Text;
 
 /// The limits a configuration file describes, as [`Policy`]s in file order.
 ///
-/// Give them to [`LimiterBuilder::policy`](crate::LimiterBuilder::policy) one by one,
-/// or all at once to a running limiter's
-/// [`reload_policies`](crate::Limiter::reload_policies).
+/// Give them to a layer's builder,
+/// [`RateLimitLayer::builder().policies(limits.into_policies())`](crate::layer::LayerBuilder::policies),
+/// or all at once to a running layer's [`reload`](crate::RateLimitLayer::reload).
 ///
 /// ```
-/// use tollgate::{Limiter, config::Limits};
+/// use tollgate::{RateLimitLayer, config::Limits};
 ///
 /// let limits = Limits::from_toml("[[limit]]\nname = \"api\"\nquota = \"10/s\"\n")?;
-/// let mut builder = Limiter::builder();
-/// for policy in limits {
-///     builder = builder.policy(policy);
-/// }
-/// let limiter = builder.build()?;
+/// let layer = RateLimitLayer::builder().policies(limits.into_policies()).build()?;
+/// let edited = Limits::from_toml("[[limit]]\nname = \"api\"\nquota = \"20/s\"\n")?;
+/// layer.reload(edited)?;
+/// assert_eq!(layer.limiter().limit("api").map(|l| l.capacity()), Some(20));
 /// # Ok::<(), tollgate::ConfigError>(())
 /// ```
 #[derive(Debug, Clone)]

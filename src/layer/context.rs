@@ -12,10 +12,12 @@ use crate::layer::body::OnGrpcStatus;
 use crate::layer::few::{Checks, Few};
 use crate::layer::grpc::{GrpcContentType, grpc_http_status, grpc_response};
 use crate::layer::headers::GRPC_STATUS;
+use crate::layer::in_flight_entry::Entry;
+use crate::layer::limiter_calls::{Pending, targets};
 use crate::layer::refunds::{refund_charges, refund_uncounted};
 use crate::layer::rejection::{RejectReason, RejectionInfo};
 use crate::layer::shared::{HeldSlot, Holder, Shared, View};
-use crate::limiter::{Entry, Pending, Taken, targets};
+use crate::limiter::Taken;
 use crate::observe::{self, Outcome};
 use crate::{Decision, FailMode, InFlightSlot, Key, Rejection, StoreError};
 

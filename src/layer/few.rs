@@ -3,7 +3,7 @@
 use std::ops::Deref;
 
 use crate::Key;
-use crate::limiter::LayerCheck;
+use crate::layer::limiter_calls::LayerCheck;
 
 /// A few items, kept inline when there is one: a request limited by one policy (the
 /// common case) allocates nothing for its checks or its decisions.

@@ -18,8 +18,10 @@ use crate::layer::RateLimitBody;
 use crate::layer::context::{Next, RequestContext};
 use crate::layer::few::{Checks, Claims};
 use crate::layer::grpc::GrpcContentType;
+use crate::layer::in_flight_entry::{Entering, Entry};
+use crate::layer::limiter_calls::Pending;
 use crate::layer::shared::{HeldSlot, Shared, View};
-use crate::limiter::{Entering, Entry, Pending, Taken, Taking};
+use crate::limiter::{Taken, Taking};
 use crate::store::StoreFuture;
 use crate::{Decision, StoreError};
 

@@ -39,13 +39,14 @@ pub const GRPC_RETRY_PUSHBACK_MS: HeaderName = HeaderName::from_static("grpc-ret
 /// A proxy keeps a response's whole header block in one buffer: nginx's
 /// `proxy_buffer_size` is one memory page by default, 4 KB on most systems, and a
 /// response whose headers outgrow it fails with 502. Half is left for the
-/// application's own headers. Every policy of a limiter is one member of each header,
-/// so [`LimiterBuilder::build`](crate::LimiterBuilder::build) refuses a set of policies
+/// application's own headers. Every policy of a layer is one member of each header,
+/// so [`LayerBuilder::build`](crate::layer::LayerBuilder::build) (and
+/// [`RateLimitLayer::reload`](crate::RateLimitLayer::reload)) refuses a set of policies
 /// whose headers could take more. The other [`HeaderStyle`]s write less.
 ///
 /// ```
-/// use tollgate::{Limiter, Policy, Quota};
-/// let mut builder = Limiter::builder();
+/// use tollgate::{Policy, Quota, RateLimitLayer};
+/// let mut builder = RateLimitLayer::builder();
 /// for i in 0..40 {
 ///     let name = format!("{i:0>64}"); // 40 policies with 64-character names
 ///     builder = builder.policy(Policy::new(&name, Quota::per_minute(100))?);

@@ -10,27 +10,30 @@ use crate::layer::RateLimit;
 use crate::layer::fail_mode::FailMode;
 use arc_swap::ArcSwap;
 
+use crate::layer::builder::{LayerBuilder, validate};
 use crate::layer::shared::Shared;
 use crate::layer::shared::View;
-use crate::{HeaderStyle, Limiter, Rejection};
+use crate::{ConfigError, HeaderStyle, Limiter, Policy, Rejection};
 
 /// Rate limiting for any Tower service over `http` requests: axum routers, tonic
 /// servers, hyper stacks.
 ///
-/// For each request, every policy of the [`Limiter`] finds the request's key and cost;
+/// For each request, every policy of the layer finds the request's key and cost;
 /// the policies are checked all-or-nothing. Admitted requests reach the inner service
 /// (leaky-bucket decisions after their delay) with their [`Decisions`](crate::layer::Decisions)
 /// in the request extensions; rejected ones get a 429 (gRPC: `RESOURCE_EXHAUSTED`)
 /// without their body being read. Every limited response carries rate-limit headers.
 ///
-/// Clones of the layer, and of the services it builds, share one limiter: a clone never
-/// gets fresh quota. The layer adds no error type: `RateLimit<S>::Error` is `S::Error`,
-/// so it drops into an axum `Router` without `HandleErrorLayer`.
+/// Clones of the layer, and of the services it builds, share one [`Limiter`] and one set
+/// of policies: a clone never gets fresh quota. The layer adds no error type:
+/// `RateLimit<S>::Error` is `S::Error`, so it drops into an axum `Router` without
+/// `HandleErrorLayer`.
 ///
 /// ```
-/// use tollgate::{Limiter, Policy, Quota, RateLimitLayer, HeaderStyle, FailMode, Rejection};
-/// let limiter = Limiter::builder().policy(Policy::new("api", Quota::per_minute(100))?).build()?;
-/// let layer = RateLimitLayer::new(limiter)
+/// use tollgate::{Policy, Quota, RateLimitLayer, HeaderStyle, FailMode, Rejection};
+/// let layer = RateLimitLayer::builder()
+///     .policy(Policy::new("api", Quota::per_minute(100))?)
+///     .build()?
 ///     .headers(HeaderStyle::Draft11)
 ///     .rejection(Rejection::Problem)
 ///     .on_store_error(FailMode::Open)
@@ -70,24 +73,51 @@ impl RateLimitLayer {
     /// ```
     pub const DEFAULT_MAX_HELD_PER_KEY: usize = Self::DEFAULT_MAX_HELD / 8;
 
-    /// A layer deciding with `limiter`, writing draft-11 headers, rejecting with a text
-    /// 429, failing open.
+    /// A layer whose policies are built with `policy`, over a store given with
+    /// [`store`](LayerBuilder::store) (default: a new [`MemoryStore`](crate::MemoryStore)):
+    /// the usual way in. The layer's [`limiter`](RateLimitLayer::limiter) holds their
+    /// limits, for handlers and operators.
     ///
     /// ```
-    /// let limiter = tollgate::Limiter::builder()
-    ///     .policy(tollgate::Policy::new("api", tollgate::Quota::per_second(10))?)
+    /// use tollgate::{Policy, Quota, RateLimitLayer, key};
+    /// let layer = RateLimitLayer::builder()
+    ///     .policy(Policy::new("api", Quota::per_minute(100))?.key(key::header("x-api-key")?))
+    ///     .policy(Policy::new("global", Quota::per_second(1000))?.key(key::global()))
     ///     .build()?;
-    /// let layer = tollgate::RateLimitLayer::new(limiter);
-    /// # let _ = layer;
+    /// assert_eq!(layer.policies().len(), 2);
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    pub fn builder() -> LayerBuilder {
+        LayerBuilder::default()
+    }
+
+    /// A layer deciding with `limiter`, every limit with the default request rules
+    /// (each request keyed by its peer IP, cost 1), writing draft-11 headers, rejecting
+    /// with a text 429, failing open. For rules of your own, use
+    /// [`builder`](RateLimitLayer::builder) or [`reload`](RateLimitLayer::reload).
+    ///
+    /// ```
+    /// use tollgate::{Limit, Limiter, Quota, RateLimitLayer};
+    /// let limiter = Limiter::builder().limit(Limit::new("api", Quota::per_second(10))?).build()?;
+    /// let layer = RateLimitLayer::new(limiter);
+    /// assert_eq!(layer.policies()[0].name(), "api");
     /// # Ok::<(), tollgate::ConfigError>(())
     /// ```
     pub fn new(limiter: Limiter) -> Self {
+        Self::with_rules(limiter, Vec::new())
+    }
+
+    /// A layer over `limiter` whose limits take their request rules from `rules` by
+    /// name (checked by the caller).
+    pub(super) fn with_rules(limiter: Limiter, rules: Vec<Policy>) -> Self {
         let style = HeaderStyle::default();
-        let view = View::new(style, limiter.snapshot());
+        let view = View::new(style, limiter.snapshot(), &rules);
         Self {
             shared: Arc::new(Shared {
                 limiter,
                 style,
+                rules: Arc::new(ArcSwap::from_pointee(rules)),
+                reloading: Arc::default(),
                 view: Arc::new(ArcSwap::from_pointee(view)),
                 rejection: Rejection::default(),
                 fail_mode: FailMode::default(),
@@ -105,6 +135,79 @@ impl RateLimitLayer {
         }
     }
 
+    /// The layer's policies now: each limit of its limiter with its request rules, in
+    /// the limiter's order (after a reload, the new set's).
+    ///
+    /// ```
+    /// use tollgate::{Policy, Quota, RateLimitLayer};
+    /// let layer = RateLimitLayer::builder().policy(Policy::new("api", Quota::per_second(5))?).build()?;
+    /// assert_eq!(layer.policies()[0].name(), "api");
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    pub fn policies(&self) -> Vec<Policy> {
+        self.shared.view().policies().to_vec()
+    }
+
+    /// The policy named `name`.
+    ///
+    /// ```
+    /// use tollgate::{Policy, Quota, RateLimitLayer};
+    /// let layer = RateLimitLayer::builder().policy(Policy::new("api", Quota::per_second(5))?).build()?;
+    /// assert!(layer.policy("api").is_some());
+    /// assert!(layer.policy("other").is_none());
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    pub fn policy(&self, name: &str) -> Option<Policy> {
+        self.shared
+            .view()
+            .policies()
+            .iter()
+            .find(|p| p.name() == name)
+            .cloned()
+    }
+
+    /// Replaces the layer's policies (their limits in the limiter, and their request
+    /// rules) with `policies`, atomically: each request is decided under one set, old
+    /// or new, never a limit of one with the rules of the other. Usage carries over as
+    /// for [`Limiter::reload`]; an invalid set is refused whole, with the errors of
+    /// [`LayerBuilder::build`], and the old one stays. Shared by every clone of the
+    /// layer.
+    ///
+    /// ```
+    /// use tollgate::{Policy, Quota, RateLimitLayer, key};
+    /// let layer = RateLimitLayer::builder().policy(Policy::new("api", Quota::per_minute(100))?).build()?;
+    /// layer.reload([
+    ///     Policy::new("api", Quota::per_minute(1000))?.key(key::header("x-api-key")?),
+    /// ])?;
+    /// assert_eq!(layer.policy("api").map(|p| p.quota()), Some(Quota::per_minute(1000)));
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    pub fn reload(&self, policies: impl IntoIterator<Item = Policy>) -> Result<(), ConfigError> {
+        let policies: Vec<Policy> = policies.into_iter().collect();
+        validate(&policies, &**self.shared.limiter.store())?;
+        let shared = &self.shared;
+        let _one_at_a_time = shared
+            .reloading
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let limits = policies.iter().map(|p| p.limit().clone()).collect();
+        // The rules first: a request that sees the new set before its view is stored
+        // builds that view from them (see `Shared::view`).
+        let old_rules = shared.rules.swap(Arc::new(policies.clone()));
+        match shared.limiter.replace(limits) {
+            Ok(set) => {
+                shared
+                    .view
+                    .store(Arc::new(View::new(shared.style, set, &policies)));
+                Ok(())
+            }
+            Err(error) => {
+                shared.rules.store(old_rules);
+                Err(error)
+            }
+        }
+    }
+
     fn shared(&mut self) -> &mut Shared {
         Arc::make_mut(&mut self.shared)
     }
@@ -112,7 +215,7 @@ impl RateLimitLayer {
     /// Which rate-limit headers to write (default [`HeaderStyle::Draft11`]).
     ///
     /// ```
-    /// # let limiter = tollgate::Limiter::builder().policy(tollgate::Policy::new("api", tollgate::Quota::per_second(10))?).build()?;
+    /// # let limiter = tollgate::Limiter::builder().limit(tollgate::Limit::new("api", tollgate::Quota::per_second(10))?).build()?;
     /// let layer = tollgate::RateLimitLayer::new(limiter).headers(tollgate::HeaderStyle::None);
     /// # let _ = layer;
     /// # Ok::<(), tollgate::ConfigError>(())
@@ -124,6 +227,7 @@ impl RateLimitLayer {
         shared.view = Arc::new(ArcSwap::from_pointee(View::new(
             style,
             shared.limiter.snapshot(),
+            &shared.rules.load(),
         )));
         self
     }
@@ -132,7 +236,7 @@ impl RateLimitLayer {
     /// [`Rejection`] or a closure building the response.
     ///
     /// ```
-    /// # let limiter = tollgate::Limiter::builder().policy(tollgate::Policy::new("api", tollgate::Quota::per_second(10))?).build()?;
+    /// # let limiter = tollgate::Limiter::builder().limit(tollgate::Limit::new("api", tollgate::Quota::per_second(10))?).build()?;
     /// let layer = tollgate::RateLimitLayer::new(limiter).rejection(tollgate::Rejection::Json);
     /// # let _ = layer;
     /// # Ok::<(), tollgate::ConfigError>(())
@@ -146,7 +250,7 @@ impl RateLimitLayer {
     /// What to do when the store fails (default [`FailMode::Open`]).
     ///
     /// ```
-    /// # let limiter = tollgate::Limiter::builder().policy(tollgate::Policy::new("api", tollgate::Quota::per_second(10))?).build()?;
+    /// # let limiter = tollgate::Limiter::builder().limit(tollgate::Limit::new("api", tollgate::Quota::per_second(10))?).build()?;
     /// let layer = tollgate::RateLimitLayer::new(limiter).on_store_error(tollgate::FailMode::Closed);
     /// # let _ = layer;
     /// # Ok::<(), tollgate::ConfigError>(())
@@ -161,7 +265,7 @@ impl RateLimitLayer {
     /// on production traffic before enforcing them.
     ///
     /// ```
-    /// # let limiter = tollgate::Limiter::builder().policy(tollgate::Policy::new("api", tollgate::Quota::per_second(10))?).build()?;
+    /// # let limiter = tollgate::Limiter::builder().limit(tollgate::Limit::new("api", tollgate::Quota::per_second(10))?).build()?;
     /// let layer = tollgate::RateLimitLayer::new(limiter).shadow(true);
     /// # let _ = layer;
     /// # Ok::<(), tollgate::ConfigError>(())
@@ -179,7 +283,7 @@ impl RateLimitLayer {
     /// and `count_when` refunds do not depend on it.
     ///
     /// ```
-    /// # let limiter = tollgate::Limiter::builder().policy(tollgate::Policy::new("api", tollgate::Quota::per_second(10))?).build()?;
+    /// # let limiter = tollgate::Limiter::builder().limit(tollgate::Limit::new("api", tollgate::Quota::per_second(10))?).build()?;
     /// let layer = tollgate::RateLimitLayer::new(limiter).decisions_extension(false);
     /// # let _ = layer;
     /// # Ok::<(), tollgate::ConfigError>(())
@@ -205,7 +309,7 @@ impl RateLimitLayer {
     /// at once instead. 0 holds nothing: only requests served at once pass.
     ///
     /// ```
-    /// # let limiter = tollgate::Limiter::builder().policy(tollgate::Policy::new("api", tollgate::Quota::per_second(10))?).build()?;
+    /// # let limiter = tollgate::Limiter::builder().limit(tollgate::Limit::new("api", tollgate::Quota::per_second(10))?).build()?;
     /// let layer = tollgate::RateLimitLayer::new(limiter).max_held(100);
     /// assert_eq!(layer.held(), 0);
     /// # Ok::<(), tollgate::ConfigError>(())
@@ -231,7 +335,7 @@ impl RateLimitLayer {
     /// raises it, up to `max_held`.
     ///
     /// ```
-    /// # let limiter = tollgate::Limiter::builder().policy(tollgate::Policy::new("api", tollgate::Quota::per_second(10))?).build()?;
+    /// # let limiter = tollgate::Limiter::builder().limit(tollgate::Limit::new("api", tollgate::Quota::per_second(10))?).build()?;
     /// let layer = tollgate::RateLimitLayer::new(limiter).max_held(1_000).max_held_per_key(10);
     /// assert_eq!(layer.held(), 0);
     /// # Ok::<(), tollgate::ConfigError>(())
@@ -255,7 +359,7 @@ impl RateLimitLayer {
     ///
     /// ```
     /// use std::time::Duration;
-    /// # let limiter = tollgate::Limiter::builder().policy(tollgate::Policy::new("api", tollgate::Quota::per_second(10))?).build()?;
+    /// # let limiter = tollgate::Limiter::builder().limit(tollgate::Limit::new("api", tollgate::Quota::per_second(10))?).build()?;
     /// let layer = tollgate::RateLimitLayer::new(limiter).wait(Duration::from_secs(2));
     /// # let _ = layer;
     /// # Ok::<(), tollgate::ConfigError>(())
@@ -270,7 +374,7 @@ impl RateLimitLayer {
     /// turn; at most [`max_held`](RateLimitLayer::max_held).
     ///
     /// ```
-    /// # let limiter = tollgate::Limiter::builder().policy(tollgate::Policy::new("api", tollgate::Quota::per_second(10))?).build()?;
+    /// # let limiter = tollgate::Limiter::builder().limit(tollgate::Limit::new("api", tollgate::Quota::per_second(10))?).build()?;
     /// let layer = tollgate::RateLimitLayer::new(limiter);
     /// assert_eq!(layer.held(), 0);
     /// # Ok::<(), tollgate::ConfigError>(())
@@ -280,16 +384,22 @@ impl RateLimitLayer {
     }
 
     /// The layer's limiter, shared with every clone of the layer and its services: for
-    /// the operations that act on it while the server runs ([`Limiter::reload`],
-    /// [`Limiter::reload_policies`], refunds, peeks).
+    /// the operations that act on it while the server runs (peeks, resets, blocks,
+    /// refunds, [`Limiter::reload`]). A reload of the limiter alone keeps each limit's
+    /// request rules, by name (a new name gets the default rules); to replace the rules
+    /// too, use the layer's [`reload`](RateLimitLayer::reload).
     ///
     /// ```
-    /// use tollgate::{Policy, Quota, RateLimitLayer};
-    /// # let limiter = tollgate::Limiter::builder().policy(Policy::new("api", Quota::per_second(10))?).build()?;
-    /// let layer = RateLimitLayer::new(limiter);
-    /// layer.limiter().reload_policies([Policy::new("api", Quota::per_second(20))?])?;
-    /// assert_eq!(layer.limiter().policy("api").map(|p| p.quota()), Some(Quota::per_second(20)));
-    /// # Ok::<(), tollgate::ConfigError>(())
+    /// use tollgate::{Costs, Limit, Policy, Quota, RateLimitLayer};
+    /// let layer = RateLimitLayer::builder()
+    ///     .policy(Policy::new("api", Quota::per_second(10))?.costs(Costs::new().default(2)))
+    ///     .build()?;
+    /// layer.limiter().reload([Limit::new("api", Quota::per_second(20))?])?;
+    /// let api = layer.policy("api").expect("still there");
+    /// assert_eq!(api.quota(), Quota::per_second(20));
+    /// let (parts, ()) = http::Request::get("/").body(())?.into_parts();
+    /// assert_eq!(api.cost_of(&parts), 2, "its cost rule stays");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn limiter(&self) -> &Limiter {
         &self.shared.limiter
@@ -299,7 +409,7 @@ impl RateLimitLayer {
     /// callers). Checked after [`deny`](RateLimitLayer::deny).
     ///
     /// ```
-    /// # let limiter = tollgate::Limiter::builder().policy(tollgate::Policy::new("api", tollgate::Quota::per_second(10))?).build()?;
+    /// # let limiter = tollgate::Limiter::builder().limit(tollgate::Limit::new("api", tollgate::Quota::per_second(10))?).build()?;
     /// let layer = tollgate::RateLimitLayer::new(limiter)
     ///     .allow(|parts: &http::request::Parts| parts.uri.path() == "/health");
     /// # let _ = layer;
@@ -318,7 +428,7 @@ impl RateLimitLayer {
     /// before any policy is checked.
     ///
     /// ```
-    /// # let limiter = tollgate::Limiter::builder().policy(tollgate::Policy::new("api", tollgate::Quota::per_second(10))?).build()?;
+    /// # let limiter = tollgate::Limiter::builder().limit(tollgate::Limit::new("api", tollgate::Quota::per_second(10))?).build()?;
     /// let layer = tollgate::RateLimitLayer::new(limiter)
     ///     .deny(|parts: &http::request::Parts| parts.headers.contains_key("x-banned"));
     /// # let _ = layer;

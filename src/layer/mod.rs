@@ -19,6 +19,7 @@
 //! (what every response says), `decisions.rs` and `body.rs`.
 
 mod body;
+mod builder;
 mod context;
 mod costs;
 mod decisions;
@@ -27,16 +28,20 @@ mod few;
 mod future;
 mod grpc;
 pub mod headers;
+mod in_flight_entry;
 #[allow(clippy::module_inception)]
 mod layer;
+mod limiter_calls;
 mod policy;
 mod refunds;
 mod rejection;
 mod routes;
 mod service;
 mod shared;
+mod slot_lines;
 
 pub use body::RateLimitBody;
+pub use builder::LayerBuilder;
 pub use costs::Costs;
 pub use decisions::Decisions;
 pub use fail_mode::FailMode;

@@ -504,7 +504,7 @@ impl Policy {
     /// let uploads = Policy::in_flight_only("uploads", 4)?.key(key::header("x-api-key")?);
     /// assert_eq!(uploads.get_in_flight(), Some(4));
     /// assert!(!uploads.has_rate());
-    /// let layer = RateLimitLayer::new(Limiter::builder().policy(uploads).build()?);
+    /// let layer = RateLimitLayer::builder().policy(uploads).build()?;
     /// # let _ = layer;
     /// # Ok::<(), tollgate::ConfigError>(())
     /// ```

@@ -5,8 +5,10 @@ use http::StatusCode;
 
 use crate::Decision;
 use crate::layer::few::Checks;
+use crate::layer::limiter_calls::targets;
 use crate::layer::shared::{Shared, View};
-use crate::limiter::{Taken, spawn_refund, targets};
+use crate::limiter::Taken;
+use crate::limiter::give_back::spawn_refund;
 
 /// Takes back, for each checked policy whose `count_when` does not count `status`,
 /// what the request's decision charged, by its receipt: a refund that arrives after
@@ -45,11 +47,11 @@ pub(super) fn refund_charges(
     checks: &Checks,
     decisions: &[Decision],
 ) {
-    Taken::new(
+    // Dropped unkept: what the decisions took goes back, by their receipts.
+    drop(Taken::new(
         shared.limiter.clone(),
         view.set.clone(),
         targets(checks),
         decisions.to_vec(),
-    )
-    .give_back();
+    ));
 }

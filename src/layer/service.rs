@@ -18,9 +18,9 @@ use crate::layer::context::rejection;
 use crate::layer::few::{Checks, Claims};
 use crate::layer::future::{ResponseFuture, take_ready};
 use crate::layer::grpc::grpc_flavour;
+use crate::layer::limiter_calls::Pending;
 use crate::layer::rejection::{RejectReason, RejectionInfo};
 use crate::layer::shared::Shared;
-use crate::limiter::Pending;
 
 /// Rate limiting around an inner service; built by [`RateLimitLayer`](crate::RateLimitLayer).
 ///
@@ -37,9 +37,9 @@ impl<S> RateLimit<S> {
     /// [`RateLimitLayer`](crate::RateLimitLayer) has the options.
     ///
     /// ```
-    /// use tollgate::{Limiter, Policy, Quota};
+    /// use tollgate::{Limit, Limiter, Quota};
     /// use tollgate::layer::RateLimit;
-    /// let limiter = Limiter::builder().policy(Policy::new("api", Quota::per_second(5))?).build()?;
+    /// let limiter = Limiter::builder().limit(Limit::new("api", Quota::per_second(5))?).build()?;
     /// let service = RateLimit::new(tower::service_fn(|_: http::Request<()>| async {
     ///     Ok::<_, std::convert::Infallible>(http::Response::new(String::new()))
     /// }), limiter);
@@ -57,8 +57,8 @@ impl<S> RateLimit<S> {
     /// The wrapped service.
     ///
     /// ```
-    /// # use tollgate::{Limiter, Policy, Quota};
-    /// # let limiter = Limiter::builder().policy(Policy::new("api", Quota::per_second(5))?).build()?;
+    /// # use tollgate::{Limit, Limiter, Quota};
+    /// # let limiter = Limiter::builder().limit(Limit::new("api", Quota::per_second(5))?).build()?;
     /// let service = tollgate::layer::RateLimit::new(7_u8, limiter);
     /// assert_eq!(*service.get_ref(), 7);
     /// # Ok::<(), tollgate::ConfigError>(())
@@ -70,8 +70,8 @@ impl<S> RateLimit<S> {
     /// The wrapped service, mutably.
     ///
     /// ```
-    /// # use tollgate::{Limiter, Policy, Quota};
-    /// # let limiter = Limiter::builder().policy(Policy::new("api", Quota::per_second(5))?).build()?;
+    /// # use tollgate::{Limit, Limiter, Quota};
+    /// # let limiter = Limiter::builder().limit(Limit::new("api", Quota::per_second(5))?).build()?;
     /// let mut service = tollgate::layer::RateLimit::new(7_u8, limiter);
     /// *service.get_mut() += 1;
     /// assert_eq!(*service.get_ref(), 8);
@@ -85,8 +85,8 @@ impl<S> RateLimit<S> {
     /// clones and in the store).
     ///
     /// ```
-    /// # use tollgate::{Limiter, Policy, Quota};
-    /// # let limiter = Limiter::builder().policy(Policy::new("api", Quota::per_second(5))?).build()?;
+    /// # use tollgate::{Limit, Limiter, Quota};
+    /// # let limiter = Limiter::builder().limit(Limit::new("api", Quota::per_second(5))?).build()?;
     /// assert_eq!(tollgate::layer::RateLimit::new(7_u8, limiter).into_inner(), 7);
     /// # Ok::<(), tollgate::ConfigError>(())
     /// ```

@@ -10,8 +10,10 @@ use http::request::Parts;
 
 use crate::layer::fail_mode::FailMode;
 use crate::layer::headers::{HeaderPlan, HeaderStyle};
+use crate::layer::limiter_calls::{LayerCheck, Pending};
 use crate::layer::rejection::Rejection;
-use crate::limiter::{Pending, Set, SlotLines, Taken};
+use crate::layer::slot_lines::SlotLines;
+use crate::limiter::{Set, Taken};
 use crate::{Key, Limiter, Policy};
 
 /// A request predicate of `allow` / `deny`.
@@ -22,6 +24,12 @@ pub(crate) type Predicate = dyn Fn(&Parts) -> bool + Send + Sync;
 pub(crate) struct Shared {
     pub(crate) limiter: Limiter,
     pub(crate) style: HeaderStyle,
+    /// The layer's request rules, by policy name: paired with the limiter's current
+    /// limits by name (a limit without one has the default rules). Shared by every
+    /// clone of the layer, replaced whole by [`reload`](crate::RateLimitLayer::reload).
+    pub(crate) rules: Arc<ArcSwap<Vec<Policy>>>,
+    /// Held by a reload, so that two reloads of this layer install in one order.
+    pub(crate) reloading: Arc<Mutex<()>>,
     /// The view of the limiter's current set, rebuilt when a reload replaces the set.
     pub(crate) view: Arc<ArcSwap<View>>,
     pub(crate) rejection: Rejection,
@@ -53,21 +61,43 @@ pub(crate) type HeldPerKey = HashMap<Holder, usize, foldhash::fast::RandomState>
 /// Whom a held request is held for: the policy that holds it and its key.
 pub(crate) type Holder = (&'static str, Key);
 
-/// What the layer decides one request with: one set of the limiter's policies (a
-/// reload while the request runs does not change it) and the headers planned for it.
+/// What the layer decides one request with: one set of the limiter's limits (a
+/// reload while the request runs does not change it), each paired with its request
+/// rules, and the headers planned for them.
 pub(crate) struct View {
     pub(crate) set: Arc<Set>,
+    /// One per limit of `set`, in its order.
+    policies: Vec<Policy>,
     pub(crate) headers: HeaderPlan,
 }
 
 impl View {
-    pub(crate) fn new(style: HeaderStyle, set: Arc<Set>) -> Self {
-        let headers = HeaderPlan::new(style, &set.policies);
-        Self { set, headers }
+    /// Pairs each limit of `set` with the rules of the policy of its name in `rules`,
+    /// or the default rules.
+    pub(crate) fn new(style: HeaderStyle, set: Arc<Set>, rules: &[Policy]) -> Self {
+        let policies: Vec<Policy> = set
+            .limits
+            .iter()
+            .map(
+                |limit| match rules.iter().find(|p| p.name() == limit.name()) {
+                    Some(policy) => policy.with_limit(limit.clone()),
+                    None => Policy::from(limit.clone()),
+                },
+            )
+            .collect();
+        if let Err(error) = crate::layer::headers::check_size(&policies) {
+            crate::observe::headers_too_long(&error);
+        }
+        let headers = HeaderPlan::new(style, &policies);
+        Self {
+            set,
+            policies,
+            headers,
+        }
     }
 
     pub(crate) fn policies(&self) -> &[Policy] {
-        &self.set.policies
+        &self.policies
     }
 }
 
@@ -79,7 +109,7 @@ impl Shared {
 
     /// The decision for `checks` under `view`: a reservation when the request is
     /// limited by one policy that waits, else the all-or-nothing check.
-    pub(crate) fn decide(&self, view: &View, checks: &[crate::limiter::LayerCheck]) -> Pending {
+    pub(crate) fn decide(&self, view: &View, checks: &[LayerCheck]) -> Pending {
         if let [check] = checks
             && let Some(max_wait) = self.wait_of(&view.policies()[check.0])
         {
@@ -101,7 +131,11 @@ impl Shared {
         ) {
             return cached;
         }
-        let view = Arc::new(View::new(self.style, self.limiter.snapshot()));
+        let view = Arc::new(View::new(
+            self.style,
+            self.limiter.snapshot(),
+            &self.rules.load(),
+        ));
         self.view.store(Arc::clone(&view));
         view
     }

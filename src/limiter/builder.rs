@@ -1,12 +1,10 @@
-//! [`LimiterBuilder`]: limits (or the layer's policies), a store, and the checks that
-//! refuse a bad set at build time.
+//! [`LimiterBuilder`]: limits, a store, and the checks that refuse a bad set at
+//! build time.
 
 use std::sync::Arc;
 
 use super::set::Set;
 use super::{Inner, KeptStore, Limiter};
-#[cfg(feature = "layer")]
-use crate::Policy;
 use crate::store::Store;
 use crate::{ConfigError, Limit, MemoryStore};
 
@@ -15,8 +13,6 @@ use crate::{ConfigError, Limit, MemoryStore};
 #[must_use]
 pub struct LimiterBuilder {
     limits: Vec<Limit>,
-    #[cfg(feature = "layer")]
-    policies: Vec<Policy>,
     store: Option<KeptStore>,
 }
 
@@ -30,25 +26,22 @@ impl LimiterBuilder {
     /// # Ok::<(), tollgate::ConfigError>(())
     /// ```
     pub fn limit(mut self, limit: Limit) -> Self {
-        #[cfg(feature = "layer")]
-        self.policies.push(Policy::from(limit.clone()));
         self.limits.push(limit);
         self
     }
 
-    /// Adds a policy: its [`Limit`], and the rules by which the Tower layer finds a
-    /// request's key and cost under it. Names must be unique within a limiter.
+    /// Adds every limit of `limits`, in order.
     ///
     /// ```
-    /// use tollgate::{Limiter, Policy, Quota};
-    /// let limiter = Limiter::builder().policy(Policy::new("api", Quota::per_second(5))?).build()?;
-    /// assert_eq!(limiter.policies().len(), 1);
+    /// use tollgate::{Limit, Limiter, Quota};
+    /// let limiter = Limiter::builder()
+    ///     .limits([Limit::new("a", Quota::per_second(5))?, Limit::new("b", Quota::per_day(500))?])
+    ///     .build()?;
+    /// assert_eq!(limiter.limits().len(), 2);
     /// # Ok::<(), tollgate::ConfigError>(())
     /// ```
-    #[cfg(feature = "layer")]
-    pub fn policy(mut self, policy: Policy) -> Self {
-        self.limits.push(policy.limit().clone());
-        self.policies.push(policy);
+    pub fn limits(mut self, limits: impl IntoIterator<Item = Limit>) -> Self {
+        self.limits.extend(limits);
         self
     }
 
@@ -67,12 +60,10 @@ impl LimiterBuilder {
         self
     }
 
-    /// Validates every policy and builds the limiter.
+    /// Validates every limit and builds the limiter.
     ///
-    /// Fails when there is no policy, two policies share a name, a policy's quota
-    /// does not suit its algorithm (the message names the policy), or the policies'
-    /// rate-limit headers could outgrow a proxy's buffer
-    /// ([`MAX_HEADERS_LEN`](crate::layer::headers::MAX_HEADERS_LEN); the message names them).
+    /// Fails when there is no limit, two limits share a name, or a limit's quota does
+    /// not suit its algorithm or the store (the message names the limit).
     ///
     /// ```
     /// use tollgate::{Algorithm, Limiter, Limit, Quota};
@@ -87,12 +78,7 @@ impl LimiterBuilder {
         let store = self
             .store
             .unwrap_or_else(|| KeptStore::new(MemoryStore::new()));
-        let set = Set::new(
-            self.limits,
-            #[cfg(feature = "layer")]
-            self.policies,
-            &*store.store,
-        )?;
+        let set = Set::new(self.limits, &*store.store)?;
         Ok(Limiter {
             inner: Arc::new(Inner::new(set, store)),
         })

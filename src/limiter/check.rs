@@ -52,7 +52,7 @@ impl Future for Check<'_> {
         this.state = CheckState::Done;
         let limiter = this.limiter;
         let (policy, key, cost, quota) = (this.policy, this.key, u64::from(this.cost), this.quota);
-        if let Some(memory) = &limiter.inner.memory {
+        if let Some(memory) = limiter.memory() {
             // The memory store, called directly: one synchronous decision under the
             // current set, loaded without a lock, returned from this poll with no
             // call boundary, closure or `Cow` in between (through the `Store` vtable

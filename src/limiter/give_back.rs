@@ -119,12 +119,6 @@ impl Taken {
     pub(crate) fn keep_one(self) -> Result<Decision, StoreError> {
         crate::store::only(self.keep())
     }
-
-    /// Gives back what was taken now (what dropping does; named for the reader).
-    #[cfg(feature = "layer")]
-    pub(crate) fn give_back(self) {
-        drop(self);
-    }
 }
 
 impl Drop for Taken {

@@ -3,19 +3,13 @@
 mod builder;
 mod check;
 mod entry;
-mod give_back;
-#[cfg(feature = "layer")]
-mod layer_api;
+pub(crate) mod give_back;
 mod set;
 mod wait;
 
 pub use builder::LimiterBuilder;
 pub use entry::CheckEntry;
-#[cfg(feature = "layer")]
-pub(crate) use give_back::spawn_refund;
 pub(crate) use give_back::{Taken, Taking};
-#[cfg(feature = "layer")]
-pub(crate) use layer_api::{Entering, Entry, LayerCheck, Pending, SlotLines, targets};
 pub(crate) use set::Set;
 
 use std::collections::HashMap;
@@ -28,8 +22,6 @@ use std::time::Duration;
 use arc_swap::ArcSwap;
 
 use self::check::{Check, CheckState};
-#[cfg(feature = "layer")]
-use crate::Policy;
 use crate::store::{Charge, Store};
 use crate::{ConfigError, Decision, Key, Limit, MemoryStore, Quota, StoreError, StoreErrorKind};
 
@@ -182,20 +174,6 @@ impl Limiter {
         LimiterBuilder::default()
     }
 
-    /// The limiter's policies, in the order they were added (after a
-    /// [`reload`](Limiter::reload), the new set's).
-    ///
-    /// ```
-    /// use tollgate::{Limiter, Policy, Quota};
-    /// let limiter = Limiter::builder().policy(Policy::new("api", Quota::per_second(5))?).build()?;
-    /// assert_eq!(limiter.policies()[0].name(), "api");
-    /// # Ok::<(), tollgate::ConfigError>(())
-    /// ```
-    #[cfg(feature = "layer")]
-    pub fn policies(&self) -> Vec<Policy> {
-        self.current().policies.clone()
-    }
-
     /// The limiter's limits, in the order they were added (after a
     /// [`reload`](Limiter::reload), the new set's).
     ///
@@ -222,24 +200,6 @@ impl Limiter {
         self.current().find(name).cloned()
     }
 
-    /// The policy named `name`.
-    ///
-    /// ```
-    /// use tollgate::{Limiter, Policy, Quota};
-    /// let limiter = Limiter::builder().policy(Policy::new("api", Quota::per_second(5))?).build()?;
-    /// assert!(limiter.policy("api").is_some());
-    /// assert!(limiter.policy("other").is_none());
-    /// # Ok::<(), tollgate::ConfigError>(())
-    /// ```
-    #[cfg(feature = "layer")]
-    pub fn policy(&self, name: &str) -> Option<Policy> {
-        self.current()
-            .policies
-            .iter()
-            .find(|p| names_match(p.name(), name))
-            .cloned()
-    }
-
     /// Replaces the limiter's limits with `limits`, atomically: checks that started
     /// under the old set finish under it, every later one sees only the new set.
     ///
@@ -249,9 +209,9 @@ impl Limiter {
     ///   or algorithm changed starts from fresh state.
     /// - A limit left out stops deciding: checks naming it fail as for any unknown
     ///   policy, and its state expires (Redis TTLs; the memory store's sweeps).
-    /// - With the layer, a limit keeps the request rules (key, costs, …) of the policy
-    ///   of the same name; a new name gets the default rules. To replace the rules too,
-    ///   use [`reload_policies`](Limiter::reload_policies).
+    /// - With the layer, a limit keeps the request rules (key, costs, …) of the
+    ///   layer's policy of the same name; a new name gets the default rules. To replace
+    ///   the rules too, use the layer's `reload`.
     /// - An invalid set is refused whole, with the same errors as
     ///   [`LimiterBuilder::build`], and the old set stays.
     ///
@@ -274,60 +234,34 @@ impl Limiter {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn reload(&self, limits: impl IntoIterator<Item = Limit>) -> Result<(), ConfigError> {
-        let limits: Vec<Limit> = limits.into_iter().collect();
-        #[cfg(feature = "layer")]
-        let policies = {
-            let current = self.current();
-            limits
-                .iter()
-                .map(
-                    |limit| match current.policies.iter().find(|p| p.name() == limit.name()) {
-                        Some(policy) => policy.with_limit(limit.clone()),
-                        None => Policy::from(limit.clone()),
-                    },
-                )
-                .collect()
-        };
-        let set = Set::new(
-            limits,
-            #[cfg(feature = "layer")]
-            policies,
-            &*self.inner.store,
-        )?;
-        self.install(set);
+        self.replace(limits.into_iter().collect())?;
         Ok(())
     }
 
-    /// Replaces the limiter's policies (limits and request rules) with `policies`,
-    /// atomically, as [`reload`](Limiter::reload) does for limits: the layer decides
-    /// each request under one set, old or new; usage carries over; an invalid set is
-    /// refused whole and the old one stays.
-    ///
-    /// ```
-    /// use tollgate::{Limiter, Policy, Quota, key};
-    /// let limiter = Limiter::builder().policy(Policy::new("api", Quota::per_minute(100))?).build()?;
-    /// limiter.reload_policies([
-    ///     Policy::new("api", Quota::per_minute(1000))?.key(key::header("x-api-key")?),
-    /// ])?;
-    /// assert_eq!(limiter.policy("api").map(|p| p.quota()), Some(Quota::per_minute(1000)));
-    /// # Ok::<(), tollgate::ConfigError>(())
-    /// ```
-    #[cfg(feature = "layer")]
-    pub fn reload_policies(
-        &self,
-        policies: impl IntoIterator<Item = Policy>,
-    ) -> Result<(), ConfigError> {
-        let policies: Vec<Policy> = policies.into_iter().collect();
-        let limits = policies.iter().map(|p| p.limit().clone()).collect();
-        let set = Set::new(limits, policies, &*self.inner.store)?;
-        self.install(set);
-        Ok(())
+    /// Validates `limits` as a set and makes it the current one; returns it (the
+    /// layer pairs it with its request rules).
+    pub(crate) fn replace(&self, limits: Vec<Limit>) -> Result<Arc<Set>, ConfigError> {
+        let set = Arc::new(Set::new(limits, &**self.store())?);
+        self.install(Arc::clone(&set));
+        Ok(set)
+    }
+
+    /// The store, when it is the memory store: the hot paths call it directly.
+    #[inline]
+    pub(crate) fn memory(&self) -> Option<&MemoryStore> {
+        self.inner.memory.as_ref()
+    }
+
+    /// The store the limiter decides with.
+    #[inline]
+    pub(crate) fn store(&self) -> &Arc<dyn Store> {
+        &self.inner.store
     }
 
     /// Makes `set` the current one: stored first, then the flag raised, so a thread
     /// that sees the flag loads the new set (or a newer one).
-    fn install(&self, set: Set) {
-        self.inner.set.store(Arc::new(set));
+    fn install(&self, set: Arc<Set>) {
+        self.inner.set.store(set);
         self.inner.reloaded.store(true, Ordering::Release);
         // Limits derived from the replaced set would stay cached beside the new ones
         // (their key names what they were derived from, so none is used wrongly):
@@ -385,29 +319,9 @@ impl Limiter {
         }
     }
 
-    /// Runs `f` on `limit` under `quota`, as [`with_quota`](Limiter::with_quota) but
-    /// without moving a `Limit` (a few hundred bytes) on the common path, where the
-    /// quota is the limit's own.
-    #[cfg(feature = "layer")]
-    #[inline]
-    pub(crate) fn under_quota<R>(
-        &self,
-        limit: &Limit,
-        quota: Option<Quota>,
-        f: impl FnOnce(&Limit) -> R,
-    ) -> Result<R, StoreError> {
-        match quota {
-            Some(quota) if quota != limit.quota() => {
-                let own = self.caller_limit(limit, quota)?;
-                Ok(f(&own))
-            }
-            _ => Ok(f(limit)),
-        }
-    }
-
     /// `limit` under a caller's own `quota`, checked as the builder checks limits:
     /// from the cache of derived limits, or derived and remembered.
-    pub(super) fn caller_limit(
+    pub(crate) fn caller_limit(
         &self,
         limit: &Limit,
         quota: Quota,

@@ -362,7 +362,7 @@ impl<P: Store, I: Store> Store for Fallback<P, I> {
         })
     }
 
-    /// To the store serving now, as a charge of [`acquire`](Fallback::acquire) goes:
+    /// To the store serving now, as a charge of [`decide`](crate::Store::decide) goes:
     /// a penalty is charged once.
     fn penalize<'a>(&'a self, charge: Charge<'a>) -> StoreCall<'a, Decision> {
         StoreCall::future(async move {

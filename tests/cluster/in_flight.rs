@@ -11,7 +11,7 @@ use support::in_flight::{
 };
 use support::redis_cluster::shared_cluster;
 use support::redis_server::{cli, unique_prefix};
-use tollgate::{Key, Limit, Limiter, Policy, Quota, RateLimitLayer, RedisStore, Store};
+use tollgate::{Key, Limit, Policy, Quota, RateLimitLayer, RedisStore, Store};
 
 fn store(prefix: &str) -> RedisStore {
     RedisStore::from_cluster_urls(shared_cluster().urls())
@@ -24,7 +24,7 @@ fn store(prefix: &str) -> RedisStore {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_way_a_request_ends_gives_its_lease_back() {
-    let limiter = Limiter::builder()
+    let layer = RateLimitLayer::builder()
         .policy(
             Policy::new("slow", Quota::per_minute(1000))
                 .expect("policy")
@@ -33,8 +33,7 @@ async fn every_way_a_request_ends_gives_its_lease_back() {
         )
         .store(store(&unique_prefix("in-flight")))
         .build()
-        .expect("limiter");
-    let layer = RateLimitLayer::new(limiter);
+        .expect("layer");
     every_way_a_request_ends(2, |router| router.layer(layer)).await;
 }
 

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use support::redis_cluster::{RedisCluster, shared_cluster};
 use support::redis_server::{cli, unique_prefix};
-use tollgate::{Algorithm, Key, Limiter, ManualClock, Policy, Quota, RedisStore, StoreErrorKind};
+use tollgate::{Algorithm, Key, Limit, Limiter, ManualClock, Quota, RedisStore, StoreErrorKind};
 
 const BASE: Duration = Duration::from_secs(1_699_920_000);
 
@@ -29,7 +29,7 @@ async fn state_keys_hash_to_the_subjects_slot() -> TestResult {
     let cluster = shared_cluster();
     let port = cluster.nodes[0].port();
     let store = store(cluster, "p{x}");
-    let policy = Policy::new("a{b}", Quota::per_second(1))?;
+    let policy = Limit::new("a{b}", Quota::per_second(1))?;
     for caller in ["{tag}", "}{", "plain", "{x}"] {
         let key = Key::from(caller);
         let name = store.state_key(&policy, &key);
@@ -48,13 +48,13 @@ async fn a_batch_across_slots_refunds_when_a_later_slot_denies() -> TestResult {
     let clock = ManualClock::new(BASE);
     let prefix = unique_prefix("slots");
     let limiter = Limiter::builder()
-        .policy(Policy::new("user", Quota::per_minute(10))?.algorithm(Algorithm::SlidingWindowLog))
-        .policy(Policy::new("tenant", Quota::per_minute(1))?.algorithm(Algorithm::FixedWindow))
+        .limit(Limit::new("user", Quota::per_minute(10))?.algorithm(Algorithm::SlidingWindowLog))
+        .limit(Limit::new("tenant", Quota::per_minute(1))?.algorithm(Algorithm::FixedWindow))
         .store(store(cluster, &prefix).with_clock(clock).block_cache(0))
         .build()?;
     let (alice, acme) = (Key::from("alice"), Key::from("acme"));
-    let user = limiter.policy("user").ok_or("policy")?;
-    let tenant = limiter.policy("tenant").ok_or("policy")?;
+    let user = limiter.limit("user").ok_or("policy")?;
+    let tenant = limiter.limit("tenant").ok_or("policy")?;
     let probe = store(cluster, &prefix);
     assert_ne!(
         cluster.master_of(&probe.state_key(user, &alice)),
@@ -79,7 +79,7 @@ async fn decisions_resume_after_a_master_fails_over() -> TestResult {
         .deadline(deadline)?
         .block_cache(0);
     let limiter = Limiter::builder()
-        .policy(Policy::new("api", Quota::per_second(1_000_000))?)
+        .limit(Limit::new("api", Quota::per_second(1_000_000))?)
         .store(store.clone())
         .build()?;
     let key = Key::from("alice");
@@ -98,7 +98,7 @@ async fn decisions_resume_after_a_master_fails_over() -> TestResult {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
-    let master = cluster.master_of(&store.state_key(limiter.policy("api").ok_or("policy")?, &key));
+    let master = cluster.master_of(&store.state_key(limiter.limit("api").ok_or("policy")?, &key));
     cluster.nodes[master].kill();
     let killed = Instant::now();
     let mut errors = 0;
@@ -156,14 +156,14 @@ async fn batch_across_two_masters(
         .with_clock(ManualClock::new(BASE))
         .block_cache(0);
     let limiter = Limiter::builder()
-        .policy(Policy::new("user", Quota::per_minute(10))?.algorithm(Algorithm::SlidingWindowLog))
-        .policy(Policy::new("tenant", Quota::per_minute(1))?.algorithm(Algorithm::FixedWindow))
+        .limit(Limit::new("user", Quota::per_minute(10))?.algorithm(Algorithm::SlidingWindowLog))
+        .limit(Limit::new("tenant", Quota::per_minute(1))?.algorithm(Algorithm::FixedWindow))
         .store(store.clone())
         .build()?;
     let (alice, acme) = (Key::from("alice"), Key::from("acme"));
-    let user = cluster.master_of(&store.state_key(limiter.policy("user").ok_or("policy")?, &alice));
+    let user = cluster.master_of(&store.state_key(limiter.limit("user").ok_or("policy")?, &alice));
     let tenant =
-        cluster.master_of(&store.state_key(limiter.policy("tenant").ok_or("policy")?, &acme));
+        cluster.master_of(&store.state_key(limiter.limit("tenant").ok_or("policy")?, &acme));
     assert_ne!(user, tenant, "pick keys on different masters");
     // Peeks make the connection and load the library, and a refund of nothing loads
     // the refund script (redis-rs sends `SCRIPT LOAD` to every master, the stalled one
@@ -248,7 +248,7 @@ async fn a_compensating_refund_that_fails_is_reported() -> TestResult {
         message: "rate-limit refund failed",
         seen: seen.clone(),
     });
-    let name = store.state_key(limiter.policy("user").ok_or("policy")?, &alice);
+    let name = store.state_key(limiter.limit("user").ok_or("policy")?, &alice);
     cluster.nodes[tenant].pause();
     // The batch and, beside it on this thread, a watcher that stops "user"'s master
     // once the charge landed there, so the refund that follows cannot land.

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 use support::immediate::immediate;
-use tollgate::{Algorithm, Decision, Key, Limiter, ManualClock, MemoryStore, Policy, Quota};
+use tollgate::{Algorithm, Decision, Key, Limit, Limiter, ManualClock, MemoryStore, Quota};
 
 pub(crate) const BASE_US: u64 = 1_699_920_000_000_000;
 pub(crate) const PERIOD_US: u64 = 1_000_000;
@@ -53,12 +53,12 @@ struct Run {
 impl Run {
     fn new(algorithm: Algorithm, quota: Quota) -> Self {
         let clock = ManualClock::new(Duration::from_micros(BASE_US));
-        let policy = Policy::new("p", quota)
+        let policy = Limit::new("p", quota)
             .expect("valid policy")
             .algorithm(algorithm);
         let capacity = policy.capacity();
         let limiter = Limiter::builder()
-            .policy(policy)
+            .limit(policy)
             .store(MemoryStore::with_clock(clock.clone()))
             .build()
             .expect("valid limiter");

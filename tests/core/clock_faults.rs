@@ -13,7 +13,7 @@ use proptest::prelude::*;
 use support::immediate::immediate;
 use support::rng::Rng;
 use tollgate::{
-    Algorithm, Clock, Decision, Key, Limiter, MAX_COUNT, ManualClock, MemoryStore, Policy, Quota,
+    Algorithm, Clock, Decision, Key, Limit, Limiter, MAX_COUNT, ManualClock, MemoryStore, Quota,
 };
 
 const BASE_US: u64 = 1_700_000_000_000_000;
@@ -57,11 +57,7 @@ impl Subject {
     fn new(algorithm: Algorithm, quota: Quota, at: u64) -> Self {
         let clock = ManualClock::new(Duration::from_micros(at));
         let limiter = Limiter::builder()
-            .policy(
-                Policy::new("p", quota)
-                    .expect("policy")
-                    .algorithm(algorithm),
-            )
+            .limit(Limit::new("p", quota).expect("policy").algorithm(algorithm))
             .store(MemoryStore::with_clock(clock.clone()))
             .build()
             .expect("limiter");
@@ -179,7 +175,7 @@ fn most_in_any_period(admitted: &[(u64, u64)]) -> u64 {
 #[test]
 fn a_jump_of_years_forward_and_back_admits_one_capacity_more_then_stands_still() {
     for (algorithm, quota) in algorithms() {
-        let capacity = Policy::new("p", quota)
+        let capacity = Limit::new("p", quota)
             .expect("policy")
             .algorithm(algorithm)
             .capacity();
@@ -268,11 +264,7 @@ fn readings_at_the_edges_of_u64_saturate_instead_of_panicking() {
     let mut built = 0;
     for (algorithm, quota) in edge_quotas() {
         let Ok(limiter) = Limiter::builder()
-            .policy(
-                Policy::new("p", quota)
-                    .expect("policy")
-                    .algorithm(algorithm),
-            )
+            .limit(Limit::new("p", quota).expect("policy").algorithm(algorithm))
             .store(MemoryStore::with_clock(ManualClock::default()))
             .build()
         else {
@@ -280,7 +272,7 @@ fn readings_at_the_edges_of_u64_saturate_instead_of_panicking() {
         };
         drop(limiter);
         built += 1;
-        let capacity = Policy::new("p", quota)
+        let capacity = Limit::new("p", quota)
             .expect("policy")
             .algorithm(algorithm)
             .capacity();

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use support::immediate::immediate;
 use tokio::sync::Barrier;
-use tollgate::{Algorithm, Key, Limiter, ManualClock, MemoryStore, Policy, Quota};
+use tollgate::{Algorithm, Key, Limit, Limiter, ManualClock, MemoryStore, Quota};
 
 const BASE: Duration = Duration::from_secs(1_699_920_000);
 
@@ -23,8 +23,8 @@ const ALGORITHMS: [Algorithm; 7] = [
 
 fn limiter(algorithm: Algorithm, quota: Quota, store: &MemoryStore) -> Limiter {
     Limiter::builder()
-        .policy(
-            Policy::new("hot", quota)
+        .limit(
+            Limit::new("hot", quota)
                 .expect("policy")
                 .algorithm(algorithm),
         )

@@ -10,7 +10,7 @@
 use std::time::Duration;
 
 use support::immediate::immediate;
-use tollgate::{Algorithm, Key, Limiter, ManualClock, MemoryStore, Policy, Quota};
+use tollgate::{Algorithm, Key, Limit, Limiter, ManualClock, MemoryStore, Quota};
 
 const BASE: Duration = Duration::from_secs(1_700_000_000);
 const VICTIMS: u64 = 200;
@@ -28,8 +28,8 @@ const ALGORITHMS: [Algorithm; 7] = [
     Algorithm::LeakyBucket,
 ];
 
-fn policy(name: &str, per_day: u64, algorithm: Algorithm) -> Policy {
-    Policy::new(name, Quota::per_day(per_day))
+fn policy(name: &str, per_day: u64, algorithm: Algorithm) -> Limit {
+    Limit::new(name, Quota::per_day(per_day))
         .unwrap()
         .algorithm(algorithm)
 }
@@ -81,14 +81,13 @@ fn victims_with_quota_back(limiter: &Limiter, name: &str) -> u64 {
 /// minute passes, then `FLOOD` new keys go through `flood_through` (a policy of
 /// `policies`), each charged `flood_cost`. Returns how many victims got their quota
 /// back; the store never holds more than its bound.
-fn spent_keys_reset_by_a_flood(policies: Vec<Policy>, flood_through: &str, flood_cost: u32) -> u64 {
+fn spent_keys_reset_by_a_flood(policies: Vec<Limit>, flood_through: &str, flood_cost: u32) -> u64 {
     let clock = ManualClock::new(BASE);
     let store = MemoryStore::with_clock(clock.clone())
         .max_keys(MAX_KEYS)
         .unwrap();
-    let limiter = policies
-        .into_iter()
-        .fold(Limiter::builder(), tollgate::LimiterBuilder::policy)
+    let limiter = Limiter::builder()
+        .limits(policies)
         .store(store.clone())
         .build()
         .unwrap();
@@ -142,7 +141,7 @@ fn a_denied_request_never_evicts() {
         let clock = ManualClock::new(BASE);
         let store = MemoryStore::with_clock(clock.clone()).max_keys(1).unwrap();
         let limiter = Limiter::builder()
-            .policy(policy("api", 5, algorithm))
+            .limit(policy("api", 5, algorithm))
             .store(store.clone())
             .build()
             .unwrap();
@@ -164,7 +163,7 @@ fn a_peek_at_a_new_key_never_evicts() {
     let clock = ManualClock::new(BASE);
     let store = MemoryStore::with_clock(clock.clone()).max_keys(1).unwrap();
     let limiter = Limiter::builder()
-        .policy(policy("api", 5, Algorithm::Gcra))
+        .limit(policy("api", 5, Algorithm::Gcra))
         .store(store.clone())
         .build()
         .unwrap();
@@ -189,8 +188,8 @@ fn each_limit_in_use_keeps_an_equal_share_of_the_bound() {
         .max_keys(MAX_KEYS)
         .unwrap();
     let limiter = Limiter::builder()
-        .policy(policy("a", 5, Algorithm::Gcra))
-        .policy(policy("b", 5, Algorithm::FixedWindow))
+        .limit(policy("a", 5, Algorithm::Gcra))
+        .limit(policy("b", 5, Algorithm::FixedWindow))
         .store(store.clone())
         .build()
         .unwrap();
@@ -199,7 +198,7 @@ fn each_limit_in_use_keeps_an_equal_share_of_the_bound() {
         let key = Key::from(format!("b-{i}").as_str());
         assert!(immediate(limiter.check("b", &key, 1)).unwrap().allowed);
     }
-    // Policy "a" alone floods: it fills its half of the store, never more.
+    // Limit "a" alone floods: it fills its half of the store, never more.
     flood(&limiter, &clock, "a", 1);
     assert!(
         store.len() <= MAX_KEYS / 2 + B_KEYS as usize,
@@ -220,7 +219,7 @@ fn an_idle_state_is_evicted_before_any_active_one() {
     let clock = ManualClock::new(BASE);
     let store = MemoryStore::with_clock(clock.clone()).max_keys(4).unwrap();
     let limiter = Limiter::builder()
-        .policy(Policy::new("api", Quota::per_second(1)).unwrap())
+        .limit(Limit::new("api", Quota::per_second(1)).unwrap())
         .store(store.clone())
         .build()
         .unwrap();
@@ -268,7 +267,7 @@ fn a_flood_reaches_a_spent_key_only_when_its_whole_sample_is_spent() {
         .max_keys(MAX)
         .unwrap();
     let limiter = Limiter::builder()
-        .policy(policy("api", 5, Algorithm::FixedWindow))
+        .limit(policy("api", 5, Algorithm::FixedWindow))
         .store(store.clone())
         .build()
         .unwrap();

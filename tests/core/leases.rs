@@ -16,7 +16,7 @@ use std::time::Duration;
 use proptest::prelude::*;
 use support::immediate::immediate;
 use tollgate::{
-    Algorithm, Decision, Key, LeasedStore, Limiter, ManualClock, MemoryStore, Policy, Quota,
+    Algorithm, Decision, Key, LeasedStore, Limit, Limiter, ManualClock, MemoryStore, Quota,
     SliceSizing,
 };
 
@@ -81,7 +81,7 @@ impl Cluster {
     ) -> Self {
         let clock = ManualClock::new(Duration::from_micros(BASE_US));
         let shared = MemoryStore::with_clock(clock.clone());
-        let policy = Policy::new("p", quota)
+        let policy = Limit::new("p", quota)
             .expect("valid policy")
             .algorithm(algorithm);
         let stores: Vec<_> = (0..processes)
@@ -99,7 +99,7 @@ impl Cluster {
             .iter()
             .map(|store| {
                 Limiter::builder()
-                    .policy(policy.clone())
+                    .limit(policy.clone())
                     .store(store.clone())
                     .build()
                     .expect("valid limiter")
@@ -222,11 +222,7 @@ fn a_quiet_key_costs_one_store_call_per_request_as_without_leases() {
         let mut leased = hot(algorithm, quota, 1);
         let clock = ManualClock::new(Duration::from_micros(BASE_US));
         let plain = Limiter::builder()
-            .policy(
-                Policy::new("p", quota)
-                    .expect("policy")
-                    .algorithm(algorithm),
-            )
+            .limit(Limit::new("p", quota).expect("policy").algorithm(algorithm))
             .store(MemoryStore::with_clock(clock.clone()))
             .build()
             .expect("limiter");
@@ -307,7 +303,7 @@ fn a_flood_of_keys_cannot_grow_the_lease_table_past_its_bound() {
         .expect("a bound")
         .build();
     let limiter = Limiter::builder()
-        .policy(Policy::new("p", Quota::per_minute(1_000)).expect("policy"))
+        .limit(Limit::new("p", Quota::per_minute(1_000)).expect("policy"))
         .store(store.clone())
         .build()
         .expect("limiter");
@@ -339,8 +335,8 @@ fn operated() -> (LeasedStore<MemoryStore>, Limiter) {
         .expect("sizing")
         .build();
     let limiter = Limiter::builder()
-        .policy(
-            Policy::new("api", Quota::per_hour(1_000))
+        .limit(
+            Limit::new("api", Quota::per_hour(1_000))
                 .expect("policy")
                 .algorithm(Algorithm::FixedWindow),
         )

@@ -4,19 +4,19 @@
 use std::time::Duration;
 
 use support::immediate::immediate;
-use tollgate::{Algorithm, Key, Limiter, ManualClock, MemoryStore, Policy, Quota, StoreErrorKind};
+use tollgate::{Algorithm, Key, Limit, Limiter, ManualClock, MemoryStore, Quota, StoreErrorKind};
 
 const BASE: Duration = Duration::from_secs(1_699_920_000);
 
 fn two_policies(clock: &ManualClock) -> Limiter {
     Limiter::builder()
-        .policy(
-            Policy::new("user", Quota::per_minute(2))
+        .limit(
+            Limit::new("user", Quota::per_minute(2))
                 .expect("policy")
                 .algorithm(Algorithm::FixedWindow),
         )
-        .policy(
-            Policy::new("global", Quota::per_minute(3))
+        .limit(
+            Limit::new("global", Quota::per_minute(3))
                 .expect("policy")
                 .algorithm(Algorithm::SlidingWindowLog),
         )
@@ -105,8 +105,8 @@ fn refunds_return_the_newest_charges_and_never_exceed_idle() {
     ] {
         let clock = ManualClock::new(BASE);
         let limiter = Limiter::builder()
-            .policy(
-                Policy::new("login", Quota::per_minute(6))
+            .limit(
+                Limit::new("login", Quota::per_minute(6))
                     .expect("policy")
                     .algorithm(algorithm),
             )
@@ -135,9 +135,8 @@ fn refunds_return_the_newest_charges_and_never_exceed_idle() {
 #[test]
 fn cost_above_capacity_can_never_fit() {
     let limiter = Limiter::builder()
-        .policy(
-            Policy::new("api", Quota::per_second(10).with_burst(3).expect("burst"))
-                .expect("policy"),
+        .limit(
+            Limit::new("api", Quota::per_second(10).with_burst(3).expect("burst")).expect("policy"),
         )
         .build()
         .expect("limiter");
@@ -151,8 +150,8 @@ fn cost_above_capacity_can_never_fit() {
 fn leaky_bucket_queues_a_burst_with_growing_delays() {
     let clock = ManualClock::new(BASE);
     let limiter = Limiter::builder()
-        .policy(
-            Policy::new("queue", Quota::per_second(4).with_burst(3).expect("burst"))
+        .limit(
+            Limit::new("queue", Quota::per_second(4).with_burst(3).expect("burst"))
                 .expect("policy")
                 .algorithm(Algorithm::LeakyBucket),
         )
@@ -176,7 +175,7 @@ fn leaky_bucket_queues_a_burst_with_growing_delays() {
 #[test]
 fn unknown_policies_are_store_errors_not_panics() {
     let limiter = Limiter::builder()
-        .policy(Policy::new("api", Quota::per_second(1)).expect("policy"))
+        .limit(Limit::new("api", Quota::per_second(1)).expect("policy"))
         .build()
         .expect("limiter");
     let key = Key::from("a");
@@ -202,35 +201,35 @@ fn configuration_mistakes_name_the_policy_and_the_input() {
     let cases = [
         (
             Limiter::builder()
-                .policy(Policy::new("a", quota).expect("policy"))
-                .policy(Policy::new("a", quota).expect("policy")),
-            "duplicate policy name \"a\"",
+                .limit(Limit::new("a", quota).expect("policy"))
+                .limit(Limit::new("a", quota).expect("policy")),
+            "duplicate limit name \"a\"",
         ),
         (
-            Limiter::builder().policy(
-                Policy::new("w", quota.with_burst(5).expect("burst"))
+            Limiter::builder().limit(
+                Limit::new("w", quota.with_burst(5).expect("burst"))
                     .expect("policy")
                     .algorithm(Algorithm::SlidingWindow),
             ),
             "invalid policy \"w\"",
         ),
         (
-            Limiter::builder().policy(
-                Policy::new("c", quota)
+            Limiter::builder().limit(
+                Limit::new("c", quota)
                     .expect("policy")
                     .algorithm(Algorithm::SlidingWindowCounters { buckets: 7 }),
             ),
             "7 buckets do not divide",
         ),
         (
-            Limiter::builder().policy(
-                Policy::new("z", quota)
+            Limiter::builder().limit(
+                Limit::new("z", quota)
                     .expect("policy")
                     .algorithm(Algorithm::SlidingWindowCounters { buckets: 0 }),
             ),
             "1 to 1024 buckets",
         ),
-        (Limiter::builder(), "at least one policy"),
+        (Limiter::builder(), "a limiter needs at least one limit"),
     ];
     for (builder, expected) in cases {
         let err = builder.build().expect_err(expected);
@@ -242,8 +241,8 @@ fn configuration_mistakes_name_the_policy_and_the_input() {
     // A burst equal to the limit is fine on a window algorithm.
     assert!(
         Limiter::builder()
-            .policy(
-                Policy::new("ok", quota.with_burst(60).expect("burst"))
+            .limit(
+                Limit::new("ok", quota.with_burst(60).expect("burst"))
                     .expect("policy")
                     .algorithm(Algorithm::FixedWindow)
             )
@@ -255,10 +254,10 @@ fn configuration_mistakes_name_the_policy_and_the_input() {
 #[test]
 fn policy_names_must_be_printable_ascii() {
     for bad in ["", "tab\t", "ünïcode", "nul\0", &"x".repeat(65)] {
-        let err = Policy::new(bad, Quota::per_second(1)).expect_err("bad name");
+        let err = Limit::new(bad, Quota::per_second(1)).expect_err("bad name");
         assert!(err.to_string().contains("printable ASCII"), "{err}");
     }
-    assert!(Policy::new("api v2 /users:write", Quota::per_second(1)).is_ok());
+    assert!(Limit::new("api v2 /users:write", Quota::per_second(1)).is_ok());
 }
 
 #[test]
@@ -284,8 +283,8 @@ fn extreme_rates_do_not_overflow() {
             ("once-a-year", Quota::new(1, year).expect("quota")),
         ] {
             let limiter = Limiter::builder()
-                .policy(
-                    Policy::new(name, quota)
+                .limit(
+                    Limit::new(name, quota)
                         .expect("policy")
                         .algorithm(algorithm),
                 )
@@ -304,8 +303,8 @@ fn extreme_rates_do_not_overflow() {
         }
         // A billion per second: a full second's worth fits at once, then refills fast.
         let limiter = Limiter::builder()
-            .policy(
-                Policy::new("g", Quota::per_second(1_000_000_000))
+            .limit(
+                Limit::new("g", Quota::per_second(1_000_000_000))
                     .expect("policy")
                     .algorithm(algorithm),
             )
@@ -333,7 +332,7 @@ fn a_store_answers_a_policy_no_limiter_validated_without_panicking() {
         Algorithm::TokenBucket,
     ];
     for algorithm in odd {
-        let policy = Policy::new(
+        let policy = Limit::new(
             "unchecked",
             Quota::per_minute(60).with_burst(5).expect("burst"),
         )
@@ -341,7 +340,7 @@ fn a_store_answers_a_policy_no_limiter_validated_without_panicking() {
         .algorithm(algorithm);
         let key = Key::from("a");
         let charge = tollgate::Charge {
-            limit: policy.limit(),
+            limit: &policy,
             key: &key,
             cost: 1,
         };
@@ -381,15 +380,15 @@ impl tollgate::Store for SuspendingStore {
 
 #[tokio::test]
 async fn check_through_a_store_that_suspends_decides_as_the_memory_store_does() {
-    let policy = || Policy::new("api", Quota::per_minute(3)).expect("policy");
+    let policy = || Limit::new("api", Quota::per_minute(3)).expect("policy");
     let clock = ManualClock::new(BASE);
     let direct = Limiter::builder()
-        .policy(policy())
+        .limit(policy())
         .store(MemoryStore::with_clock(clock.clone()))
         .build()
         .expect("limiter");
     let suspending = Limiter::builder()
-        .policy(policy())
+        .limit(policy())
         .store(SuspendingStore(MemoryStore::with_clock(clock.clone())))
         .build()
         .expect("limiter");
@@ -411,7 +410,6 @@ async fn check_through_a_store_that_suspends_decides_as_the_memory_store_does() 
 #[test]
 fn a_reload_reaches_threads_that_decided_before_it() {
     use std::sync::mpsc;
-    use tollgate::Limit;
 
     let limiter = Limiter::builder()
         .limit(Limit::new("api", Quota::per_minute(10)).expect("limit"))

@@ -4,14 +4,14 @@
 use std::time::Duration;
 
 use support::immediate::immediate;
-use tollgate::{Algorithm, Key, Limiter, ManualClock, MemoryStore, Policy, Quota};
+use tollgate::{Algorithm, Key, Limit, Limiter, ManualClock, MemoryStore, Quota};
 
 const BASE: Duration = Duration::from_secs(1_699_920_000);
 
 fn limiter(store: &MemoryStore, algorithm: Algorithm) -> Limiter {
     Limiter::builder()
-        .policy(
-            Policy::new("api", Quota::per_minute(10))
+        .limit(
+            Limit::new("api", Quota::per_minute(10))
                 .expect("policy")
                 .algorithm(algorithm),
         )

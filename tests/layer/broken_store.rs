@@ -5,8 +5,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use tollgate::{
-    Charge, Decision, InFlightSlot, Key, Limit, Limiter, Policy, Store, StoreError, StoreErrorKind,
-    store::StoreCall,
+    Charge, Decision, InFlightSlot, Key, Limit, Policy, RateLimitLayer, Store, StoreError,
+    StoreErrorKind, store::StoreCall,
 };
 
 /// Fails every `acquire` and `acquire_in_flight` with a connection error; counts the
@@ -14,13 +14,13 @@ use tollgate::{
 #[derive(Debug)]
 pub(crate) struct BrokenStore(pub(crate) Arc<AtomicUsize>);
 
-/// A limiter of `policy` on a `BrokenStore` counting into `calls`.
-pub(crate) fn broken_limiter(policy: Policy, calls: &Arc<AtomicUsize>) -> Limiter {
-    Limiter::builder()
+/// A layer of `policy` on a `BrokenStore` counting into `calls`.
+pub(crate) fn broken_layer(policy: Policy, calls: &Arc<AtomicUsize>) -> RateLimitLayer {
+    RateLimitLayer::builder()
         .policy(policy)
         .store(BrokenStore(calls.clone()))
         .build()
-        .expect("limiter")
+        .expect("layer")
 }
 
 impl Store for BrokenStore {

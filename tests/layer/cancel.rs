@@ -20,7 +20,7 @@ use support::redis_server::script_calls;
 use tokio::io::AsyncWriteExt as _;
 use tokio::net::TcpStream;
 use tollgate::{
-    Algorithm, Key, Limiter, ManualClock, MemoryStore, Policy, Quota, RateLimitLayer, Store, key,
+    Algorithm, Key, ManualClock, MemoryStore, Policy, Quota, RateLimitLayer, Store, key,
 };
 use tower::{Layer as _, Service as _, ServiceExt as _};
 
@@ -57,12 +57,12 @@ fn queue(quota: Quota) -> Policy {
         .key(key::header("x-user").expect("a header name"))
 }
 
-fn limiter(policy: Policy, store: impl Store) -> Limiter {
-    Limiter::builder()
+fn layer_of(policy: Policy, store: impl Store) -> RateLimitLayer {
+    RateLimitLayer::builder()
         .policy(policy)
         .store(store)
         .build()
-        .expect("limiter")
+        .expect("layer")
 }
 
 fn from(user: &str) -> Request<Full<Bytes>> {
@@ -73,13 +73,13 @@ fn from(user: &str) -> Request<Full<Bytes>> {
 }
 
 /// The key the policy `name` gives `user`'s requests.
-fn key_of(limiter: &Limiter, name: &str, user: &str) -> Key {
+fn key_of(layer: &RateLimitLayer, name: &str, user: &str) -> Key {
     let (parts, ()) = Request::get("/")
         .header("x-user", user)
         .body(())
         .expect("request")
         .into_parts();
-    limiter
+    layer
         .policy(name)
         .and_then(|p| p.key_of(&parts))
         .expect("a key")
@@ -107,9 +107,10 @@ async fn wait_until(what: &str, mut done: impl AsyncFnMut() -> bool) {
 }
 
 /// How far `user`'s next place is under "queue" (GCRA: its TAT, less now).
-async fn next_place(limiter: &Limiter, user: &str) -> Duration {
-    let key = key_of(limiter, "queue", user);
-    limiter
+async fn next_place(layer: &RateLimitLayer, user: &str) -> Duration {
+    let key = key_of(layer, "queue", user);
+    layer
+        .limiter()
         .peek("queue", &key)
         .await
         .expect("a peek")
@@ -131,11 +132,11 @@ async fn dropped_held_requests(
     redis_port: Option<u16>,
 ) -> Duration {
     let period = quota.period() / u32::try_from(quota.limit()).expect("small");
-    let limiter = limiter(queue(quota), store);
-    let layer = RateLimitLayer::new(limiter.clone()).wait(DAY);
+    let layer = layer_of(queue(quota), store);
+    let layer = layer.wait(DAY);
     let server = Server::start(app(layer.clone())).await;
     assert_eq!(server.send(from("alice")).await.status, StatusCode::OK);
-    assert_eq!(next_place(&limiter, "alice").await, period);
+    assert_eq!(next_place(&layer, "alice").await, period);
 
     let mut clients = Vec::new();
     for _ in 0..n {
@@ -143,7 +144,7 @@ async fn dropped_held_requests(
     }
     wait_until("the requests held", async || layer.held() == n).await;
     let held = u32::try_from(n).expect("small");
-    assert_eq!(next_place(&limiter, "alice").await, period * (held + 1));
+    assert_eq!(next_place(&layer, "alice").await, period * (held + 1));
 
     let calls = redis_port.map(script_calls);
     drop(clients);
@@ -152,10 +153,11 @@ async fn dropped_held_requests(
         given_back(port, calls + u64::from(held)).await;
     } else {
         // Given back at once, as the store counts it: the TAT is one period away.
-        assert_eq!(next_place(&limiter, "alice").await, period);
+        assert_eq!(next_place(&layer, "alice").await, period);
     }
-    let key = key_of(&limiter, "queue", "alice");
-    let next = limiter
+    let key = key_of(&layer, "queue", "alice");
+    let next = layer
+        .limiter()
         .reserve("queue", &key, 1, DAY)
         .await
         .expect("a reservation");
@@ -213,12 +215,18 @@ async fn a_dropped_leaky_bucket_hold_gives_its_charge_back(
         .algorithm(Algorithm::LeakyBucket)
         .max_delay(DAY)
         .key(key::header("x-user").expect("a header name"));
-    let limiter = limiter(policy, store);
-    let layer = RateLimitLayer::new(limiter.clone());
+    let layer = layer_of(policy, store);
     let server = Server::start(app(layer.clone())).await;
     assert_eq!(server.send(from("alice")).await.status, StatusCode::OK);
-    let key = key_of(&limiter, "slow", "alice");
-    let remaining = async || limiter.peek("slow", &key).await.expect("peek").remaining;
+    let key = key_of(&layer, "slow", "alice");
+    let remaining = async || {
+        layer
+            .limiter()
+            .peek("slow", &key)
+            .await
+            .expect("peek")
+            .remaining
+    };
     assert_eq!(remaining().await, 9);
     // Held an hour for its turn.
     let gone = client(&server, "alice").await;
@@ -252,14 +260,11 @@ async fn a_dropped_leaky_bucket_hold_gives_its_charge_back_on_redis() {
 #[tokio::test]
 async fn one_caller_cannot_take_every_held_place() {
     // One place every 6 minutes: nothing held is served while the test runs.
-    let limiter = limiter(
+    let layer = layer_of(
         queue(Quota::per_hour(10).with_burst(1).expect("burst")),
         MemoryStore::with_clock(ManualClock::new(BASE)),
     );
-    let layer = RateLimitLayer::new(limiter.clone())
-        .wait(DAY)
-        .max_held(10)
-        .max_held_per_key(3);
+    let layer = layer.wait(DAY).max_held(10).max_held_per_key(3);
     let server = Arc::new(Server::start(app(layer.clone())).await);
     // Each caller's burst of 1 at once.
     for user in ["mallory", "alice"] {
@@ -279,11 +284,11 @@ async fn one_caller_cannot_take_every_held_place() {
     assert_eq!(layer.held(), 3);
     // Refused places were given back: mallory's next place is still the fourth.
     let minutes = |n: u64| Duration::from_secs(60 * n);
-    assert_eq!(next_place(&limiter, "mallory").await, minutes(24));
+    assert_eq!(next_place(&layer, "mallory").await, minutes(24));
     // Alice is held, not refused.
     held.push(client(&server, "alice").await);
     wait_until("alice held", async || layer.held() == 4).await;
-    assert_eq!(next_place(&limiter, "alice").await, minutes(12));
+    assert_eq!(next_place(&layer, "alice").await, minutes(12));
     drop(held);
     wait_until("all dropped", async || layer.held() == 0).await;
 }
@@ -292,11 +297,11 @@ async fn one_caller_cannot_take_every_held_place() {
 /// `DEFAULT_MAX_HELD` (1 024) places.
 #[tokio::test]
 async fn by_default_one_key_holds_at_most_an_eighth_of_the_places() {
-    let limiter = limiter(
+    let layer = layer_of(
         queue(Quota::per_second(1)),
         MemoryStore::with_clock(ManualClock::new(BASE)),
     );
-    let layer = RateLimitLayer::new(limiter).wait(DAY);
+    let layer = layer.wait(DAY);
     let mut service = layer.layer(tower::service_fn(|_: Request<Full<Bytes>>| async {
         Ok::<_, Infallible>(Response::new(Full::new(Bytes::from_static(b"ok"))))
     }));
@@ -330,12 +335,12 @@ async fn by_default_one_key_holds_at_most_an_eighth_of_the_places() {
     assert_eq!(layer.held(), 0);
 }
 
-/// The decisions `limiter` makes under "api" for `user`'s next request, charging
+/// The decisions `layer` makes under "api" for `user`'s next request, charging
 /// nothing.
 #[cfg(feature = "redis")]
-async fn peek_api(limiter: &Limiter, user: &str) -> tollgate::Decision {
-    let key = key_of(limiter, "api", user);
-    limiter.peek("api", &key).await.expect("a peek")
+async fn peek_api(layer: &RateLimitLayer, user: &str) -> tollgate::Decision {
+    let key = key_of(layer, "api", user);
+    layer.limiter().peek("api", &key).await.expect("a peek")
 }
 
 /// A Redis server of its own (a stall pauses every client of it; its script calls
@@ -364,8 +369,8 @@ async fn a_request_whose_client_leaves_while_its_decision_is_on_the_wire_takes_n
         .expect("policy")
         .algorithm(Algorithm::FixedWindow)
         .key(key::header("x-user").expect("a header name"));
-    let limiter = limiter(policy, store);
-    let server = Server::start(app(RateLimitLayer::new(limiter.clone()))).await;
+    let layer = layer_of(policy, store);
+    let server = Server::start(app(layer.clone())).await;
     assert_eq!(server.send(from("alice")).await.status, StatusCode::OK);
     let calls = script_calls(redis.port());
     assert_eq!(redis.cli(&["CLIENT", "PAUSE", "600", "ALL"]), "OK");
@@ -374,7 +379,7 @@ async fn a_request_whose_client_leaves_while_its_decision_is_on_the_wire_takes_n
     drop(gone);
     // The decision and its give-back both reach Redis.
     given_back(redis.port(), calls + 2).await;
-    assert_eq!(peek_api(&limiter, "alice").await.remaining, 1);
+    assert_eq!(peek_api(&layer, "alice").await.remaining, 1);
     assert_eq!(server.send(from("alice")).await.status, StatusCode::OK);
     assert_eq!(
         server.send(from("alice")).await.status,
@@ -383,8 +388,8 @@ async fn a_request_whose_client_leaves_while_its_decision_is_on_the_wire_takes_n
 
     // Wait mode: the left request's place is given back.
     let (redis, store) = private_redis(ManualClock::new(BASE));
-    let limiter = limiter_for_queue(store);
-    let layer = RateLimitLayer::new(limiter.clone()).wait(DAY);
+    let layer = layer_for_queue(store);
+    let layer = layer.wait(DAY);
     let server = Server::start(app(layer.clone())).await;
     assert_eq!(server.send(from("alice")).await.status, StatusCode::OK);
     let calls = script_calls(redis.port());
@@ -395,8 +400,9 @@ async fn a_request_whose_client_leaves_while_its_decision_is_on_the_wire_takes_n
     let minute = Duration::from_secs(60);
     given_back(redis.port(), calls + 2).await;
     assert_eq!(layer.held(), 0);
-    let key = key_of(&limiter, "queue", "alice");
-    let next = limiter
+    let key = key_of(&layer, "queue", "alice");
+    let next = layer
+        .limiter()
         .reserve("queue", &key, 1, DAY)
         .await
         .expect("a reservation");
@@ -405,8 +411,8 @@ async fn a_request_whose_client_leaves_while_its_decision_is_on_the_wire_takes_n
 }
 
 #[cfg(feature = "redis")]
-fn limiter_for_queue(store: impl Store) -> Limiter {
-    limiter(queue(Quota::per_minute(1)), store)
+fn layer_for_queue(store: impl Store) -> RateLimitLayer {
+    layer_of(queue(Quota::per_minute(1)), store)
 }
 
 /// Requests waiting for an in-flight slot of one key (wait mode) get it in the order
@@ -416,15 +422,14 @@ async fn waiters_for_an_in_flight_slot_are_served_in_arrival_order(store: impl S
     let policy = Policy::in_flight_only("reports", 1)
         .expect("policy")
         .wait(Duration::from_secs(30));
-    let limiter = Limiter::builder()
+    let layer = RateLimitLayer::builder()
         .policy(policy)
         .store(store)
         .build()
-        .expect("limiter");
-    let service =
-        RateLimitLayer::new(limiter).layer(tower::service_fn(|_: Request<Full<Bytes>>| async {
-            Ok::<_, Infallible>(Response::new(Full::new(Bytes::from_static(b"ok"))))
-        }));
+        .expect("layer");
+    let service = layer.layer(tower::service_fn(|_: Request<Full<Bytes>>| async {
+        Ok::<_, Infallible>(Response::new(Full::new(Bytes::from_static(b"ok"))))
+    }));
     let get = || Request::get("/").body(Full::default()).expect("request");
     // Its slot is held while its body lives.
     let holder = service.clone().oneshot(get()).await.expect("infallible");
@@ -483,12 +488,12 @@ fn command_calls(port: u16, command: &str) -> u64 {
 #[tokio::test]
 async fn a_request_whose_client_leaves_while_its_slot_call_is_on_the_wire_leaves_the_slot_free() {
     let (redis, store) = private_redis(ManualClock::new(BASE));
-    let limiter = Limiter::builder()
+    let layer = RateLimitLayer::builder()
         .policy(Policy::in_flight_only("reports", 1).expect("policy"))
         .store(store)
         .build()
-        .expect("limiter");
-    let server = Server::start(app(RateLimitLayer::new(limiter))).await;
+        .expect("layer");
+    let server = Server::start(app(layer)).await;
     assert_eq!(server.get("/").await.status, StatusCode::OK);
     let port = redis.port();
     wait_until("its slot given back", async || {

@@ -496,11 +496,9 @@ fn a_file_reads_into_the_limits_the_builder_makes() -> Result<(), Box<dyn std::e
         }
     }
     // The builder accepts what the file gave.
-    let mut limiter = tollgate::Limiter::builder();
-    for policy in from_file {
-        limiter = limiter.policy(policy);
-    }
-    limiter.build()?;
+    tollgate::RateLimitLayer::builder()
+        .policies(from_file)
+        .build()?;
     Ok(())
 }
 

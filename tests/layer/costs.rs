@@ -4,7 +4,7 @@
 use http::Method;
 use http::request::Parts;
 use proptest::prelude::*;
-use tollgate::{Algorithm, Costs, Limiter, Policy, Quota};
+use tollgate::{Algorithm, Costs, Policy, Quota, RateLimitLayer};
 
 fn parts(method: Method, uri: &str) -> Parts {
     http::Request::builder()
@@ -167,7 +167,7 @@ fn a_route_costing_more_than_the_capacity_fails_the_build_naming_it() {
                 .and_then(|c| c.route(Method::POST, "/upload", 50))
                 .expect("valid"),
         );
-    let err = Limiter::builder()
+    let err = RateLimitLayer::builder()
         .policy(policy)
         .build()
         .expect_err("too costly");
@@ -181,7 +181,7 @@ fn a_route_costing_more_than_the_capacity_fails_the_build_naming_it() {
         .expect("policy")
         .algorithm(Algorithm::FixedWindow)
         .costs(Costs::new().route_any("/bulk", 11).expect("valid"));
-    let err = Limiter::builder()
+    let err = RateLimitLayer::builder()
         .policy(windowed)
         .build()
         .expect_err("too costly");
@@ -193,7 +193,7 @@ fn a_route_costing_more_than_the_capacity_fails_the_build_naming_it() {
     let default_too_big = Policy::new("d", Quota::per_second(3))
         .expect("policy")
         .costs(Costs::new().default(4));
-    let err = Limiter::builder()
+    let err = RateLimitLayer::builder()
         .policy(default_too_big)
         .build()
         .expect_err("too costly");
@@ -207,7 +207,7 @@ fn a_route_costing_more_than_the_capacity_fails_the_build_naming_it() {
                 .expect("valid")
                 .default(0),
         );
-    assert!(Limiter::builder().policy(fits).build().is_ok());
+    assert!(RateLimitLayer::builder().policy(fits).build().is_ok());
 }
 
 #[test]

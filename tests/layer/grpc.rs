@@ -13,13 +13,11 @@ use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use prost::Message as _;
-use tollgate::{
-    Algorithm, FailMode, Limiter, ManualClock, MemoryStore, Policy, Quota, RateLimitLayer, key,
-};
+use tollgate::{Algorithm, FailMode, ManualClock, MemoryStore, Policy, Quota, RateLimitLayer, key};
 use tonic::codegen::tokio_stream::{self, StreamExt as _};
 use tonic::{Code, Status};
 
-use crate::broken_store::broken_limiter;
+use crate::broken_store::broken_layer;
 use crate::grpc_server::{GrpcServer, Ping, ping};
 
 const BASE: Duration = Duration::from_secs(1_699_920_000);
@@ -28,12 +26,12 @@ const BASE: Duration = Duration::from_secs(1_699_920_000);
 /// a failure; never a timing assertion.
 const HANG: Duration = Duration::from_secs(20);
 
-fn limiter(policy: Policy, clock: &ManualClock) -> Limiter {
-    Limiter::builder()
+fn layer(policy: Policy, clock: &ManualClock) -> RateLimitLayer {
+    RateLimitLayer::builder()
         .policy(policy)
         .store(MemoryStore::with_clock(clock.clone()))
         .build()
-        .expect("limiter")
+        .expect("layer")
 }
 
 fn per_minute(name: &str, n: u64) -> Policy {
@@ -53,8 +51,7 @@ fn meta<'a>(metadata: &'a tonic::metadata::MetadataMap, name: &str) -> &'a str {
 #[tokio::test]
 async fn unary_calls_are_admitted_up_to_the_limit_then_resource_exhausted() {
     let clock = ManualClock::new(BASE);
-    let server =
-        GrpcServer::start(RateLimitLayer::new(limiter(per_minute("api", 2), &clock))).await;
+    let server = GrpcServer::start(layer(per_minute("api", 2), &clock)).await;
     let mut client = server.client().await;
 
     let first = client.echo(ping("hello")).await.expect("admitted");
@@ -107,11 +104,7 @@ async fn unary_calls_are_admitted_up_to_the_limit_then_resource_exhausted() {
 #[tokio::test]
 async fn a_rejected_client_stream_is_answered_without_its_body_being_read() {
     let clock = ManualClock::new(BASE);
-    let server = GrpcServer::start(RateLimitLayer::new(limiter(
-        per_minute("uploads", 1),
-        &clock,
-    )))
-    .await;
+    let server = GrpcServer::start(layer(per_minute("uploads", 1), &clock)).await;
     let mut client = server.client().await;
     let pings = |n: usize| {
         (0..n)
@@ -166,8 +159,7 @@ async fn a_rejected_client_stream_is_answered_without_its_body_being_read() {
 #[tokio::test]
 async fn a_rejection_is_a_trailers_only_http_200_on_the_wire() {
     let clock = ManualClock::new(BASE);
-    let server =
-        GrpcServer::start(RateLimitLayer::new(limiter(per_minute("api", 1), &clock))).await;
+    let server = GrpcServer::start(layer(per_minute("api", 1), &clock)).await;
     let client = Client::builder(TokioExecutor::new())
         .http2_only(true)
         .build_http();
@@ -246,10 +238,9 @@ async fn a_rejection_is_a_trailers_only_http_200_on_the_wire() {
 #[tokio::test]
 async fn a_failing_store_fails_closed_as_unavailable_or_open_as_admitted() {
     let store_calls = Arc::new(AtomicUsize::new(0));
-    let broken = || broken_limiter(per_minute("api", 1), &store_calls);
+    let broken = || broken_layer(per_minute("api", 1), &store_calls);
 
-    let closed =
-        GrpcServer::start(RateLimitLayer::new(broken()).on_store_error(FailMode::Closed)).await;
+    let closed = GrpcServer::start(broken().on_store_error(FailMode::Closed)).await;
     let mut client = closed.client().await;
     let status = client.echo(ping("hello")).await.expect_err("fails closed");
     assert_eq!(status.code(), Code::Unavailable, "{status:?}");
@@ -260,7 +251,7 @@ async fn a_failing_store_fails_closed_as_unavailable_or_open_as_admitted() {
     assert_eq!(meta(status.metadata(), "grpc-retry-pushback-ms"), "1000");
     assert_eq!(closed.counts.calls(), 0);
 
-    let open = GrpcServer::start(RateLimitLayer::new(broken())).await;
+    let open = GrpcServer::start(broken()).await;
     let mut client = open.client().await;
     for _ in 0..3 {
         let reply = client.echo(ping("hello")).await.expect("fails open");
@@ -278,7 +269,7 @@ async fn a_failing_store_fails_closed_as_unavailable_or_open_as_admitted() {
 async fn metadata_keys_separate_callers_and_deny_answers_permission_denied() {
     let clock = ManualClock::new(BASE);
     let policy = per_minute("tenant", 1).key(key::header("x-api-key").expect("header name"));
-    let layer = RateLimitLayer::new(limiter(policy, &clock))
+    let layer = layer(policy, &clock)
         .deny(|parts: &http::request::Parts| parts.headers.contains_key("x-banned"));
     let server = GrpcServer::start(layer).await;
     let mut client = server.client().await;
@@ -327,7 +318,7 @@ async fn peer_ip_keys_by_the_tcp_peer_through_tonic_connect_info() {
 
     let clock = ManualClock::new(BASE);
     let policy = per_minute("peer", 1).key(key::peer_ip());
-    let server = GrpcServer::start(RateLimitLayer::new(limiter(policy, &clock))).await;
+    let server = GrpcServer::start(layer(policy, &clock)).await;
     let other = IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2));
 
     let mut first = server.client().await;
@@ -378,7 +369,7 @@ async fn count_when_reads_the_grpc_status_from_headers_and_trailers() {
     // Only failed logins count: gRPC's UNAUTHENTICATED maps to HTTP 401.
     let logins =
         per_minute("logins", 2).count_when(|status| status == http::StatusCode::UNAUTHORIZED);
-    let server = GrpcServer::start(RateLimitLayer::new(limiter(logins, &clock))).await;
+    let server = GrpcServer::start(layer(logins, &clock)).await;
     let mut client = server.client().await;
     // Successes end with `grpc-status: 0` in the trailers: refunded.
     for _ in 0..5 {

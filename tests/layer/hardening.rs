@@ -19,7 +19,7 @@ use support::http::{Reply, Server};
 use tokio::sync::watch;
 use tollgate::layer::headers::MAX_HEADERS_LEN;
 use tollgate::{
-    Algorithm, Decision, FailMode, Key, Limiter, ManualClock, MemoryStore, Policy, Quota,
+    Algorithm, Decision, FailMode, Key, Limit, Limiter, ManualClock, MemoryStore, Policy, Quota,
     RateLimitLayer, Store, key,
 };
 use tower::{Layer as _, Service as _, ServiceExt as _};
@@ -37,23 +37,27 @@ const SETTLE: Duration = Duration::from_millis(300);
 
 const HOUR: Duration = Duration::from_secs(3_600);
 
-fn limiter(policy: Policy, store: impl Store) -> Limiter {
-    Limiter::builder()
+fn layer_of(policy: Policy, store: impl Store) -> RateLimitLayer {
+    RateLimitLayer::builder()
         .policy(policy)
         .store(store)
         .build()
-        .expect("limiter")
+        .expect("layer")
 }
 
-/// What `limiter` says about `policy` for the request `parts` would make, charging
+/// What `layer` says about `policy` for the request `parts` would make, charging
 /// nothing.
-async fn peek(limiter: &Limiter, policy: &str, request: Request<()>) -> Decision {
+async fn peek(layer: &RateLimitLayer, policy: &str, request: Request<()>) -> Decision {
     let (parts, ()) = request.into_parts();
-    let key: Key = limiter
+    let key: Key = layer
         .policy(policy)
         .and_then(|p| p.key_of(&parts))
         .expect("a key");
-    limiter.check(policy, &key, 0).await.expect("a peek")
+    layer
+        .limiter()
+        .check(policy, &key, 0)
+        .await
+        .expect("a peek")
 }
 
 /// Polls `done` until it holds; fails after [`HANG`].
@@ -121,13 +125,13 @@ fn login_app(
 /// are served uncounted (fail open), the outage ending while they are in the handler;
 /// then failed logins until one is refused. Returns how many failed logins got through.
 async fn failed_logins_around_an_outage(
-    limiter: Limiter,
+    layer: RateLimitLayer,
     begin_outage: impl FnOnce(),
     end_outage: impl FnOnce(),
 ) -> usize {
     let (gate, gate_rx) = watch::channel(false);
     let arrived = Arc::new(AtomicUsize::new(0));
-    let app = login_app(RateLimitLayer::new(limiter), arrived.clone(), gate_rx);
+    let app = login_app(layer, arrived.clone(), gate_rx);
     let server = Arc::new(Server::start(app).await);
     let mut failed = 0;
     for _ in 0..3 {
@@ -165,9 +169,9 @@ async fn failed_logins_around_an_outage(
 #[tokio::test]
 async fn logins_served_during_a_store_outage_refund_nothing_they_were_never_charged() {
     let store = OutageStore::new(MemoryStore::with_clock(ManualClock::new(BASE)));
-    let limiter = limiter(login_policy(), store.clone());
+    let layer = layer_of(login_policy(), store.clone());
     let failed =
-        failed_logins_around_an_outage(limiter, || store.go_down(), || store.come_back()).await;
+        failed_logins_around_an_outage(layer, || store.go_down(), || store.come_back()).await;
     assert_eq!(failed, 3, "failed logins through one window of 3");
 }
 
@@ -184,7 +188,7 @@ async fn logins_served_while_redis_is_stopped_refund_nothing_they_were_never_cha
         .expect("a deadline")
         .with_clock(ManualClock::new(BASE));
     let failed = failed_logins_around_an_outage(
-        limiter(login_policy(), store),
+        layer_of(login_policy(), store),
         || server.pause(),
         || server.resume(),
     )
@@ -195,7 +199,7 @@ async fn logins_served_while_redis_is_stopped_refund_nothing_they_were_never_cha
 #[tokio::test]
 async fn a_request_shadow_mode_let_through_uncharged_is_not_refunded() {
     let clock = ManualClock::new(BASE);
-    let limiter = limiter(
+    let layer = layer_of(
         Policy::new("login", Quota::per_minute(1))
             .expect("policy")
             .algorithm(Algorithm::FixedWindow)
@@ -203,8 +207,8 @@ async fn a_request_shadow_mode_let_through_uncharged_is_not_refunded() {
         MemoryStore::with_clock(clock),
     );
     let (_gate, gate_rx) = watch::channel(true);
-    let layer = RateLimitLayer::new(limiter.clone()).shadow(true);
-    let server = Server::start(login_app(layer, Arc::default(), gate_rx)).await;
+    let layer = layer.shadow(true);
+    let server = Server::start(login_app(layer.clone(), Arc::default(), gate_rx)).await;
     let wrong = server.send(attempt("wrong")).await;
     assert_eq!(wrong.status, StatusCode::UNAUTHORIZED);
     assert_eq!(wrong.header("ratelimit"), r#""login";r=0;t=60"#);
@@ -215,7 +219,7 @@ async fn a_request_shadow_mode_let_through_uncharged_is_not_refunded() {
     assert_eq!(right.header("ratelimit"), r#""login";r=0;t=60"#);
     tokio::time::sleep(SETTLE).await;
     let now = peek(
-        &limiter,
+        &layer,
         "login",
         Request::post("/login").body(()).expect("request"),
     )
@@ -258,8 +262,8 @@ async fn a_request_claiming_grpc_without_post_gets_a_plain_429() {
     let policy = Policy::new("api", Quota::per_minute(1))
         .expect("policy")
         .algorithm(Algorithm::FixedWindow);
-    let limiter = limiter(policy, MemoryStore::with_clock(ManualClock::new(BASE)));
-    let server = Server::start(plain_app(RateLimitLayer::new(limiter))).await;
+    let layer = layer_of(policy, MemoryStore::with_clock(ManualClock::new(BASE)));
+    let server = Server::start(plain_app(layer)).await;
     assert_eq!(server.get("/").await.status, StatusCode::OK);
     for method in [Method::GET, Method::HEAD, Method::PUT] {
         for content_type in [
@@ -287,7 +291,7 @@ async fn a_request_claiming_grpc_without_post_gets_a_plain_429() {
 #[tokio::test]
 async fn a_request_claiming_grpc_without_post_gets_plain_403_and_503() {
     let policy = || Policy::new("api", Quota::per_minute(100)).expect("policy");
-    let denying = RateLimitLayer::new(limiter(policy(), MemoryStore::new()))
+    let denying = layer_of(policy(), MemoryStore::new())
         .deny(|parts: &http::request::Parts| parts.headers.contains_key("x-banned"));
     let server = Server::start(plain_app(denying)).await;
     let mut banned = claiming_grpc(Method::GET, "application/grpc");
@@ -298,7 +302,7 @@ async fn a_request_claiming_grpc_without_post_gets_plain_403_and_503() {
 
     let down = OutageStore::new(MemoryStore::new());
     down.go_down();
-    let closed = RateLimitLayer::new(limiter(policy(), down)).on_store_error(FailMode::Closed);
+    let closed = layer_of(policy(), down).on_store_error(FailMode::Closed);
     let server = Server::start(plain_app(closed)).await;
     for method in [Method::GET, Method::HEAD, Method::PUT] {
         let reply = server.send(claiming_grpc(method, "application/grpc")).await;
@@ -333,8 +337,8 @@ fn short_queue() -> Policy {
 /// held for real), the fourth would wait 300 ms and is refused with 429, charging
 /// nothing, however often it is asked.
 async fn a_place_beyond_max_delay_is_refused(store: impl Store) {
-    let limiter = limiter(short_queue(), store);
-    let server = Server::start(plain_app(RateLimitLayer::new(limiter.clone()))).await;
+    let layer = layer_of(short_queue(), store);
+    let server = Server::start(plain_app(layer.clone())).await;
     for remaining in [99, 98, 97] {
         let reply = server.get("/").await;
         assert_eq!(reply.status, StatusCode::OK);
@@ -352,7 +356,7 @@ async fn a_place_beyond_max_delay_is_refused(store: impl Store) {
         assert_eq!(refused.header("ratelimit"), r#""queue";r=97;t=1"#);
     }
     let after = peek(
-        &limiter,
+        &layer,
         "queue",
         Request::get("/").body(()).expect("request"),
     )
@@ -386,8 +390,8 @@ async fn the_default_bound_queues_a_whole_burst(store: impl Store) {
     ];
     let mut builder = Limiter::builder().store(store);
     for (i, quota) in quotas.iter().enumerate() {
-        let policy = Policy::new(format!("burst-{i}"), *quota).expect("a policy");
-        builder = builder.policy(policy.algorithm(Algorithm::LeakyBucket));
+        let limit = Limit::new(format!("burst-{i}"), *quota).expect("a limit");
+        builder = builder.limit(limit.algorithm(Algorithm::LeakyBucket));
     }
     let limiter = builder.build().expect("a limiter");
     let key = Key::from("everyone");
@@ -443,21 +447,21 @@ fn from(user: &str) -> Request<Full<Bytes>> {
         .expect("request")
 }
 
-async fn slow_remaining(limiter: &Limiter, user: &str) -> u64 {
+async fn slow_remaining(layer: &RateLimitLayer, user: &str) -> u64 {
     let request = Request::get("/")
         .header("x-user", user)
         .body(())
         .expect("request");
-    peek(limiter, "slow", request).await.remaining
+    peek(layer, "slow", request).await.remaining
 }
 
 #[tokio::test]
 async fn a_delayed_request_past_the_held_cap_is_a_429_and_gets_its_charge_back() {
-    let limiter = limiter(
+    let layer = layer_of(
         slow_queue(),
         MemoryStore::with_clock(ManualClock::new(BASE)),
     );
-    let layer = RateLimitLayer::new(limiter.clone()).max_held(2);
+    let layer = layer.max_held(2);
     let server = Arc::new(Server::start(plain_app(layer.clone())).await);
     assert_eq!(server.send(from("mallory")).await.status, StatusCode::OK);
     let held: Vec<_> = (0..2)
@@ -465,7 +469,7 @@ async fn a_delayed_request_past_the_held_cap_is_a_429_and_gets_its_charge_back()
         .collect();
     wait_until("two requests held", || layer.held() == 2).await;
     // Charged 3: min(10 − 3, floor((10 h + 1 h − 3 h)/1 h)) = 7 left.
-    assert_eq!(slow_remaining(&limiter, "mallory").await, 7);
+    assert_eq!(slow_remaining(&layer, "mallory").await, 7);
 
     // Its place would be served in 3 h: refused, refunded, told when its turn was.
     let refused = server.send(from("mallory")).await;
@@ -478,7 +482,7 @@ async fn a_delayed_request_past_the_held_cap_is_a_429_and_gets_its_charge_back()
     // The headers describe the state with its charge, before the refund.
     assert_eq!(refused.header("ratelimit"), r#""slow";r=6;t=14400"#);
     tokio::time::sleep(SETTLE).await;
-    assert_eq!(slow_remaining(&limiter, "mallory").await, 7);
+    assert_eq!(slow_remaining(&layer, "mallory").await, 7);
     assert_eq!(layer.held(), 2);
     // A request served at once is not held, so the cap never refuses it.
     assert_eq!(server.send(from("alice")).await.status, StatusCode::OK);
@@ -489,11 +493,11 @@ async fn a_delayed_request_past_the_held_cap_is_a_429_and_gets_its_charge_back()
 
 #[tokio::test]
 async fn callers_choosing_their_keys_cannot_hold_more_than_the_cap() {
-    let limiter = limiter(
+    let layer = layer_of(
         slow_queue(),
         MemoryStore::with_clock(ManualClock::new(BASE)),
     );
-    let layer = RateLimitLayer::new(limiter.clone()).max_held(3);
+    let layer = layer.max_held(3);
     let server = Arc::new(Server::start(plain_app(layer.clone())).await);
     let users: Vec<String> = (0..8).map(|i| format!("sybil-{i}")).collect();
     for user in &users {
@@ -525,7 +529,7 @@ async fn callers_choosing_their_keys_cannot_hold_more_than_the_cap() {
     for user in &users {
         // One charge each, and a second for the three held.
         let expected = if refused.contains(user) { 9 } else { 8 };
-        assert_eq!(slow_remaining(&limiter, user).await, expected, "{user}");
+        assert_eq!(slow_remaining(&layer, user).await, expected, "{user}");
     }
     for request in requests {
         request.abort();
@@ -538,8 +542,8 @@ async fn a_held_request_gives_its_place_back_once_served() {
     let policy = Policy::new("queue", Quota::per_second(10).with_burst(3).expect("burst"))
         .expect("policy")
         .algorithm(Algorithm::LeakyBucket);
-    let limiter = limiter(policy, MemoryStore::with_clock(ManualClock::new(BASE)));
-    let layer = RateLimitLayer::new(limiter).max_held(1);
+    let layer = layer_of(policy, MemoryStore::with_clock(ManualClock::new(BASE)));
+    let layer = layer.max_held(1);
     let server = Server::start(plain_app(layer.clone())).await;
     for _ in 0..3 {
         // Served at once, then held 100 ms, then held 200 ms: each in the one place,
@@ -551,11 +555,11 @@ async fn a_held_request_gives_its_place_back_once_served() {
 
 #[tokio::test]
 async fn a_held_request_whose_caller_leaves_gives_its_place_back() {
-    let limiter = limiter(
+    let layer = layer_of(
         slow_queue(),
         MemoryStore::with_clock(ManualClock::new(BASE)),
     );
-    let layer = RateLimitLayer::new(limiter).max_held(1);
+    let layer = layer.max_held(1);
     let mut service = layer.layer(tower::service_fn(|_: Request<Full<Bytes>>| async {
         Ok::<_, Infallible>(Response::new(Full::new(Bytes::from_static(b"ok"))))
     }));
@@ -574,13 +578,11 @@ async fn a_held_request_whose_caller_leaves_gives_its_place_back() {
 
 #[tokio::test]
 async fn shadow_mode_passes_a_request_past_the_held_cap_on_at_once_uncharged() {
-    let limiter = limiter(
+    let layer = layer_of(
         slow_queue(),
         MemoryStore::with_clock(ManualClock::new(BASE)),
     );
-    let layer = RateLimitLayer::new(limiter.clone())
-        .shadow(true)
-        .max_held(0);
+    let layer = layer.shadow(true).max_held(0);
     let server = Server::start(plain_app(layer.clone())).await;
     assert_eq!(server.send(from("alice")).await.status, StatusCode::OK);
     // Its place would be an hour away and nothing may be held: passed on now.
@@ -590,14 +592,14 @@ async fn shadow_mode_passes_a_request_past_the_held_cap_on_at_once_uncharged() {
     assert_eq!(reply.status, StatusCode::OK);
     assert_eq!(layer.held(), 0);
     tokio::time::sleep(SETTLE).await;
-    assert_eq!(slow_remaining(&limiter, "alice").await, 9);
+    assert_eq!(slow_remaining(&layer, "alice").await, 9);
 }
 
 #[tokio::test]
 async fn the_layer_holds_no_request_longer_than_max_delay_when_the_clock_is_behind() {
     let clock = ManualClock::new(BASE + HOUR);
-    let limiter = limiter(short_queue(), MemoryStore::with_clock(clock.clone()));
-    let server = Server::start(plain_app(RateLimitLayer::new(limiter))).await;
+    let layer = layer_of(short_queue(), MemoryStore::with_clock(clock.clone()));
+    let server = Server::start(plain_app(layer)).await;
     assert_eq!(server.get("/").await.status, StatusCode::OK);
     // The clock steps an hour back: the store computes at the latest instant it saw,
     // where the place is 100 ms away, and reports the delay on the caller's clock,
@@ -620,11 +622,8 @@ fn long_named_policies(n: usize) -> Vec<Policy> {
         .collect()
 }
 
-fn build(policies: Vec<Policy>) -> Result<Limiter, tollgate::ConfigError> {
-    policies
-        .into_iter()
-        .fold(Limiter::builder(), tollgate::LimiterBuilder::policy)
-        .build()
+fn build(policies: Vec<Policy>) -> Result<RateLimitLayer, tollgate::ConfigError> {
+    RateLimitLayer::builder().policies(policies).build()
 }
 
 #[test]
@@ -644,8 +643,8 @@ fn policies_whose_headers_could_outgrow_a_proxy_buffer_are_a_build_error_naming_
 
 #[tokio::test]
 async fn the_largest_accepted_policies_write_headers_within_the_bound() {
-    let limiter = build(long_named_policies(10)).expect("they fit");
-    let server = Server::start(plain_app(RateLimitLayer::new(limiter))).await;
+    let layer = build(long_named_policies(10)).expect("they fit");
+    let server = Server::start(plain_app(layer)).await;
     let reply = server.get("/").await;
     assert_eq!(reply.status, StatusCode::OK);
     let line = |name: &str| name.len() + ": \r\n".len() + reply.header(name).len();

@@ -14,21 +14,20 @@ use http_body_util::Full;
 use support::http::Server;
 use tollgate::layer::Decisions;
 use tollgate::{
-    Algorithm, Decision, FailMode, HeaderStyle, Key, Limiter, ManualClock, MemoryStore, Policy,
-    Quota, RateLimitLayer, Rejection, ResetFormat, key,
+    Algorithm, Decision, FailMode, HeaderStyle, Key, ManualClock, MemoryStore, Policy, Quota,
+    RateLimitLayer, Rejection, ResetFormat, key,
 };
 
-use crate::broken_store::{BrokenStore, broken_limiter};
+use crate::broken_store::{BrokenStore, broken_layer};
 
 const BASE: Duration = Duration::from_secs(1_699_920_000);
 
-fn limiter(policies: Vec<Policy>, clock: &ManualClock) -> Limiter {
-    policies
-        .into_iter()
-        .fold(Limiter::builder(), tollgate::LimiterBuilder::policy)
+fn layer(policies: Vec<Policy>, clock: &ManualClock) -> RateLimitLayer {
+    RateLimitLayer::builder()
+        .policies(policies)
         .store(MemoryStore::with_clock(clock.clone()))
         .build()
-        .expect("limiter")
+        .expect("layer")
 }
 
 fn fixed_window(name: &str, quota: Quota) -> Policy {
@@ -50,7 +49,7 @@ async fn admits_then_rejects_with_exact_draft11_headers() {
     let policy = Policy::new("api", Quota::per_minute(2))
         .expect("policy")
         .algorithm(Algorithm::FixedWindow);
-    let server = Server::start(app(RateLimitLayer::new(limiter(vec![policy], &clock)))).await;
+    let server = Server::start(app(layer(vec![policy], &clock))).await;
 
     let first = server.get("/").await;
     assert_eq!(first.status, StatusCode::OK);
@@ -77,7 +76,7 @@ async fn sub_second_waits_round_retry_after_up_to_one() {
     let clock = ManualClock::new(BASE);
     let policy =
         Policy::new("fast", Quota::per_second(10).with_burst(1).expect("burst")).expect("policy");
-    let server = Server::start(app(RateLimitLayer::new(limiter(vec![policy], &clock)))).await;
+    let server = Server::start(app(layer(vec![policy], &clock))).await;
     assert_eq!(server.get("/").await.status, StatusCode::OK);
     let rejected = server.get("/").await;
     assert_eq!(rejected.status, StatusCode::TOO_MANY_REQUESTS);
@@ -90,8 +89,7 @@ async fn sub_second_waits_round_retry_after_up_to_one() {
 async fn clones_share_one_quota_under_concurrency() {
     let clock = ManualClock::new(BASE);
     let policy = Policy::new("api", Quota::per_minute(25)).expect("policy");
-    let server =
-        Arc::new(Server::start(app(RateLimitLayer::new(limiter(vec![policy], &clock)))).await);
+    let server = Arc::new(Server::start(app(layer(vec![policy], &clock))).await);
     let tasks: Vec<_> = (0..100)
         .map(|_| {
             let server = server.clone();
@@ -113,7 +111,7 @@ async fn route_layer_leaves_404s_unmetered_and_layer_does_not() {
     let policy = || Policy::new("api", Quota::per_minute(1)).expect("policy");
     let routed = Router::new()
         .route("/", get(|| async { "ok" }))
-        .route_layer(RateLimitLayer::new(limiter(vec![policy()], &clock)));
+        .route_layer(layer(vec![policy()], &clock));
     let server = Server::start(routed).await;
     for _ in 0..3 {
         assert_eq!(server.get("/missing").await.status, StatusCode::NOT_FOUND);
@@ -122,7 +120,7 @@ async fn route_layer_leaves_404s_unmetered_and_layer_does_not() {
 
     let layered = Router::new()
         .route("/", get(|| async { "ok" }))
-        .layer(RateLimitLayer::new(limiter(vec![policy()], &clock)));
+        .layer(layer(vec![policy()], &clock));
     let server = Server::start(layered).await;
     assert_eq!(server.get("/missing").await.status, StatusCode::NOT_FOUND);
     assert_eq!(server.get("/").await.status, StatusCode::TOO_MANY_REQUESTS);
@@ -135,11 +133,7 @@ async fn a_denial_by_one_policy_charges_no_other() {
         .expect("policy")
         .key(key::header("x-user").expect("header name"));
     let global = Policy::new("global", Quota::per_minute(3)).expect("policy");
-    let server = Server::start(app(RateLimitLayer::new(limiter(
-        vec![per_user, global],
-        &clock,
-    ))))
-    .await;
+    let server = Server::start(app(layer(vec![per_user, global], &clock))).await;
     let as_user = |user: &str| {
         Request::get("/")
             .header("x-user", user)
@@ -196,7 +190,7 @@ async fn count_when_refunds_responses_that_do_not_count() {
                 }
             }),
         )
-        .layer(RateLimitLayer::new(limiter(vec![login], &clock)));
+        .layer(layer(vec![login], &clock));
     let server = Server::start(app).await;
     let attempt = |password: &'static str| {
         Request::post("/login")
@@ -226,10 +220,7 @@ async fn shadow_mode_decides_and_reports_but_never_rejects() {
     let policy = Policy::new("api", Quota::per_minute(1))
         .expect("policy")
         .algorithm(Algorithm::FixedWindow);
-    let server = Server::start(app(
-        RateLimitLayer::new(limiter(vec![policy], &clock)).shadow(true)
-    ))
-    .await;
+    let server = Server::start(app(layer(vec![policy], &clock).shadow(true))).await;
     assert_eq!(
         server.get("/").await.header("ratelimit"),
         r#""api";r=0;t=60"#
@@ -254,7 +245,7 @@ async fn handlers_see_every_decision_in_the_request_extensions() {
                 },
             ),
         )
-        .layer(RateLimitLayer::new(limiter(vec![policy], &clock)));
+        .layer(layer(vec![policy], &clock));
     let server = Server::start(app).await;
     assert_eq!(server.get("/").await.body, "4 left");
     assert_eq!(server.get("/").await.body, "3 left");
@@ -275,10 +266,19 @@ async fn without_the_decisions_extension_headers_and_rejections_are_unchanged() 
             None => "no decisions".to_string(),
         }
     };
-    let layer = RateLimitLayer::new(limiter(policies(), &clock));
-    let with = Server::start(Router::new().route("/", get(handler)).layer(layer)).await;
-    let layer = RateLimitLayer::new(limiter(policies(), &clock)).decisions_extension(false);
-    let without = Server::start(Router::new().route("/", get(handler)).layer(layer)).await;
+    let with = Server::start(
+        Router::new()
+            .route("/", get(handler))
+            .layer(layer(policies(), &clock)),
+    )
+    .await;
+    let without_extension = layer(policies(), &clock).decisions_extension(false);
+    let without = Server::start(
+        Router::new()
+            .route("/", get(handler))
+            .layer(without_extension),
+    )
+    .await;
 
     let mut seen = Vec::new();
     for server in [&with, &without] {
@@ -323,10 +323,7 @@ async fn draft06_and_legacy_styles_describe_the_tightest_policy() {
             fixed_window("second", Quota::per_second(2)),
         ]
     };
-    let server = Server::start(app(
-        RateLimitLayer::new(limiter(policies(), &clock)).headers(HeaderStyle::Draft06)
-    ))
-    .await;
+    let server = Server::start(app(layer(policies(), &clock).headers(HeaderStyle::Draft06))).await;
     let reply = server.get("/").await;
     assert_eq!(reply.header("ratelimit-limit"), "2");
     assert_eq!(reply.header("ratelimit-remaining"), "1");
@@ -334,16 +331,18 @@ async fn draft06_and_legacy_styles_describe_the_tightest_policy() {
     assert_eq!(reply.header("ratelimit-policy"), "10;w=60, 2;w=1");
     assert!(!reply.headers.contains_key("ratelimit"));
 
-    let server = Server::start(app(RateLimitLayer::new(limiter(policies(), &clock))
-        .headers(HeaderStyle::Legacy(ResetFormat::Seconds))))
+    let server = Server::start(app(
+        layer(policies(), &clock).headers(HeaderStyle::Legacy(ResetFormat::Seconds))
+    ))
     .await;
     let reply = server.get("/").await;
     assert_eq!(reply.header("x-ratelimit-limit"), "2");
     assert_eq!(reply.header("x-ratelimit-remaining"), "1");
     assert_eq!(reply.header("x-ratelimit-reset"), "1");
 
-    let server = Server::start(app(RateLimitLayer::new(limiter(policies(), &clock))
-        .headers(HeaderStyle::Legacy(ResetFormat::UnixEpoch))))
+    let server = Server::start(app(
+        layer(policies(), &clock).headers(HeaderStyle::Legacy(ResetFormat::UnixEpoch))
+    ))
     .await;
     let reset: u64 = server
         .get("/")
@@ -360,10 +359,7 @@ async fn draft06_and_legacy_styles_describe_the_tightest_policy() {
         "reset {reset} vs now {now}"
     );
 
-    let server = Server::start(app(
-        RateLimitLayer::new(limiter(policies(), &clock)).headers(HeaderStyle::None)
-    ))
-    .await;
+    let server = Server::start(app(layer(policies(), &clock).headers(HeaderStyle::None))).await;
     let reply = server.get("/").await;
     assert!(
         reply
@@ -381,10 +377,7 @@ async fn json_and_problem_rejections() {
             .expect("policy")
             .algorithm(Algorithm::FixedWindow)
     };
-    let server = Server::start(app(
-        RateLimitLayer::new(limiter(vec![policy()], &clock)).rejection(Rejection::Json)
-    ))
-    .await;
+    let server = Server::start(app(layer(vec![policy()], &clock).rejection(Rejection::Json))).await;
     server.get("/").await;
     let reply = server.get("/").await;
     assert_eq!(reply.header("content-type"), "application/json");
@@ -394,7 +387,7 @@ async fn json_and_problem_rejections() {
     assert_eq!(json["policies"][0], "api");
 
     let server = Server::start(app(
-        RateLimitLayer::new(limiter(vec![policy()], &clock)).rejection(Rejection::Problem)
+        layer(vec![policy()], &clock).rejection(Rejection::Problem)
     ))
     .await;
     server.get("/").await;
@@ -406,17 +399,15 @@ async fn json_and_problem_rejections() {
     assert_eq!(problem["title"], "Too Many Requests");
     assert_eq!(reply.header("retry-after"), "60");
 
-    let custom = RateLimitLayer::new(limiter(vec![policy()], &clock)).rejection(
-        |info: &tollgate::RejectionInfo| {
-            http::Response::builder()
-                .status(StatusCode::SERVICE_UNAVAILABLE)
-                .body(Bytes::from(format!(
-                    "busy: {}",
-                    info.denied_by().collect::<Vec<_>>().join(",")
-                )))
-                .expect("response")
-        },
-    );
+    let custom = layer(vec![policy()], &clock).rejection(|info: &tollgate::RejectionInfo| {
+        http::Response::builder()
+            .status(StatusCode::SERVICE_UNAVAILABLE)
+            .body(Bytes::from(format!(
+                "busy: {}",
+                info.denied_by().collect::<Vec<_>>().join(",")
+            )))
+            .expect("response")
+    });
     let server = Server::start(app(custom)).await;
     server.get("/").await;
     let reply = server.get("/").await;
@@ -430,7 +421,7 @@ async fn json_and_problem_rejections() {
 async fn allow_and_deny_lists_bypass_the_policies() {
     let clock = ManualClock::new(BASE);
     let policy = Policy::new("api", Quota::per_minute(1)).expect("policy");
-    let layer = RateLimitLayer::new(limiter(vec![policy], &clock))
+    let layer = layer(vec![policy], &clock)
         .allow(|parts: &http::request::Parts| parts.headers.contains_key("x-internal"))
         .deny(|parts: &http::request::Parts| parts.headers.contains_key("x-banned"));
     let server = Server::start(app(layer)).await;
@@ -463,8 +454,11 @@ async fn leaky_bucket_holds_requests_for_their_turn() {
     let policy = Policy::new("queue", Quota::per_second(20).with_burst(3).expect("burst"))
         .expect("policy")
         .algorithm(Algorithm::LeakyBucket);
-    let limiter = Limiter::builder().policy(policy).build().expect("limiter");
-    let server = Arc::new(Server::start(app(RateLimitLayer::new(limiter))).await);
+    let layer = RateLimitLayer::builder()
+        .policy(policy)
+        .build()
+        .expect("layer");
+    let server = Arc::new(Server::start(app(layer)).await);
     let started = tokio::time::Instant::now();
     let replies = futures_join(&server, 3).await;
     assert!(replies.iter().all(|s| *s == StatusCode::OK));
@@ -493,12 +487,12 @@ async fn futures_join(server: &Arc<Server>, n: usize) -> Vec<StatusCode> {
 async fn store_failures_fail_open_or_closed() {
     let calls = Arc::new(AtomicUsize::new(0));
     let broken = || {
-        broken_limiter(
+        broken_layer(
             Policy::new("api", Quota::per_minute(1)).expect("policy"),
             &calls,
         )
     };
-    let server = Server::start(app(RateLimitLayer::new(broken()))).await;
+    let server = Server::start(app(broken())).await;
     for _ in 0..3 {
         let reply = server.get("/").await;
         assert_eq!(
@@ -508,10 +502,7 @@ async fn store_failures_fail_open_or_closed() {
         );
         assert!(!reply.headers.contains_key("ratelimit"));
     }
-    let server = Server::start(app(
-        RateLimitLayer::new(broken()).on_store_error(FailMode::Closed)
-    ))
-    .await;
+    let server = Server::start(app(broken().on_store_error(FailMode::Closed))).await;
     let reply = server.get("/").await;
     assert_eq!(reply.status, StatusCode::SERVICE_UNAVAILABLE);
     assert_eq!(reply.header("retry-after"), "1");
@@ -524,22 +515,19 @@ async fn store_failures_fail_open_or_closed() {
 async fn a_store_failure_in_wait_mode_fails_open_or_closed() {
     let calls = Arc::new(AtomicUsize::new(0));
     let broken = || {
-        broken_limiter(
+        broken_layer(
             Policy::new("api", Quota::per_minute(1)).expect("policy"),
             &calls,
         )
     };
     let wait = Duration::from_secs(30);
-    let layer = RateLimitLayer::new(broken()).wait(wait);
+    let layer = broken().wait(wait);
     let server = Server::start(app(layer.clone())).await;
     let reply = server.get("/").await;
     assert_eq!(reply.status, StatusCode::OK, "fail open lets it through");
     assert!(!reply.headers.contains_key("ratelimit"));
     assert_eq!(layer.held(), 0, "nothing is held for a store that failed");
-    let server = Server::start(app(RateLimitLayer::new(broken())
-        .wait(wait)
-        .on_store_error(FailMode::Closed)))
-    .await;
+    let server = Server::start(app(broken().wait(wait).on_store_error(FailMode::Closed))).await;
     let reply = server.get("/").await;
     assert_eq!(reply.status, StatusCode::SERVICE_UNAVAILABLE);
     assert_eq!(reply.header("retry-after"), "1");
@@ -554,14 +542,14 @@ async fn missing_keys_skip_or_reject_the_policy() {
             .expect("policy")
             .key(key::header("x-user").expect("name"))
     };
-    let server = Server::start(app(RateLimitLayer::new(limiter(vec![by_user()], &clock)))).await;
+    let server = Server::start(app(layer(vec![by_user()], &clock))).await;
     for _ in 0..3 {
         let reply = server.get("/").await;
         assert_eq!(reply.status, StatusCode::OK, "no key, no limit");
         assert!(!reply.headers.contains_key("ratelimit"));
     }
     let strict = by_user().on_missing_key(tollgate::MissingKey::Reject);
-    let server = Server::start(app(RateLimitLayer::new(limiter(vec![strict], &clock)))).await;
+    let server = Server::start(app(layer(vec![strict], &clock))).await;
     let reply = server.get("/").await;
     assert_eq!(reply.status, StatusCode::TOO_MANY_REQUESTS);
     assert_eq!(reply.header("retry-after"), "60");
@@ -570,7 +558,7 @@ async fn missing_keys_skip_or_reject_the_policy() {
 #[tokio::test]
 async fn free_requests_skip_the_store() {
     let calls = Arc::new(AtomicUsize::new(0));
-    let limiter = Limiter::builder()
+    let layer = RateLimitLayer::builder()
         .policy(
             Policy::new("writes", Quota::per_minute(1))
                 .expect("policy")
@@ -580,8 +568,8 @@ async fn free_requests_skip_the_store() {
         )
         .store(BrokenStore(calls.clone()))
         .build()
-        .expect("limiter");
-    let server = Server::start(app(RateLimitLayer::new(limiter))).await;
+        .expect("layer");
+    let server = Server::start(app(layer)).await;
     for _ in 0..3 {
         assert_eq!(server.get("/").await.status, StatusCode::OK);
     }
@@ -611,10 +599,10 @@ async fn spoofed_forwarded_headers_from_an_untrusted_peer_do_not_change_the_key(
     };
     // The test client connects from 127.0.0.1, which nobody trusts here: every
     // spoofed address lands in the peer's one bucket.
-    let server = Server::start(app(RateLimitLayer::new(limiter(
+    let server = Server::start(app(layer(
         vec![by_client(tollgate::TrustedProxies::none())],
         &clock,
-    ))))
+    )))
     .await;
     let statuses: Vec<StatusCode> = {
         let mut statuses = Vec::new();
@@ -635,11 +623,7 @@ async fn spoofed_forwarded_headers_from_an_untrusted_peer_do_not_change_the_key(
 
     // Trusting 127.0.0.1 as a proxy, its forwarded client addresses become the keys.
     let trusted = tollgate::TrustedProxies::new(["127.0.0.1/32"]).expect("cidr");
-    let server = Server::start(app(RateLimitLayer::new(limiter(
-        vec![by_client(trusted)],
-        &clock,
-    ))))
-    .await;
+    let server = Server::start(app(layer(vec![by_client(trusted)], &clock))).await;
     for ip in ["203.0.113.1", "203.0.113.2", "203.0.113.3", "203.0.113.4"] {
         assert_eq!(
             server.send(spoofed(ip)).await.status,
@@ -665,7 +649,7 @@ async fn route_costs_follow_axums_matched_path() {
         .route("/users/{id}", get(|| async { "user" }))
         .route("/health", get(|| async { "ok" }))
         .route("/", get(|| async { "home" }))
-        .layer(RateLimitLayer::new(limiter(vec![policy], &clock)));
+        .layer(layer(vec![policy], &clock));
     let server = Server::start(app).await;
     assert_eq!(
         server.get("/users/42").await.header("ratelimit"),
@@ -701,7 +685,7 @@ async fn a_cost_above_capacity_is_a_build_error_naming_the_route() {
     let costs = tollgate::Costs::new()
         .route(http::Method::POST, "/upload", 50)
         .expect("route");
-    let err = Limiter::builder()
+    let err = RateLimitLayer::builder()
         .policy(
             Policy::new("api", Quota::per_minute(20))
                 .expect("policy")
@@ -728,7 +712,7 @@ async fn a_cost_that_can_never_fit(cost: u32) {
     let policy = Policy::new("api", Quota::per_minute(2))
         .expect("policy")
         .costs(move |_: &http::request::Parts| cost);
-    let server = Server::start(app(RateLimitLayer::new(limiter(vec![policy], &clock)))).await;
+    let server = Server::start(app(layer(vec![policy], &clock))).await;
     let reply = server.get("/").await;
     assert_eq!(reply.status, StatusCode::TOO_MANY_REQUESTS);
     assert!(

@@ -19,25 +19,23 @@ use support::http::Server;
 use support::in_flight::{App, every_way_a_request_ends};
 use tokio::sync::Notify;
 use tollgate::{
-    Algorithm, Charge, ConfigError, Decision, FailMode, Key, Limit, Limiter, ManualClock,
-    MemoryStore, Policy, Quota, RateLimitLayer, Store, key, store::StoreCall,
+    Algorithm, Charge, ConfigError, Decision, FailMode, Key, Limit, ManualClock, MemoryStore,
+    Policy, Quota, RateLimitLayer, Store, key, store::StoreCall,
 };
 use tower::{Layer, Service, ServiceExt};
 
-use crate::broken_store::broken_limiter;
+use crate::broken_store::broken_layer;
 
 type Body = Full<Bytes>;
 
 const BASE: Duration = Duration::from_secs(1_699_920_000);
 
 fn layer(policy: Policy, store: MemoryStore) -> RateLimitLayer {
-    RateLimitLayer::new(
-        Limiter::builder()
-            .policy(policy)
-            .store(store)
-            .build()
-            .expect("limiter"),
-    )
+    RateLimitLayer::builder()
+        .policy(policy)
+        .store(store)
+        .build()
+        .expect("layer")
 }
 
 #[tokio::test]
@@ -193,11 +191,11 @@ async fn shadow_mode_passes_a_request_over_the_bound() {
 #[tokio::test]
 async fn a_failing_store_fails_open_or_closed_as_the_layer_says() {
     let calls = Arc::new(AtomicUsize::new(0));
-    let limiter = || broken_limiter(Policy::in_flight_only("api", 1).expect("policy"), &calls);
+    let broken = || broken_layer(Policy::in_flight_only("api", 1).expect("policy"), &calls);
     let app = |mode| {
         Router::new()
             .route("/", get(|| async { "ok" }))
-            .layer(RateLimitLayer::new(limiter()).on_store_error(mode))
+            .layer(broken().on_store_error(mode))
     };
     let open = Server::start(app(FailMode::Open)).await;
     assert_eq!(open.get("/").await.status, StatusCode::OK);
@@ -210,7 +208,7 @@ async fn a_failing_store_fails_open_or_closed_as_the_layer_says() {
 
 /// A store that keeps rate state (in memory) but no in-flight slots.
 #[derive(Debug)]
-struct NoSlots(MemoryStore);
+pub(crate) struct NoSlots(pub(crate) MemoryStore);
 
 impl Store for NoSlots {
     fn decide<'a>(&'a self, charges: &'a [Charge<'a>]) -> StoreCall<'a, Vec<Decision>> {
@@ -224,14 +222,14 @@ impl Store for NoSlots {
 
 #[test]
 fn a_store_without_slots_is_refused_at_build_time_and_zero_is_a_config_error() {
-    let err = Limiter::builder()
+    let err = RateLimitLayer::builder()
         .policy(Policy::in_flight_only("uploads", 2).expect("policy"))
         .store(NoSlots(MemoryStore::new()))
         .build()
         .expect_err("no slots");
     assert!(err.to_string().contains("\"uploads\""), "{err}");
     assert!(
-        Limiter::builder()
+        RateLimitLayer::builder()
             .policy(Policy::new("api", Quota::per_second(1)).expect("policy"))
             .store(NoSlots(MemoryStore::new()))
             .build()

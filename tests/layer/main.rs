@@ -3,7 +3,7 @@
 //! extractors over request heads; per-caller quotas from plans (`quota_from`); the
 //! edges a hostile caller or a failing store reaches (a few of them on a Redis store:
 //! one private `redis-server` for this binary, started by the first test that needs
-//! it).
+//! it); reloads of the layer and of its limiter under requests.
 //!
 //! One test binary: `cargo test --test layer`, or one module of it, e.g.
 //! `cargo test --test layer grpc::`. Helpers only these tests use live here
@@ -24,6 +24,7 @@ mod operations;
 mod outage_store;
 mod outbound;
 mod plans;
+mod reload;
 #[cfg(feature = "redis")]
 mod shared_redis;
 mod tower_stack;

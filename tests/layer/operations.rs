@@ -9,15 +9,13 @@ use axum::Router;
 use axum::routing::get;
 use http::StatusCode;
 use support::http::Server;
-use tollgate::{
-    Key, Limiter, ManualClock, MemoryStore, Penalty, Policy, Quota, RateLimitLayer, key,
-};
+use tollgate::{Key, ManualClock, MemoryStore, Penalty, Policy, Quota, RateLimitLayer, key};
 
 const BASE: Duration = Duration::from_secs(1_699_920_000);
 
 /// 1/min per peer IP; the 1st rejection blocks for 90.5 s.
-fn limiter(clock: &ManualClock) -> Limiter {
-    Limiter::builder()
+fn layer(clock: &ManualClock) -> RateLimitLayer {
+    RateLimitLayer::builder()
         .policy(
             Policy::new("api", Quota::per_minute(1))
                 .expect("policy")
@@ -30,20 +28,20 @@ fn limiter(clock: &ManualClock) -> Limiter {
         )
         .store(MemoryStore::with_clock(clock.clone()))
         .build()
-        .expect("limiter")
+        .expect("layer")
 }
 
-fn app(limiter: Limiter) -> Router {
+fn app(layer: RateLimitLayer) -> Router {
     Router::new()
         .route("/", get(|| async { "ok" }))
-        .layer(RateLimitLayer::new(limiter))
+        .layer(layer)
 }
 
 #[tokio::test]
 async fn a_penalised_caller_is_told_the_blocks_remaining_seconds_rounded_up() {
     let clock = ManualClock::new(BASE);
-    let limiter = limiter(&clock);
-    let server = Server::start(app(limiter.clone())).await;
+    let layer = layer(&clock);
+    let server = Server::start(app(layer)).await;
     assert_eq!(server.get("/").await.status, StatusCode::OK);
 
     // The rejection trips the box: blocked 90.5 s → 91.
@@ -67,8 +65,9 @@ async fn a_penalised_caller_is_told_the_blocks_remaining_seconds_rounded_up() {
 #[tokio::test]
 async fn a_block_and_a_reset_through_the_limiter_reach_the_next_request() {
     let clock = ManualClock::new(BASE);
-    let limiter = limiter(&clock);
-    let server = Server::start(app(limiter.clone())).await;
+    let layer = layer(&clock);
+    let limiter = layer.limiter().clone();
+    let server = Server::start(app(layer)).await;
     let caller = Key::from(server.addr.ip());
 
     limiter

@@ -14,7 +14,7 @@ use hyper::server::conn::http1;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use tokio::net::TcpListener;
-use tollgate::{Algorithm, Key, Limiter, ManualClock, MemoryStore, Policy, Quota, RateLimitLayer};
+use tollgate::{Algorithm, Key, ManualClock, MemoryStore, Policy, Quota, RateLimitLayer};
 use tower::{Service, ServiceBuilder, ServiceExt};
 
 const BASE: Duration = Duration::from_secs(1_699_920_000);
@@ -104,12 +104,13 @@ async fn a_burst_of_calls_reaches_the_upstream_no_faster_than_its_limit() {
     .algorithm(Algorithm::LeakyBucket)
     .max_delay(Duration::from_secs(10))
     .key(|parts: &http::request::Parts| parts.uri.authority().map(|host| Key::from(host.as_str())));
-    let limiter = Limiter::builder()
+    let layer = RateLimitLayer::builder()
         .policy(per_host)
         .store(MemoryStore::with_clock(clock))
         .build()
-        .expect("limiter");
-    let (started, seen) = burst(RateLimitLayer::new(limiter.clone()), addr, CALLS, &arrivals).await;
+        .expect("layer");
+    let limiter = layer.limiter().clone();
+    let (started, seen) = burst(layer.clone(), addr, CALLS, &arrivals).await;
     // The k-th call to arrive left no earlier than its turn, k·T after the burst: by
     // any instant t the upstream has seen at most 1 + t/T calls, never a burst.
     for (k, at) in seen.iter().enumerate() {
@@ -146,18 +147,12 @@ async fn in_wait_mode_calls_over_the_quota_wait_for_their_window() {
         .key(|parts: &http::request::Parts| {
             parts.uri.authority().map(|host| Key::from(host.as_str()))
         });
-    let limiter = Limiter::builder()
+    let layer = RateLimitLayer::builder()
         .policy(per_host)
         .store(MemoryStore::with_clock(ManualClock::new(BASE)))
         .build()
-        .expect("limiter");
-    let (started, seen) = burst(
-        RateLimitLayer::new(limiter).wait(Duration::from_secs(5)),
-        addr,
-        CALLS,
-        &arrivals,
-    )
-    .await;
+        .expect("layer");
+    let (started, seen) = burst(layer.wait(Duration::from_secs(5)), addr, CALLS, &arrivals).await;
     for (k, at) in seen.iter().enumerate() {
         let window = Duration::from_secs(u64::try_from(k / 10).expect("small"));
         assert!(

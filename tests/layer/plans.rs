@@ -21,8 +21,7 @@ use http::StatusCode;
 use http_body_util::Full;
 use support::http::{Reply, Server};
 use tollgate::{
-    Algorithm, FailMode, Limiter, ManualClock, MemoryStore, Policy, Quota, RateLimitLayer, Store,
-    key,
+    Algorithm, FailMode, ManualClock, MemoryStore, Policy, Quota, RateLimitLayer, Store, key,
 };
 
 /// 2023-11-14T00:00:00Z: a minute starts here.
@@ -109,12 +108,12 @@ fn api(own: Quota) -> Policy {
     api_with(own, Algorithm::Gcra, Plan::quota)
 }
 
-fn limiter(policy: Policy, store: impl Store) -> Limiter {
-    Limiter::builder()
+fn layer(policy: Policy, store: impl Store) -> RateLimitLayer {
+    RateLimitLayer::builder()
         .policy(policy)
         .store(store)
         .build()
-        .expect("a limiter")
+        .expect("a layer")
 }
 
 /// `GET /` behind the limiter, behind the authentication layer (the last layer added
@@ -158,11 +157,7 @@ async fn each_plan_states_its_own_quota_and_remaining() {
     let clock = ManualClock::new(BASE);
     let accounts = Accounts::new(&[("key-free-1", Plan::Free), ("key-pro-1", Plan::Pro)]);
     let store = MemoryStore::with_clock(clock.clone());
-    let server = serve(
-        RateLimitLayer::new(limiter(api(Quota::per_minute(5)), store)),
-        &accounts,
-    )
-    .await;
+    let server = serve(layer(api(Quota::per_minute(5)), store), &accounts).await;
 
     let ok = StatusCode::OK;
     let free = as_caller(&server, "key-free-1").await;
@@ -189,11 +184,7 @@ async fn each_plan_states_its_own_quota_and_remaining() {
 /// instants of `clock` (the clock of `store`).
 async fn plan_changes_carry_usage_over(store: impl Store, clock: &ManualClock) {
     let accounts = Accounts::new(&[("key-a", Plan::Free), ("key-b", Plan::Pro)]);
-    let server = serve(
-        RateLimitLayer::new(limiter(api(Quota::per_minute(5)), store)),
-        &accounts,
-    )
-    .await;
+    let server = serve(layer(api(Quota::per_minute(5)), store), &accounts).await;
     let (ok, limited) = (StatusCode::OK, StatusCode::TOO_MANY_REQUESTS);
 
     // Free: all 5 of 5/min used at one instant, the 6th refused for 12 s.
@@ -250,12 +241,12 @@ async fn a_plan_change_carries_usage_over_on_redis() {
 async fn a_reload_of_the_policys_own_quota_carries_usage_over() {
     let clock = ManualClock::new(BASE);
     let accounts = Accounts::new(&[("key-free-1", Plan::Free), ("key-pro-1", Plan::Pro)]);
-    let limiter = limiter(
+    let layer = layer(
         api(Quota::per_minute(5)),
         MemoryStore::with_clock(clock.clone()),
     );
-    // The layer and the test share the limiter: a reload through either is seen by both.
-    let server = serve(RateLimitLayer::new(limiter.clone()), &accounts).await;
+    // The server and the test share the layer: a reload through either is seen by both.
+    let server = serve(layer.clone(), &accounts).await;
 
     for _ in 0..2 {
         as_caller(&server, "key-free-1").await;
@@ -268,8 +259,8 @@ async fn a_reload_of_the_policys_own_quota_carries_usage_over() {
 
     // Free callers' quota (the policy's own) raised to 10/min: the 3 used count at 6 s
     // each, one more is 4.
-    limiter
-        .reload_policies([api(Quota::per_minute(10))])
+    layer
+        .reload([api(Quota::per_minute(10))])
         .expect("a valid set");
     let fourth = as_caller(&server, "key-free-1").await;
     assert_eq!(
@@ -301,7 +292,7 @@ async fn a_quota_the_algorithm_cannot_count_is_a_store_failure() {
 
     // Fail open (the default): the Pro caller passes uncounted, without rate headers;
     // the Free caller, whose quota is the policy's own, is counted as ever.
-    let server = serve(RateLimitLayer::new(limiter(policy(), store())), &accounts).await;
+    let server = serve(layer(policy(), store()), &accounts).await;
     for _ in 0..8 {
         let pro = as_caller(&server, "key-pro-1").await;
         assert_eq!((pro.status, pro.body.as_str()), (StatusCode::OK, "ok"));
@@ -315,7 +306,7 @@ async fn a_quota_the_algorithm_cannot_count_is_a_store_failure() {
     );
 
     // Fail closed: 503, retry in a second.
-    let layer = RateLimitLayer::new(limiter(policy(), store())).on_store_error(FailMode::Closed);
+    let layer = layer(policy(), store()).on_store_error(FailMode::Closed);
     let server = serve(layer, &accounts).await;
     let pro = as_caller(&server, "key-pro-1").await;
     assert_eq!(pro.status, StatusCode::SERVICE_UNAVAILABLE);
@@ -327,11 +318,7 @@ async fn a_caller_cannot_choose_its_own_plan() {
     let clock = ManualClock::new(BASE);
     let accounts = Accounts::new(&[("key-free-1", Plan::Free)]);
     let store = MemoryStore::with_clock(clock.clone());
-    let server = serve(
-        RateLimitLayer::new(limiter(api(Quota::per_minute(5)), store)),
-        &accounts,
-    )
-    .await;
+    let server = serve(layer(api(Quota::per_minute(5)), store), &accounts).await;
 
     // Whatever the request says about its plan, the plan is the one the server's
     // accounts hold for its key: only server code writes request extensions.

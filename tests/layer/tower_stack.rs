@@ -20,8 +20,7 @@ use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 use tollgate::{
-    Algorithm, Limiter, ManualClock, MemoryStore, Policy, Quota, RateLimitLayer, key,
-    layer::Decisions,
+    Algorithm, ManualClock, MemoryStore, Policy, Quota, RateLimitLayer, key, layer::Decisions,
 };
 use tower::ServiceBuilder;
 
@@ -148,12 +147,12 @@ fn header<'a>(headers: &'a HeaderMap, name: &str) -> &'a str {
         .unwrap_or("")
 }
 
-fn limiter(policy: Policy, clock: &ManualClock) -> Limiter {
-    Limiter::builder()
+fn layer(policy: Policy, clock: &ManualClock) -> RateLimitLayer {
+    RateLimitLayer::builder()
         .policy(policy)
         .store(MemoryStore::with_clock(clock.clone()))
         .build()
-        .expect("limiter")
+        .expect("layer")
 }
 
 fn per_minute(name: &str, n: u64) -> Policy {
@@ -166,7 +165,7 @@ fn per_minute(name: &str, n: u64) -> Policy {
 #[tokio::test]
 async fn a_service_builder_stack_admits_then_answers_429_with_headers() {
     let clock = ManualClock::new(BASE);
-    let server = Served::start(RateLimitLayer::new(limiter(per_minute("api", 2), &clock))).await;
+    let server = Served::start(layer(per_minute("api", 2), &clock)).await;
 
     let (status, headers, body) = server.post().await;
     assert_eq!(status, StatusCode::OK);
@@ -197,7 +196,7 @@ async fn a_service_builder_stack_admits_then_answers_429_with_headers() {
 #[tokio::test]
 async fn peer_ip_keys_by_the_socket_addr_the_accept_loop_inserts() {
     let clock = ManualClock::new(BASE);
-    let server = Served::start(RateLimitLayer::new(limiter(per_minute("peer", 1), &clock))).await;
+    let server = Served::start(layer(per_minute("peer", 1), &clock)).await;
     let from_other = client(Some(IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2))));
 
     let (status, _, body) = server.post().await;
@@ -222,8 +221,7 @@ async fn peer_ip_keys_by_the_socket_addr_the_accept_loop_inserts() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn concurrent_connections_share_one_quota() {
     let clock = ManualClock::new(BASE);
-    let server =
-        Arc::new(Served::start(RateLimitLayer::new(limiter(per_minute("api", 10), &clock))).await);
+    let server = Arc::new(Served::start(layer(per_minute("api", 10), &clock)).await);
     let tasks: Vec<_> = (0..40)
         .map(|_| {
             let server = server.clone();
@@ -246,11 +244,7 @@ async fn concurrent_connections_share_one_quota() {
 #[tokio::test]
 async fn a_rejected_request_is_answered_before_its_body_ends() {
     let clock = ManualClock::new(BASE);
-    let server = Served::start(RateLimitLayer::new(limiter(
-        per_minute("uploads", 1),
-        &clock,
-    )))
-    .await;
+    let server = Served::start(layer(per_minute("uploads", 1), &clock)).await;
     assert_eq!(server.post().await.0, StatusCode::OK);
 
     // A chunked body that sends one chunk and never ends: only a layer that answers

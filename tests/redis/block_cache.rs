@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use support::redis_cluster::RedisCluster;
 use support::redis_server::{RedisServer, cli, unique_prefix};
-use tollgate::{Algorithm, Key, Limiter, ManualClock, Policy, Quota, RedisStore};
+use tollgate::{Algorithm, Key, Limit, Limiter, ManualClock, Quota, RedisStore};
 
 /// A day boundary: day windows start here.
 const BASE: Duration = Duration::from_secs(1_699_920_000);
@@ -113,8 +113,8 @@ impl Target {
 fn limiter(store: RedisStore, policies: &[(&str, Quota, Algorithm)]) -> Limiter {
     let mut builder = Limiter::builder().store(store);
     for (name, quota, algorithm) in policies {
-        builder = builder.policy(
-            Policy::new(*name, *quota)
+        builder = builder.limit(
+            Limit::new(*name, *quota)
                 .expect("a policy")
                 .algorithm(*algorithm),
         );
@@ -166,7 +166,7 @@ async fn a_deleted_key_reaches_the_caching_process_within_the_max_age(
     );
     let key = Key::from("alice");
     spend_and_cache(&a, &store_a, &key).await?;
-    let name = store_a.state_key(a.policy("daily").ok_or("policy")?, &key);
+    let name = store_a.state_key(a.limit("daily").ok_or("policy")?, &key);
     assert_eq!(target.delete(&name), "1");
     // Another process sees the reset at once.
     let fresh = b.check("daily", &key, 1).await?;
@@ -312,8 +312,8 @@ async fn one_blocked_charge_denies_locally(target: Target) -> TestResult {
         // The costly case: each policy's key on its own master, so a remote denial
         // charges "tenant" on its node, is denied on the other, then refunds.
         let cluster = counting_cluster();
-        let tenant = limiter.policy("tenant").ok_or("policy")?;
-        let burst = limiter.policy("burst").ok_or("policy")?;
+        let tenant = limiter.limit("tenant").ok_or("policy")?;
+        let burst = limiter.limit("burst").ok_or("policy")?;
         assert_ne!(
             cluster.master_of(&store.state_key(tenant, &acme)),
             cluster.master_of(&store.state_key(burst, &alice)),

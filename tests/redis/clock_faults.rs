@@ -24,7 +24,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use support::redis_server::RedisServer;
 use support::rng::Rng;
 use tempfile::TempDir;
-use tollgate::{Algorithm, Decision, Key, Limiter, Policy, Quota, RedisStore};
+use tollgate::{Algorithm, Decision, Key, Limit, Limiter, Quota, RedisStore};
 
 const PERIOD: Duration = Duration::from_secs(1);
 const LIMIT: u64 = 10;
@@ -88,7 +88,7 @@ fn case(algorithm: Algorithm) -> &'static Case {
 }
 
 /// One policy per case, named `p0` to `p6`.
-fn policies() -> Vec<Policy> {
+fn policies() -> Vec<Limit> {
     let rate = Quota::per_second(LIMIT);
     CASES
         .iter()
@@ -99,7 +99,7 @@ fn policies() -> Vec<Policy> {
             } else {
                 rate
             };
-            Policy::new(format!("p{i}"), quota)
+            Limit::new(format!("p{i}"), quota)
                 .expect("policy")
                 .algorithm(c.algorithm)
         })
@@ -210,7 +210,7 @@ fn unix_now_secs() -> f64 {
 fn limiter(store: RedisStore) -> Limiter {
     policies()
         .into_iter()
-        .fold(Limiter::builder(), tollgate::LimiterBuilder::policy)
+        .fold(Limiter::builder(), tollgate::LimiterBuilder::limit)
         .store(store)
         .build()
         .expect("limiter")
@@ -436,7 +436,7 @@ async fn an_idle_key_through_a_step_back_gains_nothing() {
 }
 
 /// Spends up to `2 × capacity` at cost 1; how many passed.
-async fn spend(limiter: &Limiter, policy: &Policy, key: &Key) -> u64 {
+async fn spend(limiter: &Limiter, policy: &Limit, key: &Key) -> u64 {
     let mut passed = 0;
     for _ in 0..2 * policy.capacity() {
         if check(limiter, policy.name(), key, 1).await.allowed {

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use support::redis_cluster::shared_cluster;
 use support::redis_server::{shared_server, unique_prefix};
-use tollgate::{Algorithm, Key, Limiter, ManualClock, Policy, Quota, RedisStore};
+use tollgate::{Algorithm, Key, Limit, Limiter, ManualClock, Quota, RedisStore};
 
 const BASE: Duration = Duration::from_secs(1_699_920_000);
 const INSTANCES: usize = 4;
@@ -32,8 +32,8 @@ async fn hammer(stores: Vec<RedisStore>, algorithm: Algorithm, quota: Quota) -> 
         .into_iter()
         .map(|store| {
             Limiter::builder()
-                .policy(
-                    Policy::new("hot", quota)
+                .limit(
+                    Limit::new("hot", quota)
                         .expect("a policy")
                         .algorithm(algorithm),
                 )

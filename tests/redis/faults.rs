@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use support::redis_server::RedisServer;
 use tollgate::{
-    Algorithm, Charge, Fallback, Key, Limiter, MemoryStore, Policy, Quota, RedisStore, Store,
+    Algorithm, Charge, Fallback, Key, Limit, Limiter, MemoryStore, Quota, RedisStore, Store,
     StoreErrorKind,
 };
 
@@ -33,7 +33,7 @@ fn store(server: &RedisServer) -> RedisStore {
 
 fn limiter(store: impl Store) -> Limiter {
     Limiter::builder()
-        .policy(Policy::new("api", Quota::per_second(1_000_000)).expect("a policy"))
+        .limit(Limit::new("api", Quota::per_second(1_000_000)).expect("a policy"))
         .store(store)
         .build()
         .expect("a limiter")
@@ -177,11 +177,11 @@ async fn a_read_only_replica_is_unavailable() -> TestResult {
     let replica = RedisServer::start();
     replica.cli(&["REPLICAOF", "127.0.0.1", &primary.port().to_string()]);
     let store = RedisStore::from_url(&replica.url())?.deadline(Duration::from_secs(5))?;
-    let policy = Policy::new("api", Quota::per_second(5))?;
+    let policy = Limit::new("api", Quota::per_second(5))?;
     let key = Key::from("alice");
     let err = store
         .decide(&[Charge {
-            limit: policy.limit(),
+            limit: &policy,
             key: &key,
             cost: 1,
         }])
@@ -198,7 +198,7 @@ async fn fallback_serves_from_memory_while_redis_is_down_and_returns() -> TestRe
     let fallback =
         Fallback::new(redis.clone(), MemoryStore::new()).probe_interval(Duration::from_millis(100));
     let limiter = limiter(fallback.clone());
-    let policy = limiter.policy("api").ok_or("policy")?.clone();
+    let policy = limiter.limit("api").ok_or("policy")?.clone();
     let key = Key::from("alice");
     assert!(limiter.check("api", &key, 1).await?.allowed);
     assert!(fallback.serving_primary());
@@ -445,14 +445,14 @@ async fn a_state_tollgate_did_not_write_fails_the_decision_until_a_reset() -> Te
     let mut builder = Limiter::builder().store(store.clone());
     for algorithm in algorithms {
         builder = builder
-            .policy(Policy::new(algorithm.name(), Quota::per_second(10))?.algorithm(algorithm));
+            .limit(Limit::new(algorithm.name(), Quota::per_second(10))?.algorithm(algorithm));
     }
     let limiter = builder.build()?;
     let key = Key::from("alice");
     for algorithm in algorithms {
         let name = algorithm.name();
         assert!(limiter.check(name, &key, 1).await?.allowed, "{name}");
-        let policy = limiter.policy(name).ok_or("policy")?;
+        let policy = limiter.limit(name).ok_or("policy")?;
         let state = store.state_key(&policy, &key);
         for foreign in ["x", "1700000000000000 5 3", ""] {
             assert_eq!(server.cli(&["SET", &state, foreign]), "OK");

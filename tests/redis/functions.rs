@@ -8,7 +8,7 @@
 use std::time::Duration;
 
 use support::redis_server::RedisServer;
-use tollgate::{Key, Limiter, Policy, Quota, RedisStore, StoreErrorKind};
+use tollgate::{Key, Limit, Limiter, Quota, RedisStore, StoreErrorKind};
 
 type TestResult = Result<(), Box<dyn std::error::Error>>;
 
@@ -18,8 +18,8 @@ fn limiter(store: RedisStore) -> Result<Limiter, Box<dyn std::error::Error>> {
         // Answers, not speed, on a possibly busy machine.
         .deadline(Duration::from_secs(5))?;
     Ok(Limiter::builder()
-        .policy(Policy::new("api", Quota::per_minute(3))?)
-        .policy(Policy::new("hour", Quota::per_hour(100))?)
+        .limit(Limit::new("api", Quota::per_minute(3))?)
+        .limit(Limit::new("hour", Quota::per_hour(100))?)
         .store(store)
         .build()?)
 }

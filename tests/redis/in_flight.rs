@@ -31,13 +31,11 @@ fn store(prefix: &str) -> RedisStore {
 }
 
 fn layer(policy: Policy, store: RedisStore) -> RateLimitLayer {
-    RateLimitLayer::new(
-        Limiter::builder()
-            .policy(policy)
-            .store(store)
-            .build()
-            .expect("limiter"),
-    )
+    RateLimitLayer::builder()
+        .policy(policy)
+        .store(store)
+        .build()
+        .expect("layer")
 }
 
 fn limit() -> Limit {

@@ -1,4 +1,4 @@
-//! The leaky bucket's bound on delays (`Policy::max_delay`) through Redis: the Lua twin
+//! The leaky bucket's bound on delays (`Limit::max_delay`) through Redis: the Lua twin
 //! answers exactly as the memory store on random sequences (single decisions through
 //! the function library and through scripts, all-or-nothing batches through the
 //! general driver, refunds, a clock that steps back), on a standalone server and on a
@@ -10,7 +10,7 @@ use std::time::Duration;
 use support::redis_cluster::shared_cluster;
 use support::redis_server::{shared_server, unique_prefix};
 use support::rng::Rng;
-use tollgate::{Algorithm, Key, Limiter, ManualClock, MemoryStore, Policy, Quota, RedisStore};
+use tollgate::{Algorithm, Key, Limit, Limiter, ManualClock, MemoryStore, Quota, RedisStore};
 
 const BASE: Duration = Duration::from_secs(1_699_920_000);
 
@@ -26,8 +26,8 @@ const CASES: [(&str, u64, u64); 5] = [
     ("10/s", 4, 0),
 ];
 
-fn policy(name: &str, quota: Quota, max_delay_us: u64) -> Policy {
-    Policy::new(name, quota)
+fn policy(name: &str, quota: Quota, max_delay_us: u64) -> Limit {
+    Limit::new(name, quota)
         .expect("a policy")
         .algorithm(Algorithm::LeakyBucket)
         .max_delay(Duration::from_micros(max_delay_us))
@@ -37,9 +37,9 @@ fn policy(name: &str, quota: Quota, max_delay_us: u64) -> Policy {
 /// `store`.
 fn limiter(store: impl tollgate::Store, quota: Quota, max_delay_us: u64) -> Limiter {
     Limiter::builder()
-        .policy(policy("queue", quota, max_delay_us))
-        .policy(
-            Policy::new("wide", Quota::per_second(1_000))
+        .limit(policy("queue", quota, max_delay_us))
+        .limit(
+            Limit::new("wide", Quota::per_second(1_000))
                 .expect("a policy")
                 .algorithm(Algorithm::LeakyBucket),
         )

@@ -49,13 +49,22 @@ fn policy(name: &str, quota: Quota, algorithm: Algorithm) -> Policy {
         .algorithm(algorithm)
 }
 
+/// A limiter of the policies' limits (their request rules play no part).
 fn limiter(policies: Vec<Policy>, store: impl Store) -> Limiter {
-    policies
-        .into_iter()
-        .fold(Limiter::builder(), tollgate::LimiterBuilder::policy)
+    Limiter::builder()
+        .limits(policies.into_iter().map(|p| p.limit().clone()))
         .store(store)
         .build()
         .expect("a limiter")
+}
+
+/// A layer of `policies` (limits and request rules).
+fn layer(policies: Vec<Policy>, store: impl Store) -> RateLimitLayer {
+    RateLimitLayer::builder()
+        .policies(policies)
+        .store(store)
+        .build()
+        .expect("a layer")
 }
 
 async fn remaining(limiter: &Limiter, policy: &str, key: &Key) -> u64 {
@@ -374,13 +383,13 @@ impl<S: Store> Store for Counted<S> {
 /// window: a fourth failed login is still refused. (Refunding the newest charges, the
 /// three refunds emptied the new window: three more failed logins got through.)
 async fn slow_logins_straddling_an_edge(
-    limiter: Limiter,
+    layer: RateLimitLayer,
     clock: &ManualClock,
     refunds_done: impl AsyncFn(usize),
 ) {
     const SLOW: usize = 3;
     clock.set(BASE + Duration::from_secs(59));
-    let (server, logins, mut started) = login_server(RateLimitLayer::new(limiter.clone())).await;
+    let (server, logins, mut started) = login_server(layer.clone()).await;
     let slow: Vec<_> = (0..SLOW)
         .map(|_| {
             let server = server.clone();
@@ -407,18 +416,18 @@ async fn slow_logins_straddling_an_edge(
         attempt(&server, "wrong").await.status,
         StatusCode::TOO_MANY_REQUESTS
     );
-    assert_eq!(remaining(&limiter, "login", &everyone()).await, 0);
+    assert_eq!(remaining(layer.limiter(), "login", &everyone()).await, 0);
 }
 
 #[tokio::test]
 async fn slow_requests_straddling_a_window_edge_refund_nothing_into_the_new_window() {
     let clock = ManualClock::new(BASE);
     // The memory store refunds before the response leaves.
-    let limiter = limiter(
+    let layer = layer(
         vec![failed_logins()],
         MemoryStore::with_clock(clock.clone()),
     );
-    slow_logins_straddling_an_edge(limiter, &clock, async |_| {}).await;
+    slow_logins_straddling_an_edge(layer, &clock, async |_| {}).await;
 }
 
 #[cfg(feature = "redis")]
@@ -426,18 +435,18 @@ async fn slow_requests_straddling_a_window_edge_refund_nothing_into_the_new_wind
 async fn slow_requests_straddling_a_window_edge_refund_nothing_into_the_new_window_on_redis() {
     let clock = ManualClock::new(BASE);
     let store = Counted::new(redis::standalone(&clock));
-    let limiter = limiter(vec![failed_logins()], store.clone());
-    slow_logins_straddling_an_edge(limiter, &clock, async |n| store.refunds(n).await).await;
+    let layer = layer(vec![failed_logins()], store.clone());
+    slow_logins_straddling_an_edge(layer, &clock, async |n| store.refunds(n).await).await;
 }
 
 #[tokio::test]
 async fn a_shadow_denied_request_is_refunded_nothing() {
     let clock = ManualClock::new(BASE);
-    let limiter = limiter(
+    let layer = layer(
         vec![failed_logins()],
         MemoryStore::with_clock(clock.clone()),
     );
-    let (server, _, _) = login_server(RateLimitLayer::new(limiter.clone()).shadow(true)).await;
+    let (server, _, _) = login_server(layer.clone().shadow(true)).await;
     for _ in 0..3 {
         assert_eq!(
             attempt(&server, "wrong").await.status,
@@ -447,7 +456,7 @@ async fn a_shadow_denied_request_is_refunded_nothing() {
     // Denied in the shadow (so served) and not counted: it charged nothing, so
     // nothing comes back.
     assert_eq!(attempt(&server, "right").await.status, StatusCode::OK);
-    assert_eq!(remaining(&limiter, "login", &everyone()).await, 0);
+    assert_eq!(remaining(layer.limiter(), "login", &everyone()).await, 0);
 }
 
 /// A memory store that fails every call while `down` is set, as a store in an outage.
@@ -504,8 +513,8 @@ async fn a_request_served_while_the_store_failed_is_refunded_nothing() {
     let clock = ManualClock::new(BASE);
     let flaky = Flaky::new(&clock);
     let store = Counted::new(flaky.clone());
-    let limiter = limiter(vec![failed_logins()], store.clone());
-    let (server, logins, mut started) = login_server(RateLimitLayer::new(limiter.clone())).await;
+    let layer = layer(vec![failed_logins()], store.clone());
+    let (server, logins, mut started) = login_server(layer.clone()).await;
     for _ in 0..2 {
         assert_eq!(
             attempt(&server, "wrong").await.status,
@@ -634,8 +643,8 @@ async fn a_refund_for_a_primary_that_went_down_is_dropped_not_given_to_the_insur
     let primary = Flaky::new(&clock);
     let insurance = MemoryStore::with_clock(clock.clone());
     let store = Counted::new(Fallback::new(primary.clone(), insurance.clone()));
-    let limiter = limiter(vec![failed_logins()], store.clone());
-    let (server, logins, mut started) = login_server(RateLimitLayer::new(limiter.clone())).await;
+    let layer = layer(vec![failed_logins()], store.clone());
+    let (server, logins, mut started) = login_server(layer.clone()).await;
     let slow = {
         let server = server.clone();
         tokio::spawn(async move { attempt(&server, "slow").await.status })

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use support::redis_server::{RedisServer, shared_server, unique_prefix};
 use tollgate::{
-    Algorithm, Charge, ConfigError, Key, Limiter, ManualClock, MemoryStore, Policy, Quota,
+    Algorithm, Charge, ConfigError, Key, Limit, Limiter, ManualClock, MemoryStore, Quota,
     RedisStore, Store,
 };
 
@@ -20,21 +20,21 @@ type TestResult = Result<(), Box<dyn std::error::Error>>;
 /// decisions' default) and on Redis through scripts (`EVALSHA`), all on `clock`: the
 /// three must answer alike.
 fn memory_functions_scripts(
-    policy: Policy,
+    policy: Limit,
     server: &RedisServer,
     clock: &ManualClock,
 ) -> Result<[Limiter; 3], ConfigError> {
     Ok([
         Limiter::builder()
-            .policy(policy.clone())
+            .limit(policy.clone())
             .store(MemoryStore::with_clock(clock.clone()))
             .build()?,
         Limiter::builder()
-            .policy(policy.clone())
+            .limit(policy.clone())
             .store(store_on(server, clock))
             .build()?,
         Limiter::builder()
-            .policy(policy)
+            .limit(policy)
             .store(store_on(server, clock).functions(false))
             .build()?,
     ])
@@ -105,7 +105,7 @@ async fn answers_like_the_memory_store_on_random_sequences() -> TestResult {
         if let Some(b) = burst {
             q = q.with_burst(b)?;
         }
-        let policy = || Policy::new("diff", q).map(|p| p.algorithm(algorithm));
+        let policy = || Limit::new("diff", q).map(|p| p.algorithm(algorithm));
         let clock = ManualClock::new(BASE);
         let [memory, redis, scripts] = memory_functions_scripts(policy()?, server, &clock)?;
         let capacity = burst.unwrap_or(q.limit());
@@ -174,8 +174,8 @@ async fn every_key_written_has_a_ttl() -> TestResult {
         Algorithm::LeakyBucket,
     ];
     for algorithm in algorithms {
-        builder = builder
-            .policy(Policy::new(algorithm.name(), Quota::per_minute(5))?.algorithm(algorithm));
+        builder =
+            builder.limit(Limit::new(algorithm.name(), Quota::per_minute(5))?.algorithm(algorithm));
     }
     let limiter = builder.build()?;
     for algorithm in algorithms {
@@ -231,7 +231,7 @@ async fn a_busy_keys_kept_ttl_always_covers_its_state() -> TestResult {
     for algorithm in algorithms {
         // 1000 per 2 s: a charge of 3 every 37 ms spends about 160 of them per 2 s.
         let quota = Quota::new(1000, Duration::from_secs(2))?;
-        builder = builder.policy(Policy::new(algorithm.name(), quota)?.algorithm(algorithm));
+        builder = builder.limit(Limit::new(algorithm.name(), quota)?.algorithm(algorithm));
     }
     let limiter = builder.build()?;
     let key = Key::from("busy");
@@ -255,7 +255,7 @@ async fn a_busy_keys_kept_ttl_always_covers_its_state() -> TestResult {
             if step % 10 == 9 {
                 limiter.refund(algorithm.name(), &key, 1).await?;
             }
-            let policy = limiter.policy(algorithm.name()).ok_or("policy")?;
+            let policy = limiter.limit(algorithm.name()).ok_or("policy")?;
             let name = store.state_key(&policy, &key);
             let reset = i64::try_from(d.reset_after.as_millis())?;
             let mut names = vec![name.clone()];
@@ -277,7 +277,7 @@ async fn a_busy_keys_kept_ttl_always_covers_its_state() -> TestResult {
 #[tokio::test]
 async fn caller_bytes_cannot_pick_the_slot_or_lengthen_keys() -> TestResult {
     let store = RedisStore::from_url(&shared_server().url())?.prefix("p{x}");
-    let policy = Policy::new("a{b}", Quota::per_second(1))?;
+    let policy = Limit::new("a{b}", Quota::per_second(1))?;
     let short = store.state_key(&policy, &Key::from("x"));
     for caller in ["{tag}", "}{", "{}", &"{long}".repeat(100_000)] {
         let name = store.state_key(&policy, &Key::from(caller));
@@ -295,8 +295,8 @@ async fn caller_bytes_cannot_pick_the_slot_or_lengthen_keys() -> TestResult {
 async fn batches_charge_every_policy_or_none() -> TestResult {
     let clock = ManualClock::new(BASE);
     let limiter = Limiter::builder()
-        .policy(Policy::new("burst", Quota::per_second(1))?.algorithm(Algorithm::TokenBucket))
-        .policy(Policy::new("daily", Quota::per_day(100))?.algorithm(Algorithm::SlidingWindowLog))
+        .limit(Limit::new("burst", Quota::per_second(1))?.algorithm(Algorithm::TokenBucket))
+        .limit(Limit::new("daily", Quota::per_day(100))?.algorithm(Algorithm::SlidingWindowLog))
         .store(store_on(shared_server(), &clock))
         .build()?;
     let alice = Key::from("alice");
@@ -319,7 +319,7 @@ async fn batches_charge_every_policy_or_none() -> TestResult {
 async fn refunds_return_the_newest_charges() -> TestResult {
     let clock = ManualClock::new(BASE);
     let limiter = Limiter::builder()
-        .policy(Policy::new("login", Quota::per_minute(5))?.algorithm(Algorithm::SlidingWindowLog))
+        .limit(Limit::new("login", Quota::per_minute(5))?.algorithm(Algorithm::SlidingWindowLog))
         .store(store_on(shared_server(), &clock))
         .build()?;
     let key = Key::from("alice");
@@ -335,15 +335,15 @@ async fn refunds_return_the_newest_charges() -> TestResult {
 fn rejects_policies_lua_cannot_compute_exactly() -> TestResult {
     let store = RedisStore::from_url("redis://127.0.0.1:1")?;
     let err = Limiter::builder()
-        .policy(Policy::new("huge", Quota::per_day(1_000_000))?.algorithm(Algorithm::SlidingWindow))
+        .limit(Limit::new("huge", Quota::per_day(1_000_000))?.algorithm(Algorithm::SlidingWindow))
         .store(store.clone())
         .build()
         .expect_err("L·P beyond 2^53");
     assert!(err.to_string().contains("\"huge\""), "{err}");
     // The same quota is fine on every other algorithm.
     Limiter::builder()
-        .policy(
-            Policy::new("huge", Quota::per_day(1_000_000))?
+        .limit(
+            Limit::new("huge", Quota::per_day(1_000_000))?
                 .algorithm(Algorithm::SlidingWindowCounters { buckets: 24 }),
         )
         .store(store)
@@ -356,10 +356,10 @@ async fn server_time_is_the_default_clock() -> TestResult {
     let store = RedisStore::from_url(&shared_server().url())?
         .prefix(&unique_prefix("time"))
         .deadline(Duration::from_secs(5))?;
-    let policy = Policy::new("api", Quota::per_day(2))?;
+    let policy = Limit::new("api", Quota::per_day(2))?;
     let key = Key::from("alice");
     let charge = Charge {
-        limit: policy.limit(),
+        limit: &policy,
         key: &key,
         cost: 1,
     };
@@ -381,7 +381,7 @@ async fn blocked_keys_are_denied_locally_until_their_retry() -> TestResult {
         .deadline(Duration::from_millis(500))?
         .with_clock(clock.clone());
     let limiter = Limiter::builder()
-        .policy(Policy::new("api", Quota::per_second(2))?.algorithm(Algorithm::FixedWindow))
+        .limit(Limit::new("api", Quota::per_second(2))?.algorithm(Algorithm::FixedWindow))
         .store(store.clone())
         .build()?;
     let key = Key::from("mallory");
@@ -416,7 +416,7 @@ async fn a_store_with_another_prefix_does_not_share_cached_denials() -> TestResu
     let second = first.clone().prefix(&unique_prefix("second"));
     let build = |store: RedisStore| {
         Limiter::builder()
-            .policy(Policy::new("api", Quota::per_day(1)).expect("policy"))
+            .limit(Limit::new("api", Quota::per_day(1)).expect("policy"))
             .store(store)
             .build()
             .expect("limiter")
@@ -443,7 +443,7 @@ async fn log_denials_at_every_cost_answer_like_the_memory_store() -> TestResult 
     let server = shared_server();
     let clock = ManualClock::new(BASE);
     let policy = || {
-        Policy::new(
+        Limit::new(
             "log",
             Quota::new(64, Duration::from_secs(10)).expect("a quota"),
         )

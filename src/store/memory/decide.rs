@@ -109,7 +109,7 @@ impl MemoryStore {
     }
 
     /// Several charges, all-or-nothing, at one instant.
-    fn decide_all(&self, charges: &[Charge<'_>]) -> Vec<Decision> {
+    pub(crate) fn decide_all(&self, charges: &[Charge<'_>]) -> Vec<Decision> {
         if let [one] = charges {
             return vec![self.decide_now(one)];
         }

@@ -1,0 +1,119 @@
+//! [`LayerBuilder`]: the layer's policies (limits with their request rules) and the
+//! store, and the checks that refuse a bad set at build time.
+
+use crate::layer::headers::check_size;
+use crate::store::Store;
+use crate::{ConfigError, LimiterBuilder, Policy, RateLimitLayer};
+
+/// Builds a [`RateLimitLayer`] and its [`Limiter`](crate::Limiter); see
+/// [`RateLimitLayer::builder`].
+///
+/// ```
+/// use tollgate::{MemoryStore, Policy, Quota, RateLimitLayer, key};
+/// let layer = RateLimitLayer::builder()
+///     .policy(Policy::new("api", Quota::per_minute(100))?.key(key::header("x-api-key")?))
+///     .store(MemoryStore::new().max_keys(100_000)?)
+///     .build()?;
+/// assert!(layer.limiter().limit("api").is_some());
+/// # Ok::<(), tollgate::ConfigError>(())
+/// ```
+#[derive(Debug, Default)]
+#[must_use]
+pub struct LayerBuilder {
+    policies: Vec<Policy>,
+    limiter: LimiterBuilder,
+}
+
+impl LayerBuilder {
+    /// Adds a policy: its [`Limit`](crate::Limit), and the rules by which the layer
+    /// finds a request's key and cost under it. Names must be unique.
+    ///
+    /// ```
+    /// use tollgate::{Policy, Quota, RateLimitLayer};
+    /// let layer = RateLimitLayer::builder().policy(Policy::new("api", Quota::per_second(5))?).build()?;
+    /// assert_eq!(layer.policies().len(), 1);
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    pub fn policy(mut self, policy: Policy) -> Self {
+        self.policies.push(policy);
+        self
+    }
+
+    /// Adds every policy of `policies`, in order (e.g. those of a
+    /// [`config::Limits`](crate::config) file).
+    ///
+    /// ```
+    /// use tollgate::{Policy, Quota, RateLimitLayer};
+    /// let layer = RateLimitLayer::builder()
+    ///     .policies([Policy::new("a", Quota::per_second(5))?, Policy::new("b", Quota::per_minute(5))?])
+    ///     .build()?;
+    /// assert_eq!(layer.policies().len(), 2);
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    pub fn policies(mut self, policies: impl IntoIterator<Item = Policy>) -> Self {
+        self.policies.extend(policies);
+        self
+    }
+
+    /// Keeps state in `store` (default: a new [`MemoryStore`](crate::MemoryStore)).
+    ///
+    /// ```
+    /// use tollgate::{MemoryStore, Policy, Quota, RateLimitLayer};
+    /// let layer = RateLimitLayer::builder()
+    ///     .policy(Policy::new("api", Quota::per_second(5))?)
+    ///     .store(MemoryStore::new().max_keys(1_000)?)
+    ///     .build()?;
+    /// # let _ = layer;
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    pub fn store<S: Store>(mut self, store: S) -> Self {
+        self.limiter = self.limiter.store(store);
+        self
+    }
+
+    /// Checks every policy and builds the limiter and the layer.
+    ///
+    /// Fails as [`LimiterBuilder::build`](crate::LimiterBuilder::build) does for the
+    /// limits (none, a name twice, a quota its algorithm or the store cannot count),
+    /// and when a route's cost exceeds its policy's burst, an in-flight policy meets a
+    /// store that keeps no slots, or the policies' rate-limit headers could outgrow a
+    /// proxy's buffer ([`MAX_HEADERS_LEN`](crate::layer::headers::MAX_HEADERS_LEN)).
+    /// Each message names the policy.
+    ///
+    /// ```
+    /// use tollgate::{Policy, Quota, RateLimitLayer};
+    /// let twice = RateLimitLayer::builder()
+    ///     .policy(Policy::new("api", Quota::per_second(5))?)
+    ///     .policy(Policy::new("api", Quota::per_minute(5))?)
+    ///     .build();
+    /// assert!(twice.unwrap_err().to_string().contains("\"api\""));
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    pub fn build(self) -> Result<RateLimitLayer, ConfigError> {
+        let limits = self.policies.iter().map(|p| p.limit().clone());
+        let limiter = self.limiter.limits(limits).build()?;
+        validate(&self.policies, &**limiter.store())?;
+        Ok(RateLimitLayer::with_rules(limiter, self.policies))
+    }
+}
+
+/// The layer's own checks of `policies` for `store`: each policy's rules, the size of
+/// the headers they make, and slots for the in-flight ones. (The limiter checks the
+/// limits.)
+pub(super) fn validate(policies: &[Policy], store: &dyn Store) -> Result<(), ConfigError> {
+    for policy in policies {
+        policy.validate()?;
+    }
+    // Every policy is one member of each header the layer writes.
+    check_size(policies)?;
+    if let Some(policy) = policies.iter().find(|p| p.get_in_flight().is_some())
+        && !store.supports_in_flight()
+    {
+        return Err(ConfigError::new(format!(
+            "policy \"{}\" has an in-flight limit, and the store keeps no in-flight slots \
+             (Store::supports_in_flight is false)",
+            policy.name()
+        )));
+    }
+    Ok(())
+}

@@ -1,0 +1,185 @@
+//! A request's in-flight slots: taken at once from a store that keeps them in memory,
+//! else through a future; in wait mode, in line behind this process's earlier waiters
+//! for the same key.
+
+use std::sync::Arc;
+
+use crate::layer::slot_lines::SlotLines;
+use crate::limiter::{Limiter, Set};
+use crate::store::{InFlightSlot, StoreFuture};
+use crate::{Key, StoreError};
+
+/// A request's in-flight slots, one per policy with an in-flight limit; or, when one
+/// of them had none free, that policy's index (the slots taken before it are given
+/// back).
+pub(crate) type Entry = Result<Vec<InFlightSlot>, usize>;
+
+/// In-flight slots taken without awaiting (memory store), or a future for them.
+pub(crate) enum Entering {
+    Ready(Result<Entry, StoreError>),
+    Waiting(StoreFuture<'static, Entry>),
+}
+
+impl Limiter {
+    /// Takes one in-flight slot for each of `claims` (policy index in `set`, key,
+    /// bound), all or none: synchronously on the memory store, else through a
+    /// `'static` future. With `wait` (the layer's wait mode), a request that finds no
+    /// slot free waits in `lines`, this process's line for its first claim's key, and
+    /// once first in it tries again, backing off from 1 ms to 25 ms, until a slot
+    /// frees or its wait is over. A request that arrives while others wait for that
+    /// key joins the line behind them rather than try first: within one process,
+    /// waiters get slots in the order they came. Across processes sharing a store
+    /// nothing orders them: a freed slot goes to whichever process asks first, so a
+    /// waiter may be overtaken by another process's requests, never beyond its
+    /// `wait` (then it is refused).
+    pub(crate) fn enter(
+        &self,
+        set: &Arc<Set>,
+        claims: &[(usize, Key, u32)],
+        wait: Option<std::time::Duration>,
+        lines: &Arc<SlotLines>,
+        bounds: (usize, usize),
+    ) -> Entering {
+        let line = claims.first().map(|&(index, key, _)| (index, key));
+        // Others wait for this key here: behind them, not ahead.
+        let queued = wait.is_some() && line.is_some_and(|line| lines.waiting(&line));
+        let store = self.store();
+        // The first try at once: a store that keeps slots in memory answers ready.
+        let mut first = None;
+        if !queued {
+            match enter_now(&**store, set, claims) {
+                Some(Ok(Err(index))) if wait.is_some() && line.is_some() => {
+                    first = Some(Err(index));
+                }
+                Some(entry) => return Entering::Ready(entry),
+                None => {}
+            }
+        }
+        let (store, set, claims) = (store.clone(), set.clone(), claims.to_vec());
+        // In line from the start when others wait; else after a first try.
+        let mut ticket = None;
+        if let Some(line) = line.filter(|_| queued) {
+            match lines.join(line, bounds) {
+                Some(joined) => ticket = Some(joined),
+                // The line is full: refused at once.
+                None => return Entering::Ready(Ok(Err(claims[0].0))),
+            }
+        }
+        let lines = lines.clone();
+        Entering::Waiting(Box::pin(async move {
+            let until = wait.map(|wait| tokio::time::Instant::now() + wait);
+            if let (Some(ticket), Some(until)) = (&ticket, until)
+                && !ticket.turn(until).await
+            {
+                return Ok(Err(claims[0].0));
+            }
+            let mut tries = until.map(Retries::until);
+            let mut entry = match first {
+                Some(entry) => entry,
+                None => enter_store(&store, &set, &claims).await?,
+            };
+            loop {
+                let again = match (&entry, &mut tries) {
+                    (Err(_), Some(tries)) => {
+                        if ticket.is_none()
+                            && let Some(line) = line
+                        {
+                            // No slot at the first try: in line, and wait for a turn
+                            // behind any who came before (or refused now when the line
+                            // is full).
+                            let Some(joined) = lines.join(line, bounds) else {
+                                return Ok(entry);
+                            };
+                            let joined = ticket.insert(joined);
+                            if !joined.turn(tries.until).await {
+                                return Ok(entry);
+                            }
+                        }
+                        tries.wait().await
+                    }
+                    _ => false,
+                };
+                if !again {
+                    return Ok(entry);
+                }
+                entry = enter_store(&store, &set, &claims).await?;
+            }
+        }))
+    }
+}
+
+/// One attempt at every slot of `claims`, if the store answers each at once (a store
+/// that keeps slots in memory); `None` as soon as one call would await (the slots
+/// taken before it go back as they are dropped; nothing was sent for it).
+fn enter_now(
+    store: &dyn crate::store::Store,
+    set: &Set,
+    claims: &[(usize, Key, u32)],
+) -> Option<Result<Entry, StoreError>> {
+    let mut slots = Vec::with_capacity(claims.len());
+    for &(index, key, max) in claims {
+        match store
+            .acquire_in_flight(&set.limits[index], &key, max)
+            .into_ready()
+            .ok()?
+        {
+            Ok(Some(slot)) => slots.push(slot),
+            Ok(None) => return Some(Ok(Err(index))),
+            Err(error) => return Some(Err(error)),
+        }
+    }
+    Some(Ok(Ok(slots)))
+}
+
+/// One attempt at every slot of `claims` on another store. A request dropped while
+/// a call is on its way (its client left) drops the call: a store's
+/// `acquire_in_flight` is cancel-safe (see its docs; Redis sends the removal of the
+/// lease right behind the call, on the same connection, so the next request already
+/// finds the slot free), and the slots taken before it go back as they are dropped.
+/// Letting the call run on instead would give the slot back only a round trip after
+/// its reply: a request right after a Redis stall would find it taken.
+async fn enter_store(
+    store: &Arc<dyn crate::store::Store>,
+    set: &Arc<Set>,
+    claims: &[(usize, Key, u32)],
+) -> Result<Entry, StoreError> {
+    let mut slots = Vec::with_capacity(claims.len());
+    for &(index, key, max) in claims {
+        match store
+            .acquire_in_flight(&set.limits[index], &key, max)
+            .await?
+        {
+            Some(slot) => slots.push(slot),
+            None => return Ok(Err(index)),
+        }
+    }
+    Ok(Ok(slots))
+}
+
+/// The waits between a waiting request's tries for an in-flight slot: 1 ms, doubling
+/// up to 25 ms, until its wait is over. A slot frees when a response body ends, which
+/// no store announces (on Redis, in another process), so the request asks again.
+struct Retries {
+    until: tokio::time::Instant,
+    next: std::time::Duration,
+}
+
+impl Retries {
+    fn until(until: tokio::time::Instant) -> Self {
+        Self {
+            until,
+            next: std::time::Duration::from_millis(1),
+        }
+    }
+
+    /// Sleeps before the next try; false when the wait is over.
+    async fn wait(&mut self) -> bool {
+        let now = tokio::time::Instant::now();
+        if now >= self.until {
+            return false;
+        }
+        tokio::time::sleep(self.next.min(self.until - now)).await;
+        self.next = (self.next * 2).min(std::time::Duration::from_millis(25));
+        true
+    }
+}
