@@ -99,7 +99,8 @@ impl Future for Check<'_> {
                 key: &key,
                 cost,
             };
-            Ok(vec![store.decide_one(charge).await?])
+            let decisions = store.decide(std::slice::from_ref(&charge)).await?;
+            super::complete(decisions, 1)
         });
         let call = Taking::new(limiter.clone(), set, vec![(index, key)], call);
         let mut future: StoreFuture<'_, Decision> =
