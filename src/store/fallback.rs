@@ -269,8 +269,23 @@ fn routed(mut decisions: Vec<Decision>, insurance: bool) -> Vec<Decision> {
     decisions
 }
 
+impl<P: Store, I: Store> Fallback<P, I> {
+    /// Whether the primary is known down and no probe is due: calls go straight to
+    /// the insurance store (and are answered at once when it answers at once, as the
+    /// memory store does). Reads only; the probe is claimed by the call that makes it.
+    fn known_down(&self) -> bool {
+        self.lock().is_some_and(|until| Instant::now() < until)
+    }
+}
+
 impl<P: Store, I: Store> Store for Fallback<P, I> {
     fn decide<'a>(&'a self, charges: &'a [Charge<'a>]) -> StoreCall<'a, Vec<Decision>> {
+        if self.known_down() {
+            return self
+                .insurance
+                .decide(charges)
+                .map(|answer| answer.map(|decisions| routed(decisions, true)));
+        }
         StoreCall::future(async move {
             if self.try_primary() {
                 let replayed = self.replay_missed().await;
@@ -284,6 +299,20 @@ impl<P: Store, I: Store> Store for Fallback<P, I> {
             }
             Ok(routed(self.insurance.decide(charges).await?, true))
         })
+    }
+
+    fn decide_one<'a>(&'a self, charge: Charge<'a>) -> StoreCall<'a, Decision> {
+        if self.known_down() {
+            return self.insurance.decide_one(charge).map(|answer| {
+                answer.map(|mut decision| {
+                    decision.receipt = decision.receipt.map(|r| r.routed(true));
+                    decision
+                })
+            });
+        }
+        StoreCall::future(
+            async move { super::only(self.decide(std::slice::from_ref(&charge)).await?) },
+        )
     }
 
     fn refund<'a>(&'a self, charge: Charge<'a>) -> StoreCall<'a, ()> {
@@ -433,5 +462,60 @@ impl<P: Store, I: Store> Store for Fallback<P, I> {
 
     fn supports_in_flight(&self) -> bool {
         self.primary.supports_in_flight() && self.insurance.supports_in_flight()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{MemoryStore, Quota, StoreErrorKind};
+
+    /// A primary that is always down, answering as a remote store does: a future.
+    #[derive(Debug)]
+    struct Down;
+
+    impl Store for Down {
+        fn decide<'a>(&'a self, _: &'a [Charge<'a>]) -> StoreCall<'a, Vec<Decision>> {
+            StoreCall::future(async { Err(StoreError::new(StoreErrorKind::Connection, "down")) })
+        }
+
+        fn refund<'a>(&'a self, _: Charge<'a>) -> StoreCall<'a, ()> {
+            StoreCall::future(async { Ok(()) })
+        }
+    }
+
+    #[tokio::test]
+    async fn a_known_down_primary_is_skipped_and_the_memory_store_answers_at_once() {
+        let store = Fallback::new(Down, MemoryStore::new()).probe_interval(Duration::from_secs(60));
+        let limit = Limit::new("api", Quota::per_minute(2)).expect("limit");
+        let key = Key::from("alice");
+        let charge = Charge {
+            limit: &limit,
+            key: &key,
+            cost: 1,
+        };
+        // The first call tries the primary: a future, answered by the insurance store.
+        let first = store.decide_one(charge);
+        assert!(!first.is_ready());
+        assert!(first.await.expect("insurance").allowed);
+        assert!(!store.serving_primary());
+        // Known down, no probe due: at once, from the insurance store, routed there.
+        let second = store
+            .decide_one(charge)
+            .into_ready()
+            .expect("answered at once");
+        let second = second.expect("insurance");
+        assert_eq!((second.allowed, second.remaining), (true, 0));
+        let third = store
+            .decide(&[charge])
+            .into_ready()
+            .expect("answered at once");
+        assert!(!third.expect("insurance")[0].allowed);
+        let (insurance, _) = second
+            .receipt
+            .expect("charged")
+            .unrouted()
+            .expect("a route");
+        assert!(insurance);
     }
 }
