@@ -1504,3 +1504,149 @@ async fn a_slot_taken_before_a_layer_reload_is_counted_and_given_back_after_it()
         .expect("infallible");
     assert_eq!(again.status(), StatusCode::OK);
 }
+
+// ---------------------------------------------------------------------------------
+// Reloads of one layer racing each other (two clones, two config watchers).
+// ---------------------------------------------------------------------------------
+
+/// "api" 1000/min keyed per user at cost 1, or 1001/min keyed per tenant at cost 2:
+/// the quota tells which set a policy came from, the cost which rules.
+fn racing_set(second: bool) -> Vec<Policy> {
+    if second {
+        vec![
+            fixed_policy("api", Quota::per_minute(1_001))
+                .key(key::header("x-tenant").expect("name"))
+                .costs(Costs::new().default(2)),
+        ]
+    } else {
+        vec![
+            fixed_policy("api", Quota::per_minute(1_000)).key(key::header("x-user").expect("name")),
+        ]
+    }
+}
+
+/// The (quota, cost) pairs that are not one set's.
+fn mixed(layer: &RateLimitLayer) -> Option<(u64, u32)> {
+    let api = layer.policy("api").expect("api");
+    let (count, cost) = (api.quota().limit(), api.cost_of(&parts()));
+    match (count, cost) {
+        (1_000, 1) | (1_001, 2) => None,
+        other => Some(other),
+    }
+}
+
+#[test]
+#[ignore = "FINDING: two concurrent layer.reload calls: layer.policy(\"api\") showed one set's limit (1001/min) with the other's rules (cost 1)"]
+fn layer_reloads_racing_each_other_never_pair_one_sets_limits_with_anothers_rules() {
+    let layer = RateLimitLayer::builder()
+        .policies(racing_set(false))
+        .build()
+        .expect("layer");
+    let stop = Arc::new(AtomicBool::new(false));
+    let reloaders: Vec<_> = [false, true]
+        .into_iter()
+        .map(|second| {
+            let (layer, stop) = (layer.clone(), stop.clone());
+            std::thread::spawn(move || {
+                for _ in 0..20_000 {
+                    if stop.load(Ordering::Relaxed) {
+                        break;
+                    }
+                    layer.reload(racing_set(second)).expect("a valid set");
+                }
+            })
+        })
+        .collect();
+    let mut seen = Vec::new();
+    while !reloaders.iter().all(std::thread::JoinHandle::is_finished) {
+        if let Some(pair) = mixed(&layer) {
+            seen.push(pair);
+            stop.store(true, Ordering::Relaxed);
+        }
+    }
+    for r in reloaders {
+        r.join().expect("a reloader");
+    }
+    if let Some(pair) = mixed(&layer) {
+        seen.push(pair);
+    }
+    assert!(
+        seen.is_empty(),
+        "limits of one set with rules of the other: {seen:?}"
+    );
+}
+
+/// Requests through the layer while two threads reload it with the two racing sets:
+/// each must be decided by one set's limit with that set's rules. A fresh user under
+/// the first set has r = 999 of q = 1000; the tenant under the second is only ever
+/// charged 2 at a time, so r of q = 1001 stays odd.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "FINDING: requests during two concurrent layer.reload calls are decided by one set's limit with the other's key rule (27-32 of 20,000)"]
+async fn requests_during_racing_layer_reloads_are_decided_by_one_whole_set() {
+    const REQUESTS: usize = 20_000;
+    let layer = RateLimitLayer::builder()
+        .policies(racing_set(false))
+        .store(MemoryStore::with_clock(manual()))
+        .build()
+        .expect("layer");
+    let service = layer.layer(handler(Duration::ZERO));
+    let stop = Arc::new(AtomicBool::new(false));
+    let reloaders: Vec<_> = [false, true]
+        .into_iter()
+        .map(|second| {
+            let (layer, stop) = (layer.clone(), stop.clone());
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    layer.reload(racing_set(second)).expect("a valid set");
+                }
+            })
+        })
+        .collect();
+    let mut wrong = Vec::new();
+    for user in 0..REQUESTS {
+        let req = Request::get("/")
+            .header("x-user", format!("user-{user}"))
+            .header("x-tenant", "t")
+            .body(Full::default())
+            .expect("request");
+        let response = service.clone().oneshot(req).await.expect("infallible");
+        let header = |name: &str| {
+            response
+                .headers()
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("")
+                .to_owned()
+        };
+        let (policy, limit) = (header("ratelimit-policy"), header("ratelimit"));
+        let r: u64 = limit
+            .split(';')
+            .find_map(|p| p.strip_prefix("r="))
+            .and_then(|r| r.parse().ok())
+            .unwrap_or(u64::MAX);
+        let whole = match policy.as_str() {
+            r#""api";q=1000;w=60"# => r == 999,
+            r#""api";q=1001;w=60"# => r % 2 == 1,
+            _ => false,
+        };
+        if !whole {
+            wrong.push(format!("{policy} / {limit}"));
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    for r in reloaders {
+        r.join().expect("a reloader");
+    }
+    // At rest, the layer's state is one set's too.
+    let at_rest = mixed(&layer);
+    assert_eq!(
+        at_rest, None,
+        "at rest: a limit of one set with the rules of the other"
+    );
+    assert!(
+        wrong.is_empty(),
+        "{} of {REQUESTS} requests decided by a limit of one set with the rules of the other, e.g. {:?}",
+        wrong.len(),
+        &wrong[..wrong.len().min(3)]
+    );
+}
