@@ -1650,3 +1650,194 @@ async fn requests_during_racing_layer_reloads_are_decided_by_one_whole_set() {
         &wrong[..wrong.len().min(3)]
     );
 }
+
+// ---------------------------------------------------------------------------------
+// Redis: callers leaving during and right after a stall, with a slot and a rate
+// decision on the wire.
+// ---------------------------------------------------------------------------------
+
+#[cfg(feature = "redis")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn callers_leaving_around_a_redis_stall_keep_no_slot_and_no_charge() {
+    use support::in_flight::stall;
+    use support::redis_server::RedisServer;
+    let server = RedisServer::start();
+    let store = || {
+        tollgate::RedisStore::from_url(&server.url())
+            .expect("url")
+            .prefix("stall")
+            .deadline(Duration::from_secs(5))
+            .expect("deadline")
+    };
+    let policy = fixed_policy("jobs", Quota::per_hour(1_000))
+        .key(one_key)
+        .in_flight(2)
+        .expect("in flight");
+    let limit = policy.limit().clone();
+    let layer = RateLimitLayer::builder()
+        .policy(policy)
+        .store(store())
+        .build()
+        .expect("layer");
+    let reached = Arc::new(AtomicU64::new(0));
+    let service = layer.layer(tower::util::BoxCloneSyncService::new(tower::service_fn({
+        let reached = reached.clone();
+        move |_req: Request<Full<Bytes>>| {
+            reached.fetch_add(1, Ordering::SeqCst);
+            async {
+                Ok::<_, std::convert::Infallible>(http::Response::new(Full::<Bytes>::default()))
+            }
+        }
+    })));
+    let call = |patience: Duration| {
+        let service = service.clone();
+        tokio::spawn(async move {
+            let req = Request::get("/").body(Full::default()).expect("request");
+            timeout(patience, service.oneshot(req))
+                .await
+                .ok()
+                .map(|r| r.expect("infallible").status())
+        })
+    };
+    assert_eq!(
+        call(Duration::from_secs(5)).await.expect("task"),
+        Some(StatusCode::OK)
+    );
+    let busy = stall(server.port(), ms(600)).await;
+    let callers: Vec<_> = (1..=16_u64).map(|i| call(ms(45 * i))).collect();
+    tokio::task::spawn_blocking(move || busy.join())
+        .await
+        .expect("join")
+        .expect("the stall");
+    let mut answers = Vec::new();
+    for c in callers {
+        answers.push(c.await.expect("task"));
+    }
+    assert!(answers.iter().any(Option::is_none), "{answers:?}");
+
+    // Charges: exactly the requests that reached the handler (a bounded wait for the
+    // give-backs of calls that were on the wire, each a round trip).
+    let observer = limiter_on(store(), [limit.clone()]);
+    let key = Key::from("k");
+    let mut charged = 0;
+    for _ in 0..100 {
+        let d = observer.peek("jobs", &key).await.expect("peek");
+        charged = d.limit - d.remaining;
+        if charged == reached.load(Ordering::SeqCst) {
+            break;
+        }
+        sleep(ms(20)).await;
+    }
+    assert_eq!(
+        charged,
+        reached.load(Ordering::SeqCst),
+        "answers {answers:?}"
+    );
+    // Slots: both free at once.
+    let probe = store();
+    let one = probe
+        .acquire_in_flight(&limit, &key, 2)
+        .await
+        .expect("acquire");
+    let two = probe
+        .acquire_in_flight(&limit, &key, 2)
+        .await
+        .expect("acquire");
+    assert!(
+        one.is_some() && two.is_some(),
+        "a slot held after the stall; answers {answers:?}"
+    );
+}
+
+/// Many tasks share one key's lease over a store answering through futures; the task
+/// charging the next slice is often cancelled while others wait for its units. No
+/// task hangs, and every unit is spent or returned.
+#[tokio::test(start_paused = true)]
+async fn leases_over_futures_survive_their_slice_charger_being_cancelled() {
+    let slow = Slow::new(ms(4), ms(4));
+    let leased = LeasedStore::builder(slow.clone()).clock(manual()).build();
+    let limit = fixed("api", Quota::per_hour(100_000));
+    let limiter = limiter_on(leased.clone(), [limit.clone()]);
+    let admitted = Arc::new(AtomicU64::new(0));
+    let tasks: Vec<_> = (0..40_u64)
+        .map(|t| {
+            let (limiter, admitted) = (limiter.clone(), admitted.clone());
+            tokio::spawn(async move {
+                let key = Key::from("hot");
+                for i in 0..30_u64 {
+                    // Every fourth task never gives up: it must not wait forever.
+                    let patience = if t % 4 == 0 {
+                        Duration::from_secs(3_600)
+                    } else {
+                        deadline(t * 31 + i)
+                    };
+                    match timeout(patience, limiter.check("api", &key, 1)).await {
+                        Ok(answer) => {
+                            assert!(answer.expect("a decision").allowed);
+                            admitted.fetch_add(1, Ordering::SeqCst);
+                        }
+                        Err(_) => assert!(t % 4 != 0, "a patient caller waited an hour"),
+                    }
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.expect("a task");
+    }
+    settle().await;
+    leased.release_all().await.expect("release");
+    settle().await;
+    let admitted = admitted.load(Ordering::SeqCst);
+    assert!(admitted >= 300, "{admitted}");
+    assert_eq!(leased.held(), 0);
+    assert_eq!(
+        used(&slow.inner, &limit, &Key::from("hot")).await,
+        admitted,
+        "{:?}",
+        slow.stats
+    );
+    no_call_polled_twice_nor_started_twice(&slow.stats);
+}
+
+#[test]
+fn a_wrapper_over_a_store_without_slots_is_refused_naming_the_policy() {
+    let err = RateLimitLayer::builder()
+        .policy(Policy::in_flight_only("uploads", 2).expect("policy"))
+        .store(LeasedStore::new(NoSlots(MemoryStore::new())))
+        .build()
+        .expect_err("no slots under the leases");
+    assert!(err.to_string().contains("\"uploads\""), "{err}");
+}
+
+/// A fallback whose primary answers through futures: checks cancelled at every
+/// await leave the primary charged exactly for the admitted ones, and the insurance
+/// store untouched.
+#[tokio::test(start_paused = true)]
+async fn a_fallback_over_futures_keeps_exact_charges_when_checks_are_cancelled() {
+    let primary = Slow::new(ms(4), ms(4));
+    let insurance = MemoryStore::with_clock(manual());
+    let limit = fixed("api", Quota::per_hour(1_000));
+    let limiter = limiter_on(
+        Fallback::new(primary.clone(), insurance.clone()),
+        [limit.clone()],
+    );
+    let key = Key::from("k");
+    let mut admitted = 0;
+    for i in 0..300 {
+        if let Some(answer) = within(deadline(i), limiter.check("api", &key, 1)).await {
+            assert!(answer.expect("a decision").allowed);
+            admitted += 1;
+        }
+    }
+    settle().await;
+    assert!(admitted > 0 && admitted < 300, "{admitted}");
+    assert_eq!(
+        used(&primary.inner, &limit, &key).await,
+        admitted,
+        "{:?}",
+        primary.stats
+    );
+    assert_eq!(used(&insurance, &limit, &key).await, 0);
+    no_call_polled_twice_nor_started_twice(&primary.stats);
+}
