@@ -1841,3 +1841,52 @@ async fn a_fallback_over_futures_keeps_exact_charges_when_checks_are_cancelled()
     assert_eq!(used(&insurance, &limit, &key).await, 0);
     no_call_polled_twice_nor_started_twice(&primary.stats);
 }
+
+/// Wait mode over a store answering through futures: 60 concurrent callers of one
+/// key, held for their leaky-bucket places (100 ms apart), leave at scattered points.
+/// The layer never holds more than `max_held_per_key`, and once every caller is gone
+/// it holds nothing.
+#[tokio::test(start_paused = true)]
+async fn held_requests_leaving_at_every_await_leave_the_layer_holding_nothing() {
+    let store = Slow::new(ms(4), ms(4));
+    let policy = Policy::new("api", Quota::per_second(10).with_burst(1).expect("burst"))
+        .expect("policy")
+        .algorithm(Algorithm::LeakyBucket)
+        .max_delay(Duration::from_secs(100))
+        .key(one_key);
+    let layer = RateLimitLayer::builder()
+        .policy(policy)
+        .store(store.clone())
+        .build()
+        .expect("layer")
+        .wait(Duration::from_secs(100))
+        .max_held_per_key(5);
+    let service = layer.layer(handler(ms(1)));
+    let callers: Vec<_> = (0..60_u64)
+        .map(|i| {
+            let service = service.clone();
+            tokio::spawn(async move {
+                let patience = ms((i * 7_919) % 900);
+                let req = Request::get("/").body(Full::default()).expect("request");
+                timeout(patience, service.oneshot(req))
+                    .await
+                    .ok()
+                    .map(|r| r.expect("infallible").status())
+            })
+        })
+        .collect();
+    let mut most = 0;
+    while !callers.iter().all(tokio::task::JoinHandle::is_finished) {
+        most = most.max(layer.held());
+        sleep(ms(1)).await;
+    }
+    let mut answers = Vec::new();
+    for c in callers {
+        answers.push(c.await.expect("task"));
+    }
+    settle().await;
+    assert!(most <= 5, "held {most} for one key");
+    assert_eq!(layer.held(), 0, "answers {answers:?}");
+    assert!(answers.contains(&Some(StatusCode::OK)), "{answers:?}");
+    no_call_polled_twice_nor_started_twice(&store.stats);
+}
