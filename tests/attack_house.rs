@@ -1576,34 +1576,16 @@ fn layer_reloads_racing_each_other_never_pair_one_sets_limits_with_anothers_rule
     );
 }
 
-/// Requests through the layer while two threads reload it with the two racing sets:
-/// each must be decided by one set's limit with that set's rules. A fresh user under
-/// the first set has r = 999 of q = 1000; the tenant under the second is only ever
-/// charged 2 at a time, so r of q = 1001 stays odd.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "FINDING: requests during two concurrent layer.reload calls are decided by one set's limit with the other's key rule (27-32 of 20,000)"]
-async fn requests_during_racing_layer_reloads_are_decided_by_one_whole_set() {
-    const REQUESTS: usize = 20_000;
-    let layer = RateLimitLayer::builder()
-        .policies(racing_set(false))
-        .store(MemoryStore::with_clock(manual()))
-        .build()
-        .expect("layer");
+/// Sends `n` requests of fresh users of the tenant "t" through `layer` and returns
+/// those decided by a limit with rules of another set: a fresh user under the first
+/// set has r = 999 of q = 1000; the tenant under the second is only ever charged 2 at
+/// a time, so r of q = 1001 stays odd (or 0 once spent: usage carries over from
+/// 3000/min); q = 3000 (a limiter reload) may come with either set's rules (r = 2999,
+/// or even).
+async fn decided_by_mixed_sets(layer: &RateLimitLayer, n: usize) -> Vec<String> {
     let service = layer.layer(handler(Duration::ZERO));
-    let stop = Arc::new(AtomicBool::new(false));
-    let reloaders: Vec<_> = [false, true]
-        .into_iter()
-        .map(|second| {
-            let (layer, stop) = (layer.clone(), stop.clone());
-            std::thread::spawn(move || {
-                while !stop.load(Ordering::Relaxed) {
-                    layer.reload(racing_set(second)).expect("a valid set");
-                }
-            })
-        })
-        .collect();
     let mut wrong = Vec::new();
-    for user in 0..REQUESTS {
+    for user in 0..n {
         let req = Request::get("/")
             .header("x-user", format!("user-{user}"))
             .header("x-tenant", "t")
@@ -1626,23 +1608,97 @@ async fn requests_during_racing_layer_reloads_are_decided_by_one_whole_set() {
             .unwrap_or(u64::MAX);
         let whole = match policy.as_str() {
             r#""api";q=1000;w=60"# => r == 999,
-            r#""api";q=1001;w=60"# => r % 2 == 1,
+            r#""api";q=1001;w=60"# => r % 2 == 1 || r == 0,
+            r#""api";q=3000;w=60"# => r == 2_999 || r % 2 == 0,
             _ => false,
         };
         if !whole {
             wrong.push(format!("{policy} / {limit}"));
         }
     }
+    wrong
+}
+
+/// Requests through the layer while two threads reload it with the two racing sets:
+/// each must be decided by one set's limit with that set's rules.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "FINDING: requests during two concurrent layer.reload calls are decided by one set's limit with the other's rules (9-32 of 20,000; 0 of 20,000 through limiter.reload_policies before the layer-rules merge)"]
+async fn requests_during_racing_layer_reloads_are_decided_by_one_whole_set() {
+    const REQUESTS: usize = 20_000;
+    let layer = RateLimitLayer::builder()
+        .policies(racing_set(false))
+        .store(MemoryStore::with_clock(manual()))
+        .build()
+        .expect("layer");
+    let stop = Arc::new(AtomicBool::new(false));
+    let reloaders: Vec<_> = [false, true]
+        .into_iter()
+        .map(|second| {
+            let (layer, stop) = (layer.clone(), stop.clone());
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    layer.reload(racing_set(second)).expect("a valid set");
+                }
+            })
+        })
+        .collect();
+    let wrong = decided_by_mixed_sets(&layer, REQUESTS).await;
     stop.store(true, Ordering::Relaxed);
     for r in reloaders {
         r.join().expect("a reloader");
     }
-    // At rest, the layer's state is one set's too.
-    let at_rest = mixed(&layer);
+    // At rest, the layer's state is one set's.
     assert_eq!(
-        at_rest, None,
+        mixed(&layer),
+        None,
         "at rest: a limit of one set with the rules of the other"
     );
+    assert!(
+        wrong.is_empty(),
+        "{} of {REQUESTS} requests decided by a limit of one set with the rules of the other, e.g. {:?}",
+        wrong.len(),
+        &wrong[..wrong.len().min(3)]
+    );
+}
+
+/// One thread reloads the layer (alternating the two sets), another its limiter alone
+/// (3000/min, keeping whatever rules the layer has): every request is still decided
+/// by a limit with its own set's rules, or by the limiter's limit with either.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "FINDING (intermittent): a layer.reload racing layer.limiter().reload: 0-3 of 20,000 requests decided by the first set's limit (q=1000) with the second set's key rule"]
+async fn requests_during_a_layer_reload_racing_a_limiter_reload_are_decided_by_one_whole_set() {
+    const REQUESTS: usize = 20_000;
+    let layer = RateLimitLayer::builder()
+        .policies(racing_set(false))
+        .store(MemoryStore::with_clock(manual()))
+        .build()
+        .expect("layer");
+    let stop = Arc::new(AtomicBool::new(false));
+    let layer_reloader = {
+        let (layer, stop) = (layer.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut second = false;
+            while !stop.load(Ordering::Relaxed) {
+                layer.reload(racing_set(second)).expect("a valid set");
+                second = !second;
+            }
+        })
+    };
+    let limiter_reloader = {
+        let (layer, stop) = (layer.clone(), stop.clone());
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                layer
+                    .limiter()
+                    .reload([fixed("api", Quota::per_minute(3_000))])
+                    .expect("a valid set");
+            }
+        })
+    };
+    let wrong = decided_by_mixed_sets(&layer, REQUESTS).await;
+    stop.store(true, Ordering::Relaxed);
+    layer_reloader.join().expect("a reloader");
+    limiter_reloader.join().expect("a reloader");
     assert!(
         wrong.is_empty(),
         "{} of {REQUESTS} requests decided by a limit of one set with the rules of the other, e.g. {:?}",
