@@ -1609,7 +1609,7 @@ async fn decided_by_mixed_sets(layer: &RateLimitLayer, n: usize) -> Vec<String> 
         let whole = match policy.as_str() {
             r#""api";q=1000;w=60"# => r == 999,
             r#""api";q=1001;w=60"# => r % 2 == 1 || r == 0,
-            r#""api";q=3000;w=60"# => r == 2_999 || r % 2 == 0,
+            r#""api";q=3000;w=60"# => r == 2_999 || r.is_multiple_of(2),
             _ => false,
         };
         if !whole {
