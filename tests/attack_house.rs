@@ -1946,3 +1946,142 @@ async fn held_requests_leaving_at_every_await_leave_the_layer_holding_nothing() 
     assert!(answers.contains(&Some(StatusCode::OK)), "{answers:?}");
     no_call_polled_twice_nor_started_twice(&store.stats);
 }
+
+/// In wait mode, requests queue for a slot (first come, first served per key) and
+/// give up at random points, waiting or running: afterwards no slot is held and no
+/// request waits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiters_for_a_slot_giving_up_at_random_points_leave_no_slot_held() {
+    let store = MemoryStore::new();
+    let layer = RateLimitLayer::builder()
+        .policy(
+            Policy::in_flight_only("slow", 1)
+                .expect("policy")
+                .wait(Duration::from_secs(10)),
+        )
+        .store(store.clone())
+        .build()
+        .expect("layer");
+    let (ok, left) = clients_giving_up_leave_no_slot(layer.clone()).await;
+    assert!(ok > 0 && left > 0, "{ok} / {left}");
+    for _ in 0..200 {
+        if store.in_flight_keys() == 0 && layer.held() == 0 {
+            break;
+        }
+        sleep(ms(10)).await;
+    }
+    assert_eq!(store.in_flight_keys(), 0, "a slot outlived its request");
+    assert_eq!(layer.held(), 0, "a waiter outlived its request");
+    let server = Server::start(slow_app(layer, Arc::default())).await;
+    assert_eq!(server.get("/slow?n=0").await.status, StatusCode::OK);
+}
+
+/// Four leased "processes" over one memory store, the clock moving 250 ms between
+/// rounds of 40 requests: a fixed window admits at most its quota in each window, and
+/// GCRA at most `B + L·t/P` by every instant, leases or not.
+#[tokio::test]
+async fn leases_answering_ready_keep_each_algorithms_bound_while_time_moves() {
+    for algorithm in [
+        Algorithm::FixedWindow,
+        Algorithm::Gcra,
+        Algorithm::TokenBucket,
+    ] {
+        let clock = manual();
+        let inner = MemoryStore::with_clock(clock.clone());
+        let limit = Limit::new("api", Quota::per_minute(100))
+            .expect("limit")
+            .algorithm(algorithm);
+        let limiters: Vec<Limiter> = (0..4)
+            .map(|_| {
+                let store = LeasedStore::builder(inner.clone())
+                    .clock(clock.clone())
+                    .processes(4)
+                    .expect("processes")
+                    .build();
+                limiter_on(store, [limit.clone()])
+            })
+            .collect();
+        let key = Key::from("hot");
+        let mut per_window = std::collections::BTreeMap::<u64, u64>::new();
+        let mut total = 0_u64;
+        for step in 0..2_400_u64 {
+            let elapsed_ms = step * 250;
+            for (i, limiter) in limiters.iter().enumerate() {
+                for j in 0..10_u32 {
+                    let cost = 1 + (j + u32::try_from(i).expect("small")) % 3;
+                    if limiter
+                        .check("api", &key, cost)
+                        .await
+                        .expect("check")
+                        .allowed
+                    {
+                        total += u64::from(cost);
+                        *per_window.entry(elapsed_ms / 60_000).or_default() += u64::from(cost);
+                    }
+                }
+            }
+            if algorithm != Algorithm::FixedWindow {
+                let bound = 100 + 100 * elapsed_ms / 60_000;
+                assert!(
+                    total <= bound,
+                    "{algorithm:?}: {total} by {elapsed_ms} ms > {bound}"
+                );
+            }
+            clock.advance(ms(250));
+        }
+        if algorithm == Algorithm::FixedWindow {
+            let over: Vec<_> = per_window.iter().filter(|(_, n)| **n > 100).collect();
+            assert!(over.is_empty(), "windows over 100: {over:?}");
+        }
+        assert!(total > 0);
+    }
+}
+
+/// The mixed store under many threads, half the checks given up at their first
+/// `Pending`: a check answered ready is kept, one on its way is given back, and the
+/// store ends charged exactly for the admitted ones.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_store_answering_ready_or_later_keeps_exact_charges_when_checks_are_dropped() {
+    let store = Mixed {
+        inner: MemoryStore::with_clock(manual()),
+        calls: Arc::default(),
+    };
+    let limit = fixed("api", Quota::per_hour(100_000));
+    let limiter = limiter_on(store.clone(), [limit.clone()]);
+    let admitted = Arc::new(AtomicU64::new(0));
+    let tasks: Vec<_> = (0..8)
+        .map(|_| {
+            let (limiter, admitted) = (limiter.clone(), admitted.clone());
+            tokio::spawn(async move {
+                let key = Key::from("hot");
+                for i in 0..300 {
+                    let patience = if i % 2 == 0 {
+                        Duration::ZERO
+                    } else {
+                        Duration::from_secs(60)
+                    };
+                    if let Ok(answer) = timeout(patience, limiter.check("api", &key, 1)).await {
+                        assert!(answer.expect("a decision").allowed);
+                        admitted.fetch_add(1, Ordering::SeqCst);
+                    }
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.expect("a task");
+    }
+    let key = Key::from("hot");
+    let admitted = admitted.load(Ordering::SeqCst);
+    // The give-backs of dropped checks run on in the background: a bounded wait.
+    let mut charged = 0;
+    for _ in 0..200 {
+        charged = used(&store.inner, &limit, &key).await;
+        if charged == admitted {
+            break;
+        }
+        sleep(ms(10)).await;
+    }
+    assert!(admitted > 1_200, "{admitted}");
+    assert_eq!(charged, admitted);
+}
