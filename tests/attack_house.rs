@@ -2085,3 +2085,55 @@ async fn a_store_answering_ready_or_later_keeps_exact_charges_when_checks_are_dr
     assert!(admitted > 1_200, "{admitted}");
     assert_eq!(charged, admitted);
 }
+
+/// Requests through the layer from many tasks at once, over a store that answers
+/// ready or later and over leases answering ready: exactly the quota is served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_layer_over_ready_or_later_stores_serves_exactly_its_quota() {
+    let mixed = Mixed {
+        inner: MemoryStore::with_clock(manual()),
+        calls: Arc::default(),
+    };
+    let leased = LeasedStore::builder(MemoryStore::with_clock(manual()))
+        .clock(manual())
+        .build();
+    let layers = [
+        RateLimitLayer::builder()
+            .policy(fixed_policy("api", Quota::per_hour(500)).key(one_key))
+            .store(mixed)
+            .build()
+            .expect("layer"),
+        RateLimitLayer::builder()
+            .policy(fixed_policy("api", Quota::per_hour(500)).key(one_key))
+            .store(leased)
+            .build()
+            .expect("layer"),
+    ];
+    for layer in layers {
+        let service = layer.layer(handler(Duration::ZERO));
+        let served = Arc::new(AtomicU64::new(0));
+        let tasks: Vec<_> = (0..8)
+            .map(|_| {
+                let (service, served) = (service.clone(), served.clone());
+                tokio::spawn(async move {
+                    for _ in 0..150 {
+                        let req = Request::get("/").body(Full::default()).expect("request");
+                        let status = service
+                            .clone()
+                            .oneshot(req)
+                            .await
+                            .expect("infallible")
+                            .status();
+                        if status == StatusCode::OK {
+                            served.fetch_add(1, Ordering::SeqCst);
+                        }
+                    }
+                })
+            })
+            .collect();
+        for task in tasks {
+            task.await.expect("a task");
+        }
+        assert_eq!(served.load(Ordering::SeqCst), 500);
+    }
+}
