@@ -12,7 +12,7 @@ use arc_swap::ArcSwap;
 
 use crate::layer::builder::{LayerBuilder, validate};
 use crate::layer::shared::Shared;
-use crate::layer::shared::View;
+use crate::layer::shared::{Paired, View};
 use crate::{ConfigError, HeaderStyle, Limiter, Policy, Rejection};
 
 /// Rate limiting for any Tower service over `http` requests: axum routers, tonic
@@ -111,12 +111,13 @@ impl RateLimitLayer {
     /// name (checked by the caller).
     pub(super) fn with_rules(limiter: Limiter, rules: Vec<Policy>) -> Self {
         let style = HeaderStyle::default();
-        let view = View::new(style, limiter.snapshot(), &rules);
+        let paired = Arc::new(Paired::new(limiter.snapshot(), &rules));
+        let view = View::new(style, Arc::clone(&paired));
         Self {
             shared: Arc::new(Shared {
                 limiter,
                 style,
-                rules: Arc::new(ArcSwap::from_pointee(rules)),
+                paired: Arc::new(ArcSwap::new(paired)),
                 reloading: Arc::default(),
                 view: Arc::new(ArcSwap::from_pointee(view)),
                 rejection: Rejection::default(),
@@ -191,21 +192,15 @@ impl RateLimitLayer {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         let limits = policies.iter().map(|p| p.limit().clone()).collect();
-        // The rules first: a request that sees the new set before its view is stored
-        // builds that view from them (see `Shared::view`).
-        let old_rules = shared.rules.swap(Arc::new(policies.clone()));
-        match shared.limiter.replace(limits) {
-            Ok(set) => {
-                shared
-                    .view
-                    .store(Arc::new(View::new(shared.style, set, &policies)));
-                Ok(())
-            }
-            Err(error) => {
-                shared.rules.store(old_rules);
-                Err(error)
-            }
-        }
+        let set = shared.limiter.prepare(limits)?;
+        // The pairing first, the limiter's set after: in between, requests find the
+        // pairing's set newer than the limiter's and decide under the pairing, whole
+        // (see `Shared::paired`); operators' calls see the old set until the install.
+        shared
+            .paired
+            .store(Arc::new(Paired::new(Arc::clone(&set), &policies)));
+        shared.limiter.install(set);
+        Ok(())
     }
 
     fn shared(&mut self) -> &mut Shared {
@@ -224,11 +219,7 @@ impl RateLimitLayer {
     pub fn headers(mut self, style: HeaderStyle) -> Self {
         let shared = self.shared();
         shared.style = style;
-        shared.view = Arc::new(ArcSwap::from_pointee(View::new(
-            style,
-            shared.limiter.snapshot(),
-            &shared.rules.load(),
-        )));
+        shared.view = Arc::new(ArcSwap::from_pointee(View::new(style, shared.paired())));
         self
     }
 

@@ -24,13 +24,14 @@ pub(crate) type Predicate = dyn Fn(&Parts) -> bool + Send + Sync;
 pub(crate) struct Shared {
     pub(crate) limiter: Limiter,
     pub(crate) style: HeaderStyle,
-    /// The layer's request rules, by policy name: paired with the limiter's current
-    /// limits by name (a limit without one has the default rules). Shared by every
-    /// clone of the layer, replaced whole by [`reload`](crate::RateLimitLayer::reload).
-    pub(crate) rules: Arc<ArcSwap<Vec<Policy>>>,
+    /// The limiter's current limits paired with the layer's request rules (see
+    /// [`Paired`]). Shared by every clone of the layer, replaced whole by
+    /// [`reload`](crate::RateLimitLayer::reload).
+    pub(crate) paired: Arc<ArcSwap<Paired>>,
     /// Held by a reload, so that two reloads of this layer install in one order.
     pub(crate) reloading: Arc<Mutex<()>>,
-    /// The view of the limiter's current set, rebuilt when a reload replaces the set.
+    /// The view of the current pairing in this layer's style, rebuilt when a reload
+    /// replaces the pairing.
     pub(crate) view: Arc<ArcSwap<View>>,
     pub(crate) rejection: Rejection,
     pub(crate) fail_mode: FailMode,
@@ -61,20 +62,20 @@ pub(crate) type HeldPerKey = HashMap<Holder, usize, foldhash::fast::RandomState>
 /// Whom a held request is held for: the policy that holds it and its key.
 pub(crate) type Holder = (&'static str, Key);
 
-/// What the layer decides one request with: one set of the limiter's limits (a
-/// reload while the request runs does not change it), each paired with its request
-/// rules, and the headers planned for them.
-pub(crate) struct View {
+/// One set of the limiter's limits, each paired with its request rules: what a layer
+/// reload installs whole, and what the layer re-pairs (by name, with the rules it
+/// had) when the limiter's limits are reloaded on their own. Shared by every clone of
+/// the layer, whatever its options.
+pub(crate) struct Paired {
     pub(crate) set: Arc<Set>,
     /// One per limit of `set`, in its order.
-    policies: Vec<Policy>,
-    pub(crate) headers: HeaderPlan,
+    pub(crate) policies: Vec<Policy>,
 }
 
-impl View {
+impl Paired {
     /// Pairs each limit of `set` with the rules of the policy of its name in `rules`,
     /// or the default rules.
-    pub(crate) fn new(style: HeaderStyle, set: Arc<Set>, rules: &[Policy]) -> Self {
+    pub(crate) fn new(set: Arc<Set>, rules: &[Policy]) -> Self {
         let policies: Vec<Policy> = set
             .limits
             .iter()
@@ -88,16 +89,31 @@ impl View {
         if let Err(error) = crate::layer::headers::check_size(&policies) {
             crate::observe::headers_too_long(&error);
         }
-        let headers = HeaderPlan::new(style, &policies);
+        Self { set, policies }
+    }
+}
+
+/// What the layer decides one request with: one [`Paired`] set (a reload while the
+/// request runs does not change it) and the headers planned for it in this layer's
+/// style.
+pub(crate) struct View {
+    pub(crate) paired: Arc<Paired>,
+    pub(crate) set: Arc<Set>,
+    pub(crate) headers: HeaderPlan,
+}
+
+impl View {
+    pub(crate) fn new(style: HeaderStyle, paired: Arc<Paired>) -> Self {
+        let headers = HeaderPlan::new(style, &paired.policies);
         Self {
-            set,
-            policies,
+            set: Arc::clone(&paired.set),
+            paired,
             headers,
         }
     }
 
     pub(crate) fn policies(&self) -> &[Policy] {
-        &self.policies
+        &self.paired.policies
     }
 }
 
@@ -118,24 +134,51 @@ impl Shared {
         self.limiter.decide(&view.set, checks)
     }
 
-    /// The view of the limiter's current set: the cached one while the set is the
-    /// same (one atomic load and one reference count), else a new one, planned once
-    /// per reload and cached for the requests after it.
+    /// The set to decide a request under, paired with its rules: the layer's
+    /// current pairing while the limiter's set is that one, or one the layer has
+    /// prepared and is about to install (a newer generation); else the limiter's
+    /// limits were reloaded on their own, and they are paired with the rules the layer
+    /// had, by name, and published for every clone. One atomic load and a pointer
+    /// compare in the common case.
     #[inline]
-    pub(crate) fn view(&self) -> Arc<View> {
-        let cached = self.view.load_full();
+    pub(crate) fn paired(&self) -> Arc<Paired> {
+        let paired = self.paired.load_full();
         let current = self.limiter.current();
         if std::ptr::eq(
-            Arc::as_ptr(&cached.set),
+            Arc::as_ptr(&paired.set),
             std::ptr::from_ref::<Set>(&current),
-        ) {
+        ) || paired.set.generation > current.generation
+        {
+            return paired;
+        }
+        // Read again, after the limiter's set: a layer reload stores its pairing
+        // before it installs the set, so a set installed by one is seen here with its
+        // pairing (or a newer one).
+        let paired = self.paired.load_full();
+        let current_set = self.limiter.snapshot();
+        drop(current);
+        if Arc::ptr_eq(&paired.set, &current_set) || paired.set.generation > current_set.generation
+        {
+            return paired;
+        }
+        let repaired = Arc::new(Paired::new(current_set, &paired.policies));
+        // Only over the pairing it was made from: a layer reload that stored a newer
+        // one meanwhile keeps it.
+        let _ = self.paired.compare_and_swap(&paired, Arc::clone(&repaired));
+        repaired
+    }
+
+    /// The view of the current pairing in this layer's style: the cached one while
+    /// the pairing is the same, else a new one, planned once per reload and cached for
+    /// the requests after it.
+    #[inline]
+    pub(crate) fn view(&self) -> Arc<View> {
+        let paired = self.paired();
+        let cached = self.view.load_full();
+        if Arc::ptr_eq(&cached.paired, &paired) {
             return cached;
         }
-        let view = Arc::new(View::new(
-            self.style,
-            self.limiter.snapshot(),
-            &self.rules.load(),
-        ));
+        let view = Arc::new(View::new(self.style, paired));
         self.view.store(Arc::clone(&view));
         view
     }

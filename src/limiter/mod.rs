@@ -241,9 +241,14 @@ impl Limiter {
     /// Validates `limits` as a set and makes it the current one; returns it (the
     /// layer pairs it with its request rules).
     pub(crate) fn replace(&self, limits: Vec<Limit>) -> Result<Arc<Set>, ConfigError> {
-        let set = Arc::new(Set::new(limits, &**self.store())?);
+        let set = self.prepare(limits)?;
         self.install(Arc::clone(&set));
         Ok(set)
+    }
+
+    /// Validates `limits` as a set for this limiter's store, without installing it.
+    pub(crate) fn prepare(&self, limits: Vec<Limit>) -> Result<Arc<Set>, ConfigError> {
+        Ok(Arc::new(Set::new(limits, &**self.store())?))
     }
 
     /// The store, when it is the memory store: the hot paths call it directly.
@@ -260,8 +265,21 @@ impl Limiter {
 
     /// Makes `set` the current one: stored first, then the flag raised, so a thread
     /// that sees the flag loads the new set (or a newer one).
-    fn install(&self, set: Arc<Set>) {
-        self.inner.set.store(set);
+    ///
+    /// Reloads racing each other end with the set prepared last, whatever order they
+    /// install in: a set older than the current one is not installed.
+    pub(crate) fn install(&self, set: Arc<Set>) {
+        let mut current = self.inner.set.load_full();
+        loop {
+            if current.generation >= set.generation {
+                return;
+            }
+            let before = self.inner.set.compare_and_swap(&current, Arc::clone(&set));
+            if Arc::ptr_eq(&before, &current) {
+                break;
+            }
+            current = arc_swap::Guard::into_inner(before);
+        }
         self.inner.reloaded.store(true, Ordering::Release);
         // Limits derived from the replaced set would stay cached beside the new ones
         // (their key names what they were derived from, so none is used wrongly):

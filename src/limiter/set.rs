@@ -10,7 +10,13 @@ use crate::{ConfigError, Limit};
 #[derive(Debug)]
 pub(crate) struct Set {
     pub(crate) limits: Vec<Limit>,
+    /// When the set was made, in the order sets are made in this process: the layer
+    /// tells a set it prepared (and installs right after) from an older one.
+    pub(crate) generation: u64,
 }
+
+/// The generation of the next set made.
+static NEXT_GENERATION: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 impl Set {
     /// Validates a set for `store`: at least one limit, unique names, every quota
@@ -33,7 +39,8 @@ impl Set {
         for limit in &limits {
             store.validate(limit)?;
         }
-        Ok(Self { limits })
+        let generation = NEXT_GENERATION.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Ok(Self { limits, generation })
     }
 
     /// The index of the limit named `name`.
