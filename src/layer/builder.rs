@@ -93,7 +93,7 @@ impl LayerBuilder {
         let limits = self.policies.iter().map(|p| p.limit().clone());
         let limiter = self.limiter.limits(limits).build()?;
         validate(&self.policies, &**limiter.store())?;
-        Ok(RateLimitLayer::with_rules(limiter, self.policies))
+        Ok(RateLimitLayer::with_rules(limiter, &self.policies))
     }
 }
 

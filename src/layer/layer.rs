@@ -104,14 +104,14 @@ impl RateLimitLayer {
     /// # Ok::<(), tollgate::ConfigError>(())
     /// ```
     pub fn new(limiter: Limiter) -> Self {
-        Self::with_rules(limiter, Vec::new())
+        Self::with_rules(limiter, &[])
     }
 
     /// A layer over `limiter` whose limits take their request rules from `rules` by
     /// name (checked by the caller).
-    pub(super) fn with_rules(limiter: Limiter, rules: Vec<Policy>) -> Self {
+    pub(super) fn with_rules(limiter: Limiter, rules: &[Policy]) -> Self {
         let style = HeaderStyle::default();
-        let paired = Arc::new(Paired::new(limiter.snapshot(), &rules));
+        let paired = Arc::new(Paired::new(limiter.snapshot(), rules));
         let view = View::new(style, Arc::clone(&paired));
         Self {
             shared: Arc::new(Shared {
@@ -199,7 +199,7 @@ impl RateLimitLayer {
         shared
             .paired
             .store(Arc::new(Paired::new(Arc::clone(&set), &policies)));
-        shared.limiter.install(set);
+        shared.limiter.install(&set);
         Ok(())
     }
 

@@ -242,7 +242,7 @@ impl Limiter {
     /// layer pairs it with its request rules).
     pub(crate) fn replace(&self, limits: Vec<Limit>) -> Result<Arc<Set>, ConfigError> {
         let set = self.prepare(limits)?;
-        self.install(Arc::clone(&set));
+        self.install(&set);
         Ok(set)
     }
 
@@ -268,13 +268,13 @@ impl Limiter {
     ///
     /// Reloads racing each other end with the set prepared last, whatever order they
     /// install in: a set older than the current one is not installed.
-    pub(crate) fn install(&self, set: Arc<Set>) {
+    pub(crate) fn install(&self, set: &Arc<Set>) {
         let mut current = self.inner.set.load_full();
         loop {
             if current.generation >= set.generation {
                 return;
             }
-            let before = self.inner.set.compare_and_swap(&current, Arc::clone(&set));
+            let before = self.inner.set.compare_and_swap(&current, Arc::clone(set));
             if Arc::ptr_eq(&before, &current) {
                 break;
             }
