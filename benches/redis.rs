@@ -602,7 +602,7 @@ async fn log_denial_row(
     cost: u32,
     admin: &mut MultiplexedConnection,
 ) -> Row {
-    let clock = tollgate::ManualClock::new(Duration::from_secs(1_700_000_000));
+    let clock = tollgate::clock::ManualClock::new(Duration::from_secs(1_700_000_000));
     let store = RedisStore::from_url(url)
         .expect("a url")
         .prefix(&format!("log-denial-{limit}-{cost}"))

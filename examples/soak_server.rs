@@ -27,7 +27,8 @@ use axum::middleware::{self, Next};
 use axum::response::Response;
 use axum::routing::get;
 use http::StatusCode;
-use tollgate::{FailMode, Policy, Quota, RateLimitLayer, RedisStore};
+use tollgate::layer::FailMode;
+use tollgate::{Policy, Quota, RateLimitLayer, RedisStore};
 
 /// The limit under test: `LIMIT` per second, burst `LIMIT`, so at most `2 × LIMIT`
 /// may pass in any one second.

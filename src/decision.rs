@@ -14,7 +14,8 @@ use crate::Quota;
 ///
 /// ```
 /// use std::time::Duration;
-/// use tollgate::{Key, Limiter, ManualClock, MemoryStore, Limit, Quota};
+/// use tollgate::{Key, Limiter, MemoryStore, Limit, Quota};
+/// use tollgate::clock::ManualClock;
 /// # tokio::runtime::Builder::new_current_thread().build()?.block_on(async {
 /// let clock = ManualClock::new(Duration::from_secs(1_700_000_000));
 /// let limiter = Limiter::builder()
@@ -38,7 +39,7 @@ use crate::Quota;
 /// Two decisions are equal when everything they say is equal: the [`Receipt`] of an
 /// admitted request is bookkeeping, not part of the answer, so a decision from one
 /// store equals the same decision from another (or through a
-/// [`Fallback`](crate::Fallback)).
+/// [`Fallback`](crate::store::Fallback)).
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct Decision {
@@ -129,7 +130,7 @@ impl Eq for Decision {}
 /// Which charge a refund takes back: made by the store when it charges, carried by the
 /// [`Decision`], handed back through
 /// [`Limiter::refund_charge`](crate::Limiter::refund_charge) (or
-/// [`Store::refund_charge`](crate::Store::refund_charge)).
+/// [`Store::refund_charge`](crate::store::Store::refund_charge)).
 ///
 /// A counter cannot tell one charge from another, so a refund without a receipt can
 /// only take back the key's newest charges: a refund that arrives after its charge's
@@ -138,7 +139,7 @@ impl Eq for Decision {}
 /// and when it was made, so each algorithm returns only what of that very charge it
 /// still counts: nothing once the charge's window has passed or time has repaid it.
 /// It also records which store took the charge, through any
-/// [`Fallback`](crate::Fallback)s, so the refund goes there and nowhere else.
+/// [`Fallback`](crate::store::Fallback)s, so the refund goes there and nowhere else.
 ///
 /// Opaque; `Copy`. Refund a decision once: a receipt does not know whether it was
 /// used, and each use returns up to the charge's cost again (never more than the key
@@ -166,7 +167,7 @@ pub struct Receipt {
     /// end of its debt), so it identifies the charge on every store alike.
     until_us: u64,
     cost: NonZeroU64,
-    /// The [`Fallback`](crate::Fallback) legs that led to the store that took the
+    /// The [`Fallback`](crate::store::Fallback) legs that led to the store that took the
     /// charge: a stack of bits (1: insurance) under a leading 1, the innermost
     /// `Fallback` lowest; 0 when too deep to record.
     route: u64,

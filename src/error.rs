@@ -153,7 +153,7 @@ pub enum StoreErrorKind {
     /// policy's `quota_from`) that the limit's algorithm or the store cannot count
     /// exactly; the message names the quota and the reason.
     InvalidQuota,
-    /// The store does not implement this operation (a custom [`Store`](crate::Store)
+    /// The store does not implement this operation (a custom [`Store`](crate::store::Store)
     /// that keeps the defaults of `reset`, `block` or `penalize`).
     Unsupported,
 }

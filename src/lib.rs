@@ -41,7 +41,8 @@
 //!
 //! ```
 //! use axum::{Router, routing::get};
-//! use tollgate::{Policy, Quota, RateLimitLayer, TrustedProxies, key};
+//! use tollgate::key::{self, TrustedProxies};
+//! use tollgate::{Policy, Quota, RateLimitLayer};
 //!
 //! let layer = RateLimitLayer::builder()
 //!     .policy(Policy::new("api", Quota::per_minute(100).with_burst(20)?)?.key(key::client_ip(TrustedProxies::none())))
@@ -114,7 +115,7 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod algorithm;
-mod clock;
+pub mod clock;
 #[cfg(feature = "config")]
 #[cfg_attr(docsrs, doc(cfg(feature = "config")))]
 pub mod config;
@@ -124,7 +125,7 @@ pub mod key;
 #[cfg(feature = "layer")]
 pub mod layer;
 mod limit;
-mod limiter;
+pub mod limiter;
 mod observe;
 mod penalty;
 mod quota;
@@ -132,27 +133,17 @@ pub mod store;
 mod time;
 
 pub use algorithm::Algorithm;
-pub use clock::{Clock, ManualClock, SystemClock};
-pub use decision::{Decision, Receipt};
+pub use decision::Decision;
 pub use error::{ConfigError, StoreError, StoreErrorKind};
 pub use key::Key;
 pub use limit::Limit;
-pub use limiter::{CheckEntry, Limiter, LimiterBuilder};
-pub use penalty::{MAX_DENIAL, Penalty};
-pub use quota::{MAX_COUNT, Quota};
+pub use limiter::{Limiter, LimiterBuilder};
+pub use penalty::Penalty;
+pub use quota::Quota;
+pub use store::MemoryStore;
 #[cfg(feature = "redis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub use store::RedisStore;
-pub use store::memory::{DEFAULT_MAX_BYTES, DEFAULT_MAX_KEYS};
-pub use store::{
-    Charge, Fallback, InFlightSlot, LeaseBuilder, LeasedStore, MemoryStore, SliceSizing, Store,
-    StoreFuture,
-};
 
 #[cfg(feature = "layer")]
-pub use key::TrustedProxies;
-#[cfg(feature = "layer")]
-pub use layer::{
-    Costs, FailMode, HeaderStyle, MissingKey, Policy, RateLimitLayer, RejectReason, Rejection,
-    RejectionInfo, ResetFormat,
-};
+pub use layer::{Policy, RateLimitLayer};

@@ -141,7 +141,8 @@ impl Limit {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use tollgate::{Algorithm, Key, Limit, Limiter, ManualClock, MemoryStore, Quota};
+    /// use tollgate::{Algorithm, Key, Limit, Limiter, MemoryStore, Quota};
+    /// use tollgate::clock::ManualClock;
     /// # tokio::runtime::Builder::new_current_thread().build()?.block_on(async {
     /// let queue = Limit::new("queue", Quota::per_second(1).with_burst(100)?)?
     ///     .algorithm(Algorithm::LeakyBucket)

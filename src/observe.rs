@@ -138,7 +138,8 @@ mod tests {
         Counter, Gauge, Histogram, Key, KeyName, Metadata, Recorder, SharedString, Unit,
     };
 
-    use crate::{Limit, Limiter, ManualClock, MemoryStore, Penalty, Quota};
+    use crate::clock::ManualClock;
+    use crate::{Limit, Limiter, MemoryStore, Penalty, Quota};
 
     /// Counts `tollgate_penalties_total{policy="login"}`; every other metric is dropped.
     struct Penalties(Arc<AtomicU64>);

@@ -10,7 +10,9 @@
 
 use std::time::Duration;
 
-use tollgate::{Algorithm, Decision, Key, Limit, Limiter, ManualClock, MemoryStore, Quota, Store};
+use tollgate::clock::ManualClock;
+use tollgate::store::Store;
+use tollgate::{Algorithm, Decision, Key, Limit, Limiter, MemoryStore, Quota};
 
 type TestResult = Result<(), Box<dyn std::error::Error>>;
 
@@ -1519,7 +1521,7 @@ mod layer {
 
 mod leases {
     use super::*;
-    use tollgate::{LeasedStore, SliceSizing};
+    use tollgate::store::{LeasedStore, SliceSizing};
 
     fn leased<S: Store>(store: S, clock: &ManualClock) -> (LeasedStore<S>, Limiter) {
         let leases = LeasedStore::builder(store)
@@ -1883,7 +1885,8 @@ async fn a_penalty_lasts_as_documented_on_redis() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_block_set_while_the_primary_is_down_holds_once_it_is_back() -> TestResult {
     use support::redis_server::RedisServer;
-    use tollgate::{Fallback, RedisStore};
+    use tollgate::RedisStore;
+    use tollgate::store::Fallback;
     let server = RedisServer::start();
     let redis = RedisStore::from_url(&server.url())?
         .prefix("fallback")

@@ -26,9 +26,9 @@ use http::{HeaderMap, Request, Response, StatusCode};
 use sfv::{BareItem, Item, List, ListEntry, Parser};
 use tokio::runtime::Runtime;
 use tollgate::layer::Decisions;
-use tollgate::{
-    Algorithm, HeaderStyle, ManualClock, MemoryStore, Policy, Quota, RateLimitLayer, ResetFormat,
-};
+use tollgate::{Algorithm, MemoryStore, Policy, Quota, RateLimitLayer};
+use tollgate::clock::ManualClock;
+use tollgate::layer::{HeaderStyle, ResetFormat};
 use tower::{Layer, ServiceExt};
 
 const START: Duration = Duration::from_secs(1_700_000_000);

@@ -8,7 +8,7 @@
 
 use super::gcra::{self, Gcra, NS_PER_US, State, start_ns};
 use super::{Params, Rule, div_ceil};
-use crate::Receipt;
+use crate::decision::Receipt;
 
 /// See [`Algorithm::LeakyBucket`](crate::Algorithm::LeakyBucket).
 #[derive(Debug)]

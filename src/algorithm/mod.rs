@@ -22,7 +22,7 @@ pub(crate) mod token_bucket;
 
 use std::fmt;
 
-use crate::Receipt;
+use crate::decision::Receipt;
 pub(crate) use divisor::Divisor;
 pub(crate) use params::{Params, gcd};
 
@@ -423,7 +423,7 @@ pub(crate) fn penalize<R: Rule>(
 
 /// The most one forced charge (a penalty) takes under `p`, so that every store
 /// counts the debt exactly and alike: GCRA and the leaky bucket, a century of debt
-/// (`cost × T` within [`MAX_DENIAL`](crate::MAX_DENIAL)); the token bucket, 2^52 units
+/// (`cost × T` within [`MAX_DENIAL`](crate::Penalty::MAX_DENIAL)); the token bucket, 2^52 units
 /// (as a quota change's carried deficit); the sliding window, `cost × period` below
 /// 2^53 (Lua's exact integers); the other windows count any `u32` exactly. A larger
 /// penalty charges this much: the key is denied as long as the algorithm can say.

@@ -17,9 +17,11 @@ use crate::layer::limiter_calls::{Pending, targets};
 use crate::layer::refunds::{refund_charges, refund_uncounted};
 use crate::layer::rejection::{RejectReason, RejectionInfo};
 use crate::layer::shared::{HeldSlot, Holder, Shared, View};
+use crate::layer::{FailMode, Rejection};
 use crate::limiter::Taken;
 use crate::observe::{self, Outcome};
-use crate::{Decision, FailMode, InFlightSlot, Key, Rejection, StoreError};
+use crate::store::InFlightSlot;
+use crate::{Decision, Key, StoreError};
 
 /// What the future needs besides its state.
 pub(crate) struct RequestContext {

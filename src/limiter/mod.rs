@@ -1,4 +1,6 @@
-//! [`Limiter`]: named policies over one store, with all-or-nothing multi-policy checks.
+//! The limiter: [`Limiter`] (named limits over one store, with all-or-nothing checks
+//! across several limits), its [`LimiterBuilder`], and [`CheckEntry`], one line of a
+//! [`check_all`](Limiter::check_all).
 
 mod builder;
 mod check;
@@ -561,7 +563,7 @@ impl Limiter {
 
     /// Takes back up to `amount` of what `decision` charged to `key`, for a request
     /// that should not count after all (e.g. only failed logins count): the
-    /// [`Receipt`](crate::Receipt) in the decision names the charge, so only what of *that* charge
+    /// [`Receipt`](crate::decision::Receipt) in the decision names the charge, so only what of *that* charge
     /// the key still counts comes back, from the store that took it.
     ///
     /// - Nothing comes back for a decision that charged nothing (denied, a peek, or
@@ -576,12 +578,13 @@ impl Limiter {
     /// - Never leaves the key better than idle.
     ///
     /// Refund each decision once: each call may return up to its cost again. On a
-    /// [`Fallback`](crate::Fallback), a refund whose store is down is dropped (an
+    /// [`Fallback`](crate::store::Fallback), a refund whose store is down is dropped (an
     /// error), never sent to the other store.
     ///
     /// ```
     /// use std::time::Duration;
-    /// use tollgate::{Algorithm, Key, Limiter, ManualClock, MemoryStore, Limit, Quota};
+    /// use tollgate::{Algorithm, Key, Limiter, MemoryStore, Limit, Quota};
+    /// use tollgate::clock::ManualClock;
     /// # tokio::runtime::Builder::new_current_thread().build()?.block_on(async {
     /// let clock = ManualClock::new(Duration::from_secs(1_700_000_020)); // 40 s into a minute
     /// let limiter = Limiter::builder()
@@ -683,7 +686,7 @@ impl Limiter {
     /// left, [`blocked_for`](Decision::blocked_for) too), whatever its quota says; a
     /// later block replaces this one, a zero `duration` lifts it, and
     /// [`reset`](Limiter::reset) lifts it too. Returns the key's decision afterwards.
-    /// A duration longer than [`MAX_DENIAL`](crate::MAX_DENIAL) (a century; up to
+    /// A duration longer than [`Penalty::MAX_DENIAL`](crate::Penalty::MAX_DENIAL) (a century; up to
     /// `Duration::MAX`) blocks for exactly that long.
     /// On Redis the block is state like any other: one round trip, and every process
     /// denies the key from its next call.
@@ -710,8 +713,8 @@ impl Limiter {
         duration: Duration,
     ) -> Result<Decision, StoreError> {
         let limit = Self::find(&self.snapshot(), policy)?;
-        // Longer than a century is a century, on every store (see `MAX_DENIAL`).
-        let duration = duration.min(crate::MAX_DENIAL);
+        // Longer than a century is a century, on every store (see `Penalty::MAX_DENIAL`).
+        let duration = duration.min(crate::Penalty::MAX_DENIAL);
         self.inner.store.block(&limit, key, duration).await
     }
 
@@ -723,7 +726,7 @@ impl Limiter {
     /// period: for a longer denial, [`block`](Limiter::block)). Returns the key's decision
     /// afterwards, as [`peek`](Limiter::peek) would. Not a rejection: it never counts
     /// toward a [`Penalty`](crate::Penalty). Any `cost` is safe: one penalty charges
-    /// at most a century of debt ([`MAX_DENIAL`](crate::MAX_DENIAL)).
+    /// at most a century of debt ([`Penalty::MAX_DENIAL`](crate::Penalty::MAX_DENIAL)).
     ///
     /// It reaches the key under the limit's own quota and under every period the
     /// limit has been decided under (plans: the memory store's tables in the key's
@@ -733,7 +736,8 @@ impl Limiter {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use tollgate::{Key, Limiter, Limit, ManualClock, MemoryStore, Quota};
+    /// use tollgate::{Key, Limiter, Limit, MemoryStore, Quota};
+    /// use tollgate::clock::ManualClock;
     /// # tokio::runtime::Builder::new_current_thread().build()?.block_on(async {
     /// let clock = ManualClock::new(Duration::from_secs(1_700_000_000));
     /// let limiter = Limiter::builder()
@@ -757,7 +761,7 @@ impl Limiter {
     ) -> Result<Decision, StoreError> {
         let limit = Self::find(&self.snapshot(), policy)?;
         // At most the capacity plus a century of refill, on every store (see
-        // `MAX_DENIAL`): more would deny no longer, and overflow the fluid algorithms.
+        // `Penalty::MAX_DENIAL`): more would deny no longer, and overflow the fluid algorithms.
         let charge = Charge {
             limit: &limit,
             key,

@@ -31,7 +31,8 @@ impl Limiter {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use tollgate::{Key, Limit, Limiter, ManualClock, MemoryStore, Quota};
+    /// use tollgate::{Key, Limit, Limiter, MemoryStore, Quota};
+    /// use tollgate::clock::ManualClock;
     /// # tokio::runtime::Builder::new_current_thread().build()?.block_on(async {
     /// let clock = ManualClock::new(Duration::from_secs(1_700_000_000));
     /// let limiter = Limiter::builder()
@@ -74,7 +75,8 @@ impl Limiter {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use tollgate::{Key, Limit, Limiter, ManualClock, MemoryStore, Quota};
+    /// use tollgate::{Key, Limit, Limiter, MemoryStore, Quota};
+    /// use tollgate::clock::ManualClock;
     /// # tokio::runtime::Builder::new_current_thread().build()?.block_on(async {
     /// let clock = ManualClock::new(Duration::from_secs(1_700_000_000));
     /// let limiter = Limiter::builder()

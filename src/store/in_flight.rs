@@ -8,8 +8,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 /// What gives a slot back to its store.
 type Release = Box<dyn FnOnce() + Send + Sync>;
 
-/// One in-flight slot taken from a [`Store`](crate::Store) by
-/// [`acquire_in_flight`](crate::Store::acquire_in_flight): the key has one place fewer
+/// One in-flight slot taken from a [`Store`](crate::store::Store) by
+/// [`acquire_in_flight`](crate::store::Store::acquire_in_flight): the key has one place fewer
 /// for requests running at once until this is dropped.
 ///
 /// Dropping it gives the slot back, whatever the reason: the response ended, the
@@ -30,7 +30,8 @@ type Release = Box<dyn FnOnce() + Send + Sync>;
 /// counts, and a paused process's requests are not counted while they are away.
 ///
 /// ```
-/// use tollgate::{Key, Limit, MemoryStore, Quota, Store};
+/// use tollgate::{Key, Limit, MemoryStore, Quota};
+/// use tollgate::store::Store;
 /// # tokio::runtime::Builder::new_current_thread().build()?.block_on(async {
 /// let store = MemoryStore::new();
 /// let uploads = Limit::new("uploads", Quota::per_second(100))?;
@@ -52,14 +53,14 @@ pub struct InFlightSlot {
 
 impl InFlightSlot {
     /// A slot that runs `release` once, when it is dropped: for stores implementing
-    /// [`Store::acquire_in_flight`](crate::Store::acquire_in_flight). `release` runs in
+    /// [`Store::acquire_in_flight`](crate::store::Store::acquire_in_flight). `release` runs in
     /// `Drop`, possibly while a panic unwinds: it must not block or panic.
     ///
     /// ```
     /// use std::sync::Arc;
     /// use std::sync::atomic::{AtomicUsize, Ordering};
     /// let running = Arc::new(AtomicUsize::new(1));
-    /// let slot = tollgate::InFlightSlot::new({
+    /// let slot = tollgate::store::InFlightSlot::new({
     ///     let running = running.clone();
     ///     move || { running.fetch_sub(1, Ordering::Relaxed); }
     /// });
@@ -95,7 +96,8 @@ impl InFlightSlot {
     /// [`MemoryStore`](crate::MemoryStore).
     ///
     /// ```
-    /// use tollgate::{Key, Limit, MemoryStore, Quota, Store};
+    /// use tollgate::{Key, Limit, MemoryStore, Quota};
+    /// use tollgate::store::Store;
     /// # tokio::runtime::Builder::new_current_thread().build()?.block_on(async {
     /// let store = MemoryStore::new();
     /// let uploads = Limit::new("uploads", Quota::per_second(100))?;

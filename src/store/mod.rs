@@ -1,4 +1,13 @@
-//! Where state lives: the [`Store`] trait and [`MemoryStore`].
+//! Where state lives, and the plumbing for writing or wrapping a store.
+//!
+//! - The stores: [`MemoryStore`] (in this process, the default) and `RedisStore`
+//!   (feature `redis`; Redis or Redis Cluster).
+//! - The [`Store`] trait a store implements, the [`Charge`] it is asked to count, the
+//!   [`Receipt`] of what it charged, [`StoreCall`] and [`StoreFuture`] (its answers), and
+//!   [`InFlightSlot`] (a held place under an in-flight limit).
+//! - Decorators over any store: [`Fallback`] (a second store while the first fails) and
+//!   [`LeasedStore`] (quota leased in slices, built by a [`LeaseBuilder`] and sized by
+//!   [`SliceSizing`]).
 
 #[cfg(feature = "redis")]
 mod block_cache;
@@ -22,7 +31,8 @@ pub use lease::{LeaseBuilder, LeasedStore, SliceSizing};
 pub use memory::MemoryStore;
 
 use crate::algorithm::Verdict;
-use crate::{ConfigError, Decision, Key, Limit, Receipt, StoreError, StoreErrorKind};
+pub use crate::decision::Receipt;
+use crate::{ConfigError, Decision, Key, Limit, StoreError, StoreErrorKind};
 
 /// One limit's share of a request: charge `cost` to `key` under `limit`.
 #[derive(Debug, Clone, Copy)]
@@ -55,7 +65,8 @@ pub struct Charge<'a> {
 /// every charge of one [`decide`](Store::decide) is decided at the same instant.
 ///
 /// ```
-/// use tollgate::{Charge, Key, Limit, MemoryStore, Quota, Store};
+/// use tollgate::{Key, Limit, MemoryStore, Quota};
+/// use tollgate::store::{Charge, Store};
 /// # tokio::runtime::Builder::new_current_thread().build()?.block_on(async {
 /// let store = MemoryStore::new();
 /// let limit = Limit::new("api", Quota::per_second(1))?;
@@ -76,7 +87,8 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
     /// store overrides it to skip the vector (the memory store's hot path).
     ///
     /// ```
-    /// use tollgate::{Charge, Key, Limit, MemoryStore, Quota, Store};
+    /// use tollgate::{Key, Limit, MemoryStore, Quota};
+    /// use tollgate::store::{Charge, Store};
     /// # tokio::runtime::Builder::new_current_thread().build()?.block_on(async {
     /// let store = MemoryStore::new();
     /// let limit = Limit::new("api", Quota::per_second(1))?;
@@ -105,7 +117,8 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
     /// refund takes back that charge and no other.
     ///
     /// ```
-    /// use tollgate::{Charge, Key, Limit, MemoryStore, Quota, Store};
+    /// use tollgate::{Key, Limit, MemoryStore, Quota};
+    /// use tollgate::store::{Charge, Store};
     /// # tokio::runtime::Builder::new_current_thread().build()?.block_on(async {
     /// let store = MemoryStore::new();
     /// let limit = Limit::new("api", Quota::per_minute(2))?;
@@ -129,7 +142,8 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
     /// block (`allowed: false`, [`Decision::blocked_for`]).
     ///
     /// ```
-    /// use tollgate::{Key, Limit, MemoryStore, Quota, Store};
+    /// use tollgate::{Key, Limit, MemoryStore, Quota};
+    /// use tollgate::store::Store;
     /// # tokio::runtime::Builder::new_current_thread().build()?.block_on(async {
     /// let store = MemoryStore::new();
     /// let limit = Limit::new("api", Quota::per_minute(5))?;
@@ -150,7 +164,8 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
     /// count are gone. The default fails with [`StoreErrorKind::Unsupported`].
     ///
     /// ```
-    /// use tollgate::{Charge, Key, Limit, MemoryStore, Quota, Store};
+    /// use tollgate::{Key, Limit, MemoryStore, Quota};
+    /// use tollgate::store::{Charge, Store};
     /// # tokio::runtime::Builder::new_current_thread().build()?.block_on(async {
     /// let store = MemoryStore::new();
     /// let limit = Limit::new("api", Quota::per_minute(5))?;
@@ -173,7 +188,8 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use tollgate::{Key, Limit, MemoryStore, Quota, Store};
+    /// use tollgate::{Key, Limit, MemoryStore, Quota};
+    /// use tollgate::store::Store;
     /// # tokio::runtime::Builder::new_current_thread().build()?.block_on(async {
     /// let store = MemoryStore::new();
     /// let limit = Limit::new("api", Quota::per_minute(5))?;
@@ -198,7 +214,8 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
     /// it. The default fails with [`StoreErrorKind::Unsupported`].
     ///
     /// ```
-    /// use tollgate::{Charge, Key, Limit, MemoryStore, Quota, Store};
+    /// use tollgate::{Key, Limit, MemoryStore, Quota};
+    /// use tollgate::store::{Charge, Store};
     /// # tokio::runtime::Builder::new_current_thread().build()?.block_on(async {
     /// let store = MemoryStore::new();
     /// let limit = Limit::new("api", Quota::per_minute(5))?;
@@ -226,7 +243,9 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use tollgate::{Charge, Key, Limit, ManualClock, MemoryStore, Quota, Store};
+    /// use tollgate::{Key, Limit, MemoryStore, Quota};
+    /// use tollgate::clock::ManualClock;
+    /// use tollgate::store::{Charge, Store};
     /// # tokio::runtime::Builder::new_current_thread().build()?.block_on(async {
     /// let store = MemoryStore::with_clock(ManualClock::new(Duration::from_secs(1_700_000_000)));
     /// let limit = Limit::new("api", Quota::per_second(1))?;
@@ -276,7 +295,8 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
     /// run time. A store that wraps another should pass the call on.
     ///
     /// ```
-    /// use tollgate::{Key, Limit, MemoryStore, Quota, Store};
+    /// use tollgate::{Key, Limit, MemoryStore, Quota};
+    /// use tollgate::store::Store;
     /// # tokio::runtime::Builder::new_current_thread().build()?.block_on(async {
     /// let store = MemoryStore::new();
     /// let limit = Limit::new("reports", Quota::per_minute(10))?;
@@ -310,7 +330,8 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
     /// refuses an in-flight policy on a store that answers `false`.
     ///
     /// ```
-    /// use tollgate::{MemoryStore, Store};
+    /// use tollgate::MemoryStore;
+    /// use tollgate::store::Store;
     /// assert!(MemoryStore::new().supports_in_flight());
     /// ```
     fn supports_in_flight(&self) -> bool {

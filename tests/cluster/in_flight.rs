@@ -11,7 +11,8 @@ use support::in_flight::{
 };
 use support::redis_cluster::shared_cluster;
 use support::redis_server::{cli, unique_prefix};
-use tollgate::{Key, Limit, Policy, Quota, RateLimitLayer, RedisStore, Store};
+use tollgate::store::Store;
+use tollgate::{Key, Limit, Policy, Quota, RateLimitLayer, RedisStore};
 
 fn store(prefix: &str) -> RedisStore {
     RedisStore::from_cluster_urls(shared_cluster().urls())

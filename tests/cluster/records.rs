@@ -8,7 +8,8 @@ use std::time::Duration;
 
 use support::redis_cluster::shared_cluster;
 use support::redis_server::{cli, unique_prefix};
-use tollgate::{Key, Limit, Limiter, ManualClock, Penalty, Quota, RedisStore};
+use tollgate::clock::ManualClock;
+use tollgate::{Key, Limit, Limiter, Penalty, Quota, RedisStore};
 
 const BASE: Duration = Duration::from_secs(1_699_920_000);
 

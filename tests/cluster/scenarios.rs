@@ -5,7 +5,8 @@
 
 use support::redis_cluster::shared_cluster;
 use support::redis_server::unique_prefix;
-use tollgate::{ManualClock, RedisStore};
+use tollgate::RedisStore;
+use tollgate::clock::ManualClock;
 
 fn store(clock: ManualClock) -> RedisStore {
     RedisStore::from_cluster_urls(shared_cluster().urls())

@@ -9,7 +9,8 @@ use std::time::{Duration, Instant};
 
 use support::redis_cluster::{RedisCluster, shared_cluster};
 use support::redis_server::{cli, unique_prefix};
-use tollgate::{Algorithm, Key, Limit, Limiter, ManualClock, Quota, RedisStore, StoreErrorKind};
+use tollgate::clock::ManualClock;
+use tollgate::{Algorithm, Key, Limit, Limiter, Quota, RedisStore, StoreErrorKind};
 
 const BASE: Duration = Duration::from_secs(1_699_920_000);
 

@@ -10,7 +10,8 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 use support::immediate::immediate;
-use tollgate::{Algorithm, Decision, Key, Limit, Limiter, ManualClock, MemoryStore, Quota};
+use tollgate::clock::ManualClock;
+use tollgate::{Algorithm, Decision, Key, Limit, Limiter, MemoryStore, Quota};
 
 pub(crate) const BASE_US: u64 = 1_699_920_000_000_000;
 pub(crate) const PERIOD_US: u64 = 1_000_000;

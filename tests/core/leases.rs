@@ -15,10 +15,9 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 use support::immediate::immediate;
-use tollgate::{
-    Algorithm, Decision, Key, LeasedStore, Limit, Limiter, ManualClock, MemoryStore, Quota,
-    SliceSizing,
-};
+use tollgate::clock::ManualClock;
+use tollgate::store::{LeasedStore, SliceSizing};
+use tollgate::{Algorithm, Decision, Key, Limit, Limiter, MemoryStore, Quota};
 
 use super::bounds::{BASE_US, PERIOD_US, algorithms, check_fluid_bound, check_window_bounds};
 

@@ -4,7 +4,8 @@
 use std::time::Duration;
 
 use support::immediate::immediate;
-use tollgate::{Algorithm, Key, Limit, Limiter, ManualClock, MemoryStore, Quota, StoreErrorKind};
+use tollgate::clock::ManualClock;
+use tollgate::{Algorithm, Key, Limit, Limiter, MemoryStore, Quota, StoreErrorKind};
 
 const BASE: Duration = Duration::from_secs(1_699_920_000);
 
@@ -339,13 +340,13 @@ fn a_store_answers_a_policy_no_limiter_validated_without_panicking() {
         .expect("policy")
         .algorithm(algorithm);
         let key = Key::from("a");
-        let charge = tollgate::Charge {
+        let charge = tollgate::store::Charge {
             limit: &policy,
             key: &key,
             cost: 1,
         };
         // The memory store answers at once, without a future.
-        let decisions = tollgate::Store::decide(&store, &[charge])
+        let decisions = tollgate::store::Store::decide(&store, &[charge])
             .into_ready()
             .expect("answered at once")
             .expect("memory store");
@@ -359,10 +360,10 @@ fn a_store_answers_a_policy_no_limiter_validated_without_panicking() {
 #[derive(Debug)]
 struct SuspendingStore(MemoryStore);
 
-impl tollgate::Store for SuspendingStore {
+impl tollgate::store::Store for SuspendingStore {
     fn decide<'a>(
         &'a self,
-        charges: &'a [tollgate::Charge<'a>],
+        charges: &'a [tollgate::store::Charge<'a>],
     ) -> tollgate::store::StoreCall<'a, Vec<tollgate::Decision>> {
         tollgate::store::StoreCall::future(async move {
             tokio::task::yield_now().await;
@@ -370,7 +371,10 @@ impl tollgate::Store for SuspendingStore {
         })
     }
 
-    fn refund<'a>(&'a self, charge: tollgate::Charge<'a>) -> tollgate::store::StoreCall<'a, ()> {
+    fn refund<'a>(
+        &'a self,
+        charge: tollgate::store::Charge<'a>,
+    ) -> tollgate::store::StoreCall<'a, ()> {
         tollgate::store::StoreCall::future(async move {
             tokio::task::yield_now().await;
             self.0.refund(charge).await

@@ -4,7 +4,8 @@
 
 use std::time::Duration;
 
-use tollgate::{Key, Limit, Limiter, ManualClock, MemoryStore, Penalty, Quota, StoreErrorKind};
+use tollgate::clock::ManualClock;
+use tollgate::{Key, Limit, Limiter, MemoryStore, Penalty, Quota, StoreErrorKind};
 
 const BASE: Duration = Duration::from_secs(1_699_920_000);
 
@@ -154,6 +155,6 @@ fn on_fallback(
 ) -> Result<Limiter, tollgate::ConfigError> {
     Limiter::builder()
         .limit(limit.clone())
-        .store(tollgate::Fallback::new(primary, insurance))
+        .store(tollgate::store::Fallback::new(primary, insurance))
         .build()
 }

@@ -16,7 +16,8 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 use support::immediate::immediate;
-use tollgate::{Algorithm, Key, Limit, Limiter, ManualClock, MemoryStore, Quota};
+use tollgate::clock::ManualClock;
+use tollgate::{Algorithm, Key, Limit, Limiter, MemoryStore, Quota};
 
 const BASE_US: u64 = 1_699_920_000_000_000;
 const PERIOD_US: u64 = 1_000_000;

@@ -19,9 +19,9 @@ use support::http::Server;
 use support::redis_server::script_calls;
 use tokio::io::AsyncWriteExt as _;
 use tokio::net::TcpStream;
-use tollgate::{
-    Algorithm, Key, ManualClock, MemoryStore, Policy, Quota, RateLimitLayer, Store, key,
-};
+use tollgate::clock::ManualClock;
+use tollgate::store::Store;
+use tollgate::{Algorithm, Key, MemoryStore, Policy, Quota, RateLimitLayer, key};
 use tower::{Layer as _, Service as _, ServiceExt as _};
 
 const BASE: Duration = Duration::from_secs(1_699_920_000);

@@ -8,7 +8,9 @@ use std::time::Duration;
 use http::Method;
 use http::request::Parts;
 use tollgate::config::{Limits, PlanName};
-use tollgate::{Algorithm, Costs, MissingKey, Policy, Quota, TrustedProxies, key};
+use tollgate::key::TrustedProxies;
+use tollgate::layer::{Costs, MissingKey};
+use tollgate::{Algorithm, Policy, Quota, key};
 
 /// `(what, file, line, column, text the message must quote)`.
 type Case = (&'static str, &'static str, usize, usize, &'static str);

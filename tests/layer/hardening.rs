@@ -17,10 +17,12 @@ use http::{Method, Request, Response, StatusCode};
 use http_body_util::Full;
 use support::http::{Reply, Server};
 use tokio::sync::watch;
+use tollgate::clock::ManualClock;
+use tollgate::layer::FailMode;
 use tollgate::layer::headers::MAX_HEADERS_LEN;
+use tollgate::store::Store;
 use tollgate::{
-    Algorithm, Decision, FailMode, Key, Limit, Limiter, ManualClock, MemoryStore, Policy, Quota,
-    RateLimitLayer, Store, key,
+    Algorithm, Decision, Key, Limit, Limiter, MemoryStore, Policy, Quota, RateLimitLayer, key,
 };
 use tower::{Layer as _, Service as _, ServiceExt as _};
 

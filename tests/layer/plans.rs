@@ -20,9 +20,10 @@ use axum::routing::get;
 use http::StatusCode;
 use http_body_util::Full;
 use support::http::{Reply, Server};
-use tollgate::{
-    Algorithm, FailMode, ManualClock, MemoryStore, Policy, Quota, RateLimitLayer, Store, key,
-};
+use tollgate::clock::ManualClock;
+use tollgate::layer::FailMode;
+use tollgate::store::Store;
+use tollgate::{Algorithm, MemoryStore, Policy, Quota, RateLimitLayer, key};
 
 /// 2023-11-14T00:00:00Z: a minute starts here.
 const BASE: Duration = Duration::from_secs(1_699_920_000);

@@ -11,7 +11,8 @@ use std::time::Duration;
 
 use support::redis_cluster::RedisCluster;
 use support::redis_server::{RedisServer, cli, unique_prefix};
-use tollgate::{Algorithm, Key, Limit, Limiter, ManualClock, Quota, RedisStore};
+use tollgate::clock::ManualClock;
+use tollgate::{Algorithm, Key, Limit, Limiter, Quota, RedisStore};
 
 /// A day boundary: day windows start here.
 const BASE: Duration = Duration::from_secs(1_699_920_000);

@@ -15,9 +15,9 @@
 use std::time::Duration;
 
 use support::redis_server::{RedisServer, script_calls};
-use tollgate::{
-    Algorithm, Key, LeasedStore, Limit, Limiter, ManualClock, Quota, RedisStore, SliceSizing,
-};
+use tollgate::clock::ManualClock;
+use tollgate::store::{LeasedStore, SliceSizing};
+use tollgate::{Algorithm, Key, Limit, Limiter, Quota, RedisStore};
 
 const BASE: Duration = Duration::from_secs(1_699_920_000);
 const DAY: Duration = Duration::from_secs(86_400);

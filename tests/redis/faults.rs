@@ -12,10 +12,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use support::redis_server::RedisServer;
-use tollgate::{
-    Algorithm, Charge, Fallback, Key, Limit, Limiter, MemoryStore, Quota, RedisStore, Store,
-    StoreErrorKind,
-};
+use tollgate::store::{Charge, Fallback, Store};
+use tollgate::{Algorithm, Key, Limit, Limiter, MemoryStore, Quota, RedisStore, StoreErrorKind};
 
 const DEADLINE: Duration = Duration::from_millis(50);
 /// Scheduling noise on a loaded two-core machine, not a performance target.

@@ -16,7 +16,9 @@ use support::in_flight::{
     until_free,
 };
 use support::redis_server::{RedisServer, free_port, shared_server, unique_prefix};
-use tollgate::{FailMode, Key, Limit, Limiter, Policy, Quota, RateLimitLayer, RedisStore, Store};
+use tollgate::layer::FailMode;
+use tollgate::store::Store;
+use tollgate::{Key, Limit, Limiter, Policy, Quota, RateLimitLayer, RedisStore};
 use tower::{Layer, ServiceExt};
 
 type TestResult = Result<(), Box<dyn std::error::Error>>;

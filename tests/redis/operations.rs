@@ -10,7 +10,8 @@ use std::time::Duration;
 use support::redis_cluster::shared_cluster;
 use support::redis_server::{shared_server, unique_prefix};
 use tokio::time::{Instant, sleep};
-use tollgate::{Algorithm, Decision, Key, Limit, Limiter, ManualClock, Penalty, Quota, RedisStore};
+use tollgate::clock::ManualClock;
+use tollgate::{Algorithm, Decision, Key, Limit, Limiter, Penalty, Quota, RedisStore};
 
 type TestResult = Result<(), Box<dyn std::error::Error>>;
 

@@ -10,10 +10,9 @@
 use std::time::Duration;
 
 use support::redis_server::{RedisServer, shared_server, unique_prefix};
-use tollgate::{
-    Algorithm, Charge, Decision, Key, Limit, Limiter, ManualClock, MemoryStore, Penalty, Quota,
-    RedisStore, Store,
-};
+use tollgate::clock::ManualClock;
+use tollgate::store::{Charge, Store};
+use tollgate::{Algorithm, Decision, Key, Limit, Limiter, MemoryStore, Penalty, Quota, RedisStore};
 
 type TestResult = Result<(), Box<dyn std::error::Error>>;
 

@@ -23,9 +23,11 @@ use proptest::prelude::*;
 use support::http::{Reply, Server};
 use support::immediate::immediate;
 use tokio::sync::{Semaphore, mpsc, watch};
+use tollgate::clock::ManualClock;
+use tollgate::store::{Charge, Fallback, Receipt, Store};
 use tollgate::{
-    Algorithm, Charge, Decision, Fallback, Key, Limiter, ManualClock, MemoryStore, Policy, Quota,
-    RateLimitLayer, Receipt, Store, StoreError, StoreErrorKind, store::StoreCall,
+    Algorithm, Decision, Key, Limiter, MemoryStore, Policy, Quota, RateLimitLayer, StoreError,
+    StoreErrorKind, store::StoreCall,
 };
 
 /// 2023-11-14T00:00:00Z: windows of a minute, an hour and a day start here.
@@ -99,7 +101,8 @@ mod redis {
 
     use support::redis_cluster::shared_cluster;
     use support::redis_server::{shared_server, unique_prefix};
-    use tollgate::{ManualClock, RedisStore};
+    use tollgate::RedisStore;
+    use tollgate::clock::ManualClock;
 
     /// Generous deadlines: these tests check answers, not speed, on a busy machine.
     fn patient(store: RedisStore, clock: &ManualClock) -> RedisStore {

@@ -10,9 +10,9 @@
 use std::time::Duration;
 
 use support::redis_server::{shared_server, unique_prefix};
-use tollgate::{
-    Algorithm, Decision, Key, Limit, Limiter, ManualClock, MemoryStore, Quota, RedisStore, Store,
-};
+use tollgate::clock::ManualClock;
+use tollgate::store::Store;
+use tollgate::{Algorithm, Decision, Key, Limit, Limiter, MemoryStore, Quota, RedisStore};
 
 const BASE: Duration = Duration::from_secs(1_699_920_000);
 /// 10 per second, burst 1: T = 100 ms.

@@ -4,7 +4,8 @@
 #![cfg(feature = "redis")]
 
 use support::redis_server::{shared_server, unique_prefix};
-use tollgate::{ManualClock, RedisStore};
+use tollgate::RedisStore;
+use tollgate::clock::ManualClock;
 
 /// The blocked-key cache is off: the tables pin what the store itself answers (a
 /// table may refund a denied key and ask again at the same instant).

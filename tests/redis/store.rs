@@ -7,10 +7,9 @@
 use std::time::Duration;
 
 use support::redis_server::{RedisServer, shared_server, unique_prefix};
-use tollgate::{
-    Algorithm, Charge, ConfigError, Key, Limit, Limiter, ManualClock, MemoryStore, Quota,
-    RedisStore, Store,
-};
+use tollgate::clock::ManualClock;
+use tollgate::store::{Charge, Store};
+use tollgate::{Algorithm, ConfigError, Key, Limit, Limiter, MemoryStore, Quota, RedisStore};
 
 const BASE: Duration = Duration::from_secs(1_699_920_000);
 

@@ -9,8 +9,9 @@ use super::LeasedStore;
 use super::returns::Release;
 use super::slice::leasable;
 use super::table::{Slot, lock};
+use crate::decision::Receipt;
 use crate::store::{Charge, InFlightSlot, Store, StoreCall, only};
-use crate::{ConfigError, Decision, Key, Limit, Receipt};
+use crate::{ConfigError, Decision, Key, Limit};
 
 /// Whether `charge` is decided from leases: a charge (not a peek) on a limit whose
 /// algorithm can lease.
@@ -163,8 +164,10 @@ impl<S: Store> Store for LeasedStore<S> {
 mod tests {
     use std::time::Duration;
 
+    use crate::clock::ManualClock;
     use crate::store::{Charge, Store};
-    use crate::{Algorithm, Key, LeasedStore, Limit, ManualClock, MemoryStore, Quota, SliceSizing};
+    use crate::store::{LeasedStore, SliceSizing};
+    use crate::{Algorithm, Key, Limit, MemoryStore, Quota};
 
     fn store() -> LeasedStore<MemoryStore> {
         let clock = ManualClock::new(Duration::from_secs(1_700_000_000));

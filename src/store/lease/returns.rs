@@ -7,8 +7,9 @@ use std::sync::atomic::Ordering;
 use super::LeasedStore;
 use super::slice::{Kind, Lease};
 use super::table::{Shard, Slot, lock};
+use crate::decision::Receipt;
 use crate::store::{Charge, Store};
-use crate::{Key, Limit, Receipt, StoreError};
+use crate::{Key, Limit, StoreError};
 
 /// A lease taken out of the table, to return.
 pub(super) struct Release {

@@ -21,10 +21,11 @@ use foldhash::fast::RandomState;
 use hashbrown::HashTable;
 
 use super::shard::{Hashed, Shard};
+use crate::Key;
 use crate::Limit;
 use crate::algorithm::Verdict;
+use crate::decision::Receipt;
 use crate::penalty::Offences;
-use crate::{Key, Receipt};
 
 /// How many records an eviction compares (as for rate states, see `eviction.rs`).
 const SAMPLE: usize = 16;

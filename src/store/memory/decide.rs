@@ -8,9 +8,10 @@ use std::time::Duration;
 use super::shard::{Hashed, Shard};
 use super::{MemoryStore, read, write};
 use crate::algorithm::{Refund, Verdict};
+use crate::decision::Receipt;
 use crate::store::{Charge, InFlightSlot, Store, StoreCall, decision};
 use crate::time::micros_up;
-use crate::{Algorithm, ConfigError, Decision, Key, Limit, Receipt};
+use crate::{Algorithm, ConfigError, Decision, Key, Limit};
 
 impl Store for MemoryStore {
     /// Refuses a limit one of whose keys could outgrow a shard's part of

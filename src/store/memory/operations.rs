@@ -12,6 +12,7 @@ use super::footprint::Footprint;
 use super::names::Claim;
 use super::shard::{Hashed, Shard};
 use super::tables::{Map, States, with_rule};
+use crate::Limit;
 use crate::algorithm::gcra::{self, NS_PER_US};
 use crate::algorithm::{
     self, Params, Refund, Rule, Verdict, fixed_window::FixedWindow, gcra::Gcra,
@@ -19,8 +20,8 @@ use crate::algorithm::{
     sliding_window_counters::SlidingWindowCounters, sliding_window_log::SlidingWindowLog,
     token_bucket::TokenBucket,
 };
+use crate::decision::Receipt;
 use crate::penalty::{Offences, Penalty};
-use crate::{Limit, Receipt};
 
 fn refund_in<R: Rule, C: Cell<State = R::State>>(
     map: &mut Map<C>,

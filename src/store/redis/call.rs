@@ -9,9 +9,10 @@ use super::RedisStore;
 use super::connection::{Conn, breaks_connection, store_error};
 use super::keys;
 use super::script::{self, At, Call, Mode, Reads};
+use crate::StoreError;
 use crate::algorithm::Verdict;
+use crate::decision::Receipt;
 use crate::store::Charge;
-use crate::{Receipt, StoreError};
 
 impl RedisStore {
     /// Runs one script call before `deadline`.

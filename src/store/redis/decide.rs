@@ -17,8 +17,9 @@ use tokio::time::Instant;
 use super::script::Mode;
 use super::{LUA_EXACT, RedisStore};
 use crate::algorithm::Verdict;
+use crate::decision::Receipt;
 use crate::store::{Charge, InFlightSlot, Store, StoreCall, decision};
-use crate::{Algorithm, ConfigError, Decision, Key, Limit, Receipt, StoreError};
+use crate::{Algorithm, ConfigError, Decision, Key, Limit, StoreError};
 
 impl Store for RedisStore {
     fn decide<'a>(&'a self, charges: &'a [Charge<'a>]) -> StoreCall<'a, Vec<Decision>> {

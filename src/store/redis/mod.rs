@@ -56,7 +56,7 @@
 //! Every call has a deadline ([`DEFAULT_DEADLINE`](RedisStore::DEFAULT_DEADLINE), see
 //! [`deadline`](RedisStore::deadline)); timeouts, lost connections, `LOADING`,
 //! `CLUSTERDOWN` and `READONLY` come back as [`StoreError`]s of the matching
-//! [`StoreErrorKind`], never as panics. Pair it with [`Fallback`](crate::Fallback) to
+//! [`StoreErrorKind`], never as panics. Pair it with [`Fallback`](crate::store::Fallback) to
 //! keep limiting from memory while Redis is away.
 //!
 //! There are no reconnect storms: one connect at a time (calls without a connection
@@ -103,15 +103,16 @@ use self::leases::Leases;
 use self::server_time::ServerTime;
 use super::block_cache::BlockCache;
 use crate::clock::now_micros;
-use crate::{Clock, StoreError, StoreErrorKind, SystemClock};
+use crate::clock::{Clock, SystemClock};
+use crate::{StoreError, StoreErrorKind};
 
 /// Integers in Lua scripts are doubles: exact below 2^53.
 const LUA_EXACT: u128 = 1 << 53;
 
-/// The longest block the store writes: [`MAX_DENIAL`](crate::MAX_DENIAL), a century.
+/// The longest block the store writes: [`MAX_DENIAL`](crate::Penalty::MAX_DENIAL), a century.
 /// A block's end, `now + duration` in µs, must stay exact in Lua's doubles (below
 /// 2^53, about 285 years after 1970); the memory store clamps at the same bound.
-pub(crate) const MAX_BLOCK: Duration = crate::MAX_DENIAL;
+pub(crate) const MAX_BLOCK: Duration = crate::Penalty::MAX_DENIAL;
 
 /// Limiter state in Redis or Redis Cluster: every process that points at the same
 /// server (and prefix) shares one limit.
@@ -119,7 +120,7 @@ pub(crate) const MAX_BLOCK: Duration = crate::MAX_DENIAL;
 /// Each decision is one round trip (a Redis Function or script, all-or-nothing
 /// across limits), timed by the server's clock with a floor that never runs back.
 /// Every call has a [`deadline`](RedisStore::deadline) and fails as a [`StoreError`],
-/// never a panic (pair it with [`Fallback`](crate::Fallback)); connections are
+/// never a panic (pair it with [`Fallback`](crate::store::Fallback)); connections are
 /// replaced one at a time, and denials are answered locally for up to
 /// [`block_cache_max_age`](RedisStore::block_cache_max_age).
 ///

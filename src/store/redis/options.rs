@@ -17,8 +17,9 @@ use super::function::Functions;
 use super::leases::Leases;
 use super::source::{Source, pool_for_url};
 use super::{RedisStore, keys};
+use crate::ConfigError;
+use crate::clock::Clock;
 use crate::store::block_cache::BlockCache;
-use crate::{Clock, ConfigError};
 
 impl RedisStore {
     /// The default deadline of one store call: 50 ms.
@@ -133,7 +134,7 @@ impl RedisStore {
     ///
     /// ```
     /// use std::time::Duration;
-    /// let clock = tollgate::ManualClock::new(Duration::from_secs(1_700_000_000));
+    /// let clock = tollgate::clock::ManualClock::new(Duration::from_secs(1_700_000_000));
     /// let store = tollgate::RedisStore::from_url("redis://127.0.0.1:6379")?.with_clock(clock);
     /// # let _ = store;
     /// # Ok::<(), tollgate::ConfigError>(())
@@ -336,7 +337,7 @@ impl RedisStore {
     /// back if the key has room, or else counts it lost
     /// ([`in_flight_leases_lost`](RedisStore::in_flight_leases_lost)) and that request
     /// runs on uncounted; either way the slot's
-    /// [`ran_uncounted`](crate::InFlightSlot::ran_uncounted) says so. Shorter frees a
+    /// [`ran_uncounted`](crate::store::InFlightSlot::ran_uncounted) says so. Shorter frees a
     /// dead process's slots sooner and renews more often; keep it well above the
     /// store's [`deadline`](RedisStore::deadline) and above the pauses your processes
     /// may take. Clones made after this call share its leases; call it before use.

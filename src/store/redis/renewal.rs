@@ -253,7 +253,7 @@ impl RedisStore {
     /// How many in-flight leases this store's renewal found expired while their
     /// requests still ran, with their keys full by then: those requests run on
     /// uncounted (their slots'
-    /// [`ran_uncounted`](crate::InFlightSlot::ran_uncounted) says so), beside up to
+    /// [`ran_uncounted`](crate::store::InFlightSlot::ran_uncounted) says so), beside up to
     /// the bound of others. A lease expires under a running request when its process
     /// is paused or cut off from Redis longer than the
     /// [`in_flight_ttl`](RedisStore::in_flight_ttl); each is counted once, and tried

@@ -4,7 +4,9 @@ use std::error::Error;
 use std::fmt::Write as _;
 use std::time::Duration;
 
-use tollgate::{Algorithm, Decision, Key, Limit, Limiter, ManualClock, Penalty, Quota, Store};
+use tollgate::clock::ManualClock;
+use tollgate::store::Store;
+use tollgate::{Algorithm, Decision, Key, Limit, Limiter, Penalty, Quota};
 
 use super::{BASE, Expect, Op, Scenario};
 
