@@ -25,12 +25,12 @@ use crate::Quota;
 /// let key = Key::from("alice");
 /// let first = limiter.check("api", &key, 1).await?;
 /// assert!(first.allowed);
-/// assert_eq!((first.limit, first.remaining), (2, 1));
+/// assert_eq!((first.capacity, first.remaining), (2, 1));
 /// limiter.check("api", &key, 1).await?;
 /// let third = limiter.check("api", &key, 1).await?;
 /// assert!(!third.allowed);
 /// assert_eq!(third.retry_after, Some(Duration::from_millis(500)));
-/// assert_eq!(third.policy, "api");
+/// assert_eq!(third.limit, "api");
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// # })?;
 /// # Ok::<(), Box<dyn std::error::Error>>(())
@@ -47,10 +47,10 @@ pub struct Decision {
     pub allowed: bool,
     /// The key's capacity: the quota's limit for window algorithms, its burst for the
     /// token bucket, GCRA and leaky bucket. `remaining` never exceeds it.
-    pub limit: u64,
+    pub capacity: u64,
     /// Capacity left after this request (for a rejection: the current value).
     pub remaining: u64,
-    /// Time until, with nothing else arriving, `remaining` is back to `limit`.
+    /// Time until, with nothing else arriving, `remaining` is back to `capacity`.
     pub reset_after: Duration,
     /// For a rejection that could pass later: the shortest wait after which the same
     /// request would be admitted. `None` when admitted or when the cost exceeds the
@@ -58,8 +58,8 @@ pub struct Decision {
     pub retry_after: Option<Duration>,
     /// How long to hold an admitted request before serving it (leaky bucket only).
     pub delay: Duration,
-    /// The name of the policy that made this decision.
-    pub policy: &'static str,
+    /// The name of the limit that made this decision.
+    pub limit: &'static str,
     /// The quota it was decided under: the limit's own, or the caller's when one was
     /// given ([`Limiter::check_with`](crate::Limiter::check_with), a policy's
     /// `quota_from`). Response headers state this one.
@@ -103,23 +103,23 @@ impl PartialEq for Decision {
         // Spelled out so that a new public field cannot be left out of the comparison.
         let Self {
             allowed,
-            limit,
+            capacity,
             remaining,
             reset_after,
             retry_after,
             delay,
-            policy,
+            limit,
             quota,
             blocked_for,
             receipt: _,
         } = self;
         *allowed == other.allowed
-            && *limit == other.limit
+            && *capacity == other.capacity
             && *remaining == other.remaining
             && *reset_after == other.reset_after
             && *retry_after == other.retry_after
             && *delay == other.delay
-            && *policy == other.policy
+            && *limit == other.limit
             && *quota == other.quota
             && *blocked_for == other.blocked_for
     }

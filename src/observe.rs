@@ -43,7 +43,7 @@ impl Outcome {
 pub(crate) fn decided(decisions: &[Decision], outcome: Outcome) {
     #[cfg(feature = "metrics")]
     for d in decisions {
-        metrics::counter!("tollgate_requests_total", "policy" => d.policy, "outcome" => outcome.label())
+        metrics::counter!("tollgate_requests_total", "policy" => d.limit, "outcome" => outcome.label())
             .increment(1);
     }
     #[cfg(feature = "tracing")]
@@ -51,12 +51,12 @@ pub(crate) fn decided(decisions: &[Decision], outcome: Outcome) {
         Outcome::Allowed => {}
         Outcome::Rejected => {
             for d in decisions.iter().filter(|d| !d.allowed) {
-                tracing::debug!(target: "tollgate", policy = d.policy, retry_after_ms = d.retry_after.map(|r| r.as_millis() as u64), "request rejected");
+                tracing::debug!(target: "tollgate", policy = d.limit, retry_after_ms = d.retry_after.map(|r| r.as_millis() as u64), "request rejected");
             }
         }
         Outcome::ShadowRejected => {
             for d in decisions.iter().filter(|d| !d.allowed) {
-                tracing::info!(target: "tollgate", policy = d.policy, "request would have been rejected (shadow mode)");
+                tracing::info!(target: "tollgate", policy = d.limit, "request would have been rejected (shadow mode)");
             }
         }
         Outcome::QueueFull => {

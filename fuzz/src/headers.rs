@@ -277,7 +277,7 @@ fn check_draft11(headers: &HeaderMap, shown: &[Shown], decisions: Option<&Decisi
             shown.capacity
         );
         if let Some(d) = decisions.map(|d| &d[i]) {
-            assert_eq!(d.policy, shown.name);
+            assert_eq!(d.limit, shown.name);
             assert_eq!(r, d.remaining);
             assert_eq!(t, ceil_secs(d.reset_after));
         }

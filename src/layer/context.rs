@@ -90,12 +90,12 @@ impl RequestContext {
         let retry_after = Duration::from_secs(1);
         let refused = Decision {
             allowed: false,
-            limit: policy.get_in_flight().map_or(0, u64::from),
+            capacity: policy.get_in_flight().map_or(0, u64::from),
             remaining: 0,
             reset_after: Duration::ZERO,
             retry_after: Some(retry_after),
             delay: Duration::ZERO,
-            policy: policy.name(),
+            limit: policy.name(),
             quota: policy.quota(),
             blocked_for: None,
             receipt: None,

@@ -285,7 +285,7 @@ impl HeaderPlan {
             }
             HeaderStyle::Draft06 => {
                 let tightest = tightest(decisions);
-                insert_number(headers, RATELIMIT_LIMIT, tightest.limit);
+                insert_number(headers, RATELIMIT_LIMIT, tightest.capacity);
                 insert_number(headers, RATELIMIT_REMAINING, tightest.remaining);
                 insert_number(headers, RATELIMIT_RESET, ceil_secs(until_quota(tightest)));
                 if let Some(policy) = self.policy_header(decisions) {
@@ -303,7 +303,7 @@ impl HeaderPlan {
                         ceil_secs(now + until_quota(tightest))
                     }
                 };
-                insert_number(headers, X_RATELIMIT_LIMIT, tightest.limit);
+                insert_number(headers, X_RATELIMIT_LIMIT, tightest.capacity);
                 insert_number(headers, X_RATELIMIT_REMAINING, tightest.remaining);
                 insert_number(headers, X_RATELIMIT_RESET, reset);
             }

@@ -116,7 +116,7 @@ impl RejectionInfo {
         self.decisions
             .iter()
             .filter(|d| !d.allowed)
-            .map(|d| d.policy)
+            .map(|d| d.limit)
     }
 }
 

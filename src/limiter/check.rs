@@ -8,7 +8,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
-use super::{Limiter, Taken, Taking, unknown_policy};
+use super::{Limiter, Taken, Taking, unknown_limit};
 use crate::store::{Charge, StoreFuture};
 use crate::{Decision, Key, Quota, StoreError};
 
@@ -60,7 +60,7 @@ impl Future for Check<'_> {
             // measured 477 instructions a hot-key check instead of 373).
             let set = limiter.current();
             let Some(limit) = set.find(policy) else {
-                return Poll::Ready(Err(unknown_policy(policy)));
+                return Poll::Ready(Err(unknown_limit(policy)));
             };
             return Poll::Ready(match quota {
                 Some(quota) if quota != limit.quota() => {
@@ -84,7 +84,7 @@ impl Future for Check<'_> {
         // be built whole even for a caller that reads only `allowed`.)
         let set = limiter.snapshot();
         let Some(index) = set.index_of(policy) else {
-            return Poll::Ready(Err(unknown_policy(policy)));
+            return Poll::Ready(Err(unknown_limit(policy)));
         };
         let (caller, store, set_of_call, key) = (
             limiter.clone(),

@@ -302,7 +302,7 @@ impl Limiter {
         name: &str,
         quota: Option<Quota>,
     ) -> Result<Resolved<'s>, StoreError> {
-        let limit = set.find(name).ok_or_else(|| unknown_policy(name))?;
+        let limit = set.find(name).ok_or_else(|| unknown_limit(name))?;
         self.with_quota(limit, quota)
     }
 
@@ -506,7 +506,7 @@ impl Limiter {
                 let mut owned = Vec::with_capacity(checks.len());
                 for (entry, limit) in checks.iter().zip(&limits) {
                     let (name, key, cost, _) = entry.parts();
-                    let index = set.index_of(name).ok_or_else(|| unknown_policy(name))?;
+                    let index = set.index_of(name).ok_or_else(|| unknown_limit(name))?;
                     targets.push((index, *key));
                     owned.push((Limit::clone(limit), *key, u64::from(cost)));
                 }
@@ -554,7 +554,7 @@ impl Limiter {
     pub async fn refund(&self, policy: &str, key: &Key, cost: u32) -> Result<(), StoreError> {
         let set = self.snapshot();
         let charge = Charge {
-            limit: set.find(policy).ok_or_else(|| unknown_policy(policy))?,
+            limit: set.find(policy).ok_or_else(|| unknown_limit(policy))?,
             key,
             cost: u64::from(cost),
         };
@@ -616,7 +616,7 @@ impl Limiter {
         };
         // Under the quota the charge was made with: a caller's own, if it had one.
         let set = self.snapshot();
-        let limit = self.resolve(&set, decision.policy, Some(decision.quota))?;
+        let limit = self.resolve(&set, decision.limit, Some(decision.quota))?;
         let charge = Charge {
             limit: &limit,
             key,
@@ -632,7 +632,7 @@ impl Limiter {
 impl Limiter {
     /// The limit named `name` in the current set.
     fn find(set: &Set, name: &str) -> Result<Limit, StoreError> {
-        set.find(name).cloned().ok_or_else(|| unknown_policy(name))
+        set.find(name).cloned().ok_or_else(|| unknown_limit(name))
     }
 
     /// `key`'s decision under `policy` now, charging nothing: what a cost-0
@@ -771,13 +771,10 @@ impl Limiter {
     }
 }
 
-pub(super) fn unknown_policy(name: &str) -> StoreError {
+pub(super) fn unknown_limit(name: &str) -> StoreError {
     StoreError::new(
-        StoreErrorKind::UnknownPolicy,
-        format!(
-            "no policy named \"{}\" in this limiter",
-            name.escape_debug()
-        ),
+        StoreErrorKind::UnknownLimit,
+        format!("no limit named \"{}\" in this limiter", name.escape_debug()),
     )
 }
 

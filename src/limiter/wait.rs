@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use super::{Limiter, Taken, Taking, unknown_policy};
+use super::{Limiter, Taken, Taking, unknown_limit};
 use crate::store::Charge;
 use crate::{Decision, Key, Quota, StoreError};
 
@@ -200,7 +200,7 @@ impl Limiter {
     /// let pro = Quota::per_minute(1_000);
     /// limiter.check_with("api", &key, 3, pro).await?;
     /// let d = limiter.peek_with("api", &key, pro).await?;
-    /// assert_eq!((d.allowed, d.limit, d.remaining), (true, 1_000, 997));
+    /// assert_eq!((d.allowed, d.capacity, d.remaining), (true, 1_000, 997));
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// # })?;
     /// # Ok::<(), Box<dyn std::error::Error>>(())
@@ -250,7 +250,7 @@ impl Limiter {
         max_wait: Duration,
     ) -> Result<Taken, StoreError> {
         let set = self.snapshot();
-        let index = set.index_of(policy).ok_or_else(|| unknown_policy(policy))?;
+        let index = set.index_of(policy).ok_or_else(|| unknown_limit(policy))?;
         let targets = vec![(index, *key)];
         let ready = {
             let limit = self.with_quota(&set.limits[index], quota)?;

@@ -310,12 +310,12 @@ mod tests {
     fn denial(retry: Duration) -> Decision {
         Decision {
             allowed: false,
-            limit: 1,
+            capacity: 1,
             remaining: 0,
             reset_after: retry,
             retry_after: Some(retry),
             delay: Duration::ZERO,
-            policy: "api",
+            limit: "api",
             quota: crate::Quota::per_second(1),
             receipt: None,
             blocked_for: None,

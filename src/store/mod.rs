@@ -349,12 +349,12 @@ pub(crate) fn decision(policy: &Limit, verdict: Verdict) -> Decision {
     }
     Decision {
         allowed: verdict.allowed,
-        limit: policy.params().capacity,
+        capacity: policy.params().capacity,
         remaining: verdict.remaining,
         reset_after: Duration::from_micros(verdict.reset_after_us),
         retry_after: verdict.retry_after_us.map(Duration::from_micros),
         delay: Duration::from_micros(verdict.delay_us),
-        policy: policy.name(),
+        limit: policy.name(),
         quota: policy.quota(),
         receipt: verdict.receipt,
         blocked_for,

@@ -83,12 +83,12 @@ impl Run {
     fn check(&mut self, cost: u32) -> Result<Decision, TestCaseError> {
         let d = immediate(self.limiter.check("p", &self.key, cost)).expect("memory store");
         prop_assert!(
-            d.remaining <= d.limit,
+            d.remaining <= d.capacity,
             "remaining {} > limit {}",
             d.remaining,
-            d.limit
+            d.capacity
         );
-        prop_assert_eq!(d.limit, self.capacity);
+        prop_assert_eq!(d.capacity, self.capacity);
         if let Some(retry) = d.retry_after {
             prop_assert!(!d.allowed && retry > Duration::ZERO, "{:?}", d);
         }

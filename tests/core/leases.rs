@@ -123,7 +123,7 @@ impl Cluster {
     fn check(&mut self, process: usize, cost: u32) -> Result<Decision, TestCaseError> {
         let d = immediate(self.limiters[process].check("p", &self.key, cost)).expect("memory");
         self.decisions += 1;
-        prop_assert!(d.remaining <= d.limit, "{d:?}");
+        prop_assert!(d.remaining <= d.capacity, "{d:?}");
         if d.allowed {
             self.admitted.push((self.now, u64::from(cost)));
         } else {

@@ -70,7 +70,7 @@ fn every_policy_reports_its_own_state_in_a_denied_batch() {
         immediate(limiter.check_all(&[("user", &alice, 1), ("global", &all, 1)])).expect("store");
     assert_eq!(decisions.len(), 2);
     assert!(!decisions[0].allowed);
-    assert_eq!(decisions[0].policy, "user");
+    assert_eq!(decisions[0].limit, "user");
     assert_eq!(decisions[0].retry_after, Some(Duration::from_secs(60)));
     assert!(decisions[1].allowed, "global had room");
     assert_eq!(decisions[1].remaining, 3, "but was not charged");
@@ -144,7 +144,7 @@ fn cost_above_capacity_can_never_fit() {
     let d = immediate(limiter.check("api", &Key::from("a"), 4)).expect("store");
     assert!(!d.allowed);
     assert_eq!(d.retry_after, None);
-    assert_eq!((d.limit, d.remaining), (3, 3));
+    assert_eq!((d.capacity, d.remaining), (3, 3));
 }
 
 #[test]
@@ -181,11 +181,11 @@ fn unknown_policies_are_store_errors_not_panics() {
         .expect("limiter");
     let key = Key::from("a");
     let err = immediate(limiter.check("nope", &key, 1)).expect_err("unknown");
-    assert_eq!(err.kind(), StoreErrorKind::UnknownPolicy);
+    assert_eq!(err.kind(), StoreErrorKind::UnknownLimit);
     assert!(err.to_string().contains("\"nope\""));
     let err =
         immediate(limiter.check_all(&[("api", &key, 1), ("nope", &key, 1)])).expect_err("unknown");
-    assert_eq!(err.kind(), StoreErrorKind::UnknownPolicy);
+    assert_eq!(err.kind(), StoreErrorKind::UnknownLimit);
     // Nothing was charged by the failed batch.
     assert_eq!(
         immediate(limiter.check("api", &key, 0))
@@ -294,7 +294,7 @@ fn extreme_rates_do_not_overflow() {
                 .expect("limiter");
             let key = Key::from(name);
             let d = immediate(limiter.check(name, &key, u32::MAX)).expect("store");
-            assert!(d.remaining <= d.limit, "{algorithm} {name}");
+            assert!(d.remaining <= d.capacity, "{algorithm} {name}");
             let first = immediate(limiter.check(name, &key, 1)).expect("store");
             assert!(first.allowed, "{algorithm} {name}");
             assert!(
@@ -351,7 +351,10 @@ fn a_store_answers_a_policy_no_limiter_validated_without_panicking() {
             .expect("answered at once")
             .expect("memory store");
         assert!(decisions[0].allowed, "{algorithm}");
-        assert!(decisions[0].remaining < decisions[0].limit, "{algorithm}");
+        assert!(
+            decisions[0].remaining < decisions[0].capacity,
+            "{algorithm}"
+        );
     }
 }
 
@@ -405,8 +408,8 @@ async fn check_through_a_store_that_suspends_decides_as_the_memory_store_does() 
     let unknown = suspending
         .check("nope", &key, 1)
         .await
-        .expect_err("unknown policy");
-    assert_eq!(unknown.kind(), StoreErrorKind::UnknownPolicy);
+        .expect_err("unknown limit");
+    assert_eq!(unknown.kind(), StoreErrorKind::UnknownLimit);
 }
 
 /// A reload reaches every thread at its next check, and usage carries over: each
@@ -453,5 +456,5 @@ fn a_reload_reaches_threads_that_decided_before_it() {
     drop(ask);
     worker.join().expect("no panic");
     let gone = immediate(limiter.check("api", &Key::from("alice"), 1)).expect_err("removed");
-    assert_eq!(gone.kind(), StoreErrorKind::UnknownPolicy);
+    assert_eq!(gone.kind(), StoreErrorKind::UnknownLimit);
 }

@@ -90,10 +90,7 @@ async fn a_zero_block_lifts_a_block_and_unknown_policies_are_errors() -> TestRes
         limiter.reset("nope", &key).await,
         limiter.penalize("nope", &key, 1).await.map(drop),
     ] {
-        assert_eq!(
-            err.map_err(|e| e.kind()),
-            Err(StoreErrorKind::UnknownPolicy)
-        );
+        assert_eq!(err.map_err(|e| e.kind()), Err(StoreErrorKind::UnknownLimit));
     }
     Ok(())
 }

@@ -102,7 +102,7 @@ proptest! {
             most_capacity = most_capacity.max(if fluid { own.burst() } else { own.limit() });
             let decision = immediate(limiter.check_with("plan", &key, cost, own))
                 .map_err(|e| TestCaseError::fail(e.to_string()))?;
-            prop_assert!(decision.remaining <= decision.limit);
+            prop_assert!(decision.remaining <= decision.capacity);
             prop_assert_eq!(decision.quota, own);
             if decision.allowed {
                 admitted.push((now - BASE_US, u64::from(cost)));

@@ -295,10 +295,10 @@ async fn plan_callers_wait_and_peek_under_their_own_quota() {
     assert_eq!(delays, [Duration::ZERO, Duration::ZERO, half, half * 2]);
     let peek = limiter.peek_with("upstream", &key, plan).await;
     let peek = peek.expect("redis");
-    assert_eq!((peek.limit, peek.remaining, peek.quota), (2, 0, plan));
+    assert_eq!((peek.capacity, peek.remaining, peek.quota), (2, 0, plan));
     // The limit's own quota reports its own numbers.
     let own = limiter.peek("upstream", &key).await.expect("redis");
-    assert_eq!((own.limit, own.quota), (1, Quota::per_minute(1)));
+    assert_eq!((own.capacity, own.quota), (1, Quota::per_minute(1)));
     let d = limiter
         .until_ready_with("upstream", &Key::from("other"), 1, plan, DAY)
         .await;

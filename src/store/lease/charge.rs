@@ -96,7 +96,7 @@ impl<S: Store> LeasedStore<S> {
                     decision.remaining,
                     self.inner.max_lease_us,
                 ));
-                decision.remaining = (decision.remaining + (charged - cost)).min(decision.limit);
+                decision.remaining = (decision.remaining + (charged - cost)).min(decision.capacity);
                 decision.receipt = receipt.with_cost(cost);
             }
         } else if let Some(denial) = self.denial(decision, cost, sent) {

@@ -199,12 +199,12 @@ fn lease_decision(lease: &Lease, now: u64, cost: u64, delay: u64, limit: &Limit)
     let capacity = limit.params().capacity;
     Decision {
         allowed: true,
-        limit: capacity,
+        capacity,
         remaining: lease.remaining.saturating_add(lease.unused()).min(capacity),
         reset_after: Duration::from_micros(lease.reset_after(now)),
         retry_after: None,
         delay: Duration::from_micros(delay),
-        policy: limit.name(),
+        limit: limit.name(),
         quota: limit.quota(),
         blocked_for: None,
         receipt: lease.receipt.with_cost(cost),

@@ -58,7 +58,7 @@ fn own_quota(
 /// What `decision` says, in the shape of the tables.
 fn seen(decision: &Decision) -> Result<Seen, String> {
     Ok(Seen {
-        limit: decision.limit,
+        limit: decision.capacity,
         expect: Expect {
             allowed: decision.allowed,
             remaining: decision.remaining,
@@ -150,12 +150,12 @@ pub async fn run<S: Store>(
             limit: capacity,
             expect,
         };
-        if seen != want || decision.policy != scenario.name {
+        if seen != want || decision.limit != scenario.name {
             writeln!(
                 failures,
                 "  step {index} (at {} µs, {:?}, cost {cost}):\n    expected {want:?}\n    \
                  got      {seen:?} (policy {:?})",
-                step.at_us, step.op, decision.policy
+                step.at_us, step.op, decision.limit
             )?;
         }
         decisions[index] = Some(decision);
