@@ -11,7 +11,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 ///
 /// Windows are aligned to the Unix epoch so that every process agrees on them; a clock
 /// therefore reports epoch time, not an arbitrary instant. The stores read it once per
-/// decision (once per `check_all`, so every policy sees the same instant).
+/// decision (once per `check_all`, so every limit sees the same instant).
 ///
 /// ```
 /// use std::time::Duration;

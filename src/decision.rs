@@ -6,11 +6,11 @@ use std::time::Duration;
 
 use crate::Quota;
 
-/// Whether a request may pass under one policy, and where its key stands.
+/// Whether a request may pass under one limit, and where its key stands.
 ///
-/// Durations are rounded up to whole microseconds. For a multi-policy
-/// [`check_all`](crate::Limiter::check_all) that another policy denied, `allowed` is this
-/// policy's own answer but nothing was charged, so `remaining` is the current value.
+/// Durations are rounded up to whole microseconds. For a multi-limit
+/// [`check_all`](crate::Limiter::check_all) that another limit denied, `allowed` is this
+/// limit's own answer but nothing was charged, so `remaining` is the current value.
 ///
 /// ```
 /// use std::time::Duration;
@@ -76,7 +76,7 @@ pub struct Decision {
 
 impl Decision {
     /// What this decision charged: `Some` only when the request was admitted *and*
-    /// charged (a cost above 0, in a check that every policy admitted). Hand it back
+    /// charged (a cost above 0, in a check that every limit admitted). Hand it back
     /// with [`Limiter::refund_charge`](crate::Limiter::refund_charge), which takes the
     /// decision itself.
     ///

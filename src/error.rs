@@ -6,7 +6,7 @@ use std::error::Error as StdError;
 use std::fmt;
 use std::path::{Path, PathBuf};
 
-/// A configuration mistake, reported when a quota, policy or limiter is built.
+/// A configuration mistake, reported when a quota, limit or limiter is built.
 ///
 /// The message quotes the offending input and says what was expected. A mistake read
 /// from a configuration file also says where it is ([`file`](ConfigError::file),

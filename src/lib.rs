@@ -7,8 +7,8 @@
 //! A [`Limiter`] holds named [`Limit`]s (a [`Quota`] counted by an [`Algorithm`]) over
 //! a store ([`MemoryStore`] by default). For each request it returns a [`Decision`]:
 //! whether the request passes, how much capacity is left, when it resets and, for a
-//! rejection, when to retry. Checks over several policies are all-or-nothing: a request
-//! denied by one policy is charged to none.
+//! rejection, when to retry. Checks over several limits are all-or-nothing: a request
+//! denied by one limit is charged to none.
 //!
 //! ```
 //! use tollgate::{Algorithm, Key, Limit, Limiter, Quota};
@@ -98,6 +98,46 @@
 //!   idle state by itself.
 //! - [`Key`]s are fixed-size fingerprints: raw API keys and IPs are never stored or
 //!   printed.
+//!
+//! ## Glossary
+//!
+//! Each word means one thing, in the code as in the docs.
+//!
+//! - **limit**: a [`Limit`], a name with a quota and an algorithm; what the core
+//!   ([`Limiter`], the stores) counts under.
+//! - **policy**: the layer's [`Policy`], a limit plus the request rules that find each
+//!   request's key and cost. Only the Tower layer speaks of policies.
+//! - **key**: who a limit applies to, a [`Key`] (a fingerprint of an IP, an API key, a
+//!   user id).
+//! - **cost**: how much one request spends (1 by default; 0 peeks).
+//! - **quota**: a [`Quota`], how much cost a key may spend per period, with its burst.
+//! - **capacity**: the most cost a key can hold at once under a limit
+//!   ([`Decision::capacity`]); `remaining` never exceeds it.
+//! - **charge**: one limit's share of a request, cost for a key under a limit
+//!   ([`store::Charge`]); charging is what an admitted request does to a key's state.
+//! - **decision**: the answer for one limit, a [`Decision`]: admitted or not, what is
+//!   left, when it resets, when to retry.
+//! - **receipt**: what an admitted decision charged ([`store::Receipt`]), handed back to
+//!   refund exactly that charge.
+//! - **store**: where state lives, a [`store::Store`] ([`MemoryStore`], `RedisStore`);
+//!   each of its operations answers a **store call** ([`store::StoreCall`]), ready at
+//!   once or a future.
+//! - **block**: a denial of every request of a key under a limit for a while, set by an
+//!   operator ([`Limiter::block`]) or by a penalty.
+//! - **penalty**: a [`Penalty`], the rule that blocks a key whose rejections pile up.
+//! - **denial cache**: the Redis store's local memory of recent denials
+//!   (`RedisStore::denial_cache`), which answers a key known to be denied without a
+//!   round trip; it caches any denial, not only blocks.
+//! - **in-flight slot**: a place among the requests of a key allowed to run at once
+//!   ([`store::InFlightSlot`], [`Policy::in_flight`](crate::Policy::in_flight)).
+//! - **lease**: a slice of quota a [`store::LeasedStore`] takes from its store ahead of
+//!   time and spends locally; nothing else is called a lease.
+//! - **reservation** (or **wait**): a place taken in a key's future
+//!   ([`Limiter::reserve`], [`Limiter::until_ready`]): the request proceeds when its
+//!   instant comes, instead of being rejected now.
+//!
+//! The verbs form one ladder: the public `check` asks a store to `decide`, and the store
+//! has the algorithm's pure rule `evaluate` the key's state.
 //!
 //! ## Names
 //!

@@ -187,7 +187,7 @@ impl Penalty {
         };
         match problem {
             Some(why) => Err(ConfigError::new(format!(
-                "invalid penalty of policy \"{limit}\": {why}"
+                "invalid penalty of limit \"{limit}\": {why}"
             ))),
             None => Ok(()),
         }

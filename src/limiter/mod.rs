@@ -27,7 +27,7 @@ use self::check::{Check, CheckState};
 use crate::store::{Charge, Store};
 use crate::{ConfigError, Decision, Key, Limit, MemoryStore, Quota, StoreError, StoreErrorKind};
 
-/// Decides whether keys may spend cost under named policies.
+/// Decides whether keys may spend cost under named limits.
 ///
 /// HTTP-free: use it in handlers, jobs, queue consumers or tonic interceptors; the
 /// Tower layer is built on it. Cheap to clone; clones share policies and state.
@@ -170,7 +170,7 @@ impl Limiter {
     ///
     /// ```
     /// let builder = tollgate::Limiter::builder();
-    /// assert!(builder.build().is_err()); // no policy yet
+    /// assert!(builder.build().is_err()); // no limit yet
     /// ```
     pub fn builder() -> LimiterBuilder {
         LimiterBuilder::default()
@@ -210,7 +210,7 @@ impl Limiter {
     ///   1000/min, lowered to 100/min: none left until it refills). A limit whose period
     ///   or algorithm changed starts from fresh state.
     /// - A limit left out stops deciding: checks naming it fail as for any unknown
-    ///   policy, and its state expires (Redis TTLs; the memory store's sweeps).
+    ///   limit, and its state expires (Redis TTLs; the memory store's sweeps).
     /// - With the layer, a limit keeps the request rules (key, costs, …) of the
     ///   layer's policy of the same name; a new name gets the default rules. To replace
     ///   the rules too, use the layer's `reload`.
@@ -366,7 +366,7 @@ impl Limiter {
         }
     }
 
-    /// Charges `cost` to `key` under `policy` if it fits. Cost 0 peeks: it reports the
+    /// Charges `cost` to `key` under `limit` if it fits. Cost 0 peeks: it reports the
     /// key's state and charges nothing.
     ///
     /// ```
@@ -383,7 +383,7 @@ impl Limiter {
     /// ```
     pub fn check<'a>(
         &'a self,
-        policy: &'a str,
+        limit: &'a str,
         key: &'a Key,
         cost: u32,
     ) -> impl Future<Output = Result<Decision, StoreError>> + Send + 'a {
@@ -393,7 +393,7 @@ impl Limiter {
         // (measured: a quarter of a hot-key check).
         Check {
             limiter: self,
-            policy,
+            limit,
             key,
             cost,
             quota: None,
@@ -401,7 +401,7 @@ impl Limiter {
         }
     }
 
-    /// Charges `cost` to `key` under `policy`, counted with this caller's `quota`
+    /// Charges `cost` to `key` under `limit`, counted with this caller's `quota`
     /// instead of the limit's own: plans, where free callers get 100/min and paying
     /// ones 10,000/min. Everything else about the limit (name, algorithm, delay bound)
     /// stays; decisions and response headers state `quota`.
@@ -434,14 +434,14 @@ impl Limiter {
     /// ```
     pub fn check_with<'a>(
         &'a self,
-        policy: &'a str,
+        limit: &'a str,
         key: &'a Key,
         cost: u32,
         quota: Quota,
     ) -> impl Future<Output = Result<Decision, StoreError>> + Send + 'a {
         Check {
             limiter: self,
-            policy,
+            limit,
             key,
             cost,
             quota: Some(quota),
@@ -449,7 +449,7 @@ impl Limiter {
         }
     }
 
-    /// Checks several (policy, key, cost) at one instant, all-or-nothing: if any policy
+    /// Checks several (limit, key, cost) at one instant, all-or-nothing: if any limit
     /// denies, none is charged. Returns one decision per entry, in order; the request
     /// passes when every decision is allowed.
     ///
@@ -531,7 +531,7 @@ impl Limiter {
         }
     }
 
-    /// Returns up to `cost` of `key`'s newest charges under `policy`: an operator's
+    /// Returns up to `cost` of `key`'s newest charges under `limit`: an operator's
     /// refund, which knows no particular charge. Never leaves the key better than idle.
     ///
     /// To take back one request's charge (e.g. only failed logins count), use
@@ -551,10 +551,10 @@ impl Limiter {
     /// # })?;
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub async fn refund(&self, policy: &str, key: &Key, cost: u32) -> Result<(), StoreError> {
+    pub async fn refund(&self, limit: &str, key: &Key, cost: u32) -> Result<(), StoreError> {
         let set = self.snapshot();
         let charge = Charge {
-            limit: set.find(policy).ok_or_else(|| unknown_limit(policy))?,
+            limit: set.find(limit).ok_or_else(|| unknown_limit(limit))?,
             key,
             cost: u64::from(cost),
         };
@@ -567,7 +567,7 @@ impl Limiter {
     /// the key still counts comes back, from the store that took it.
     ///
     /// - Nothing comes back for a decision that charged nothing (denied, a peek, or
-    ///   admitted by a [`check_all`](Limiter::check_all) that another policy denied),
+    ///   admitted by a [`check_all`](Limiter::check_all) that another limit denied),
     ///   nor more than it charged.
     /// - Fixed window: only within the charge's window. Sliding window: within its
     ///   window, then from the previous-window count during the next. Sliding window
@@ -635,7 +635,7 @@ impl Limiter {
         set.find(name).cloned().ok_or_else(|| unknown_limit(name))
     }
 
-    /// `key`'s decision under `policy` now, charging nothing: what a cost-0
+    /// `key`'s decision under `limit` now, charging nothing: what a cost-0
     /// [`check`](Limiter::check) returns. A blocked key says so (`allowed: false`,
     /// [`blocked_for`](Decision::blocked_for)). On Redis it always asks Redis (one
     /// round trip), never the blocked-key cache.
@@ -652,12 +652,12 @@ impl Limiter {
     /// # })?;
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub async fn peek(&self, policy: &str, key: &Key) -> Result<Decision, StoreError> {
-        let limit = Self::find(&self.snapshot(), policy)?;
+    pub async fn peek(&self, limit: &str, key: &Key) -> Result<Decision, StoreError> {
+        let limit = Self::find(&self.snapshot(), limit)?;
         self.inner.store.peek(&limit, key).await
     }
 
-    /// Makes `key` idle again under `policy`: its usage is forgotten, its block lifted
+    /// Makes `key` idle again under `limit`: its usage is forgotten, its block lifted
     /// and its penalty count cleared. On Redis, one round trip that every process
     /// sees at once; a process that cached the key as blocked sees it within its
     /// [`block_cache_max_age`](crate::RedisStore::block_cache_max_age) (this one at
@@ -676,12 +676,12 @@ impl Limiter {
     /// # })?;
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub async fn reset(&self, policy: &str, key: &Key) -> Result<(), StoreError> {
-        let limit = Self::find(&self.snapshot(), policy)?;
+    pub async fn reset(&self, limit: &str, key: &Key) -> Result<(), StoreError> {
+        let limit = Self::find(&self.snapshot(), limit)?;
         self.inner.store.reset(&limit, key).await
     }
 
-    /// Denies every request of `key` under `policy` until `duration` from now
+    /// Denies every request of `key` under `limit` until `duration` from now
     /// (`allowed: false`, `remaining: 0`, `retry_after = reset_after =` the time
     /// left, [`blocked_for`](Decision::blocked_for) too), whatever its quota says; a
     /// later block replaces this one, a zero `duration` lifts it, and
@@ -708,17 +708,17 @@ impl Limiter {
     /// ```
     pub async fn block(
         &self,
-        policy: &str,
+        limit: &str,
         key: &Key,
         duration: Duration,
     ) -> Result<Decision, StoreError> {
-        let limit = Self::find(&self.snapshot(), policy)?;
+        let limit = Self::find(&self.snapshot(), limit)?;
         // Longer than a century is a century, on every store (see `Penalty::MAX_DENIAL`).
         let duration = duration.min(crate::Penalty::MAX_DENIAL);
         self.inner.store.block(&limit, key, duration).await
     }
 
-    /// Charges `cost` to `key` under `policy` whether or not it fits: usage may
+    /// Charges `cost` to `key` under `limit` whether or not it fits: usage may
     /// exceed the capacity (a debt), and `remaining` stays 0 until time repays it
     /// (token bucket, GCRA and leaky bucket: until the refill covers it; the window
     /// algorithms count it in the window it is charged in, so it ends with that
@@ -755,11 +755,11 @@ impl Limiter {
     /// ```
     pub async fn penalize(
         &self,
-        policy: &str,
+        limit: &str,
         key: &Key,
         cost: u32,
     ) -> Result<Decision, StoreError> {
-        let limit = Self::find(&self.snapshot(), policy)?;
+        let limit = Self::find(&self.snapshot(), limit)?;
         // At most the capacity plus a century of refill, on every store (see
         // `Penalty::MAX_DENIAL`): more would deny no longer, and overflow the fluid algorithms.
         let charge = Charge {
@@ -805,10 +805,10 @@ impl fmt::Debug for Limiter {
     }
 }
 
-/// Whether a policy's name is `name`. A caller usually passes the very string the
-/// policy was named with (one literal, one address): that case skips the byte compare,
+/// Whether a limit's name is `name`. A caller usually passes the very string the
+/// limit was named with (one literal, one address): that case skips the byte compare,
 /// a call into libc's `memcmp` that showed up in profiles of `check`.
 #[inline]
-pub(super) fn names_match(policy: &str, name: &str) -> bool {
-    std::ptr::eq(policy, name) || (policy.len() == name.len() && policy == name)
+pub(super) fn names_match(limit: &str, name: &str) -> bool {
+    std::ptr::eq(limit, name) || (limit.len() == name.len() && limit == name)
 }

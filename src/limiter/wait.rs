@@ -10,9 +10,9 @@ use crate::store::Charge;
 use crate::{Decision, Key, Quota, StoreError};
 
 impl Limiter {
-    /// Reserves `cost` for `key` under `policy`, to proceed within `max_wait`.
+    /// Reserves `cost` for `key` under `limit`, to proceed within `max_wait`.
     ///
-    /// The request's place is the earliest instant at which the policy's rule admits
+    /// The request's place is the earliest instant at which the limit's rule admits
     /// it, behind every reservation the key already holds (first come, first served).
     /// If that place is at most `max_wait` away, it is charged at once, counted at
     /// that instant (in the window, sub-window or log entry it falls in), and the
@@ -58,12 +58,12 @@ impl Limiter {
     /// ```
     pub async fn reserve(
         &self,
-        policy: &str,
+        limit: &str,
         key: &Key,
         cost: u32,
         max_wait: Duration,
     ) -> Result<Decision, StoreError> {
-        let taken = self.take_place(policy, key, cost, None, max_wait).await?;
+        let taken = self.take_place(limit, key, cost, None, max_wait).await?;
         taken.keep_one()
     }
 
@@ -99,19 +99,19 @@ impl Limiter {
     /// ```
     pub async fn reserve_with(
         &self,
-        policy: &str,
+        limit: &str,
         key: &Key,
         cost: u32,
         quota: Quota,
         max_wait: Duration,
     ) -> Result<Decision, StoreError> {
         let taken = self
-            .take_place(policy, key, cost, Some(quota), max_wait)
+            .take_place(limit, key, cost, Some(quota), max_wait)
             .await?;
         taken.keep_one()
     }
 
-    /// Waits until `cost` may proceed for `key` under `policy`, at most `max_wait`:
+    /// Waits until `cost` may proceed for `key` under `limit`, at most `max_wait`:
     /// reserves its place ([`reserve`](Limiter::reserve)) and sleeps until then.
     /// Returns the allowed decision once it may proceed, or at once the denial that
     /// says when it could, if that is beyond `max_wait` (nothing charged).
@@ -145,12 +145,12 @@ impl Limiter {
     /// ```
     pub async fn until_ready(
         &self,
-        policy: &str,
+        limit: &str,
         key: &Key,
         cost: u32,
         max_wait: Duration,
     ) -> Result<Decision, StoreError> {
-        self.wait_for_place(policy, key, cost, None, max_wait).await
+        self.wait_for_place(limit, key, cost, None, max_wait).await
     }
 
     /// [`until_ready`](Limiter::until_ready) under the caller's own `quota` (see
@@ -178,13 +178,13 @@ impl Limiter {
     /// ```
     pub async fn until_ready_with(
         &self,
-        policy: &str,
+        limit: &str,
         key: &Key,
         cost: u32,
         quota: Quota,
         max_wait: Duration,
     ) -> Result<Decision, StoreError> {
-        self.wait_for_place(policy, key, cost, Some(quota), max_wait)
+        self.wait_for_place(limit, key, cost, Some(quota), max_wait)
             .await
     }
 
@@ -207,12 +207,12 @@ impl Limiter {
     /// ```
     pub async fn peek_with(
         &self,
-        policy: &str,
+        limit: &str,
         key: &Key,
         quota: Quota,
     ) -> Result<Decision, StoreError> {
         let set = self.snapshot();
-        let limit = self.resolve(&set, policy, Some(quota))?;
+        let limit = self.resolve(&set, limit, Some(quota))?;
         self.inner.store.peek(&limit, key).await
     }
 
@@ -221,13 +221,13 @@ impl Limiter {
     /// way, or while asleep, it goes back.
     async fn wait_for_place(
         &self,
-        policy: &str,
+        limit: &str,
         key: &Key,
         cost: u32,
         quota: Option<Quota>,
         max_wait: Duration,
     ) -> Result<Decision, StoreError> {
-        let taken = self.take_place(policy, key, cost, quota, max_wait).await?;
+        let taken = self.take_place(limit, key, cost, quota, max_wait).await?;
         let delay = match taken.decisions() {
             [decision] if decision.allowed => decision.delay,
             _ => Duration::ZERO,
@@ -238,19 +238,19 @@ impl Limiter {
         taken.keep_one()
     }
 
-    /// Reserves `cost` for `key` under `policy` (under `quota` when given) within
+    /// Reserves `cost` for `key` under `limit` (under `quota` when given) within
     /// `max_wait`: on the memory store at once, on another through a [`Taking`] call,
     /// which gives back what it took if it is dropped on its way.
     async fn take_place(
         &self,
-        policy: &str,
+        limit: &str,
         key: &Key,
         cost: u32,
         quota: Option<Quota>,
         max_wait: Duration,
     ) -> Result<Taken, StoreError> {
         let set = self.snapshot();
-        let index = set.index_of(policy).ok_or_else(|| unknown_limit(policy))?;
+        let index = set.index_of(limit).ok_or_else(|| unknown_limit(limit))?;
         let targets = vec![(index, *key)];
         let ready = {
             let limit = self.with_quota(&set.limits[index], quota)?;

@@ -4,7 +4,7 @@
 //! A denied key under attack is the hottest key there is; answering it locally keeps
 //! the attacker's traffic off Redis; so is a key in a penalty box or blocked by an
 //! operator, whose entry denies every cost until the block ends (within `max_age`).
-//! An entry is kept per (policy, key) and answers
+//! An entry is kept per (limit, key) and answers
 //! only requests costing at least the denied cost (cost is monotone for every
 //! algorithm: what did not fit at a cost does not fit at a higher one). The deadline
 //! is measured from when the request was sent, so the local answer never outlasts
@@ -255,14 +255,14 @@ impl BlockCache {
         self.lock().map.remove(&Self::slot(charge));
     }
 
-    /// Forgets every entry of `charge`'s policy and key, under any quota (after a
+    /// Forgets every entry of `charge`'s limit and key, under any quota (after a
     /// reset or a block through this process). Scans the cache: operators' calls
     /// are rare, and a reset must not leave a caller's own quota denied.
     pub(crate) fn forget_key(&self, charge: &Charge<'_>) {
         let name = charge.limit.name();
         self.lock()
             .map
-            .retain(|(policy, _, _, key), _| !(*policy == name && key == charge.key));
+            .retain(|(limit, _, _, key), _| !(*limit == name && key == charge.key));
     }
 
     pub(crate) fn len(&self) -> usize {
@@ -279,7 +279,7 @@ impl BlockCache {
 }
 
 /// The decision of a charge that a blocked charge of the same batch denied before
-/// it was evaluated: `allowed` (this policy did not deny the request, and nothing
+/// it was evaluated: `allowed` (this limit did not deny the request, and nothing
 /// was charged to it), `remaining` 0 and `reset_after` 0 (nothing is known of its
 /// key, so it promises no capacity), no `retry_after`, no delay.
 fn not_evaluated(charge: &Charge<'_>) -> Decision {
@@ -334,12 +334,12 @@ mod tests {
     fn a_full_cache_does_constant_work_per_new_denial() {
         // Regression: a full cache used to `retain` the whole map on every new
         // denial (10 000 entries examined per denial at the default bound).
-        let policy = Limit::new("api", Quota::per_day(1)).expect("policy");
+        let limit = Limit::new("api", Quota::per_day(1)).expect("limit");
         let keys: Vec<Key> = (0..5_000_u64).map(Key::from).collect();
         let cache = BlockCache::new(1_000, 3_600 * SECOND);
         let day = Duration::from_secs(86_400);
         for (i, key) in keys.iter().enumerate() {
-            cache.record(&charge(&policy, key), 10 * SECOND + i as u64, &denial(day));
+            cache.record(&charge(&limit, key), 10 * SECOND + i as u64, &denial(day));
         }
         assert_eq!(cache.len(), 1_000);
         let examined = cache.lock().examined;
@@ -348,18 +348,18 @@ mod tests {
         assert!(examined <= 3 * 5_000, "examined {examined}");
         // The newest are kept: the oldest were evicted first.
         let now = 10 * SECOND + 5_000;
-        assert!(cache.check(&[charge(&policy, &keys[4_999])], now).is_some());
-        assert!(cache.check(&[charge(&policy, &keys[0])], now).is_none());
+        assert!(cache.check(&[charge(&limit, &keys[4_999])], now).is_some());
+        assert!(cache.check(&[charge(&limit, &keys[0])], now).is_none());
     }
 
     #[test]
     fn a_key_denied_over_and_over_keeps_the_queue_bounded() {
-        let policy = Limit::new("api", Quota::per_day(1)).expect("policy");
+        let limit = Limit::new("api", Quota::per_day(1)).expect("limit");
         let key = Key::from("mallory");
         let cache = BlockCache::new(1_000, 3_600 * SECOND);
         for i in 0..10_000 {
             cache.record(
-                &charge(&policy, &key),
+                &charge(&limit, &key),
                 SECOND + i,
                 &denial(Duration::from_secs(60)),
             );
@@ -371,29 +371,29 @@ mod tests {
 
     #[test]
     fn entries_die_at_their_max_age_or_when_the_clock_reads_earlier() {
-        let policy = Limit::new("api", Quota::per_day(1)).expect("policy");
+        let limit = Limit::new("api", Quota::per_day(1)).expect("limit");
         let key = Key::from("alice");
         let cache = BlockCache::new(10, SECOND);
         let year = Duration::from_secs(365 * 86_400);
         let sent = 100 * SECOND;
-        cache.record(&charge(&policy, &key), sent, &denial(year));
-        let local = cache.check(&[charge(&policy, &key)], sent + SECOND - 1);
+        cache.record(&charge(&limit, &key), sent, &denial(year));
+        let local = cache.check(&[charge(&limit, &key)], sent + SECOND - 1);
         assert_eq!(
             local.expect("cached")[0].retry_after,
             year.checked_sub(Duration::from_micros(SECOND - 1))
         );
         assert!(
             cache
-                .check(&[charge(&policy, &key)], sent + SECOND)
+                .check(&[charge(&limit, &key)], sent + SECOND)
                 .is_none()
         );
         assert_eq!(cache.len(), 0);
-        cache.record(&charge(&policy, &key), sent, &denial(year));
-        assert!(cache.check(&[charge(&policy, &key)], sent - 1).is_none());
+        cache.record(&charge(&limit, &key), sent, &denial(year));
+        assert!(cache.check(&[charge(&limit, &key)], sent - 1).is_none());
         // Expired entries leave from the front as new denials arrive.
-        cache.record(&charge(&policy, &key), sent, &denial(year));
+        cache.record(&charge(&limit, &key), sent, &denial(year));
         let other = Key::from("bob");
-        cache.record(&charge(&policy, &other), sent + 2 * SECOND, &denial(year));
+        cache.record(&charge(&limit, &other), sent + 2 * SECOND, &denial(year));
         assert_eq!(cache.len(), 1);
     }
 }

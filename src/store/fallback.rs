@@ -402,14 +402,14 @@ impl<P: Store, I: Store> Store for Fallback<P, I> {
         })
     }
 
-    fn validate(&self, policy: &Limit) -> Result<(), ConfigError> {
-        self.primary.validate(policy)?;
-        self.insurance.validate(policy)
+    fn validate(&self, limit: &Limit) -> Result<(), ConfigError> {
+        self.primary.validate(limit)?;
+        self.insurance.validate(limit)
     }
 
-    fn validate_quota(&self, policy: &Limit) -> Result<(), ConfigError> {
-        self.primary.validate_quota(policy)?;
-        self.insurance.validate_quota(policy)
+    fn validate_quota(&self, limit: &Limit) -> Result<(), ConfigError> {
+        self.primary.validate_quota(limit)?;
+        self.insurance.validate_quota(limit)
     }
 
     /// Takes the slot where a charge would go: from the primary, or from the

@@ -262,20 +262,20 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
         self.decide_one(charge)
     }
 
-    /// Says whether this store can serve `policy` exactly; called for every policy by
+    /// Says whether this store can serve `limit` exactly; called for every limit by
     /// [`LimiterBuilder::build`](crate::LimiterBuilder::build). The default accepts
-    /// every policy.
-    fn validate(&self, policy: &Limit) -> Result<(), ConfigError> {
-        let _ = policy;
+    /// every limit.
+    fn validate(&self, limit: &Limit) -> Result<(), ConfigError> {
+        let _ = limit;
         Ok(())
     }
 
-    /// Says whether this store can serve `policy` under a caller's own quota
+    /// Says whether this store can serve `limit` under a caller's own quota
     /// ([`Limiter::check_with`](crate::Limiter::check_with)); called at request time,
     /// for a quota other than the limit's own, so it must be cheap and must not
     /// register anything. The default is [`validate`](Store::validate).
-    fn validate_quota(&self, policy: &Limit) -> Result<(), ConfigError> {
-        self.validate(policy)
+    fn validate_quota(&self, limit: &Limit) -> Result<(), ConfigError> {
+        self.validate(limit)
     }
 
     /// Takes one of the `max` slots that `key` has under `limit` for requests running
@@ -340,22 +340,22 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
 }
 
 /// Builds the public decision from an algorithm's verdict.
-pub(crate) fn decision(policy: &Limit, verdict: Verdict) -> Decision {
+pub(crate) fn decision(limit: &Limit, verdict: Verdict) -> Decision {
     let blocked_for = verdict.blocked_us.map(Duration::from_micros);
     if verdict.tripped {
         // Every store's verdicts become decisions here, once: the one place that
         // sees each penalty trip exactly once.
-        crate::observe::penalty_tripped(policy.name(), blocked_for.unwrap_or_default());
+        crate::observe::penalty_tripped(limit.name(), blocked_for.unwrap_or_default());
     }
     Decision {
         allowed: verdict.allowed,
-        capacity: policy.params().capacity,
+        capacity: limit.params().capacity,
         remaining: verdict.remaining,
         reset_after: Duration::from_micros(verdict.reset_after_us),
         retry_after: verdict.retry_after_us.map(Duration::from_micros),
         delay: Duration::from_micros(verdict.delay_us),
-        limit: policy.name(),
-        quota: policy.quota(),
+        limit: limit.name(),
+        quota: limit.quota(),
         receipt: verdict.receipt,
         blocked_for,
     }

@@ -212,7 +212,7 @@ fn configuration_mistakes_name_the_policy_and_the_input() {
                     .expect("policy")
                     .algorithm(Algorithm::SlidingWindow),
             ),
-            "invalid policy \"w\"",
+            "invalid limit \"w\"",
         ),
         (
             Limiter::builder().limit(

@@ -109,7 +109,7 @@ fn a_penalty_with_a_zero_is_refused_when_the_limiter_is_built() {
             .penalty(penalty);
         let err = Limiter::builder().limit(limit).build().expect_err("a zero");
         assert!(
-            err.to_string().contains("penalty of policy \"api\""),
+            err.to_string().contains("penalty of limit \"api\""),
             "{err}"
         );
     }

@@ -280,7 +280,7 @@ const MALFORMED: &[Case] = &[
         "[[limit]]\nname = \"api\"\nquota = \"1/s\"\nalgorithm = \"sliding_window\"\nplan_from = \"header:x-plan\"\n[limit.plans]\npro = { quota = \"10/s\", burst = 20 }\n",
         7,
         7,
-        "plan \"pro\": invalid policy \"api\": sliding_window",
+        "plan \"pro\": invalid limit \"api\": sliding_window",
     ),
 ];
 

@@ -90,12 +90,12 @@ impl<S: Store> Store for LeasedStore<S> {
         })
     }
 
-    fn validate(&self, policy: &Limit) -> Result<(), ConfigError> {
-        self.inner.store.validate(policy)
+    fn validate(&self, limit: &Limit) -> Result<(), ConfigError> {
+        self.inner.store.validate(limit)
     }
 
-    fn validate_quota(&self, policy: &Limit) -> Result<(), ConfigError> {
-        self.inner.store.validate_quota(policy)
+    fn validate_quota(&self, limit: &Limit) -> Result<(), ConfigError> {
+        self.inner.store.validate_quota(limit)
     }
 
     // Operators' calls, reservations and in-flight slots go to the store itself: they

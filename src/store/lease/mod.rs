@@ -147,7 +147,7 @@ pub enum SliceSizing {
 ///
 /// After a denial with a `retry_after`, the same or a larger cost for that key is
 /// denied here, without a round trip, until then (at most `max_lease`): stricter, never
-/// looser, than asking. A `check_all` of several policies, a cost-0 peek, and the
+/// looser, than asking. A `check_all` of several limits, a cost-0 peek, and the
 /// sliding log go to `S` as they would without leases.
 ///
 /// An operator's [`block`](crate::Limiter::block), [`reset`](crate::Limiter::reset)

@@ -31,7 +31,7 @@ pub(super) enum Kind {
         /// end sooner: the safe side).
         unit_ns: u64,
         /// Leaky bucket: a unit is served at its place in the queue, no later than the
-        /// policy's bound on delays.
+        /// limit's bound on delays.
         max_delay_us: Option<u64>,
     },
 }

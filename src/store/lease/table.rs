@@ -38,7 +38,7 @@ pub(super) struct Shard {
     pub(super) forgotten: HashSet<(u64, u64)>,
 }
 
-/// A lease's identity: the policy exactly as charged (name and every parameter, so a
+/// A lease's identity: the limit exactly as charged (name and every parameter, so a
 /// caller's own quota never spends a lease charged under another) and the key.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub(super) struct Slot {

@@ -90,23 +90,23 @@ impl MemoryStore {
     pub(crate) fn decide_now(&self, charge: &Charge<'_>) -> Decision {
         let key = self.hashed(charge.key);
         let now = self.now();
-        let policy = charge.limit;
+        let limit = charge.limit;
         let shard = self.shard(key);
         // The read guard must be gone before `offended` may take the write lock.
-        let read_locked = if has_atomic_states(policy) {
-            read(shard).run_shared(policy, key, now, charge.cost)
+        let read_locked = if has_atomic_states(limit) {
+            read(shard).run_shared(limit, key, now, charge.cost)
         } else {
             None
         };
         let verdict = match read_locked {
             Some(verdict) => verdict,
-            None => write(shard).run(policy, key, now, charge.cost, true),
+            None => write(shard).run(limit, key, now, charge.cost, true),
         };
         if verdict.allowed {
             // Only a rejection can count in a penalty box: the common case skips it.
-            return decision(policy, verdict);
+            return decision(limit, verdict);
         }
-        decision(policy, offended(shard, charge, key, now, verdict))
+        decision(limit, offended(shard, charge, key, now, verdict))
     }
 
     /// Several charges, all-or-nothing, at one instant.
@@ -137,7 +137,7 @@ impl MemoryStore {
             for i in 0..charges.len() {
                 let verdict = run(i, true);
                 if !verdict.allowed {
-                    // Only possible when one batch names the same (policy, key) twice:
+                    // Only possible when one batch names the same (limit, key) twice:
                     // each part fits alone, not together. Undo and deny the batch.
                     for j in 0..i {
                         let c = &charges[j];
@@ -156,7 +156,7 @@ impl MemoryStore {
             }
             admitted
         } else {
-            // Each policy that denied counts the rejection in its penalty box.
+            // Each limit that denied counts the rejection in its penalty box.
             tentative
                 .into_iter()
                 .enumerate()
@@ -274,11 +274,11 @@ fn offended(
     }
 }
 
-/// Whether `policy`'s states can be updated under a shard's read lock.
+/// Whether `limit`'s states can be updated under a shard's read lock.
 #[inline]
-fn has_atomic_states(policy: &Limit) -> bool {
+fn has_atomic_states(limit: &Limit) -> bool {
     matches!(
-        policy.params().algorithm,
+        limit.params().algorithm,
         Algorithm::Gcra | Algorithm::LeakyBucket
     )
 }

@@ -81,7 +81,7 @@ const MIN_KEYS_PER_SHARD: usize = 256;
 ///   share if need be.
 /// - **Self-cleaning:** each shard drops idle state (state that equals a fresh key's)
 ///   at most once a second as it is used. No background thread, nothing to spawn.
-/// - **Shared:** clones share all state; one entry per (policy, key).
+/// - **Shared:** clones share all state; one entry per (limit, key).
 ///
 /// ```
 /// use std::time::Duration;
@@ -246,7 +246,7 @@ impl MemoryStore {
     /// stays within about twice the slots plus the heap parts. Each of the store's
     /// shards gets an equal part of the budget, and one key's largest possible state
     /// must fit in a part: [`LimiterBuilder::build`](crate::LimiterBuilder::build)
-    /// refuses a policy whose state could not.
+    /// refuses a limit whose state could not.
     ///
     /// ```
     /// let store = tollgate::MemoryStore::new().max_bytes(64 << 20)?;
@@ -326,7 +326,7 @@ impl MemoryStore {
         self.inner.max_keys
     }
 
-    /// How many (policy, key) states are stored now. Reads each shard in turn.
+    /// How many (limit, key) states are stored now. Reads each shard in turn.
     ///
     /// ```
     /// assert_eq!(tollgate::MemoryStore::new().len(), 0);
@@ -335,7 +335,7 @@ impl MemoryStore {
         self.inner.shards.iter().map(|s| read(&s.0).len()).sum()
     }
 
-    /// How many (policy, key) pairs have requests running under an in-flight limit
+    /// How many (limit, key) pairs have requests running under an in-flight limit
     /// now ([`Policy::in_flight`](crate::Policy::in_flight)). A key's entry is removed
     /// when its last slot is given back, so this never exceeds the number of requests
     /// running, however many keys callers make up. Reads each shard in turn.
@@ -504,16 +504,16 @@ impl MemoryStore {
     /// Refuses a limit one of whose keys could outgrow a shard's part of
     /// [`max_bytes`](MemoryStore::max_bytes): at build time for a limit's own quota,
     /// at request time for a caller's ([`Limiter::check_with`](crate::Limiter::check_with)).
-    pub(crate) fn check_bytes(&self, policy: &Limit) -> Result<(), ConfigError> {
-        let worst = worst_case_bytes(policy.params());
+    pub(crate) fn check_bytes(&self, limit: &Limit) -> Result<(), ConfigError> {
+        let worst = worst_case_bytes(limit.params());
         let part = self.bytes_per_shard();
         if worst > part {
             return Err(ConfigError::new(format!(
-                "policy \"{}\": one key's {} state can take {worst} bytes, more than the \
+                "limit \"{}\": one key's {} state can take {worst} bytes, more than the \
                  memory store's part of max_bytes per shard ({part} bytes: {} bytes over {} \
                  shards); raise MemoryStore::max_bytes, lower the limit or pick another algorithm",
-                policy.name(),
-                policy.params().algorithm,
+                limit.name(),
+                limit.params().algorithm,
                 self.inner.max_bytes,
                 self.inner.shards.len(),
             )));

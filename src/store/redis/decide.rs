@@ -133,20 +133,20 @@ impl Store for RedisStore {
         StoreCall::future(self.reserve_place(charge, max_wait))
     }
 
-    /// Rejects policies whose arithmetic would leave the integers Lua holds exactly
+    /// Rejects limits whose arithmetic would leave the integers Lua holds exactly
     /// (below 2^53): a sliding window multiplies counts by the period, so `limit ×
     /// period in µs` must stay below 2^53 (e.g. at most 104 days at a limit of 1000).
-    fn validate(&self, policy: &Limit) -> Result<(), ConfigError> {
-        policy.validate()?;
-        let p = policy.params();
+    fn validate(&self, limit: &Limit) -> Result<(), ConfigError> {
+        limit.validate()?;
+        let p = limit.params();
         if p.algorithm == Algorithm::SlidingWindow
             && u128::from(p.limit) * u128::from(p.period_us) >= LUA_EXACT
         {
             return Err(ConfigError::new(format!(
-                "invalid policy \"{}\" for the redis store: sliding_window computes \
+                "invalid limit \"{}\" for the redis store: sliding_window computes \
                  limit × period ({} × {} µs), which must stay below 2^53 to be exact in \
                  Lua; use a smaller limit, a shorter period or sliding_window_counters",
-                policy.name(),
+                limit.name(),
                 p.limit,
                 p.period_us
             )));

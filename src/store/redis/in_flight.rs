@@ -2,7 +2,7 @@
 //! requests run.
 //!
 //! A slot is a lease (member: an id unique to one request of one store, score: its
-//! expiry on the server's clock) in `<prefix>:<policy>:{<subject>}:inflight`, the hash
+//! expiry on the server's clock) in `<prefix>:<limit>:{<subject>}:inflight`, the hash
 //! tag of the key's rate state. Taking one is one script (drop the expired leases,
 //! count, add if below the bound, set the key's TTL); giving it back is one `ZREM`.
 //! A process that dies without giving its leases back stops renewing them, and they

@@ -12,8 +12,8 @@ impl RedisStore {
     /// ```
     /// use tollgate::{Key, Limit, Quota, RedisStore};
     /// let store = RedisStore::from_url("redis://127.0.0.1:6379")?;
-    /// let policy = Limit::new("api", Quota::per_second(5))?;
-    /// let name = store.state_key(&policy, &Key::from("alice"));
+    /// let limit = Limit::new("api", Quota::per_second(5))?;
+    /// let name = store.state_key(&limit, &Key::from("alice"));
     /// assert!(name.starts_with("tollgate:api:{"));
     /// assert!(name.ends_with("}:gcra:1000000"));
     /// # Ok::<(), tollgate::ConfigError>(())

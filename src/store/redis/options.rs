@@ -151,8 +151,8 @@ impl RedisStore {
     /// ```
     /// use tollgate::{Key, Limit, Quota, RedisStore};
     /// let store = RedisStore::from_url("redis://127.0.0.1:6379")?.prefix("shop{eu}");
-    /// let policy = Limit::new("api", Quota::per_second(5))?;
-    /// assert!(store.state_key(&policy, &Key::from("alice")).starts_with("shop%7Beu%7D:api:{"));
+    /// let limit = Limit::new("api", Quota::per_second(5))?;
+    /// assert!(store.state_key(&limit, &Key::from("alice")).starts_with("shop%7Beu%7D:api:{"));
     /// # Ok::<(), tollgate::ConfigError>(())
     /// ```
     #[must_use]
@@ -297,7 +297,7 @@ impl RedisStore {
     /// the library by itself (again after `FUNCTION FLUSH` or on a new node) and goes
     /// back to scripts by itself where functions are unavailable (Redis 6, an ACL
     /// without `FUNCTION`); `false` keeps it on scripts from the start. Refunds and
-    /// multi-policy batches are always scripts. Same answers either way.
+    /// multi-limit batches are always scripts. Same answers either way.
     ///
     /// ```
     /// let store = tollgate::RedisStore::from_url("redis://127.0.0.1:6379")?.functions(false);
