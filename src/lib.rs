@@ -60,7 +60,7 @@
 //! it whether or not the charge fits; a [`Penalty`] on a limit blocks a key whose
 //! rejections pile up. On Redis each is one round trip and every process sees it (a
 //! process that cached a key as blocked, within its
-//! [`block_cache_max_age`](crate::RedisStore::block_cache_max_age)).
+//! [`denial_cache_max_age`](crate::RedisStore::denial_cache_max_age)).
 //!
 //! Exposing these over HTTP (`examples/admin.rs`) gives whoever can call them the
 //! power to unblock themselves and block anyone: **admin routes need your

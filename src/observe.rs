@@ -97,15 +97,15 @@ pub(crate) fn refund_failed(error: &crate::StoreError) {
     not(any(feature = "tracing", feature = "metrics")),
     allow(unused_variables)
 )]
-/// Records an in-flight lease that could not be given back or renewed on a remote
+/// Records an in-flight slot record that could not be given back or renewed on a remote
 /// store: it expires by itself within its TTL.
 #[cfg(feature = "redis")]
-pub(crate) fn lease_failed(error: &StoreError) {
+pub(crate) fn slot_record_failed(error: &StoreError) {
     #[cfg(feature = "metrics")]
     metrics::counter!("tollgate_store_errors_total", "kind" => error.kind().to_string())
         .increment(1);
     #[cfg(feature = "tracing")]
-    tracing::warn!(target: "tollgate", %error, "in-flight lease release or renewal failed");
+    tracing::warn!(target: "tollgate", %error, "in-flight slot record release or renewal failed");
 }
 
 /// Records a layer whose policies' rate-limit headers could outgrow a proxy's buffer:

@@ -468,7 +468,7 @@ impl Policy {
     ///   policy in [`RejectionInfo`](crate::layer::RejectionInfo) (reason
     ///   [`RejectReason::InFlight`](crate::layer::RejectReason::InFlight)).
     /// - **Stores:** counted per (policy name, key) on the limiter's store: in memory,
-    ///   or as leases in Redis that expire when a crashed process stops renewing them
+    ///   or as slot records in Redis that expire when a crashed process stops renewing them
     ///   (`RedisStore::in_flight_ttl`). A store failure follows the
     ///   layer's [`FailMode`](crate::layer::FailMode); shadow mode passes a refused request.
     /// - In wait mode ([`wait`](Policy::wait), or the layer's), a request that finds no

@@ -638,7 +638,7 @@ impl Limiter {
     /// `key`'s decision under `limit` now, charging nothing: what a cost-0
     /// [`check`](Limiter::check) returns. A blocked key says so (`allowed: false`,
     /// [`blocked_for`](Decision::blocked_for)). On Redis it always asks Redis (one
-    /// round trip), never the blocked-key cache.
+    /// round trip), never the denial cache.
     ///
     /// ```
     /// use tollgate::{Key, Limiter, Limit, Quota};
@@ -660,7 +660,7 @@ impl Limiter {
     /// Makes `key` idle again under `limit`: its usage is forgotten, its block lifted
     /// and its penalty count cleared. On Redis, one round trip that every process
     /// sees at once; a process that cached the key as blocked sees it within its
-    /// [`block_cache_max_age`](crate::RedisStore::block_cache_max_age) (this one at
+    /// [`denial_cache_max_age`](crate::RedisStore::denial_cache_max_age) (this one at
     /// once).
     ///
     /// ```

@@ -9,9 +9,9 @@
 //!   [`LeasedStore`] (quota leased in slices, built by a [`LeaseBuilder`] and sized by
 //!   [`SliceSizing`]).
 
-#[cfg(feature = "redis")]
-mod block_cache;
 mod call;
+#[cfg(feature = "redis")]
+mod denial_cache;
 mod fallback;
 mod in_flight;
 mod lease;
@@ -285,8 +285,8 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
     /// apart from the limit's rate state.
     ///
     /// **Cancel-safe:** a call dropped on its way (its caller gave up) must leave
-    /// no slot taken, promptly, not at a lease's expiry: the layer drops it when a
-    /// client leaves. The memory store decides at once; Redis removes the lease it
+    /// no slot taken, promptly, not at a slot record's expiry: the layer drops it when a
+    /// client leaves. The memory store decides at once; Redis removes the slot record it
     /// named before sending right after the dropped call.
     ///
     /// The default keeps no slots: it fails every call, and

@@ -21,7 +21,7 @@ fn limiter(
 ) -> Result<(Limiter, RedisStore), tollgate::ConfigError> {
     let store = RedisStore::from_cluster_urls(shared_cluster().urls())?
         .prefix(&unique_prefix("records"))
-        .block_cache(0)
+        .denial_cache(0)
         .functions(functions)
         // Answers are checked here, not speed.
         .deadline(Duration::from_secs(10))?

@@ -352,7 +352,7 @@ fn private_redis(clock: ManualClock) -> (support::redis_server::RedisServer, tol
         .expect("a valid url")
         .deadline(Duration::from_secs(5))
         .expect("a deadline")
-        .block_cache(0)
+        .denial_cache(0)
         .with_clock(clock);
     (server, store)
 }
@@ -482,7 +482,7 @@ fn command_calls(port: u16, command: &str) -> u64 {
 
 /// A request whose client leaves 100 ms into a 600 ms stall of Redis, its in-flight
 /// slot's call on the wire: when the reply arrives, the slot it took is given back at
-/// once (before the fix: kept until its lease expired, 10 s by default, every request
+/// once (before the fix: kept until its slot record expired, 10 s by default, every request
 /// meanwhile a 429).
 #[cfg(feature = "redis")]
 #[tokio::test]

@@ -232,7 +232,7 @@ async fn a_plan_change_carries_usage_over() {
 #[tokio::test]
 async fn a_plan_change_carries_usage_over_on_redis() {
     let clock = ManualClock::new(BASE);
-    // With the blocked-key cache on, as by default: a denial cached under the Free
+    // With the denial cache on, as by default: a denial cached under the Free
     // quota must not answer for the same key once it is Pro.
     let store = crate::shared_redis::redis_store("plans", clock.clone());
     plan_changes_carry_usage_over(store, &clock).await;

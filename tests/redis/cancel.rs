@@ -42,7 +42,7 @@ fn private_redis_at(clock: ManualClock) -> (RedisServer, RedisStore) {
         .expect("a valid url")
         .deadline(Duration::from_secs(5))
         .expect("a deadline")
-        .block_cache(0)
+        .denial_cache(0)
         .with_clock(clock);
     (server, store)
 }

@@ -56,7 +56,7 @@ fn redis(url: Option<&str>, cluster: &[String], clock: &ManualClock) -> RedisSto
     };
     store
         .prefix(&unique_prefix("max-delay"))
-        .block_cache(0)
+        .denial_cache(0)
         // Generous: these tests check answers, not speed, on a possibly busy machine.
         .deadline(Duration::from_secs(5))
         .expect("a deadline")

@@ -108,7 +108,7 @@ mod redis {
     fn patient(store: RedisStore, clock: &ManualClock) -> RedisStore {
         store
             .prefix(&unique_prefix("refunds"))
-            .block_cache(0)
+            .denial_cache(0)
             .deadline(Duration::from_secs(5))
             .expect("a deadline")
             .with_clock(clock.clone())
@@ -684,7 +684,7 @@ async fn a_refund_for_a_stopped_redis_primary_is_dropped_and_the_insurance_store
     // What is tested is where refunds go, not speed: a deadline a busy machine meets.
     let redis = RedisStore::from_url(&server.url())?
         .deadline(Duration::from_secs(1))?
-        .block_cache(0)
+        .denial_cache(0)
         .with_clock(clock.clone());
     let memory = MemoryStore::with_clock(clock.clone());
     let fallback = Fallback::new(redis.clone(), memory.clone()).probe_interval(Duration::ZERO);

@@ -65,7 +65,7 @@ async fn random_reserve_and_cancel_walks_agree_and_keep_places_apart()
                 algorithm,
                 RedisStore::from_url(&shared_server().url())?
                     .prefix(&unique_prefix("walk"))
-                    .block_cache(0)
+                    .denial_cache(0)
                     .deadline(Duration::from_secs(5))?
                     .with_clock(clock.clone()),
             )?;

@@ -1,7 +1,7 @@
 //! `RedisStore` against a private redis-server: the same answers as the memory store
 //! on random sequences (through the function library and through scripts) and on log
 //! denials at every cost, keys and TTLs, batches, refunds, validation and the
-//! blocked-key cache (two processes' caches: `block_cache.rs`).
+//! denial cache (two processes' caches: `denial_cache.rs`).
 #![cfg(feature = "redis")]
 
 use std::time::Duration;
@@ -43,7 +43,7 @@ fn store_on(server: &RedisServer, clock: &ManualClock) -> RedisStore {
     RedisStore::from_url(&server.url())
         .expect("a valid url")
         .prefix(&unique_prefix("store"))
-        .block_cache(0)
+        .denial_cache(0)
         // Generous: these tests check answers, not speed, on a possibly busy machine.
         .deadline(std::time::Duration::from_secs(5))
         .expect("a deadline")

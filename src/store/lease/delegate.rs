@@ -8,7 +8,7 @@ use std::time::Duration;
 use super::LeasedStore;
 use super::returns::Release;
 use super::slice::leasable;
-use super::table::{Slot, lock};
+use super::table::{TableKey, lock};
 use crate::decision::Receipt;
 use crate::store::{Charge, InFlightSlot, Store, StoreCall, only};
 use crate::{ConfigError, Decision, Key, Limit};
@@ -59,12 +59,12 @@ impl<S: Store> Store for LeasedStore<S> {
             // An operator's refund returns the key's newest charges, which may be this
             // process's parked units: return them first, so the refund cannot free
             // units this process would still spend.
-            let slot_release = {
-                let slot = Slot::of(&charge);
-                let mut shard = lock(self.shard(&slot));
+            let lease_release = {
+                let table_key = TableKey::of(&charge);
+                let mut shard = lock(self.shard(&table_key));
                 shard
                     .entries
-                    .get_mut(&slot)
+                    .get_mut(&table_key)
                     .and_then(|entry| entry.lease.take())
                     .map(|lease| Release {
                         limit: charge.limit.clone(),
@@ -72,7 +72,7 @@ impl<S: Store> Store for LeasedStore<S> {
                         lease,
                     })
             };
-            if let Some(release) = slot_release {
+            if let Some(release) = lease_release {
                 self.give_back(release, self.now()).await?;
             }
             self.inner.calls.fetch_add(1, Ordering::Relaxed);

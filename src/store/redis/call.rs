@@ -98,27 +98,27 @@ impl RedisStore {
         F: FnOnce(Conn) -> Fut,
         Fut: Future<Output = Result<T, RedisError>>,
     {
-        let lease = timeout_at(deadline, self.connections.get())
+        let checkout = timeout_at(deadline, self.connections.get())
             .await
             .map_err(|_| self.timeout_error())??;
-        match timeout_at(deadline, call(lease.conn.clone())).await {
+        match timeout_at(deadline, call(checkout.conn.clone())).await {
             Ok(Ok(reply)) => {
-                lease.answered();
+                checkout.answered();
                 Ok(reply)
             }
             Ok(Err(err)) => {
                 if breaks_connection(&err) {
-                    self.connections.discard(&lease);
+                    self.connections.discard(&checkout);
                 } else {
                     // An error reply is a reply: the connection is alive.
-                    lease.answered();
+                    checkout.answered();
                 }
                 Err(store_error(err))
             }
             Err(_) => {
                 // Dropped only if silent: a partition never closes the socket, but a
                 // call that is merely slow must not cost everyone a reconnect.
-                self.connections.timed_out(&lease);
+                self.connections.timed_out(&checkout);
                 Err(self.timeout_error())
             }
         }

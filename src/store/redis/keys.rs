@@ -76,9 +76,9 @@ pub(super) fn log_key(state_key: &str) -> String {
     format!("{state_key}:log")
 }
 
-/// The sorted set of `limit`'s in-flight leases for `key`, with the same hash tag as
+/// The sorted set of `limit`'s in-flight slot records for `key`, with the same hash tag as
 /// its rate state (`<prefix>:<limit>:{<subject>}:inflight`). It names no quota or
-/// algorithm: the leases are counted against whatever bound the caller passes, so a
+/// algorithm: the slot records are counted against whatever bound the caller passes, so a
 /// changed bound applies to the requests already running.
 pub(super) fn in_flight_key(prefix: &str, limit: &Limit, key: &Key) -> String {
     format!(

@@ -1,5 +1,5 @@
 //! The names of a caller's keys in Redis, for operators and tests: its rate state,
-//! its record (block, penalty count, reservation queue) and its in-flight leases. The
+//! its record (block, penalty count, reservation queue) and its in-flight slot records. The
 //! naming itself (escaping, hash tags, what each name holds) is `keys.rs`.
 
 use super::{RedisStore, keys};
@@ -42,7 +42,7 @@ impl RedisStore {
         keys::record_key(&self.prefix, limit.as_ref(), key)
     }
 
-    /// The Redis key (a sorted set of leases) holding the in-flight slots of `key`
+    /// The Redis key (a sorted set of slot records) holding the in-flight slots of `key`
     /// under `limit`: the same hash tag as its rate state (for operators and tests).
     ///
     /// ```
