@@ -139,10 +139,10 @@ mod tests {
     use crate::algorithm::Verdict;
     use crate::{Key, Limit, Quota};
 
-    fn run(shard: &mut Shard, limit: &Limit, key: u64, now: u64, cost: u64) -> Verdict {
+    fn evaluate(shard: &mut Shard, limit: &Limit, key: u64, now: u64, cost: u64) -> Verdict {
         let key = Key::from(key);
         let hash = shard.hasher.hash_one(key);
-        shard.run(limit, Hashed { key: &key, hash }, now, cost, cost > 0)
+        shard.evaluate(limit, Hashed { key: &key, hash }, now, cost, cost > 0)
     }
 
     #[test]
@@ -153,15 +153,15 @@ mod tests {
         let mut shard = Shard::new(4, usize::MAX, RandomState::default());
         let start = 10_000_000;
         for i in 0..4_u64 {
-            assert!(run(&mut shard, &limit, i, start, 1).allowed);
+            assert!(evaluate(&mut shard, &limit, i, start, 1).allowed);
         }
         // Every state is idle 1 ms later, but the next sweep is due only at
         // `start + 1 s`: before it, a new key evicts one state and leaves the others.
         let before_sweep = start + SWEEP_INTERVAL_US / 2;
-        assert!(run(&mut shard, &limit, 4, before_sweep, 1).allowed);
+        assert!(evaluate(&mut shard, &limit, 4, before_sweep, 1).allowed);
         assert_eq!(shard.len(), 4);
         // The sweep, when due, drops what is idle.
-        run(&mut shard, &limit, 5, start + SWEEP_INTERVAL_US, 0);
+        evaluate(&mut shard, &limit, 5, start + SWEEP_INTERVAL_US, 0);
         assert_eq!(shard.len(), 0);
     }
 }

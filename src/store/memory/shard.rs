@@ -1,8 +1,8 @@
 //! One shard of the memory store: the states of the keys that hash to it, one table
 //! per (limit name, algorithm, period), and one record per (limit name, key) for
 //! blocks, penalty counts and reservations; bounded and swept of idle state as it is
-//! used. This file holds the shard's state and its decision entry points (`run`,
-//! `run_shared`, `decide_at`); the rules run on a state in `evaluate.rs`; the
+//! used. This file holds the shard's state and its decision entry points (`evaluate`,
+//! `evaluate_shared`, `decide_at`); the rules run on a state in `evaluate.rs`; the
 //! bookkeeping of names, tables and shares (and the room they make) in `names.rs`;
 //! victim choice in `eviction.rs`; a key's record and its block in `blocks.rs`;
 //! reservations in `reservations.rs`; what operators and the penalty box do (blocks,
@@ -15,7 +15,7 @@ use foldhash::fast::RandomState;
 use hashbrown::HashMap;
 
 use super::cells::{Cell, entry_bytes};
-use super::evaluate::{fresh_verdict, run_atomic, run_fresh, run_stored};
+use super::evaluate::{evaluate_atomic, evaluate_fresh, evaluate_stored, fresh_verdict};
 use super::names::Name;
 use super::tables::{States, Table, with_rule};
 use crate::algorithm::{
@@ -150,7 +150,7 @@ impl Shard {
     /// shard's read lock, when the limit's states are atomic (GCRA, leaky bucket)
     /// and the key is stored. `None` when the write lock is needed: the table or the
     /// key is not there yet, or a sweep is due.
-    pub(crate) fn run_shared(
+    pub(crate) fn evaluate_shared(
         &self,
         limit: &Limit,
         key: Hashed<'_>,
@@ -173,9 +173,11 @@ impl Shard {
         }
         let table = &self.tables[self.index_of(limit.table())?];
         match &table.states {
-            States::Gcra(map) => run_atomic::<Gcra>(map, limit.params(), key, (now, floor), cost),
+            States::Gcra(map) => {
+                evaluate_atomic::<Gcra>(map, limit.params(), key, (now, floor), cost)
+            }
             States::LeakyBucket(map) => {
-                run_atomic::<LeakyBucket>(map, limit.params(), key, (now, floor), cost)
+                evaluate_atomic::<LeakyBucket>(map, limit.params(), key, (now, floor), cost)
             }
             _ => None,
         }
@@ -186,7 +188,7 @@ impl Shard {
     /// A key with no state is decided on a fresh state first; only an admitted charge
     /// stores it, and only then is room made, so a request that is denied (or peeks)
     /// never evicts anything (and never makes a table).
-    pub(crate) fn run(
+    pub(crate) fn evaluate(
         &mut self,
         limit: &Limit,
         key: Hashed<'_>,
@@ -243,7 +245,7 @@ impl Shard {
         let params = limit.params();
         if let Some(index) = self.index_of(limit.table()) {
             let table = &mut self.tables[index];
-            let stored = with_rule!(&mut table.states, |map, R| run_stored::<R, _>(
+            let stored = with_rule!(&mut table.states, |map, R| evaluate_stored::<R, _>(
                 map, params, key, at, cost, charge
             ));
             if let Some((verdict, grown)) = stored {
@@ -262,7 +264,7 @@ impl Shard {
         let hasher = self.hasher;
         let table = &mut self.tables[index];
         let (verdict, bytes) = with_rule!(&mut table.states, |map, R| {
-            let (verdict, state) = run_fresh::<R>(params, at, cost, true);
+            let (verdict, state) = evaluate_fresh::<R>(params, at, cost, true);
             let (_, cell) = map
                 .insert_unique(key.hash, (*key.key, Cell::new(state)), |(k, _)| {
                     hasher.hash_one(k)
@@ -381,7 +383,7 @@ mod tests {
                 }
                 4 => shard.refund(limit, key, now, 1),
                 _ => {
-                    let verdict = shard.run(limit, key, now, rng.u64(0..3), true);
+                    let verdict = shard.evaluate(limit, key, now, rng.u64(0..3), true);
                     if let Some(penalty) = limit.get_penalty()
                         && !verdict.allowed
                         && verdict.blocked_us.is_none()
