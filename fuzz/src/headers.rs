@@ -25,10 +25,10 @@ use std::time::Duration;
 use http::{HeaderMap, Request, Response, StatusCode};
 use sfv::{BareItem, Item, List, ListEntry, Parser};
 use tokio::runtime::Runtime;
-use tollgate::layer::Decisions;
-use tollgate::{Algorithm, MemoryStore, Policy, Quota, RateLimitLayer};
 use tollgate::clock::ManualClock;
+use tollgate::layer::Decisions;
 use tollgate::layer::{HeaderStyle, ResetFormat};
+use tollgate::{Algorithm, MemoryStore, Policy, Quota, RateLimitLayer};
 use tower::{Layer, ServiceExt};
 
 const START: Duration = Duration::from_secs(1_700_000_000);

@@ -8,7 +8,7 @@
 
 use std::time::Duration;
 
-use tollgate::{Quota};
+use tollgate::Quota;
 
 /// 100 years of 365 days.
 const CENTURY: Duration = Duration::from_hours(100 * 365 * 24);
