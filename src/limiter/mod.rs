@@ -30,7 +30,7 @@ use crate::{ConfigError, Decision, Key, Limit, MemoryStore, Quota, StoreError, S
 /// Decides whether keys may spend cost under named limits.
 ///
 /// HTTP-free: use it in handlers, jobs, queue consumers or tonic interceptors; the
-/// Tower layer is built on it. Cheap to clone; clones share policies and state.
+/// Tower layer is built on it. Cheap to clone; clones share limits and state.
 ///
 /// ```
 /// use tollgate::{Algorithm, Key, Limiter, Limit, Quota};

@@ -347,10 +347,10 @@ mod tests {
             .within(std::time::Duration::from_secs(10))
             .block_for(std::time::Duration::from_secs(5));
         let api = Limit::new("api", Quota::per_second(3))
-            .expect("policy")
+            .expect("limit")
             .penalty(penalty);
         let log = Limit::new("log", Quota::per_second(2))
-            .expect("policy")
+            .expect("limit")
             .algorithm(crate::Algorithm::SlidingWindowLog);
         let mut limits = vec![api.clone(), log.clone()];
         for secs in 2..24 {
