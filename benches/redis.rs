@@ -8,7 +8,7 @@
 //! runs the same 64 tasks sending `EVALSHA` of a trivial script (`return 1` with one
 //! key and nine arguments, the shape of a tollgate call) on one shared multiplexed
 //! connection, the connection tollgate itself uses. Server time (`TIME`) is used, as
-//! in production; the blocked-key cache is off for these rows.
+//! in production; the denial cache is off for these rows.
 //!
 //! Each tollgate algorithm runs twice: as the store runs it by default (single
 //! decisions call the function library, `FCALL`) and on scripts (`functions(false)`,
@@ -35,7 +35,7 @@
 //! default 0) so that the scheduler does not move Redis's thread between the two cores
 //! mid-row; the 64 tasks' two worker threads are left free on both.
 //!
-//! Then the blocked-key cache: one task asks about a denied hot key in a loop, with
+//! Then the denial cache: one task asks about a denied hot key in a loop, with
 //! the cache on (answered in process) and off (a round trip to be denied).
 //!
 //! Then sliding-window-log denials of a key whose log is full: 64 tasks asking about
@@ -238,7 +238,7 @@ fn limiter(
         .expect("a url")
         .functions(functions)
         .prefix(&format!("{}-{functions}", algorithm.name()))
-        .block_cache(cache)
+        .denial_cache(cache)
         .deadline(Duration::from_secs(5))
         .expect("a deadline");
     Limiter::builder()
@@ -558,14 +558,14 @@ fn print_rows(rows: &[Row]) {
     }
 }
 
-/// The blocked-key cache: a denied hot key, asked by one task in a loop.
-async fn block_cache(url: &str) {
+/// The denial cache: a denied hot key, asked by one task in a loop.
+async fn denial_cache(url: &str) {
     println!();
     println!("| denied hot key (1 task) | mean per decision |");
     println!("|---|---:|");
     let mut means = Vec::new();
     for (label, cache) in [
-        ("blocked-key cache on (local answer)", 10_000),
+        ("denial cache on (local answer)", 10_000),
         ("cache off (round trip)", 0),
     ] {
         let limiter = limiter(url, Algorithm::Gcra, Quota::per_day(1), cache, true);
@@ -589,7 +589,7 @@ async fn block_cache(url: &str) {
     }
     println!();
     println!(
-        "blocked-key cache speed-up: {:.0}×",
+        "denial cache speed-up: {:.0}×",
         means[1].as_secs_f64() / means[0].as_secs_f64()
     );
 }
@@ -602,11 +602,11 @@ async fn log_denial_row(
     cost: u32,
     admin: &mut MultiplexedConnection,
 ) -> Row {
-    let clock = tollgate::ManualClock::new(Duration::from_secs(1_700_000_000));
+    let clock = tollgate::clock::ManualClock::new(Duration::from_secs(1_700_000_000));
     let store = RedisStore::from_url(url)
         .expect("a url")
         .prefix(&format!("log-denial-{limit}-{cost}"))
-        .block_cache(0)
+        .denial_cache(0)
         .deadline(Duration::from_secs(5))
         .expect("a deadline")
         .with_clock(clock.clone());
@@ -692,7 +692,7 @@ fn main() {
     runtime.block_on(async {
         if !log_only {
             print_rows(&throughput(&server, secs).await);
-            block_cache(&url).await;
+            denial_cache(&url).await;
         }
         log_denials(&url, secs).await;
     });

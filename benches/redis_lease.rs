@@ -31,7 +31,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use support::redis_server::{RedisServer, script_calls};
-use tollgate::{Algorithm, Key, LeasedStore, Limit, Limiter, Quota, RedisStore};
+use tollgate::store::LeasedStore;
+use tollgate::{Algorithm, Key, Limit, Limiter, Quota, RedisStore};
 
 const TASKS: usize = 64;
 

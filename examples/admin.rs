@@ -66,7 +66,7 @@ fn shown(decision: &Decision) -> Value {
     let ms = |d: Duration| d.as_micros().div_ceil(1_000);
     json!({
         "allowed": decision.allowed,
-        "limit": decision.limit,
+        "limit": decision.capacity,
         "remaining": decision.remaining,
         "reset_after_ms": ms(decision.reset_after),
         "retry_after_ms": decision.retry_after.map(ms),

@@ -10,7 +10,8 @@ use axum::routing::get;
 use http::Request;
 use http_body_util::Full;
 use support::Demo;
-use tollgate::{Policy, Quota, RateLimitLayer, TrustedProxies, key};
+use tollgate::key::TrustedProxies;
+use tollgate::{Policy, Quota, RateLimitLayer, key};
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {

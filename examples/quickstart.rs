@@ -13,7 +13,9 @@ use http::{Method, Request};
 use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
-use tollgate::{Costs, Policy, Quota, RateLimitLayer, TrustedProxies, key};
+use tollgate::key::TrustedProxies;
+use tollgate::layer::Costs;
+use tollgate::{Policy, Quota, RateLimitLayer, key};
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {

@@ -5,7 +5,8 @@
 
 use std::time::Duration;
 
-use tollgate::{Algorithm, Fallback, Key, Limit, Limiter, MemoryStore, Quota, RedisStore};
+use tollgate::store::Fallback;
+use tollgate::{Algorithm, Key, Limit, Limiter, MemoryStore, Quota, RedisStore};
 
 /// One "instance" of the app: its own store (connection) and limiter.
 fn instance(url: &str) -> Result<Limiter, Box<dyn std::error::Error>> {

@@ -38,7 +38,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 .await?;
             let summary: Vec<String> = decisions
                 .iter()
-                .map(|d| format!("{}: {} ({} left)", d.policy, d.allowed, d.remaining))
+                .map(|d| format!("{}: {} ({} left)", d.limit, d.allowed, d.remaining))
                 .collect();
             println!("  request {request}: {}", summary.join(", "));
         }

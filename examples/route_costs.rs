@@ -9,7 +9,8 @@ use axum::routing::get;
 use http::{Method, Request};
 use http_body_util::Full;
 use support::Demo;
-use tollgate::{Costs, Policy, Quota, RateLimitLayer, key};
+use tollgate::layer::Costs;
+use tollgate::{Policy, Quota, RateLimitLayer, key};
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {

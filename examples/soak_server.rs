@@ -1,6 +1,6 @@
 //! The app `scripts/soak` loads while it breaks Redis: axum on 127.0.0.1 with the layer
 //! on a `RedisStore`, failing closed, one global GCRA limit, every call going to Redis
-//! (no blocked-key cache). Every 200 ms it prints one line of figures:
+//! (no denial cache). Every 200 ms it prints one line of figures:
 //!
 //! ```text
 //! tick <unix ms> ok <n> limited <n> closed <n> other5xx <n> p99_us <n> max_us <n> panics <n>
@@ -27,7 +27,8 @@ use axum::middleware::{self, Next};
 use axum::response::Response;
 use axum::routing::get;
 use http::StatusCode;
-use tollgate::{FailMode, Policy, Quota, RateLimitLayer, RedisStore};
+use tollgate::layer::FailMode;
+use tollgate::{Policy, Quota, RateLimitLayer, RedisStore};
 
 /// The limit under test: `LIMIT` per second, burst `LIMIT`, so at most `2 × LIMIT`
 /// may pass in any one second.
@@ -119,7 +120,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         RedisStore::from_url(&url)?
     }
     .prefix("soak")
-    .block_cache(0);
+    .denial_cache(0);
     println!(
         "soak_server on {addr}, redis {url}, cluster {}, limit {LIMIT}/s burst {LIMIT}, deadline_ms {}",
         store.is_cluster(),

@@ -1,4 +1,5 @@
-//! Time sources: [`SystemClock`] for production, [`ManualClock`] for tests and simulations.
+//! Time sources: the [`Clock`] trait a store reads "now" from, [`SystemClock`] for
+//! production and [`ManualClock`] for tests and simulations.
 
 use std::fmt;
 use std::sync::Arc;
@@ -10,11 +11,11 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 ///
 /// Windows are aligned to the Unix epoch so that every process agrees on them; a clock
 /// therefore reports epoch time, not an arbitrary instant. The stores read it once per
-/// decision (once per `check_all`, so every policy sees the same instant).
+/// decision (once per `check_all`, so every limit sees the same instant).
 ///
 /// ```
 /// use std::time::Duration;
-/// use tollgate::{Clock, ManualClock};
+/// use tollgate::clock::{Clock, ManualClock};
 ///
 /// let clock = ManualClock::new(Duration::from_secs(1_700_000_000));
 /// assert_eq!(clock.now(), Duration::from_secs(1_700_000_000));
@@ -32,7 +33,7 @@ pub trait Clock: Send + Sync + fmt::Debug + 'static {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use tollgate::{Clock, ManualClock};
+    /// use tollgate::clock::{Clock, ManualClock};
     /// assert_eq!(ManualClock::new(Duration::from_millis(1500)).now_micros(), 1_500_000);
     /// ```
     fn now_micros(&self) -> u64 {
@@ -50,7 +51,7 @@ pub trait Clock: Send + Sync + fmt::Debug + 'static {
 /// `quanta`), the OS monotonic clock otherwise.
 ///
 /// ```
-/// use tollgate::{Clock, SystemClock};
+/// use tollgate::clock::{Clock, SystemClock};
 /// let a = SystemClock.now();
 /// let b = SystemClock.now();
 /// assert!(b >= a);
@@ -104,7 +105,7 @@ impl Clock for SystemClock {
 ///
 /// ```
 /// use std::time::Duration;
-/// use tollgate::{Clock, ManualClock};
+/// use tollgate::clock::{Clock, ManualClock};
 ///
 /// let clock = ManualClock::new(Duration::from_secs(100));
 /// let shared = clock.clone();
@@ -123,7 +124,7 @@ impl ManualClock {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use tollgate::{Clock, ManualClock};
+    /// use tollgate::clock::{Clock, ManualClock};
     /// assert_eq!(ManualClock::new(Duration::from_secs(7)).now(), Duration::from_secs(7));
     /// ```
     pub fn new(since_epoch: Duration) -> Self {
@@ -136,7 +137,7 @@ impl ManualClock {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use tollgate::{Clock, ManualClock};
+    /// use tollgate::clock::{Clock, ManualClock};
     /// let clock = ManualClock::default();
     /// clock.set(Duration::from_secs(3));
     /// assert_eq!(clock.now(), Duration::from_secs(3));
@@ -150,7 +151,7 @@ impl ManualClock {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use tollgate::{Clock, ManualClock};
+    /// use tollgate::clock::{Clock, ManualClock};
     /// let clock = ManualClock::default();
     /// clock.advance(Duration::from_micros(10));
     /// assert_eq!(clock.now(), Duration::from_micros(10));

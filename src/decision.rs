@@ -6,15 +6,16 @@ use std::time::Duration;
 
 use crate::Quota;
 
-/// Whether a request may pass under one policy, and where its key stands.
+/// Whether a request may pass under one limit, and where its key stands.
 ///
-/// Durations are rounded up to whole microseconds. For a multi-policy
-/// [`check_all`](crate::Limiter::check_all) that another policy denied, `allowed` is this
-/// policy's own answer but nothing was charged, so `remaining` is the current value.
+/// Durations are rounded up to whole microseconds. For a multi-limit
+/// [`check_all`](crate::Limiter::check_all) that another limit denied, `allowed` is this
+/// limit's own answer but nothing was charged, so `remaining` is the current value.
 ///
 /// ```
 /// use std::time::Duration;
-/// use tollgate::{Key, Limiter, ManualClock, MemoryStore, Limit, Quota};
+/// use tollgate::{Key, Limiter, MemoryStore, Limit, Quota};
+/// use tollgate::clock::ManualClock;
 /// # tokio::runtime::Builder::new_current_thread().build()?.block_on(async {
 /// let clock = ManualClock::new(Duration::from_secs(1_700_000_000));
 /// let limiter = Limiter::builder()
@@ -24,12 +25,12 @@ use crate::Quota;
 /// let key = Key::from("alice");
 /// let first = limiter.check("api", &key, 1).await?;
 /// assert!(first.allowed);
-/// assert_eq!((first.limit, first.remaining), (2, 1));
+/// assert_eq!((first.capacity, first.remaining), (2, 1));
 /// limiter.check("api", &key, 1).await?;
 /// let third = limiter.check("api", &key, 1).await?;
 /// assert!(!third.allowed);
 /// assert_eq!(third.retry_after, Some(Duration::from_millis(500)));
-/// assert_eq!(third.policy, "api");
+/// assert_eq!(third.limit, "api");
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// # })?;
 /// # Ok::<(), Box<dyn std::error::Error>>(())
@@ -38,7 +39,7 @@ use crate::Quota;
 /// Two decisions are equal when everything they say is equal: the [`Receipt`] of an
 /// admitted request is bookkeeping, not part of the answer, so a decision from one
 /// store equals the same decision from another (or through a
-/// [`Fallback`](crate::Fallback)).
+/// [`Fallback`](crate::store::Fallback)).
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct Decision {
@@ -46,10 +47,10 @@ pub struct Decision {
     pub allowed: bool,
     /// The key's capacity: the quota's limit for window algorithms, its burst for the
     /// token bucket, GCRA and leaky bucket. `remaining` never exceeds it.
-    pub limit: u64,
+    pub capacity: u64,
     /// Capacity left after this request (for a rejection: the current value).
     pub remaining: u64,
-    /// Time until, with nothing else arriving, `remaining` is back to `limit`.
+    /// Time until, with nothing else arriving, `remaining` is back to `capacity`.
     pub reset_after: Duration,
     /// For a rejection that could pass later: the shortest wait after which the same
     /// request would be admitted. `None` when admitted or when the cost exceeds the
@@ -57,8 +58,8 @@ pub struct Decision {
     pub retry_after: Option<Duration>,
     /// How long to hold an admitted request before serving it (leaky bucket only).
     pub delay: Duration,
-    /// The name of the policy that made this decision.
-    pub policy: &'static str,
+    /// The name of the limit that made this decision.
+    pub limit: &'static str,
     /// The quota it was decided under: the limit's own, or the caller's when one was
     /// given ([`Limiter::check_with`](crate::Limiter::check_with), a policy's
     /// `quota_from`). Response headers state this one.
@@ -75,7 +76,7 @@ pub struct Decision {
 
 impl Decision {
     /// What this decision charged: `Some` only when the request was admitted *and*
-    /// charged (a cost above 0, in a check that every policy admitted). Hand it back
+    /// charged (a cost above 0, in a check that every limit admitted). Hand it back
     /// with [`Limiter::refund_charge`](crate::Limiter::refund_charge), which takes the
     /// decision itself.
     ///
@@ -102,23 +103,23 @@ impl PartialEq for Decision {
         // Spelled out so that a new public field cannot be left out of the comparison.
         let Self {
             allowed,
-            limit,
+            capacity,
             remaining,
             reset_after,
             retry_after,
             delay,
-            policy,
+            limit,
             quota,
             blocked_for,
             receipt: _,
         } = self;
         *allowed == other.allowed
-            && *limit == other.limit
+            && *capacity == other.capacity
             && *remaining == other.remaining
             && *reset_after == other.reset_after
             && *retry_after == other.retry_after
             && *delay == other.delay
-            && *policy == other.policy
+            && *limit == other.limit
             && *quota == other.quota
             && *blocked_for == other.blocked_for
     }
@@ -129,7 +130,7 @@ impl Eq for Decision {}
 /// Which charge a refund takes back: made by the store when it charges, carried by the
 /// [`Decision`], handed back through
 /// [`Limiter::refund_charge`](crate::Limiter::refund_charge) (or
-/// [`Store::refund_charge`](crate::Store::refund_charge)).
+/// [`Store::refund_charge`](crate::store::Store::refund_charge)).
 ///
 /// A counter cannot tell one charge from another, so a refund without a receipt can
 /// only take back the key's newest charges: a refund that arrives after its charge's
@@ -138,7 +139,7 @@ impl Eq for Decision {}
 /// and when it was made, so each algorithm returns only what of that very charge it
 /// still counts: nothing once the charge's window has passed or time has repaid it.
 /// It also records which store took the charge, through any
-/// [`Fallback`](crate::Fallback)s, so the refund goes there and nowhere else.
+/// [`Fallback`](crate::store::Fallback)s, so the refund goes there and nowhere else.
 ///
 /// Opaque; `Copy`. Refund a decision once: a receipt does not know whether it was
 /// used, and each use returns up to the charge's cost again (never more than the key
@@ -166,7 +167,7 @@ pub struct Receipt {
     /// end of its debt), so it identifies the charge on every store alike.
     until_us: u64,
     cost: NonZeroU64,
-    /// The [`Fallback`](crate::Fallback) legs that led to the store that took the
+    /// The [`Fallback`](crate::store::Fallback) legs that led to the store that took the
     /// charge: a stack of bits (1: insurance) under a leading 1, the innermost
     /// `Fallback` lowest; 0 when too deep to record.
     route: u64,

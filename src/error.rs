@@ -6,7 +6,7 @@ use std::error::Error as StdError;
 use std::fmt;
 use std::path::{Path, PathBuf};
 
-/// A configuration mistake, reported when a quota, policy or limiter is built.
+/// A configuration mistake, reported when a quota, limit or limiter is built.
 ///
 /// The message quotes the offending input and says what was expected. A mistake read
 /// from a configuration file also says where it is ([`file`](ConfigError::file),
@@ -147,13 +147,13 @@ pub enum StoreErrorKind {
     Unavailable,
     /// The backend answered something the store did not expect.
     Protocol,
-    /// `check` named a policy the limiter does not have.
-    UnknownPolicy,
+    /// `check` named a limit the limiter does not have.
+    UnknownLimit,
     /// A caller's own quota ([`Limiter::check_with`](crate::Limiter::check_with), a
     /// policy's `quota_from`) that the limit's algorithm or the store cannot count
     /// exactly; the message names the quota and the reason.
     InvalidQuota,
-    /// The store does not implement this operation (a custom [`Store`](crate::Store)
+    /// The store does not implement this operation (a custom [`Store`](crate::store::Store)
     /// that keeps the defaults of `reset`, `block` or `penalize`).
     Unsupported,
 }
@@ -165,7 +165,7 @@ impl fmt::Display for StoreErrorKind {
             Self::Connection => "connection",
             Self::Unavailable => "unavailable",
             Self::Protocol => "protocol",
-            Self::UnknownPolicy => "unknown policy",
+            Self::UnknownLimit => "unknown limit",
             Self::InvalidQuota => "invalid quota",
             Self::Unsupported => "unsupported",
         })
@@ -183,7 +183,7 @@ impl fmt::Display for StoreErrorKind {
 ///     .limit(Limit::new("api", Quota::per_second(5))?)
 ///     .build()?;
 /// let err = limiter.check("nope", &Key::from("alice"), 1).await.unwrap_err();
-/// assert_eq!(err.kind(), StoreErrorKind::UnknownPolicy);
+/// assert_eq!(err.kind(), StoreErrorKind::UnknownLimit);
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// # }).unwrap();
 /// # fn futures_lite_block_on<F: std::future::Future>(f: F) -> F::Output {

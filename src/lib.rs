@@ -7,8 +7,8 @@
 //! A [`Limiter`] holds named [`Limit`]s (a [`Quota`] counted by an [`Algorithm`]) over
 //! a store ([`MemoryStore`] by default). For each request it returns a [`Decision`]:
 //! whether the request passes, how much capacity is left, when it resets and, for a
-//! rejection, when to retry. Checks over several policies are all-or-nothing: a request
-//! denied by one policy is charged to none.
+//! rejection, when to retry. Checks over several limits are all-or-nothing: a request
+//! denied by one limit is charged to none.
 //!
 //! ```
 //! use tollgate::{Algorithm, Key, Limit, Limiter, Quota};
@@ -41,7 +41,8 @@
 //!
 //! ```
 //! use axum::{Router, routing::get};
-//! use tollgate::{Policy, Quota, RateLimitLayer, TrustedProxies, key};
+//! use tollgate::key::{self, TrustedProxies};
+//! use tollgate::{Policy, Quota, RateLimitLayer};
 //!
 //! let layer = RateLimitLayer::builder()
 //!     .policy(Policy::new("api", Quota::per_minute(100).with_burst(20)?)?.key(key::client_ip(TrustedProxies::none())))
@@ -59,7 +60,7 @@
 //! it whether or not the charge fits; a [`Penalty`] on a limit blocks a key whose
 //! rejections pile up. On Redis each is one round trip and every process sees it (a
 //! process that cached a key as blocked, within its
-//! [`block_cache_max_age`](crate::RedisStore::block_cache_max_age)).
+//! [`denial_cache_max_age`](crate::RedisStore::denial_cache_max_age)).
 //!
 //! Exposing these over HTTP (`examples/admin.rs`) gives whoever can call them the
 //! power to unblock themselves and block anyone: **admin routes need your
@@ -98,6 +99,46 @@
 //! - [`Key`]s are fixed-size fingerprints: raw API keys and IPs are never stored or
 //!   printed.
 //!
+//! ## Glossary
+//!
+//! Each word means one thing, in the code as in the docs.
+//!
+//! - **limit**: a [`Limit`], a name with a quota and an algorithm; what the core
+//!   ([`Limiter`], the stores) counts under.
+//! - **policy**: the layer's [`Policy`], a limit plus the request rules that find each
+//!   request's key and cost. Only the Tower layer speaks of policies.
+//! - **key**: who a limit applies to, a [`Key`] (a fingerprint of an IP, an API key, a
+//!   user id).
+//! - **cost**: how much one request spends (1 by default; 0 peeks).
+//! - **quota**: a [`Quota`], how much cost a key may spend per period, with its burst.
+//! - **capacity**: the most cost a key can hold at once under a limit
+//!   ([`Decision::capacity`]); `remaining` never exceeds it.
+//! - **charge**: one limit's share of a request, cost for a key under a limit
+//!   ([`store::Charge`]); charging is what an admitted request does to a key's state.
+//! - **decision**: the answer for one limit, a [`Decision`]: admitted or not, what is
+//!   left, when it resets, when to retry.
+//! - **receipt**: what an admitted decision charged ([`store::Receipt`]), handed back to
+//!   refund exactly that charge.
+//! - **store**: where state lives, a [`store::Store`] ([`MemoryStore`], `RedisStore`);
+//!   each of its operations answers a **store call** ([`store::StoreCall`]), ready at
+//!   once or a future.
+//! - **block**: a denial of every request of a key under a limit for a while, set by an
+//!   operator ([`Limiter::block`]) or by a penalty.
+//! - **penalty**: a [`Penalty`], the rule that blocks a key whose rejections pile up.
+//! - **denial cache**: the Redis store's local memory of recent denials
+//!   (`RedisStore::denial_cache`), which answers a key known to be denied without a
+//!   round trip; it caches any denial, not only blocks.
+//! - **in-flight slot**: a place among the requests of a key allowed to run at once
+//!   ([`store::InFlightSlot`], [`Policy::in_flight`](crate::Policy::in_flight)).
+//! - **lease**: a slice of quota a [`store::LeasedStore`] takes from its store ahead of
+//!   time and spends locally; nothing else is called a lease.
+//! - **reservation** (or **wait**): a place taken in a key's future
+//!   ([`Limiter::reserve`], [`Limiter::until_ready`]): the request proceeds when its
+//!   instant comes, instead of being rejected now.
+//!
+//! The verbs form one ladder: the public `check` asks a store to `decide`, and the store
+//! has the algorithm's pure rule `evaluate` the key's state.
+//!
 //! ## Names
 //!
 //! Options are builder-style setters named after the option (`Limit::algorithm`,
@@ -114,7 +155,7 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod algorithm;
-mod clock;
+pub mod clock;
 #[cfg(feature = "config")]
 #[cfg_attr(docsrs, doc(cfg(feature = "config")))]
 pub mod config;
@@ -124,7 +165,7 @@ pub mod key;
 #[cfg(feature = "layer")]
 pub mod layer;
 mod limit;
-mod limiter;
+pub mod limiter;
 mod observe;
 mod penalty;
 mod quota;
@@ -132,27 +173,17 @@ pub mod store;
 mod time;
 
 pub use algorithm::Algorithm;
-pub use clock::{Clock, ManualClock, SystemClock};
-pub use decision::{Decision, Receipt};
+pub use decision::Decision;
 pub use error::{ConfigError, StoreError, StoreErrorKind};
 pub use key::Key;
 pub use limit::Limit;
-pub use limiter::{CheckEntry, Limiter, LimiterBuilder};
-pub use penalty::{MAX_DENIAL, Penalty};
-pub use quota::{MAX_COUNT, Quota};
+pub use limiter::{Limiter, LimiterBuilder};
+pub use penalty::Penalty;
+pub use quota::Quota;
+pub use store::MemoryStore;
 #[cfg(feature = "redis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub use store::RedisStore;
-pub use store::memory::{DEFAULT_MAX_BYTES, DEFAULT_MAX_KEYS};
-pub use store::{
-    Charge, Fallback, InFlightSlot, LeaseBuilder, LeasedStore, MemoryStore, SliceSizing, Store,
-    StoreFuture,
-};
 
 #[cfg(feature = "layer")]
-pub use key::TrustedProxies;
-#[cfg(feature = "layer")]
-pub use layer::{
-    Costs, FailMode, HeaderStyle, MissingKey, Policy, RateLimitLayer, RejectReason, Rejection,
-    RejectionInfo, ResetFormat,
-};
+pub use layer::{Policy, RateLimitLayer};

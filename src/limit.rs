@@ -80,7 +80,7 @@ impl Limit {
             || !name.bytes().all(|b| (0x20..0x7f).contains(&b))
         {
             return Err(ConfigError::new(format!(
-                "invalid policy name \"{}\": expected 1 to {MAX_NAME_LEN} printable ASCII characters",
+                "invalid limit name \"{}\": expected 1 to {MAX_NAME_LEN} printable ASCII characters",
                 name.escape_debug()
             )));
         }
@@ -141,7 +141,8 @@ impl Limit {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use tollgate::{Algorithm, Key, Limit, Limiter, ManualClock, MemoryStore, Quota};
+    /// use tollgate::{Algorithm, Key, Limit, Limiter, MemoryStore, Quota};
+    /// use tollgate::clock::ManualClock;
     /// # tokio::runtime::Builder::new_current_thread().build()?.block_on(async {
     /// let queue = Limit::new("queue", Quota::per_second(1).with_burst(100)?)?
     ///     .algorithm(Algorithm::LeakyBucket)
@@ -175,8 +176,8 @@ impl Limit {
     ///
     /// ```
     /// use std::time::Duration;
-    /// let policy = tollgate::Limit::new("api", tollgate::Quota::per_minute(10))?;
-    /// assert_eq!(policy.get_max_delay(), Duration::from_secs(60));
+    /// let limit = tollgate::Limit::new("api", tollgate::Quota::per_minute(10))?;
+    /// assert_eq!(limit.get_max_delay(), Duration::from_secs(60));
     /// # Ok::<(), tollgate::ConfigError>(())
     /// ```
     pub fn get_max_delay(&self) -> Duration {
@@ -334,7 +335,7 @@ impl Limit {
         }
         match &self.problem {
             Some(why) => Err(ConfigError::new(format!(
-                "invalid policy \"{}\": {why}",
+                "invalid limit \"{}\": {why}",
                 self.name
             ))),
             None => Ok(()),
@@ -376,7 +377,7 @@ fn table_id(name: &'static str, algorithm: Algorithm, period_us: u64) -> u32 {
 
 /// Policy names live for the whole program: decisions carry them as `&'static str`,
 /// which costs nothing to copy on the hot path. Each distinct name is stored once, so
-/// memory is bounded by the number of distinct names, not by how often policies are
+/// memory is bounded by the number of distinct names, not by how often limits are
 /// built.
 /// Each name is also numbered once ([`Limit::record`]).
 fn intern(name: &str) -> (&'static str, u32) {

@@ -43,7 +43,7 @@ impl Outcome {
 pub(crate) fn decided(decisions: &[Decision], outcome: Outcome) {
     #[cfg(feature = "metrics")]
     for d in decisions {
-        metrics::counter!("tollgate_requests_total", "policy" => d.policy, "outcome" => outcome.label())
+        metrics::counter!("tollgate_requests_total", "policy" => d.limit, "outcome" => outcome.label())
             .increment(1);
     }
     #[cfg(feature = "tracing")]
@@ -51,12 +51,12 @@ pub(crate) fn decided(decisions: &[Decision], outcome: Outcome) {
         Outcome::Allowed => {}
         Outcome::Rejected => {
             for d in decisions.iter().filter(|d| !d.allowed) {
-                tracing::debug!(target: "tollgate", policy = d.policy, retry_after_ms = d.retry_after.map(|r| r.as_millis() as u64), "request rejected");
+                tracing::debug!(target: "tollgate", policy = d.limit, retry_after_ms = d.retry_after.map(|r| r.as_millis() as u64), "request rejected");
             }
         }
         Outcome::ShadowRejected => {
             for d in decisions.iter().filter(|d| !d.allowed) {
-                tracing::info!(target: "tollgate", policy = d.policy, "request would have been rejected (shadow mode)");
+                tracing::info!(target: "tollgate", policy = d.limit, "request would have been rejected (shadow mode)");
             }
         }
         Outcome::QueueFull => {
@@ -97,15 +97,15 @@ pub(crate) fn refund_failed(error: &crate::StoreError) {
     not(any(feature = "tracing", feature = "metrics")),
     allow(unused_variables)
 )]
-/// Records an in-flight lease that could not be given back or renewed on a remote
+/// Records an in-flight slot record that could not be given back or renewed on a remote
 /// store: it expires by itself within its TTL.
 #[cfg(feature = "redis")]
-pub(crate) fn lease_failed(error: &StoreError) {
+pub(crate) fn slot_record_failed(error: &StoreError) {
     #[cfg(feature = "metrics")]
     metrics::counter!("tollgate_store_errors_total", "kind" => error.kind().to_string())
         .increment(1);
     #[cfg(feature = "tracing")]
-    tracing::warn!(target: "tollgate", %error, "in-flight lease release or renewal failed");
+    tracing::warn!(target: "tollgate", %error, "in-flight slot record release or renewal failed");
 }
 
 /// Records a layer whose policies' rate-limit headers could outgrow a proxy's buffer:
@@ -138,7 +138,8 @@ mod tests {
         Counter, Gauge, Histogram, Key, KeyName, Metadata, Recorder, SharedString, Unit,
     };
 
-    use crate::{Limit, Limiter, ManualClock, MemoryStore, Penalty, Quota};
+    use crate::clock::ManualClock;
+    use crate::{Limit, Limiter, MemoryStore, Penalty, Quota};
 
     /// Counts `tollgate_penalties_total{policy="login"}`; every other metric is dropped.
     struct Penalties(Arc<AtomicU64>);

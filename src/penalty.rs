@@ -8,29 +8,7 @@ use crate::ConfigError;
 
 /// The longest a penalty's window or block may be: Redis keeps instants in Lua
 /// doubles, exact below 2^53 µs since the epoch, and now is about 2^50.7.
-const MAX_PENALTY: Duration = MAX_DENIAL;
-
-/// The longest any denial lasts: 100 years of 365 days.
-///
-/// [`Limiter::block`](crate::Limiter::block) with a longer duration (up to
-/// `Duration::MAX`) blocks for exactly this long, and
-/// [`Limiter::penalize`](crate::Limiter::penalize) charges at most the capacity plus
-/// this much refill time, on every store alike: both stores keep instants exact
-/// (Redis in Lua doubles, below 2^53 µs since the epoch), so no input wraps, panics or
-/// yields a shorter denial than asked for anything shorter.
-///
-/// ```
-/// use std::time::Duration;
-/// use tollgate::{Key, Limiter, Limit, MAX_DENIAL, Quota};
-/// # tokio::runtime::Builder::new_current_thread().build()?.block_on(async {
-/// let limiter = Limiter::builder().limit(Limit::new("api", Quota::per_minute(1))?).build()?;
-/// let d = limiter.block("api", &Key::from("mallory"), Duration::MAX).await?;
-/// assert_eq!(d.blocked_for, Some(MAX_DENIAL));
-/// # Ok::<(), Box<dyn std::error::Error>>(())
-/// # })?;
-/// # Ok::<(), Box<dyn std::error::Error>>(())
-/// ```
-pub const MAX_DENIAL: Duration = Duration::from_secs(100 * 365 * 86_400);
+const MAX_PENALTY: Duration = Penalty::MAX_DENIAL;
 
 /// A penalty box: the `n`-th rejection of a key within a window blocks the key for a
 /// while. Set on a limit with [`Limit::penalty`](crate::Limit::penalty).
@@ -55,7 +33,8 @@ pub const MAX_DENIAL: Duration = Duration::from_secs(100 * 365 * 86_400);
 ///
 /// ```
 /// use std::time::Duration;
-/// use tollgate::{Key, Limit, Limiter, ManualClock, MemoryStore, Penalty, Quota};
+/// use tollgate::{Key, Limit, Limiter, MemoryStore, Penalty, Quota};
+/// use tollgate::clock::ManualClock;
 /// # tokio::runtime::Builder::new_current_thread().build()?.block_on(async {
 /// let clock = ManualClock::new(Duration::from_secs(1_700_000_000));
 /// let limiter = Limiter::builder()
@@ -84,6 +63,29 @@ pub struct Penalty {
 }
 
 impl Penalty {
+    /// The longest any denial lasts: 100 years of 365 days.
+    ///
+    /// [`Limiter::block`](crate::Limiter::block) with a longer duration (up to
+    /// `Duration::MAX`) blocks for exactly this long, and
+    /// [`Limiter::penalize`](crate::Limiter::penalize) charges at most the capacity plus
+    /// this much refill time, on every store alike: both stores keep instants exact
+    /// (Redis in Lua doubles, below 2^53 µs since the epoch), so no input wraps, panics or
+    /// yields a shorter denial than asked for anything shorter.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{Key, Limiter, Limit, Penalty, Quota};
+    /// # tokio::runtime::Builder::new_current_thread().build()?.block_on(async {
+    /// let limiter = Limiter::builder().limit(Limit::new("api", Quota::per_minute(1))?).build()?;
+    /// let d = limiter.block("api", &Key::from("mallory"), Duration::MAX).await?;
+    /// assert_eq!(Penalty::MAX_DENIAL, Duration::from_secs(100 * 365 * 86_400));
+    /// assert_eq!(d.blocked_for, Some(Penalty::MAX_DENIAL));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// # })?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub const MAX_DENIAL: Duration = Duration::from_secs(100 * 365 * 86_400);
+
     /// A penalty box tripped by the `rejections`-th rejection; set the window with
     /// [`within`](Penalty::within) and the block with
     /// [`block_for`](Penalty::block_for) (both required).
@@ -185,7 +187,7 @@ impl Penalty {
         };
         match problem {
             Some(why) => Err(ConfigError::new(format!(
-                "invalid penalty of policy \"{limit}\": {why}"
+                "invalid penalty of limit \"{limit}\": {why}"
             ))),
             None => Ok(()),
         }

@@ -6,12 +6,6 @@ use std::time::Duration;
 
 use crate::ConfigError;
 
-/// The largest limit or burst a quota accepts.
-///
-/// Large enough for 10^9 requests per second, small enough that every algorithm's
-/// arithmetic stays exact on every store (Redis scripts compute with doubles).
-pub const MAX_COUNT: u64 = 1 << 40;
-
 /// The longest period a quota accepts: a century (of 365-day years).
 const MAX_PERIOD: Duration = Duration::from_secs(100 * 365 * 86_400);
 
@@ -50,10 +44,25 @@ pub struct Quota {
 }
 
 impl Quota {
+    /// The largest limit or burst a quota accepts: 2^40.
+    ///
+    /// Large enough for 10^9 requests per second, small enough that every algorithm's
+    /// arithmetic stays exact on every store (Redis scripts compute with doubles).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::Quota;
+    ///
+    /// assert_eq!(Quota::MAX_COUNT, 1 << 40);
+    /// assert!(Quota::new(Quota::MAX_COUNT, Duration::from_secs(1)).is_ok());
+    /// assert!(Quota::new(Quota::MAX_COUNT + 1, Duration::from_secs(1)).is_err());
+    /// ```
+    pub const MAX_COUNT: u64 = 1 << 40;
+
     /// `limit` units per `period`.
     ///
     /// The period must be a whole number of microseconds between 1 µs and a century;
-    /// the limit must be between 1 and [`MAX_COUNT`].
+    /// the limit must be between 1 and [`MAX_COUNT`](Self::MAX_COUNT).
     ///
     /// ```
     /// use std::time::Duration;
@@ -68,9 +77,10 @@ impl Quota {
                 "invalid quota limit 0 per {period:?}: the limit must be at least 1"
             )));
         }
-        if limit > MAX_COUNT {
+        if limit > Self::MAX_COUNT {
             return Err(ConfigError::new(format!(
-                "invalid quota limit {limit}: the limit must be at most {MAX_COUNT}"
+                "invalid quota limit {limit}: the limit must be at most {max}",
+                max = Self::MAX_COUNT
             )));
         }
         if period.is_zero() {
@@ -97,7 +107,7 @@ impl Quota {
 
     const fn literal(limit: u64, period: Duration) -> Self {
         assert!(
-            limit > 0 && limit <= MAX_COUNT,
+            limit > 0 && limit <= Self::MAX_COUNT,
             "quota limit must be between 1 and 2^40"
         );
         Self {
@@ -110,7 +120,7 @@ impl Quota {
     /// `limit` per second.
     ///
     /// # Panics
-    /// When `limit` is 0 or above [`MAX_COUNT`]; use [`Quota::new`] for values that are
+    /// When `limit` is 0 or above [`MAX_COUNT`](Self::MAX_COUNT); use [`Quota::new`] for values that are
     /// not literals.
     ///
     /// ```
@@ -123,7 +133,7 @@ impl Quota {
     /// `limit` per minute.
     ///
     /// # Panics
-    /// When `limit` is 0 or above [`MAX_COUNT`].
+    /// When `limit` is 0 or above [`MAX_COUNT`](Self::MAX_COUNT).
     ///
     /// ```
     /// assert_eq!(tollgate::Quota::per_minute(100).to_string(), "100/min");
@@ -135,7 +145,7 @@ impl Quota {
     /// `limit` per hour.
     ///
     /// # Panics
-    /// When `limit` is 0 or above [`MAX_COUNT`].
+    /// When `limit` is 0 or above [`MAX_COUNT`](Self::MAX_COUNT).
     ///
     /// ```
     /// assert_eq!(tollgate::Quota::per_hour(5000).to_string(), "5000/h");
@@ -147,7 +157,7 @@ impl Quota {
     /// `limit` per day.
     ///
     /// # Panics
-    /// When `limit` is 0 or above [`MAX_COUNT`].
+    /// When `limit` is 0 or above [`MAX_COUNT`](Self::MAX_COUNT).
     ///
     /// ```
     /// assert_eq!(tollgate::Quota::per_day(1).to_string(), "1/d");
@@ -166,9 +176,10 @@ impl Quota {
     /// # Ok::<(), tollgate::ConfigError>(())
     /// ```
     pub fn with_burst(self, burst: u64) -> Result<Self, ConfigError> {
-        if burst == 0 || burst > MAX_COUNT {
+        if burst == 0 || burst > Self::MAX_COUNT {
             return Err(ConfigError::new(format!(
-                "invalid burst {burst} for quota \"{self}\": the burst must be between 1 and {MAX_COUNT}"
+                "invalid burst {burst} for quota \"{self}\": the burst must be between 1 and {max}",
+                max = Self::MAX_COUNT
             )));
         }
         Ok(Self { burst, ..self })

@@ -10,7 +10,9 @@
 
 use std::time::Duration;
 
-use tollgate::{Algorithm, Decision, Key, Limit, Limiter, ManualClock, MemoryStore, Quota, Store};
+use tollgate::clock::ManualClock;
+use tollgate::store::Store;
+use tollgate::{Algorithm, Decision, Key, Limit, Limiter, MemoryStore, Quota};
 
 type TestResult = Result<(), Box<dyn std::error::Error>>;
 
@@ -320,7 +322,7 @@ mod redis {
             .deadline(Duration::from_secs(10))
             .expect("deadline")
             .with_clock(clock.clone());
-        if cache { store } else { store.block_cache(0) }
+        if cache { store } else { store.denial_cache(0) }
     }
 
     fn cluster_store(clock: &ManualClock) -> RedisStore {
@@ -1519,7 +1521,7 @@ mod layer {
 
 mod leases {
     use super::*;
-    use tollgate::{LeasedStore, SliceSizing};
+    use tollgate::store::{LeasedStore, SliceSizing};
 
     fn leased<S: Store>(store: S, clock: &ManualClock) -> (LeasedStore<S>, Limiter) {
         let leases = LeasedStore::builder(store)
@@ -1693,7 +1695,7 @@ async fn a_reload_that_adds_a_box_reaches_plan_callers_on_redis() -> TestResult 
 
 #[cfg(feature = "redis")]
 #[tokio::test]
-async fn a_reload_that_adds_a_box_reaches_plan_callers_on_redis_with_the_block_cache() -> TestResult
+async fn a_reload_that_adds_a_box_reaches_plan_callers_on_redis_with_the_denial_cache() -> TestResult
 {
     let clock = ManualClock::new(BASE);
     reload_adds_a_box(redis::store(&clock, true), &clock, false).await?;
@@ -1702,10 +1704,10 @@ async fn a_reload_that_adds_a_box_reaches_plan_callers_on_redis_with_the_block_c
 }
 
 /// "login" 1/min, 3rd rejection within a minute blocks 900 s, on Redis with the
-/// blocked-key cache on (the default): ten rejected attempts trip the box.
+/// denial cache on (the default): ten rejected attempts trip the box.
 #[cfg(feature = "redis")]
 #[tokio::test]
-async fn rejections_answered_from_the_block_cache_still_trip_the_box() -> TestResult {
+async fn rejections_answered_from_the_denial_cache_still_trip_the_box() -> TestResult {
     use tollgate::Penalty;
     let clock = ManualClock::new(BASE);
     let limit = Limit::new("login", Quota::per_minute(1))?.penalty(
@@ -1883,11 +1885,12 @@ async fn a_penalty_lasts_as_documented_on_redis() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_block_set_while_the_primary_is_down_holds_once_it_is_back() -> TestResult {
     use support::redis_server::RedisServer;
-    use tollgate::{Fallback, RedisStore};
+    use tollgate::RedisStore;
+    use tollgate::store::Fallback;
     let server = RedisServer::start();
     let redis = RedisStore::from_url(&server.url())?
         .prefix("fallback")
-        .block_cache(0)
+        .denial_cache(0)
         .deadline(ms(100))?;
     let store = Fallback::new(redis, MemoryStore::new()).probe_interval(ms(200));
     let limiter = limiter_on(store.clone(), [Limit::new("api", Quota::per_minute(100))?]);

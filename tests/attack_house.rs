@@ -23,11 +23,12 @@ use http::{Request, StatusCode};
 use http_body_util::Full;
 use support::http::{Reply, Server};
 use tokio::time::{sleep, timeout};
-use tollgate::store::StoreCall;
+use tollgate::clock::ManualClock;
+use tollgate::layer::Costs;
+use tollgate::store::{Charge, Fallback, InFlightSlot, LeasedStore, Receipt, Store, StoreCall};
 use tollgate::{
-    Algorithm, Charge, ConfigError, Costs, Decision, Fallback, InFlightSlot, Key, LeasedStore,
-    Limit, Limiter, ManualClock, MemoryStore, Policy, Quota, RateLimitLayer, Receipt, Store,
-    StoreError, StoreErrorKind, key,
+    Algorithm, ConfigError, Decision, Key, Limit, Limiter, MemoryStore, Policy, Quota,
+    RateLimitLayer, StoreError, StoreErrorKind, key,
 };
 use tower::{Layer, ServiceExt};
 
@@ -272,7 +273,7 @@ async fn settle() {
 
 async fn used(store: &MemoryStore, limit: &Limit, key: &Key) -> u64 {
     let d = store.peek(limit, key).await.expect("peek");
-    d.limit - d.remaining
+    d.capacity - d.remaining
 }
 
 fn no_call_polled_twice_nor_started_twice(stats: &Stats) {
@@ -1772,7 +1773,7 @@ async fn callers_leaving_around_a_redis_stall_keep_no_slot_and_no_charge() {
     let mut charged = 0;
     for _ in 0..100 {
         let d = observer.peek("jobs", &key).await.expect("peek");
-        charged = d.limit - d.remaining;
+        charged = d.capacity - d.remaining;
         if charged == reached.load(Ordering::SeqCst) {
             break;
         }

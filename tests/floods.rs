@@ -22,11 +22,10 @@ use http_body_util::Full;
 use support::http::{Reply, Server};
 use support::immediate::immediate;
 use support::rng::Rng;
+use tollgate::clock::ManualClock;
+use tollgate::key::TrustedProxies;
 use tollgate::key::{self, ProxyHeader};
-use tollgate::{
-    Algorithm, Key, Limit, Limiter, ManualClock, MemoryStore, Policy, Quota, RateLimitLayer,
-    TrustedProxies,
-};
+use tollgate::{Algorithm, Key, Limit, Limiter, MemoryStore, Policy, Quota, RateLimitLayer};
 
 const BASE: Duration = Duration::from_secs(1_700_000_000);
 
@@ -248,7 +247,7 @@ fn a_flood_on_a_thousand_sub_windows_stays_under_max_bytes() {
         10_000_000
     };
     flood_bytes(
-        (tollgate::DEFAULT_MAX_KEYS, 64 << 20),
+        (tollgate::MemoryStore::DEFAULT_MAX_KEYS, 64 << 20),
         Quota::per_hour(1_000_000),
         Algorithm::SlidingWindowCounters { buckets: 1000 },
         keys,

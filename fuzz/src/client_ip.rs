@@ -17,8 +17,9 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 
 use http::request::Parts;
 use http::{HeaderName, HeaderValue, Request};
+use tollgate::Key;
+use tollgate::key::TrustedProxies;
 use tollgate::key::{self, ProxyHeader};
-use tollgate::{Key, TrustedProxies};
 
 const FORWARDING: [&str; 3] = ["forwarded", "x-forwarded-for", "x-real-ip"];
 

@@ -15,7 +15,7 @@
 //! default.
 
 use http::{Method, Request};
-use tollgate::Costs;
+use tollgate::layer::Costs;
 
 /// A route as the reference reads it: per segment, its rank (0 literal, 1 `{param}`,
 /// 2 `{*rest}`) and, for a literal, its text.

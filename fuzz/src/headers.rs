@@ -25,10 +25,10 @@ use std::time::Duration;
 use http::{HeaderMap, Request, Response, StatusCode};
 use sfv::{BareItem, Item, List, ListEntry, Parser};
 use tokio::runtime::Runtime;
+use tollgate::clock::ManualClock;
 use tollgate::layer::Decisions;
-use tollgate::{
-    Algorithm, HeaderStyle, ManualClock, MemoryStore, Policy, Quota, RateLimitLayer, ResetFormat,
-};
+use tollgate::layer::{HeaderStyle, ResetFormat};
+use tollgate::{Algorithm, MemoryStore, Policy, Quota, RateLimitLayer};
 use tower::{Layer, ServiceExt};
 
 const START: Duration = Duration::from_secs(1_700_000_000);
@@ -277,7 +277,7 @@ fn check_draft11(headers: &HeaderMap, shown: &[Shown], decisions: Option<&Decisi
             shown.capacity
         );
         if let Some(d) = decisions.map(|d| &d[i]) {
-            assert_eq!(d.policy, shown.name);
+            assert_eq!(d.limit, shown.name);
             assert_eq!(r, d.remaining);
             assert_eq!(t, ceil_secs(d.reset_after));
         }

@@ -8,7 +8,7 @@
 
 use std::time::Duration;
 
-use tollgate::{MAX_COUNT, Quota};
+use tollgate::Quota;
 
 /// 100 years of 365 days.
 const CENTURY: Duration = Duration::from_hours(100 * 365 * 24);
@@ -47,8 +47,8 @@ pub fn check(data: &[u8]) {
 }
 
 fn check_valid(quota: &Quota) {
-    assert!((1..=MAX_COUNT).contains(&quota.limit()), "{quota:?}");
-    assert!((1..=MAX_COUNT).contains(&quota.burst()), "{quota:?}");
+    assert!((1..=Quota::MAX_COUNT).contains(&quota.limit()), "{quota:?}");
+    assert!((1..=Quota::MAX_COUNT).contains(&quota.burst()), "{quota:?}");
     let period = quota.period();
     assert!(
         period >= Duration::from_micros(1) && period <= CENTURY,

@@ -15,7 +15,8 @@ use std::time::Duration;
 use super::measures::{admitted_times, max_in_window, respects_fluid_bound};
 use super::table::label;
 use super::{Lab, LabError, Measures, Pattern, ideal, runtime};
-use tollgate::{Algorithm, Key, LeasedStore, Limit, Limiter, MemoryStore};
+use tollgate::store::LeasedStore;
+use tollgate::{Algorithm, Key, Limit, Limiter, MemoryStore};
 
 /// How often each simulated process returns its expired leases (the default longest
 /// lease).

@@ -9,7 +9,7 @@
 //! binary (`cargo run --release -p tollgate-lab`) prints the table and writes the
 //! charts, and `docs/choosing-an-algorithm.md` discusses the results.
 //! [`Lab::run_leases`] replays the same patterns through several processes with
-//! [`LeasedStore`](tollgate::LeasedStore)s over one store: what leases cost, and that
+//! [`LeasedStore`](tollgate::store::LeasedStore)s over one store: what leases cost, and that
 //! they keep every bound.
 //!
 //! The lab uses only tollgate's public API: every decision goes through
@@ -48,9 +48,9 @@ pub use measures::{
 };
 pub use patterns::{Arrival, Pattern};
 
-use tollgate::{
-    Algorithm, ConfigError, Key, Limit, Limiter, ManualClock, MemoryStore, Quota, Store, StoreError,
-};
+use tollgate::clock::ManualClock;
+use tollgate::store::Store;
+use tollgate::{Algorithm, ConfigError, Key, Limit, Limiter, MemoryStore, Quota, StoreError};
 
 /// Sub-windows the lab gives [`Algorithm::SlidingWindowCounters`] by default.
 pub const DEFAULT_BUCKETS: u32 = 10;
@@ -501,7 +501,8 @@ fn summarize(
 ///
 /// ```
 /// use std::time::Duration;
-/// use tollgate::{Limit, Limiter, ManualClock, MemoryStore, Quota};
+/// use tollgate::{Limit, Limiter, MemoryStore, Quota};
+/// use tollgate::clock::ManualClock;
 /// use tollgate_lab::{Pattern, replay};
 /// # tokio::runtime::Builder::new_current_thread().build()?.block_on(async {
 /// let clock = ManualClock::default();

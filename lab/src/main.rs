@@ -65,7 +65,7 @@ fn run_on_redis(lab: &Lab, url: &str) -> Result<Report, Box<dyn std::error::Erro
         .deadline(std::time::Duration::from_secs(5))?;
     // A prefix per replay: every run starts from empty state, and runs of several lab
     // processes never share keys. Keys expire by themselves (every key has a TTL).
-    // Clones share the blocked-key cache, whose entries do not depend on the prefix:
+    // Clones share the denial cache, whose entries do not depend on the prefix:
     // each replay gets a cache of its own, or one replay's blocks would leak into the
     // next (the clock starts over for each).
     let nonce = std::process::id();
@@ -73,7 +73,7 @@ fn run_on_redis(lab: &Lab, url: &str) -> Result<Report, Box<dyn std::error::Erro
         store
             .clone()
             .prefix(&format!("tollgate-lab:{nonce}:{run}"))
-            .block_cache(tollgate::RedisStore::DEFAULT_BLOCK_CACHE_KEYS)
+            .denial_cache(tollgate::RedisStore::DEFAULT_DENIAL_CACHE_KEYS)
     })?)
 }
 

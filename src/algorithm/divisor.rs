@@ -1,4 +1,4 @@
-//! [`Divisor`]: division by a number fixed when a policy is built, without a `div`.
+//! [`Divisor`]: division by a number fixed when a limit is built, without a `div`.
 
 /// A divisor known at configuration time, with its reciprocal.
 ///

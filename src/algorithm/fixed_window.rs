@@ -1,7 +1,7 @@
 //! Fixed window: one counter per epoch-aligned window of length `P`.
 
 use super::{Params, Rule};
-use crate::Receipt;
+use crate::decision::Receipt;
 
 /// The counter of the key's current window.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

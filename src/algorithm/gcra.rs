@@ -13,7 +13,7 @@
 //! changes (a plan, a reload) keeps its usage: see [`carry_over`].
 
 use super::{Params, Rule, div_ceil, still_owed};
-use crate::Receipt;
+use crate::decision::Receipt;
 
 /// The theoretical arrival time in nanoseconds since the epoch (0: idle), and the
 /// emission interval `T` it was counted in (0: not yet counted).

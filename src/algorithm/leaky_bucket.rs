@@ -2,13 +2,13 @@
 //! turn (`delay`) so the inner service sees one request per `T`.
 //!
 //! A queue whose burst is large against its rate makes its tail wait long (1/h with
-//! burst 1000: 41 days for the last place). The policy's `max_delay` bounds that wait
+//! burst 1000: 41 days for the last place). The limit's `max_delay` bounds that wait
 //! inside the rule: a request that would wait longer is denied, charging nothing, in
 //! the same step that would have charged it (on Redis, in the same script call).
 
 use super::gcra::{self, Gcra, NS_PER_US, State, start_ns};
 use super::{Params, Rule, div_ceil};
-use crate::Receipt;
+use crate::decision::Receipt;
 
 /// See [`Algorithm::LeakyBucket`](crate::Algorithm::LeakyBucket).
 #[derive(Debug)]

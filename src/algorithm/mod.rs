@@ -22,11 +22,11 @@ pub(crate) mod token_bucket;
 
 use std::fmt;
 
-use crate::Receipt;
+use crate::decision::Receipt;
 pub(crate) use divisor::Divisor;
 pub(crate) use params::{Params, gcd};
 
-/// How a policy counts. Every variant works on every store with identical answers.
+/// How a limit counts. Every variant works on every store with identical answers.
 ///
 /// Notation: limit `L` per period `P`, burst `B` (defaults to `L`), `T = P/L`. The
 /// window algorithms have capacity `L` (a custom burst is a configuration error); the
@@ -40,9 +40,9 @@ pub(crate) use params::{Params, gcd};
 ///
 /// ```
 /// use tollgate::{Algorithm, Limit, Quota};
-/// let policy = Limit::new("uploads", Quota::per_hour(60))?
+/// let limit = Limit::new("uploads", Quota::per_hour(60))?
 ///     .algorithm(Algorithm::SlidingWindowCounters { buckets: 60 });
-/// assert_eq!(policy.get_algorithm(), Algorithm::SlidingWindowCounters { buckets: 60 });
+/// assert_eq!(limit.get_algorithm(), Algorithm::SlidingWindowCounters { buckets: 60 });
 /// assert_eq!(Algorithm::default(), Algorithm::Gcra);
 /// # Ok::<(), tollgate::ConfigError>(())
 /// ```
@@ -303,7 +303,7 @@ pub(crate) trait Rule {
 /// durations it reports are measured from `now`, the clock the caller will wait on.
 ///
 /// With `charge == false` the verdict says whether the request *would* be admitted
-/// but nothing is charged (the first phase of an all-or-nothing multi-policy check,
+/// but nothing is charged (the first phase of an all-or-nothing multi-limit check,
 /// and the peek of a cost-0 check).
 pub(crate) fn evaluate<R: Rule>(
     p: &Params,
@@ -423,7 +423,7 @@ pub(crate) fn penalize<R: Rule>(
 
 /// The most one forced charge (a penalty) takes under `p`, so that every store
 /// counts the debt exactly and alike: GCRA and the leaky bucket, a century of debt
-/// (`cost × T` within [`MAX_DENIAL`](crate::MAX_DENIAL)); the token bucket, 2^52 units
+/// (`cost × T` within [`MAX_DENIAL`](crate::Penalty::MAX_DENIAL)); the token bucket, 2^52 units
 /// (as a quota change's carried deficit); the sliding window, `cost × period` below
 /// 2^53 (Lua's exact integers); the other windows count any `u32` exactly. A larger
 /// penalty charges this much: the key is denied as long as the algorithm can say.

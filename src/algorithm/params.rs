@@ -54,9 +54,9 @@ impl Params {
     /// Derives the parameters and says whether the combination is invalid.
     ///
     /// The parameters are always usable, even for an invalid combination (values are
-    /// clamped into range), so a store handed an unvalidated policy answers sanely
+    /// clamped into range), so a store handed an unvalidated limit answers sanely
     /// instead of panicking; [`LimiterBuilder::build`](crate::LimiterBuilder::build)
-    /// refuses such policies with the returned message.
+    /// refuses such limits with the returned message.
     ///
     /// `max_delay` bounds the leaky bucket's delays (see
     /// [`Limit::max_delay`](crate::Limit::max_delay)); the other algorithms ignore it.

@@ -2,7 +2,7 @@
 //! overlap with the sliding window, plus the current window's count.
 
 use super::{Params, Rule};
-use crate::Receipt;
+use crate::decision::Receipt;
 
 /// Counts of the current window and the one before it.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

@@ -1,7 +1,7 @@
 //! Sliding window counters: the sum of the last `N` sub-windows of length `P/N`.
 
 use super::{Params, Rule};
-use crate::Receipt;
+use crate::decision::Receipt;
 
 /// A ring of `N` sub-window counts ending at sub-window `index`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

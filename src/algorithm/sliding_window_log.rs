@@ -3,7 +3,7 @@
 use std::collections::VecDeque;
 
 use super::{Params, Rule};
-use crate::Receipt;
+use crate::decision::Receipt;
 
 /// Admitted `(instant µs, cost)` pairs, oldest first; one entry per distinct instant.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

@@ -7,7 +7,7 @@
 //! caller whose quota changes (a plan, a reload) keeps its usage (see `carry_over`).
 
 use super::{Params, Rule, div_ceil, gcd, still_owed};
-use crate::Receipt;
+use crate::decision::Receipt;
 
 /// The bucket's deficit (capacity minus tokens, in units) as of `last`, counted under
 /// limit `limit` (0: not yet counted). The default, a zero deficit, is a full bucket.

@@ -14,8 +14,10 @@ use toml::Spanned;
 use super::PlanName;
 use super::place::Text;
 use super::schema::{LimitSpec, PlanSpec};
+use crate::key::TrustedProxies;
 use crate::key::{self, Extractor};
-use crate::{Algorithm, ConfigError, Costs, Limit, MissingKey, Policy, Quota, TrustedProxies};
+use crate::layer::{Costs, MissingKey};
+use crate::{Algorithm, ConfigError, Limit, Policy, Quota};
 
 /// Every algorithm, to find one by its [`Algorithm::name`].
 const ALGORITHMS: [Algorithm; 7] = [

@@ -24,8 +24,8 @@
 //! | `max_delay` | the longest a `leaky_bucket` request is held: `"500ms"`, `"2s"`, `"1min"` | one period |
 //! | `key` | whose usage is counted: `"global"`, `"peer_ip"`, `"client_ip"`, `"header:<name>"`, `"matched_path"` (see [`key`](crate::key)) | `"global"` |
 //! | `trusted_proxies` | with `key = "client_ip"`: the proxies' addresses and networks, `["10.0.0.0/8", "::1"]` | none |
-//! | `on_missing_key` | `"skip"` or `"reject"` a request the key finds nothing for ([`MissingKey`](crate::MissingKey)) | `"skip"` |
-//! | `[limit.costs]` | `"<METHOD> <route>" = cost` (method `*`: any), and `default = cost` (see [`Costs`](crate::Costs)) | every request costs 1 |
+//! | `on_missing_key` | `"skip"` or `"reject"` a request the key finds nothing for ([`MissingKey`](crate::layer::MissingKey)) | `"skip"` |
+//! | `[limit.costs]` | `"<METHOD> <route>" = cost` (method `*`: any), and `default = cost` (see [`Costs`](crate::layer::Costs)) | every request costs 1 |
 //! | `plan_from` | where a request's plan name is: `"header:<name>"`, or `"extension"` (a [`PlanName`] in the request extensions) | |
 //! | `[limit.plans]` | `plan = "quota"`, or `plan = { quota = "…", burst = n }` | |
 //!

@@ -12,7 +12,7 @@ type ExtractFn = dyn Fn(&Parts) -> Option<Key> + Send + Sync;
 /// Finds the [`Key`] of a request from its head (method, URI, headers, extensions).
 ///
 /// `None` means "this request has no key for this policy"; the policy's
-/// [`MissingKey`](crate::MissingKey) setting decides what happens then (skip the
+/// [`MissingKey`](crate::layer::MissingKey) setting decides what happens then (skip the
 /// policy by default). Any `Fn(&Parts) -> Option<Key>` converts into an extractor;
 /// [`or`](Extractor::or) and [`and`](Extractor::and) combine them.
 ///

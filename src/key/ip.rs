@@ -33,7 +33,7 @@ const DEFAULT_IPV6_PREFIX: u8 = 64;
 ///
 /// ```
 /// use std::net::IpAddr;
-/// use tollgate::TrustedProxies;
+/// use tollgate::key::TrustedProxies;
 ///
 /// let proxies = TrustedProxies::new(["10.0.0.0/8", "192.168.1.7", "::1/128"])?;
 /// assert!(proxies.contains("10.20.30.40".parse::<IpAddr>()?));
@@ -56,7 +56,7 @@ impl TrustedProxies {
     /// headers are ignored. Right for servers reached directly.
     ///
     /// ```
-    /// let none = tollgate::TrustedProxies::none();
+    /// let none = tollgate::key::TrustedProxies::none();
     /// assert!(!none.contains("127.0.0.1".parse()?));
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
@@ -74,7 +74,7 @@ impl TrustedProxies {
     /// address nor a CIDR network.
     ///
     /// ```
-    /// use tollgate::TrustedProxies;
+    /// use tollgate::key::TrustedProxies;
     /// let proxies = TrustedProxies::new(["10.0.0.0/8", "2001:db8::/32"])?;
     /// assert!(proxies.contains("2001:db8:1::7".parse()?));
     /// assert!(TrustedProxies::new(["ten.0.0.1"]).is_err());
@@ -95,7 +95,7 @@ impl TrustedProxies {
     /// Trusts the loopback networks (`127.0.0.0/8`, `::1`): a proxy on the same host.
     ///
     /// ```
-    /// let local = tollgate::TrustedProxies::loopback();
+    /// let local = tollgate::key::TrustedProxies::loopback();
     /// assert!(local.contains("127.0.0.1".parse()?));
     /// assert!(local.contains("::1".parse()?));
     /// assert!(!local.contains("10.0.0.1".parse()?));
@@ -111,7 +111,7 @@ impl TrustedProxies {
     /// Only right when no untrusted client can connect from a private address.
     ///
     /// ```
-    /// let private = tollgate::TrustedProxies::private();
+    /// let private = tollgate::key::TrustedProxies::private();
     /// assert!(private.contains("172.20.0.3".parse()?));
     /// assert!(private.contains("fd00::1".parse()?));
     /// assert!(!private.contains("203.0.113.1".parse()?));
@@ -142,7 +142,7 @@ impl TrustedProxies {
     /// address on its own). Fails unless `1 <= bits <= 128`.
     ///
     /// ```
-    /// use tollgate::TrustedProxies;
+    /// use tollgate::key::TrustedProxies;
     /// let per_site = TrustedProxies::none().ipv6_prefix(56)?;
     /// assert_eq!(per_site.ipv6_prefix_len(), 56);
     /// assert!(TrustedProxies::none().ipv6_prefix(0).is_err());
@@ -157,7 +157,7 @@ impl TrustedProxies {
     /// The IPv6 prefix length clients are keyed by.
     ///
     /// ```
-    /// assert_eq!(tollgate::TrustedProxies::none().ipv6_prefix_len(), 64);
+    /// assert_eq!(tollgate::key::TrustedProxies::none().ipv6_prefix_len(), 64);
     /// ```
     pub fn ipv6_prefix_len(&self) -> u8 {
         self.ipv6_prefix
@@ -169,7 +169,8 @@ impl TrustedProxies {
     /// three are read and must agree (see [`client_ip`]).
     ///
     /// ```
-    /// use tollgate::{TrustedProxies, key::ProxyHeader};
+    /// use tollgate::key::ProxyHeader;
+    /// use tollgate::key::TrustedProxies;
     /// let nginx = TrustedProxies::loopback().header(ProxyHeader::XForwardedFor);
     /// assert_eq!(nginx.only_header(), Some(ProxyHeader::XForwardedFor));
     /// assert_eq!(TrustedProxies::loopback().only_header(), None);
@@ -188,7 +189,7 @@ impl TrustedProxies {
     /// Whether `ip` is a trusted proxy.
     ///
     /// ```
-    /// let proxies = tollgate::TrustedProxies::new(["192.168.1.7"])?;
+    /// let proxies = tollgate::key::TrustedProxies::new(["192.168.1.7"])?;
     /// assert!(proxies.contains("192.168.1.7".parse()?));
     /// assert!(!proxies.contains("192.168.1.70".parse()?));
     /// # Ok::<(), Box<dyn std::error::Error>>(())
@@ -304,7 +305,7 @@ pub(crate) fn peer_addr(parts: &Parts) -> Option<IpAddr> {
 /// - any stack: a bare `std::net::SocketAddr` extension.
 ///
 /// They are looked up in that order. A request with none of them has no key, and its
-/// policy's [`MissingKey`](crate::MissingKey) applies: check that your server provides
+/// policy's [`MissingKey`](crate::layer::MissingKey) applies: check that your server provides
 /// the address, or every request will skip the policy.
 ///
 /// Behind a reverse proxy every request comes from the proxy: use [`client_ip`].
@@ -398,7 +399,8 @@ fn peer_ip_by(v6_prefix: u8) -> Extractor {
 ///
 /// ```
 /// use std::net::{IpAddr, SocketAddr};
-/// use tollgate::{Key, TrustedProxies, key};
+/// use tollgate::{Key, key};
+/// use tollgate::key::TrustedProxies;
 ///
 /// let client_ip = key::client_ip(TrustedProxies::new(["10.0.0.0/8"])?);
 /// let request = |peer: &str, xff: &str| -> Result<http::request::Parts, Box<dyn std::error::Error>> {

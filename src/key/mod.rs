@@ -19,7 +19,8 @@
 //!
 //! ```
 //! use std::net::SocketAddr;
-//! use tollgate::{Key, TrustedProxies, key};
+//! use tollgate::{Key, key};
+//! use tollgate::key::TrustedProxies;
 //!
 //! // An API key when there is one, else the client's address.
 //! let caller = key::header("x-api-key")?.or(key::client_ip(TrustedProxies::none()));

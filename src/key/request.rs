@@ -11,7 +11,7 @@ use crate::ConfigError;
 /// The key is `Key::from(value_bytes)`: any bytes, UTF-8 or not, of any length, give a
 /// 16-byte key, and the raw value is neither kept nor printed. A request without the
 /// header, or with an empty value, has no key (its policy's
-/// [`MissingKey`](crate::MissingKey) applies). Several lines of the header are keyed
+/// [`MissingKey`](crate::layer::MissingKey) applies). Several lines of the header are keyed
 /// together, in order.
 ///
 /// `name` is a `&str`, `String` or [`HeaderName`]; one that is not a valid header

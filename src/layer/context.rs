@@ -17,9 +17,11 @@ use crate::layer::limiter_calls::{Pending, targets};
 use crate::layer::refunds::{refund_charges, refund_uncounted};
 use crate::layer::rejection::{RejectReason, RejectionInfo};
 use crate::layer::shared::{HeldSlot, Holder, Shared, View};
+use crate::layer::{FailMode, Rejection};
 use crate::limiter::Taken;
 use crate::observe::{self, Outcome};
-use crate::{Decision, FailMode, InFlightSlot, Key, Rejection, StoreError};
+use crate::store::InFlightSlot;
+use crate::{Decision, Key, StoreError};
 
 /// What the future needs besides its state.
 pub(crate) struct RequestContext {
@@ -88,12 +90,12 @@ impl RequestContext {
         let retry_after = Duration::from_secs(1);
         let refused = Decision {
             allowed: false,
-            limit: policy.get_in_flight().map_or(0, u64::from),
+            capacity: policy.get_in_flight().map_or(0, u64::from),
             remaining: 0,
             reset_after: Duration::ZERO,
             retry_after: Some(retry_after),
             delay: Duration::ZERO,
-            policy: policy.name(),
+            limit: policy.name(),
             quota: policy.quota(),
             blocked_for: None,
             receipt: None,

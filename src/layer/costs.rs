@@ -40,7 +40,7 @@ type CostFn = dyn Fn(&Parts) -> u32 + Send + Sync;
 ///
 /// ```
 /// use http::Method;
-/// use tollgate::Costs;
+/// use tollgate::layer::Costs;
 ///
 /// let costs = Costs::new()
 ///     .route(Method::POST, "/users", 2)?
@@ -69,7 +69,7 @@ type CostFn = dyn Fn(&Parts) -> u32 + Send + Sync;
 /// fallback of a route table:
 ///
 /// ```
-/// use tollgate::Costs;
+/// use tollgate::layer::Costs;
 /// let (get, _) = http::Request::get("/").body(())?.into_parts();
 /// let (post, _) = http::Request::post("/").body(())?.into_parts();
 ///
@@ -96,7 +96,7 @@ impl Costs {
     ///
     /// ```
     /// let (parts, _) = http::Request::get("/").body(())?.into_parts();
-    /// assert_eq!(tollgate::Costs::new().cost(&parts), 1);
+    /// assert_eq!(tollgate::layer::Costs::new().cost(&parts), 1);
     /// # Ok::<(), http::Error>(())
     /// ```
     pub fn new() -> Self {
@@ -109,7 +109,7 @@ impl Costs {
     /// Costs computed by `compute` for every request no route matches.
     ///
     /// ```
-    /// let free = tollgate::Costs::from_fn(|_: &http::request::Parts| 0);
+    /// let free = tollgate::layer::Costs::from_fn(|_: &http::request::Parts| 0);
     /// let (parts, _) = http::Request::get("/").body(())?.into_parts();
     /// assert_eq!(free.cost(&parts), 0);
     /// # Ok::<(), http::Error>(())
@@ -129,7 +129,7 @@ impl Costs {
     ///
     /// ```
     /// let (parts, _) = http::Request::get("/").body(())?.into_parts();
-    /// assert_eq!(tollgate::Costs::new().default(5).cost(&parts), 5);
+    /// assert_eq!(tollgate::layer::Costs::new().default(5).cost(&parts), 5);
     /// # Ok::<(), http::Error>(())
     /// ```
     #[must_use]
@@ -149,7 +149,7 @@ impl Costs {
     ///
     /// ```
     /// use http::Method;
-    /// use tollgate::Costs;
+    /// use tollgate::layer::Costs;
     /// let costs = Costs::new().route(Method::POST, "/upload", 10)?;
     /// let (parts, _) = http::Request::post("/upload").body(())?.into_parts();
     /// assert_eq!(costs.cost(&parts), 10);
@@ -173,7 +173,7 @@ impl Costs {
     ///
     /// ```
     /// use http::Method;
-    /// use tollgate::Costs;
+    /// use tollgate::layer::Costs;
     /// let costs = Costs::new()
     ///     .route_any("/reports/{id}", 5)?
     ///     .route(Method::GET, "/reports/{id}", 2)?;
@@ -211,7 +211,7 @@ impl Costs {
     ///
     /// ```
     /// use http::Method;
-    /// let costs = tollgate::Costs::new().route(Method::DELETE, "/items/{id}", 4)?.default(2);
+    /// let costs = tollgate::layer::Costs::new().route(Method::DELETE, "/items/{id}", 4)?.default(2);
     /// let (delete, _) = http::Request::delete("/items/9").body(())?.into_parts();
     /// let (get, _) = http::Request::get("/items/9").body(())?.into_parts();
     /// assert_eq!(costs.cost(&delete), 4);

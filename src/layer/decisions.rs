@@ -13,7 +13,7 @@ use crate::Decision;
 /// async fn handler(decisions: Option<axum_like::Extension<Decisions>>) {
 ///     if let Some(axum_like::Extension(decisions)) = decisions {
 ///         for d in decisions.iter() {
-///             println!("{}: {} left", d.policy, d.remaining);
+///             println!("{}: {} left", d.limit, d.remaining);
 ///         }
 ///     }
 /// }
@@ -30,7 +30,7 @@ impl Decisions {
     /// assert!(decisions.get("api").is_none());
     /// ```
     pub fn get(&self, policy: &str) -> Option<&Decision> {
-        self.0.iter().find(|d| d.policy == policy)
+        self.0.iter().find(|d| d.limit == policy)
     }
 }
 

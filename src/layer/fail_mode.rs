@@ -3,7 +3,7 @@
 /// What the layer does when the store cannot decide (Redis down, slow, failing over).
 ///
 /// ```
-/// assert_eq!(tollgate::FailMode::default(), tollgate::FailMode::Open);
+/// assert_eq!(tollgate::layer::FailMode::default(), tollgate::layer::FailMode::Open);
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 #[non_exhaustive]

@@ -60,7 +60,7 @@ pub const MAX_HEADERS_LEN: usize = 2048;
 /// Which rate-limit headers the layer writes on limited responses, allowed or not.
 ///
 /// ```
-/// use tollgate::{HeaderStyle, ResetFormat};
+/// use tollgate::layer::{HeaderStyle, ResetFormat};
 /// assert_eq!(HeaderStyle::default(), HeaderStyle::Draft11);
 /// let legacy = HeaderStyle::Legacy(ResetFormat::UnixEpoch);
 /// assert_ne!(legacy, HeaderStyle::None);
@@ -85,8 +85,8 @@ pub enum HeaderStyle {
 /// How the legacy `X-RateLimit-Reset` header expresses the reset.
 ///
 /// ```
-/// let format = tollgate::ResetFormat::Seconds;
-/// assert_ne!(format, tollgate::ResetFormat::UnixEpoch);
+/// let format = tollgate::layer::ResetFormat::Seconds;
+/// assert_ne!(format, tollgate::layer::ResetFormat::UnixEpoch);
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
@@ -285,7 +285,7 @@ impl HeaderPlan {
             }
             HeaderStyle::Draft06 => {
                 let tightest = tightest(decisions);
-                insert_number(headers, RATELIMIT_LIMIT, tightest.limit);
+                insert_number(headers, RATELIMIT_LIMIT, tightest.capacity);
                 insert_number(headers, RATELIMIT_REMAINING, tightest.remaining);
                 insert_number(headers, RATELIMIT_RESET, ceil_secs(until_quota(tightest)));
                 if let Some(policy) = self.policy_header(decisions) {
@@ -303,7 +303,7 @@ impl HeaderPlan {
                         ceil_secs(now + until_quota(tightest))
                     }
                 };
-                insert_number(headers, X_RATELIMIT_LIMIT, tightest.limit);
+                insert_number(headers, X_RATELIMIT_LIMIT, tightest.capacity);
                 insert_number(headers, X_RATELIMIT_REMAINING, tightest.remaining);
                 insert_number(headers, X_RATELIMIT_RESET, reset);
             }

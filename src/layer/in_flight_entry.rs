@@ -134,7 +134,7 @@ fn enter_now(
 /// One attempt at every slot of `claims` on another store. A request dropped while
 /// a call is on its way (its client left) drops the call: a store's
 /// `acquire_in_flight` is cancel-safe (see its docs; Redis sends the removal of the
-/// lease right behind the call, on the same connection, so the next request already
+/// slot record right behind the call, on the same connection, so the next request already
 /// finds the slot free), and the slots taken before it go back as they are dropped.
 /// Letting the call run on instead would give the slot back only a round trip after
 /// its reply: a request right after a Redis stall would find it taken.

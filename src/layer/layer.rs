@@ -13,7 +13,8 @@ use arc_swap::ArcSwap;
 use crate::layer::builder::{LayerBuilder, validate};
 use crate::layer::shared::Shared;
 use crate::layer::shared::{Paired, View};
-use crate::{ConfigError, HeaderStyle, Limiter, Policy, Rejection};
+use crate::layer::{HeaderStyle, Rejection};
+use crate::{ConfigError, Limiter, Policy};
 
 /// Rate limiting for any Tower service over `http` requests: axum routers, tonic
 /// servers, hyper stacks.
@@ -30,7 +31,8 @@ use crate::{ConfigError, HeaderStyle, Limiter, Policy, Rejection};
 /// `HandleErrorLayer`.
 ///
 /// ```
-/// use tollgate::{Policy, Quota, RateLimitLayer, HeaderStyle, FailMode, Rejection};
+/// use tollgate::{Policy, Quota, RateLimitLayer};
+/// use tollgate::layer::{HeaderStyle, FailMode, Rejection};
 /// let layer = RateLimitLayer::builder()
 ///     .policy(Policy::new("api", Quota::per_minute(100))?)
 ///     .build()?
@@ -211,7 +213,7 @@ impl RateLimitLayer {
     ///
     /// ```
     /// # let limiter = tollgate::Limiter::builder().limit(tollgate::Limit::new("api", tollgate::Quota::per_second(10))?).build()?;
-    /// let layer = tollgate::RateLimitLayer::new(limiter).headers(tollgate::HeaderStyle::None);
+    /// let layer = tollgate::RateLimitLayer::new(limiter).headers(tollgate::layer::HeaderStyle::None);
     /// # let _ = layer;
     /// # Ok::<(), tollgate::ConfigError>(())
     /// ```
@@ -228,7 +230,7 @@ impl RateLimitLayer {
     ///
     /// ```
     /// # let limiter = tollgate::Limiter::builder().limit(tollgate::Limit::new("api", tollgate::Quota::per_second(10))?).build()?;
-    /// let layer = tollgate::RateLimitLayer::new(limiter).rejection(tollgate::Rejection::Json);
+    /// let layer = tollgate::RateLimitLayer::new(limiter).rejection(tollgate::layer::Rejection::Json);
     /// # let _ = layer;
     /// # Ok::<(), tollgate::ConfigError>(())
     /// ```
@@ -242,7 +244,7 @@ impl RateLimitLayer {
     ///
     /// ```
     /// # let limiter = tollgate::Limiter::builder().limit(tollgate::Limit::new("api", tollgate::Quota::per_second(10))?).build()?;
-    /// let layer = tollgate::RateLimitLayer::new(limiter).on_store_error(tollgate::FailMode::Closed);
+    /// let layer = tollgate::RateLimitLayer::new(limiter).on_store_error(tollgate::layer::FailMode::Closed);
     /// # let _ = layer;
     /// # Ok::<(), tollgate::ConfigError>(())
     /// ```
@@ -381,7 +383,8 @@ impl RateLimitLayer {
     /// too, use the layer's [`reload`](RateLimitLayer::reload).
     ///
     /// ```
-    /// use tollgate::{Costs, Limit, Policy, Quota, RateLimitLayer};
+    /// use tollgate::{Limit, Policy, Quota, RateLimitLayer};
+    /// use tollgate::layer::Costs;
     /// let layer = RateLimitLayer::builder()
     ///     .policy(Policy::new("api", Quota::per_second(10))?.costs(Costs::new().default(2)))
     ///     .build()?;

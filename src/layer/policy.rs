@@ -8,12 +8,14 @@ use std::time::Duration;
 use http::StatusCode;
 
 use crate::key::{self, Extractor};
-use crate::{Algorithm, ConfigError, Costs, Limit, MAX_COUNT, Quota};
+use crate::layer::Costs;
+use crate::{Algorithm, ConfigError, Limit, Quota};
 
 /// What a policy does with a request its key extractor finds no key for.
 ///
 /// ```
-/// use tollgate::{MissingKey, Policy, Quota};
+/// use tollgate::{Policy, Quota};
+/// use tollgate::layer::MissingKey;
 /// let strict = Policy::new("api", Quota::per_second(5))?.on_missing_key(MissingKey::Reject);
 /// assert_eq!(strict.missing_key(), MissingKey::Reject);
 /// assert_eq!(MissingKey::default(), MissingKey::Skip);
@@ -120,7 +122,8 @@ impl Policy {
     /// capacity is reported by [`LimiterBuilder::build`](crate::LimiterBuilder::build).
     ///
     /// ```
-    /// use tollgate::{Costs, Policy, Quota};
+    /// use tollgate::{Policy, Quota};
+    /// use tollgate::layer::Costs;
     /// let policy = Policy::new("api", Quota::per_minute(60))?
     ///     .costs(|parts: &http::request::Parts| if parts.method == http::Method::GET { 1 } else { 2 });
     /// let (post, _) = http::Request::post("/").body(())?.into_parts();
@@ -136,7 +139,8 @@ impl Policy {
     /// What to do with requests that have no key for this policy (default: skip).
     ///
     /// ```
-    /// use tollgate::{MissingKey, Policy, Quota};
+    /// use tollgate::{Policy, Quota};
+    /// use tollgate::layer::MissingKey;
     /// let p = Policy::new("api", Quota::per_second(1))?.on_missing_key(MissingKey::Reject);
     /// assert_eq!(p.missing_key(), MissingKey::Reject);
     /// # Ok::<(), tollgate::ConfigError>(())
@@ -305,7 +309,7 @@ impl Policy {
     ///
     /// ```
     /// let policy = tollgate::Policy::new("api", tollgate::Quota::per_second(1))?;
-    /// assert_eq!(policy.missing_key(), tollgate::MissingKey::Skip);
+    /// assert_eq!(policy.missing_key(), tollgate::layer::MissingKey::Skip);
     /// # Ok::<(), tollgate::ConfigError>(())
     /// ```
     pub fn missing_key(&self) -> MissingKey {
@@ -461,12 +465,12 @@ impl Policy {
     /// - **Headers:** the limit has no member in `RateLimit` / `RateLimit-Policy`:
     ///   those describe a quota that refills over a window, and a count of running
     ///   requests has neither. Its rejection says `Retry-After: 1` and names the
-    ///   policy in [`RejectionInfo`](crate::RejectionInfo) (reason
-    ///   [`RejectReason::InFlight`](crate::RejectReason::InFlight)).
+    ///   policy in [`RejectionInfo`](crate::layer::RejectionInfo) (reason
+    ///   [`RejectReason::InFlight`](crate::layer::RejectReason::InFlight)).
     /// - **Stores:** counted per (policy name, key) on the limiter's store: in memory,
-    ///   or as leases in Redis that expire when a crashed process stops renewing them
+    ///   or as slot records in Redis that expire when a crashed process stops renewing them
     ///   (`RedisStore::in_flight_ttl`). A store failure follows the
-    ///   layer's [`FailMode`](crate::FailMode); shadow mode passes a refused request.
+    ///   layer's [`FailMode`](crate::layer::FailMode); shadow mode passes a refused request.
     /// - In wait mode ([`wait`](Policy::wait), or the layer's), a request that finds no
     ///   slot free waits for one instead, asking again with a backoff of 1 to 25 ms, and
     ///   gets the 429 only once its wait is over.
@@ -495,7 +499,7 @@ impl Policy {
     /// A policy that only bounds how many requests of one key run at once: `max`, as
     /// [`in_flight`](Policy::in_flight) does, with no rate quota. It writes no
     /// rate-limit header and charges nothing; its [`quota`](Policy::quota) is a
-    /// stand-in ([`MAX_COUNT`] per second) that the layer never checks. Its
+    /// stand-in ([`Quota::MAX_COUNT`] per second) that the layer never checks. Its
     /// [`costs`](Policy::costs) do not apply. Name and `max` are checked as by
     /// [`Policy::new`] and [`in_flight`](Policy::in_flight).
     ///
@@ -509,7 +513,7 @@ impl Policy {
     /// # Ok::<(), tollgate::ConfigError>(())
     /// ```
     pub fn in_flight_only(name: impl AsRef<str>, max: u32) -> Result<Self, ConfigError> {
-        let mut policy = Self::new(name, Quota::per_second(MAX_COUNT))?.in_flight(max)?;
+        let mut policy = Self::new(name, Quota::per_second(Quota::MAX_COUNT))?.in_flight(max)?;
         policy.rate = false;
         Ok(policy)
     }

@@ -19,7 +19,7 @@ use crate::time::ceil_secs;
 pub enum RejectReason {
     /// A policy denied the request (429, gRPC `RESOURCE_EXHAUSTED`).
     RateLimited,
-    /// A policy set to [`MissingKey::Reject`](crate::MissingKey::Reject) found no key
+    /// A policy set to [`MissingKey::Reject`](crate::layer::MissingKey::Reject) found no key
     /// (429, gRPC `RESOURCE_EXHAUSTED`).
     MissingKey,
     /// The request matched a [`deny`](crate::RateLimitLayer::deny) predicate (403,
@@ -107,7 +107,7 @@ impl RejectionInfo {
     /// Names of the policies that denied the request.
     ///
     /// ```
-    /// # use tollgate::{RejectionInfo, RejectReason};
+    /// # use tollgate::layer::{RejectionInfo, RejectReason};
     /// # fn show(info: &RejectionInfo) -> String {
     /// info.denied_by().collect::<Vec<_>>().join(", ")
     /// # }
@@ -116,7 +116,7 @@ impl RejectionInfo {
         self.decisions
             .iter()
             .filter(|d| !d.allowed)
-            .map(|d| d.policy)
+            .map(|d| d.limit)
     }
 }
 
@@ -136,7 +136,7 @@ type CustomFn = dyn Fn(&RejectionInfo) -> Response<Bytes> + Send + Sync;
 /// ```
 /// use bytes::Bytes;
 /// use http::{Response, StatusCode};
-/// use tollgate::{Rejection, RejectionInfo};
+/// use tollgate::layer::{Rejection, RejectionInfo};
 ///
 /// assert!(matches!(Rejection::default(), Rejection::Text));
 /// let custom = Rejection::custom(|info: &RejectionInfo| {

@@ -12,7 +12,7 @@ use tower_layer::Layer;
 use tower_service::Service;
 
 use crate::Limiter;
-use crate::MissingKey;
+use crate::layer::MissingKey;
 use crate::layer::RateLimitBody;
 use crate::layer::context::rejection;
 use crate::layer::few::{Checks, Claims};

@@ -8,14 +8,14 @@ use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
-use super::{Limiter, Taken, Taking, unknown_policy};
+use super::{Limiter, Taken, Taking, unknown_limit};
 use crate::store::{Charge, StoreFuture};
 use crate::{Decision, Key, Quota, StoreError};
 
 /// The future of [`Limiter::check`].
 pub(super) struct Check<'a> {
     pub(super) limiter: &'a Limiter,
-    pub(super) policy: &'a str,
+    pub(super) limit: &'a str,
     pub(super) key: &'a Key,
     pub(super) cost: u32,
     /// The caller's own quota ([`Limiter::check_with`]); `None`: the limit's.
@@ -51,7 +51,7 @@ impl Future for Check<'_> {
         );
         this.state = CheckState::Done;
         let limiter = this.limiter;
-        let (policy, key, cost, quota) = (this.policy, this.key, u64::from(this.cost), this.quota);
+        let (limit, key, cost, quota) = (this.limit, this.key, u64::from(this.cost), this.quota);
         if let Some(memory) = limiter.memory() {
             // The memory store, called directly: one synchronous decision under the
             // current set, loaded without a lock, returned from this poll with no
@@ -59,8 +59,8 @@ impl Future for Check<'_> {
             // and a `StoreCall`, the decision, some 170 bytes, is copied at each:
             // measured 477 instructions a hot-key check instead of 373).
             let set = limiter.current();
-            let Some(limit) = set.find(policy) else {
-                return Poll::Ready(Err(unknown_policy(policy)));
+            let Some(limit) = set.find(limit) else {
+                return Poll::Ready(Err(unknown_limit(limit)));
             };
             Poll::Ready(match quota {
                 Some(quota) if quota != limit.quota() => {
@@ -85,8 +85,8 @@ impl Future for Check<'_> {
             // caller that reads only `allowed` (404-450 instructions a hot-key check
             // instead of 385).
             let set = limiter.snapshot();
-            let Some(index) = set.index_of(policy) else {
-                return Poll::Ready(Err(unknown_policy(policy)));
+            let Some(index) = set.index_of(limit) else {
+                return Poll::Ready(Err(unknown_limit(limit)));
             };
             let (caller, store, set_of_call, key) = (
                 limiter.clone(),

@@ -1,10 +1,10 @@
-//! [`CheckEntry`]: one (policy, key, cost) of [`Limiter::check_all`](super::Limiter::check_all),
+//! [`CheckEntry`]: one (limit, key, cost) of [`Limiter::check_all`](super::Limiter::check_all),
 //! with or without the caller's own quota.
 
 use crate::{Key, Quota};
 
-/// One entry of [`Limiter::check_all`](crate::Limiter::check_all): `(policy, key, cost)`,
-/// or `(policy, key, cost, quota)` to count it with this caller's quota (see
+/// One entry of [`Limiter::check_all`](crate::Limiter::check_all): `(limit, key, cost)`,
+/// or `(limit, key, cost, quota)` to count it with this caller's quota (see
 /// [`Limiter::check_with`](crate::Limiter::check_with)); the quota may be an
 /// `Option<Quota>`, `None` meaning the limit's own.
 ///
@@ -24,7 +24,7 @@ use crate::{Key, Quota};
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub trait CheckEntry {
-    /// The policy's name, the key, the cost, and the caller's quota if it has one.
+    /// The limit's name, the key, the cost, and the caller's quota if it has one.
     fn parts(&self) -> (&str, &Key, u32, Option<Quota>);
 }
 

@@ -17,8 +17,9 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use super::{Limiter, Set};
+use crate::decision::Receipt;
 use crate::store::{Charge, StoreFuture};
-use crate::{Decision, Key, Quota, Receipt, StoreError};
+use crate::{Decision, Key, Quota, StoreError};
 
 impl Limiter {
     /// Takes back the whole charge of `receipt`, made to `key` under the limit at

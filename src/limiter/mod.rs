@@ -1,4 +1,6 @@
-//! [`Limiter`]: named policies over one store, with all-or-nothing multi-policy checks.
+//! The limiter: [`Limiter`] (named limits over one store, with all-or-nothing checks
+//! across several limits), its [`LimiterBuilder`], and [`CheckEntry`], one line of a
+//! [`check_all`](Limiter::check_all).
 
 mod builder;
 mod check;
@@ -25,10 +27,10 @@ use self::check::{Check, CheckState};
 use crate::store::{Charge, Store};
 use crate::{ConfigError, Decision, Key, Limit, MemoryStore, Quota, StoreError, StoreErrorKind};
 
-/// Decides whether keys may spend cost under named policies.
+/// Decides whether keys may spend cost under named limits.
 ///
 /// HTTP-free: use it in handlers, jobs, queue consumers or tonic interceptors; the
-/// Tower layer is built on it. Cheap to clone; clones share policies and state.
+/// Tower layer is built on it. Cheap to clone; clones share limits and state.
 ///
 /// ```
 /// use tollgate::{Algorithm, Key, Limiter, Limit, Quota};
@@ -168,7 +170,7 @@ impl Limiter {
     ///
     /// ```
     /// let builder = tollgate::Limiter::builder();
-    /// assert!(builder.build().is_err()); // no policy yet
+    /// assert!(builder.build().is_err()); // no limit yet
     /// ```
     pub fn builder() -> LimiterBuilder {
         LimiterBuilder::default()
@@ -208,7 +210,7 @@ impl Limiter {
     ///   1000/min, lowered to 100/min: none left until it refills). A limit whose period
     ///   or algorithm changed starts from fresh state.
     /// - A limit left out stops deciding: checks naming it fail as for any unknown
-    ///   policy, and its state expires (Redis TTLs; the memory store's sweeps).
+    ///   limit, and its state expires (Redis TTLs; the memory store's sweeps).
     /// - With the layer, a limit keeps the request rules (key, costs, …) of the
     ///   layer's policy of the same name; a new name gets the default rules. To replace
     ///   the rules too, use the layer's `reload`.
@@ -318,7 +320,7 @@ impl Limiter {
         name: &str,
         quota: Option<Quota>,
     ) -> Result<Resolved<'s>, StoreError> {
-        let limit = set.find(name).ok_or_else(|| unknown_policy(name))?;
+        let limit = set.find(name).ok_or_else(|| unknown_limit(name))?;
         self.with_quota(limit, quota)
     }
 
@@ -382,7 +384,7 @@ impl Limiter {
         }
     }
 
-    /// Charges `cost` to `key` under `policy` if it fits. Cost 0 peeks: it reports the
+    /// Charges `cost` to `key` under `limit` if it fits. Cost 0 peeks: it reports the
     /// key's state and charges nothing.
     ///
     /// ```
@@ -399,7 +401,7 @@ impl Limiter {
     /// ```
     pub fn check<'a>(
         &'a self,
-        policy: &'a str,
+        limit: &'a str,
         key: &'a Key,
         cost: u32,
     ) -> impl Future<Output = Result<Decision, StoreError>> + Send + 'a {
@@ -409,7 +411,7 @@ impl Limiter {
         // (measured: a quarter of a hot-key check).
         Check {
             limiter: self,
-            policy,
+            limit,
             key,
             cost,
             quota: None,
@@ -417,7 +419,7 @@ impl Limiter {
         }
     }
 
-    /// Charges `cost` to `key` under `policy`, counted with this caller's `quota`
+    /// Charges `cost` to `key` under `limit`, counted with this caller's `quota`
     /// instead of the limit's own: plans, where free callers get 100/min and paying
     /// ones 10,000/min. Everything else about the limit (name, algorithm, delay bound)
     /// stays; decisions and response headers state `quota`.
@@ -450,14 +452,14 @@ impl Limiter {
     /// ```
     pub fn check_with<'a>(
         &'a self,
-        policy: &'a str,
+        limit: &'a str,
         key: &'a Key,
         cost: u32,
         quota: Quota,
     ) -> impl Future<Output = Result<Decision, StoreError>> + Send + 'a {
         Check {
             limiter: self,
-            policy,
+            limit,
             key,
             cost,
             quota: Some(quota),
@@ -465,7 +467,7 @@ impl Limiter {
         }
     }
 
-    /// Checks several (policy, key, cost) at one instant, all-or-nothing: if any policy
+    /// Checks several (limit, key, cost) at one instant, all-or-nothing: if any limit
     /// denies, none is charged. Returns one decision per entry, in order; the request
     /// passes when every decision is allowed.
     ///
@@ -522,7 +524,7 @@ impl Limiter {
                 let mut owned = Vec::with_capacity(checks.len());
                 for (entry, limit) in checks.iter().zip(&limits) {
                     let (name, key, cost, _) = entry.parts();
-                    let index = set.index_of(name).ok_or_else(|| unknown_policy(name))?;
+                    let index = set.index_of(name).ok_or_else(|| unknown_limit(name))?;
                     targets.push((index, *key));
                     owned.push((Limit::clone(limit), *key, u64::from(cost)));
                 }
@@ -547,7 +549,7 @@ impl Limiter {
         }
     }
 
-    /// Returns up to `cost` of `key`'s newest charges under `policy`: an operator's
+    /// Returns up to `cost` of `key`'s newest charges under `limit`: an operator's
     /// refund, which knows no particular charge. Never leaves the key better than idle.
     ///
     /// To take back one request's charge (e.g. only failed logins count), use
@@ -567,10 +569,10 @@ impl Limiter {
     /// # })?;
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub async fn refund(&self, policy: &str, key: &Key, cost: u32) -> Result<(), StoreError> {
+    pub async fn refund(&self, limit: &str, key: &Key, cost: u32) -> Result<(), StoreError> {
         let set = self.snapshot();
         let charge = Charge {
-            limit: set.find(policy).ok_or_else(|| unknown_policy(policy))?,
+            limit: set.find(limit).ok_or_else(|| unknown_limit(limit))?,
             key,
             cost: u64::from(cost),
         };
@@ -579,11 +581,11 @@ impl Limiter {
 
     /// Takes back up to `amount` of what `decision` charged to `key`, for a request
     /// that should not count after all (e.g. only failed logins count): the
-    /// [`Receipt`](crate::Receipt) in the decision names the charge, so only what of *that* charge
+    /// [`Receipt`](crate::decision::Receipt) in the decision names the charge, so only what of *that* charge
     /// the key still counts comes back, from the store that took it.
     ///
     /// - Nothing comes back for a decision that charged nothing (denied, a peek, or
-    ///   admitted by a [`check_all`](Limiter::check_all) that another policy denied),
+    ///   admitted by a [`check_all`](Limiter::check_all) that another limit denied),
     ///   nor more than it charged.
     /// - Fixed window: only within the charge's window. Sliding window: within its
     ///   window, then from the previous-window count during the next. Sliding window
@@ -594,12 +596,13 @@ impl Limiter {
     /// - Never leaves the key better than idle.
     ///
     /// Refund each decision once: each call may return up to its cost again. On a
-    /// [`Fallback`](crate::Fallback), a refund whose store is down is dropped (an
+    /// [`Fallback`](crate::store::Fallback), a refund whose store is down is dropped (an
     /// error), never sent to the other store.
     ///
     /// ```
     /// use std::time::Duration;
-    /// use tollgate::{Algorithm, Key, Limiter, ManualClock, MemoryStore, Limit, Quota};
+    /// use tollgate::{Algorithm, Key, Limiter, MemoryStore, Limit, Quota};
+    /// use tollgate::clock::ManualClock;
     /// # tokio::runtime::Builder::new_current_thread().build()?.block_on(async {
     /// let clock = ManualClock::new(Duration::from_secs(1_700_000_020)); // 40 s into a minute
     /// let limiter = Limiter::builder()
@@ -631,7 +634,7 @@ impl Limiter {
         };
         // Under the quota the charge was made with: a caller's own, if it had one.
         let set = self.snapshot();
-        let limit = self.resolve(&set, decision.policy, Some(decision.quota))?;
+        let limit = self.resolve(&set, decision.limit, Some(decision.quota))?;
         let charge = Charge {
             limit: &limit,
             key,
@@ -647,13 +650,13 @@ impl Limiter {
 impl Limiter {
     /// The limit named `name` in the current set.
     fn find(set: &Set, name: &str) -> Result<Limit, StoreError> {
-        set.find(name).cloned().ok_or_else(|| unknown_policy(name))
+        set.find(name).cloned().ok_or_else(|| unknown_limit(name))
     }
 
-    /// `key`'s decision under `policy` now, charging nothing: what a cost-0
+    /// `key`'s decision under `limit` now, charging nothing: what a cost-0
     /// [`check`](Limiter::check) returns. A blocked key says so (`allowed: false`,
     /// [`blocked_for`](Decision::blocked_for)). On Redis it always asks Redis (one
-    /// round trip), never the blocked-key cache.
+    /// round trip), never the denial cache.
     ///
     /// ```
     /// use tollgate::{Key, Limiter, Limit, Quota};
@@ -667,15 +670,15 @@ impl Limiter {
     /// # })?;
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub async fn peek(&self, policy: &str, key: &Key) -> Result<Decision, StoreError> {
-        let limit = Self::find(&self.snapshot(), policy)?;
+    pub async fn peek(&self, limit: &str, key: &Key) -> Result<Decision, StoreError> {
+        let limit = Self::find(&self.snapshot(), limit)?;
         self.inner.store.peek(&limit, key).await
     }
 
-    /// Makes `key` idle again under `policy`: its usage is forgotten, its block lifted
+    /// Makes `key` idle again under `limit`: its usage is forgotten, its block lifted
     /// and its penalty count cleared. On Redis, one round trip that every process
     /// sees at once; a process that cached the key as blocked sees it within its
-    /// [`block_cache_max_age`](crate::RedisStore::block_cache_max_age) (this one at
+    /// [`denial_cache_max_age`](crate::RedisStore::denial_cache_max_age) (this one at
     /// once).
     ///
     /// ```
@@ -691,17 +694,17 @@ impl Limiter {
     /// # })?;
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub async fn reset(&self, policy: &str, key: &Key) -> Result<(), StoreError> {
-        let limit = Self::find(&self.snapshot(), policy)?;
+    pub async fn reset(&self, limit: &str, key: &Key) -> Result<(), StoreError> {
+        let limit = Self::find(&self.snapshot(), limit)?;
         self.inner.store.reset(&limit, key).await
     }
 
-    /// Denies every request of `key` under `policy` until `duration` from now
+    /// Denies every request of `key` under `limit` until `duration` from now
     /// (`allowed: false`, `remaining: 0`, `retry_after = reset_after =` the time
     /// left, [`blocked_for`](Decision::blocked_for) too), whatever its quota says; a
     /// later block replaces this one, a zero `duration` lifts it, and
     /// [`reset`](Limiter::reset) lifts it too. Returns the key's decision afterwards.
-    /// A duration longer than [`MAX_DENIAL`](crate::MAX_DENIAL) (a century; up to
+    /// A duration longer than [`Penalty::MAX_DENIAL`](crate::Penalty::MAX_DENIAL) (a century; up to
     /// `Duration::MAX`) blocks for exactly that long.
     /// On Redis the block is state like any other: one round trip, and every process
     /// denies the key from its next call.
@@ -723,17 +726,17 @@ impl Limiter {
     /// ```
     pub async fn block(
         &self,
-        policy: &str,
+        limit: &str,
         key: &Key,
         duration: Duration,
     ) -> Result<Decision, StoreError> {
-        let limit = Self::find(&self.snapshot(), policy)?;
-        // Longer than a century is a century, on every store (see `MAX_DENIAL`).
-        let duration = duration.min(crate::MAX_DENIAL);
+        let limit = Self::find(&self.snapshot(), limit)?;
+        // Longer than a century is a century, on every store (see `Penalty::MAX_DENIAL`).
+        let duration = duration.min(crate::Penalty::MAX_DENIAL);
         self.inner.store.block(&limit, key, duration).await
     }
 
-    /// Charges `cost` to `key` under `policy` whether or not it fits: usage may
+    /// Charges `cost` to `key` under `limit` whether or not it fits: usage may
     /// exceed the capacity (a debt), and `remaining` stays 0 until time repays it
     /// (token bucket, GCRA and leaky bucket: until the refill covers it; the window
     /// algorithms count it in the window it is charged in, so it ends with that
@@ -741,7 +744,7 @@ impl Limiter {
     /// period: for a longer denial, [`block`](Limiter::block)). Returns the key's decision
     /// afterwards, as [`peek`](Limiter::peek) would. Not a rejection: it never counts
     /// toward a [`Penalty`](crate::Penalty). Any `cost` is safe: one penalty charges
-    /// at most a century of debt ([`MAX_DENIAL`](crate::MAX_DENIAL)).
+    /// at most a century of debt ([`Penalty::MAX_DENIAL`](crate::Penalty::MAX_DENIAL)).
     ///
     /// It reaches the key under the limit's own quota and under every period the
     /// limit has been decided under (plans: the memory store's tables in the key's
@@ -751,7 +754,8 @@ impl Limiter {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use tollgate::{Key, Limiter, Limit, ManualClock, MemoryStore, Quota};
+    /// use tollgate::{Key, Limiter, Limit, MemoryStore, Quota};
+    /// use tollgate::clock::ManualClock;
     /// # tokio::runtime::Builder::new_current_thread().build()?.block_on(async {
     /// let clock = ManualClock::new(Duration::from_secs(1_700_000_000));
     /// let limiter = Limiter::builder()
@@ -769,13 +773,13 @@ impl Limiter {
     /// ```
     pub async fn penalize(
         &self,
-        policy: &str,
+        limit: &str,
         key: &Key,
         cost: u32,
     ) -> Result<Decision, StoreError> {
-        let limit = Self::find(&self.snapshot(), policy)?;
+        let limit = Self::find(&self.snapshot(), limit)?;
         // At most the capacity plus a century of refill, on every store (see
-        // `MAX_DENIAL`): more would deny no longer, and overflow the fluid algorithms.
+        // `Penalty::MAX_DENIAL`): more would deny no longer, and overflow the fluid algorithms.
         let charge = Charge {
             limit: &limit,
             key,
@@ -785,13 +789,10 @@ impl Limiter {
     }
 }
 
-pub(super) fn unknown_policy(name: &str) -> StoreError {
+pub(super) fn unknown_limit(name: &str) -> StoreError {
     StoreError::new(
-        StoreErrorKind::UnknownPolicy,
-        format!(
-            "no policy named \"{}\" in this limiter",
-            name.escape_debug()
-        ),
+        StoreErrorKind::UnknownLimit,
+        format!("no limit named \"{}\" in this limiter", name.escape_debug()),
     )
 }
 
@@ -822,10 +823,10 @@ impl fmt::Debug for Limiter {
     }
 }
 
-/// Whether a policy's name is `name`. A caller usually passes the very string the
-/// policy was named with (one literal, one address): that case skips the byte compare,
+/// Whether a limit's name is `name`. A caller usually passes the very string the
+/// limit was named with (one literal, one address): that case skips the byte compare,
 /// a call into libc's `memcmp` that showed up in profiles of `check`.
 #[inline]
-pub(super) fn names_match(policy: &str, name: &str) -> bool {
-    std::ptr::eq(policy, name) || (policy.len() == name.len() && policy == name)
+pub(super) fn names_match(limit: &str, name: &str) -> bool {
+    std::ptr::eq(limit, name) || (limit.len() == name.len() && limit == name)
 }

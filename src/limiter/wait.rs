@@ -5,14 +5,14 @@
 
 use std::time::Duration;
 
-use super::{Limiter, Taken, Taking, unknown_policy};
+use super::{Limiter, Taken, Taking, unknown_limit};
 use crate::store::Charge;
 use crate::{Decision, Key, Quota, StoreError};
 
 impl Limiter {
-    /// Reserves `cost` for `key` under `policy`, to proceed within `max_wait`.
+    /// Reserves `cost` for `key` under `limit`, to proceed within `max_wait`.
     ///
-    /// The request's place is the earliest instant at which the policy's rule admits
+    /// The request's place is the earliest instant at which the limit's rule admits
     /// it, behind every reservation the key already holds (first come, first served).
     /// If that place is at most `max_wait` away, it is charged at once, counted at
     /// that instant (in the window, sub-window or log entry it falls in), and the
@@ -31,7 +31,8 @@ impl Limiter {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use tollgate::{Key, Limit, Limiter, ManualClock, MemoryStore, Quota};
+    /// use tollgate::{Key, Limit, Limiter, MemoryStore, Quota};
+    /// use tollgate::clock::ManualClock;
     /// # tokio::runtime::Builder::new_current_thread().build()?.block_on(async {
     /// let clock = ManualClock::new(Duration::from_secs(1_700_000_000));
     /// let limiter = Limiter::builder()
@@ -57,12 +58,12 @@ impl Limiter {
     /// ```
     pub async fn reserve(
         &self,
-        policy: &str,
+        limit: &str,
         key: &Key,
         cost: u32,
         max_wait: Duration,
     ) -> Result<Decision, StoreError> {
-        let taken = self.take_place(policy, key, cost, None, max_wait).await?;
+        let taken = self.take_place(limit, key, cost, None, max_wait).await?;
         taken.keep_one()
     }
 
@@ -74,7 +75,8 @@ impl Limiter {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use tollgate::{Key, Limit, Limiter, ManualClock, MemoryStore, Quota};
+    /// use tollgate::{Key, Limit, Limiter, MemoryStore, Quota};
+    /// use tollgate::clock::ManualClock;
     /// # tokio::runtime::Builder::new_current_thread().build()?.block_on(async {
     /// let clock = ManualClock::new(Duration::from_secs(1_700_000_000));
     /// let limiter = Limiter::builder()
@@ -97,19 +99,19 @@ impl Limiter {
     /// ```
     pub async fn reserve_with(
         &self,
-        policy: &str,
+        limit: &str,
         key: &Key,
         cost: u32,
         quota: Quota,
         max_wait: Duration,
     ) -> Result<Decision, StoreError> {
         let taken = self
-            .take_place(policy, key, cost, Some(quota), max_wait)
+            .take_place(limit, key, cost, Some(quota), max_wait)
             .await?;
         taken.keep_one()
     }
 
-    /// Waits until `cost` may proceed for `key` under `policy`, at most `max_wait`:
+    /// Waits until `cost` may proceed for `key` under `limit`, at most `max_wait`:
     /// reserves its place ([`reserve`](Limiter::reserve)) and sleeps until then.
     /// Returns the allowed decision once it may proceed, or at once the denial that
     /// says when it could, if that is beyond `max_wait` (nothing charged).
@@ -143,12 +145,12 @@ impl Limiter {
     /// ```
     pub async fn until_ready(
         &self,
-        policy: &str,
+        limit: &str,
         key: &Key,
         cost: u32,
         max_wait: Duration,
     ) -> Result<Decision, StoreError> {
-        self.wait_for_place(policy, key, cost, None, max_wait).await
+        self.wait_for_place(limit, key, cost, None, max_wait).await
     }
 
     /// [`until_ready`](Limiter::until_ready) under the caller's own `quota` (see
@@ -176,13 +178,13 @@ impl Limiter {
     /// ```
     pub async fn until_ready_with(
         &self,
-        policy: &str,
+        limit: &str,
         key: &Key,
         cost: u32,
         quota: Quota,
         max_wait: Duration,
     ) -> Result<Decision, StoreError> {
-        self.wait_for_place(policy, key, cost, Some(quota), max_wait)
+        self.wait_for_place(limit, key, cost, Some(quota), max_wait)
             .await
     }
 
@@ -198,19 +200,19 @@ impl Limiter {
     /// let pro = Quota::per_minute(1_000);
     /// limiter.check_with("api", &key, 3, pro).await?;
     /// let d = limiter.peek_with("api", &key, pro).await?;
-    /// assert_eq!((d.allowed, d.limit, d.remaining), (true, 1_000, 997));
+    /// assert_eq!((d.allowed, d.capacity, d.remaining), (true, 1_000, 997));
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// # })?;
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub async fn peek_with(
         &self,
-        policy: &str,
+        limit: &str,
         key: &Key,
         quota: Quota,
     ) -> Result<Decision, StoreError> {
         let set = self.snapshot();
-        let limit = self.resolve(&set, policy, Some(quota))?;
+        let limit = self.resolve(&set, limit, Some(quota))?;
         self.inner.store.peek(&limit, key).await
     }
 
@@ -219,13 +221,13 @@ impl Limiter {
     /// way, or while asleep, it goes back.
     async fn wait_for_place(
         &self,
-        policy: &str,
+        limit: &str,
         key: &Key,
         cost: u32,
         quota: Option<Quota>,
         max_wait: Duration,
     ) -> Result<Decision, StoreError> {
-        let taken = self.take_place(policy, key, cost, quota, max_wait).await?;
+        let taken = self.take_place(limit, key, cost, quota, max_wait).await?;
         let delay = match taken.decisions() {
             [decision] if decision.allowed => decision.delay,
             _ => Duration::ZERO,
@@ -236,19 +238,19 @@ impl Limiter {
         taken.keep_one()
     }
 
-    /// Reserves `cost` for `key` under `policy` (under `quota` when given) within
+    /// Reserves `cost` for `key` under `limit` (under `quota` when given) within
     /// `max_wait`: on the memory store at once, on another through a [`Taking`] call,
     /// which gives back what it took if it is dropped on its way.
     async fn take_place(
         &self,
-        policy: &str,
+        limit: &str,
         key: &Key,
         cost: u32,
         quota: Option<Quota>,
         max_wait: Duration,
     ) -> Result<Taken, StoreError> {
         let set = self.snapshot();
-        let index = set.index_of(policy).ok_or_else(|| unknown_policy(policy))?;
+        let index = set.index_of(limit).ok_or_else(|| unknown_limit(limit))?;
         let targets = vec![(index, *key)];
         let ready = {
             let limit = self.with_quota(&set.limits[index], quota)?;

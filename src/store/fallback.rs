@@ -6,7 +6,8 @@ use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use super::{Charge, InFlightSlot, Store, StoreCall, refund_dropped};
-use crate::{ConfigError, Decision, Key, Limit, Receipt, StoreError};
+use crate::decision::Receipt;
+use crate::{ConfigError, Decision, Key, Limit, StoreError};
 
 /// Serves from `primary`, and from `insurance` while the primary fails.
 ///
@@ -36,7 +37,8 @@ use crate::{ConfigError, Decision, Key, Limit, Receipt, StoreError};
 /// they fail only when both stores fail.
 ///
 /// ```
-/// use tollgate::{Fallback, Key, Limiter, MemoryStore, Limit, Quota};
+/// use tollgate::{Key, Limiter, MemoryStore, Limit, Quota};
+/// use tollgate::store::Fallback;
 /// # tokio::runtime::Builder::new_current_thread().enable_time().build()?.block_on(async {
 /// // Any two stores: in production the primary is usually a `RedisStore`.
 /// let store = Fallback::new(MemoryStore::new(), MemoryStore::new());
@@ -87,7 +89,8 @@ impl<P: Store, I: Store> Fallback<P, I> {
     /// Serves from `primary`, falling back to `insurance` while `primary` fails.
     ///
     /// ```
-    /// use tollgate::{Fallback, MemoryStore};
+    /// use tollgate::MemoryStore;
+    /// use tollgate::store::Fallback;
     /// let store = Fallback::new(MemoryStore::new(), MemoryStore::new());
     /// assert!(store.serving_primary());
     /// ```
@@ -106,7 +109,8 @@ impl<P: Store, I: Store> Fallback<P, I> {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use tollgate::{Fallback, MemoryStore};
+    /// use tollgate::MemoryStore;
+    /// use tollgate::store::Fallback;
     /// let store = Fallback::new(MemoryStore::new(), MemoryStore::new())
     ///     .probe_interval(Duration::from_millis(500));
     /// # let _ = store;
@@ -120,7 +124,8 @@ impl<P: Store, I: Store> Fallback<P, I> {
     /// Whether calls currently go to the primary store.
     ///
     /// ```
-    /// use tollgate::{Fallback, MemoryStore};
+    /// use tollgate::MemoryStore;
+    /// use tollgate::store::Fallback;
     /// assert!(Fallback::new(MemoryStore::new(), MemoryStore::new()).serving_primary());
     /// ```
     pub fn serving_primary(&self) -> bool {
@@ -383,7 +388,7 @@ impl<P: Store, I: Store> Store for Fallback<P, I> {
                 // Replayed on the primary once it answers, for what is left of it.
                 let until = Instant::now()
                     .checked_add(duration)
-                    .unwrap_or_else(|| Instant::now() + crate::MAX_DENIAL);
+                    .unwrap_or_else(|| Instant::now() + crate::Penalty::MAX_DENIAL);
                 self.missed(limit, key, false, Some(until));
             }
             let insurance = self.insurance.block(limit, key, duration).await;
@@ -391,7 +396,7 @@ impl<P: Store, I: Store> Store for Fallback<P, I> {
         })
     }
 
-    /// To the store serving now, as a charge of [`decide`](crate::Store::decide) goes:
+    /// To the store serving now, as a charge of [`decide`](crate::store::Store::decide) goes:
     /// a penalty is charged once.
     fn penalize<'a>(&'a self, charge: Charge<'a>) -> StoreCall<'a, Decision> {
         StoreCall::future(async move {
@@ -426,14 +431,14 @@ impl<P: Store, I: Store> Store for Fallback<P, I> {
         })
     }
 
-    fn validate(&self, policy: &Limit) -> Result<(), ConfigError> {
-        self.primary.validate(policy)?;
-        self.insurance.validate(policy)
+    fn validate(&self, limit: &Limit) -> Result<(), ConfigError> {
+        self.primary.validate(limit)?;
+        self.insurance.validate(limit)
     }
 
-    fn validate_quota(&self, policy: &Limit) -> Result<(), ConfigError> {
-        self.primary.validate_quota(policy)?;
-        self.insurance.validate_quota(policy)
+    fn validate_quota(&self, limit: &Limit) -> Result<(), ConfigError> {
+        self.primary.validate_quota(limit)?;
+        self.insurance.validate_quota(limit)
     }
 
     /// Takes the slot where a charge would go: from the primary, or from the

@@ -1,8 +1,17 @@
-//! Where state lives: the [`Store`] trait and [`MemoryStore`].
+//! Where state lives, and the plumbing for writing or wrapping a store.
+//!
+//! - The stores: [`MemoryStore`] (in this process, the default) and `RedisStore`
+//!   (feature `redis`; Redis or Redis Cluster).
+//! - The [`Store`] trait a store implements, the [`Charge`] it is asked to count, the
+//!   [`Receipt`] of what it charged, [`StoreCall`] and [`StoreFuture`] (its answers), and
+//!   [`InFlightSlot`] (a held place under an in-flight limit).
+//! - Decorators over any store: [`Fallback`] (a second store while the first fails) and
+//!   [`LeasedStore`] (quota leased in slices, built by a [`LeaseBuilder`] and sized by
+//!   [`SliceSizing`]).
 
-#[cfg(feature = "redis")]
-mod block_cache;
 mod call;
+#[cfg(feature = "redis")]
+mod denial_cache;
 mod fallback;
 mod in_flight;
 mod lease;
@@ -22,7 +31,8 @@ pub use lease::{LeaseBuilder, LeasedStore, SliceSizing};
 pub use memory::MemoryStore;
 
 use crate::algorithm::Verdict;
-use crate::{ConfigError, Decision, Key, Limit, Receipt, StoreError, StoreErrorKind};
+pub use crate::decision::Receipt;
+use crate::{ConfigError, Decision, Key, Limit, StoreError, StoreErrorKind};
 
 /// One limit's share of a request: charge `cost` to `key` under `limit`.
 #[derive(Debug, Clone, Copy)]
@@ -55,7 +65,8 @@ pub struct Charge<'a> {
 /// every charge of one [`decide`](Store::decide) is decided at the same instant.
 ///
 /// ```
-/// use tollgate::{Charge, Key, Limit, MemoryStore, Quota, Store};
+/// use tollgate::{Key, Limit, MemoryStore, Quota};
+/// use tollgate::store::{Charge, Store};
 /// # tokio::runtime::Builder::new_current_thread().build()?.block_on(async {
 /// let store = MemoryStore::new();
 /// let limit = Limit::new("api", Quota::per_second(1))?;
@@ -76,7 +87,8 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
     /// store overrides it to skip the vector (the memory store's hot path).
     ///
     /// ```
-    /// use tollgate::{Charge, Key, Limit, MemoryStore, Quota, Store};
+    /// use tollgate::{Key, Limit, MemoryStore, Quota};
+    /// use tollgate::store::{Charge, Store};
     /// # tokio::runtime::Builder::new_current_thread().build()?.block_on(async {
     /// let store = MemoryStore::new();
     /// let limit = Limit::new("api", Quota::per_second(1))?;
@@ -105,7 +117,8 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
     /// refund takes back that charge and no other.
     ///
     /// ```
-    /// use tollgate::{Charge, Key, Limit, MemoryStore, Quota, Store};
+    /// use tollgate::{Key, Limit, MemoryStore, Quota};
+    /// use tollgate::store::{Charge, Store};
     /// # tokio::runtime::Builder::new_current_thread().build()?.block_on(async {
     /// let store = MemoryStore::new();
     /// let limit = Limit::new("api", Quota::per_minute(2))?;
@@ -129,7 +142,8 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
     /// block (`allowed: false`, [`Decision::blocked_for`]).
     ///
     /// ```
-    /// use tollgate::{Key, Limit, MemoryStore, Quota, Store};
+    /// use tollgate::{Key, Limit, MemoryStore, Quota};
+    /// use tollgate::store::Store;
     /// # tokio::runtime::Builder::new_current_thread().build()?.block_on(async {
     /// let store = MemoryStore::new();
     /// let limit = Limit::new("api", Quota::per_minute(5))?;
@@ -150,7 +164,8 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
     /// count are gone. The default fails with [`StoreErrorKind::Unsupported`].
     ///
     /// ```
-    /// use tollgate::{Charge, Key, Limit, MemoryStore, Quota, Store};
+    /// use tollgate::{Key, Limit, MemoryStore, Quota};
+    /// use tollgate::store::{Charge, Store};
     /// # tokio::runtime::Builder::new_current_thread().build()?.block_on(async {
     /// let store = MemoryStore::new();
     /// let limit = Limit::new("api", Quota::per_minute(5))?;
@@ -173,7 +188,8 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use tollgate::{Key, Limit, MemoryStore, Quota, Store};
+    /// use tollgate::{Key, Limit, MemoryStore, Quota};
+    /// use tollgate::store::Store;
     /// # tokio::runtime::Builder::new_current_thread().build()?.block_on(async {
     /// let store = MemoryStore::new();
     /// let limit = Limit::new("api", Quota::per_minute(5))?;
@@ -198,7 +214,8 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
     /// it. The default fails with [`StoreErrorKind::Unsupported`].
     ///
     /// ```
-    /// use tollgate::{Charge, Key, Limit, MemoryStore, Quota, Store};
+    /// use tollgate::{Key, Limit, MemoryStore, Quota};
+    /// use tollgate::store::{Charge, Store};
     /// # tokio::runtime::Builder::new_current_thread().build()?.block_on(async {
     /// let store = MemoryStore::new();
     /// let limit = Limit::new("api", Quota::per_minute(5))?;
@@ -226,7 +243,9 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use tollgate::{Charge, Key, Limit, ManualClock, MemoryStore, Quota, Store};
+    /// use tollgate::{Key, Limit, MemoryStore, Quota};
+    /// use tollgate::clock::ManualClock;
+    /// use tollgate::store::{Charge, Store};
     /// # tokio::runtime::Builder::new_current_thread().build()?.block_on(async {
     /// let store = MemoryStore::with_clock(ManualClock::new(Duration::from_secs(1_700_000_000)));
     /// let limit = Limit::new("api", Quota::per_second(1))?;
@@ -243,20 +262,20 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
         self.decide_one(charge)
     }
 
-    /// Says whether this store can serve `policy` exactly; called for every policy by
+    /// Says whether this store can serve `limit` exactly; called for every limit by
     /// [`LimiterBuilder::build`](crate::LimiterBuilder::build). The default accepts
-    /// every policy.
-    fn validate(&self, policy: &Limit) -> Result<(), ConfigError> {
-        let _ = policy;
+    /// every limit.
+    fn validate(&self, limit: &Limit) -> Result<(), ConfigError> {
+        let _ = limit;
         Ok(())
     }
 
-    /// Says whether this store can serve `policy` under a caller's own quota
+    /// Says whether this store can serve `limit` under a caller's own quota
     /// ([`Limiter::check_with`](crate::Limiter::check_with)); called at request time,
     /// for a quota other than the limit's own, so it must be cheap and must not
     /// register anything. The default is [`validate`](Store::validate).
-    fn validate_quota(&self, policy: &Limit) -> Result<(), ConfigError> {
-        self.validate(policy)
+    fn validate_quota(&self, limit: &Limit) -> Result<(), ConfigError> {
+        self.validate(limit)
     }
 
     /// Takes one of the `max` slots that `key` has under `limit` for requests running
@@ -266,8 +285,8 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
     /// apart from the limit's rate state.
     ///
     /// **Cancel-safe:** a call dropped on its way (its caller gave up) must leave
-    /// no slot taken, promptly, not at a lease's expiry: the layer drops it when a
-    /// client leaves. The memory store decides at once; Redis removes the lease it
+    /// no slot taken, promptly, not at a slot record's expiry: the layer drops it when a
+    /// client leaves. The memory store decides at once; Redis removes the slot record it
     /// named before sending right after the dropped call.
     ///
     /// The default keeps no slots: it fails every call, and
@@ -276,7 +295,8 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
     /// run time. A store that wraps another should pass the call on.
     ///
     /// ```
-    /// use tollgate::{Key, Limit, MemoryStore, Quota, Store};
+    /// use tollgate::{Key, Limit, MemoryStore, Quota};
+    /// use tollgate::store::Store;
     /// # tokio::runtime::Builder::new_current_thread().build()?.block_on(async {
     /// let store = MemoryStore::new();
     /// let limit = Limit::new("reports", Quota::per_minute(10))?;
@@ -310,7 +330,8 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
     /// refuses an in-flight policy on a store that answers `false`.
     ///
     /// ```
-    /// use tollgate::{MemoryStore, Store};
+    /// use tollgate::MemoryStore;
+    /// use tollgate::store::Store;
     /// assert!(MemoryStore::new().supports_in_flight());
     /// ```
     fn supports_in_flight(&self) -> bool {
@@ -319,22 +340,22 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
 }
 
 /// Builds the public decision from an algorithm's verdict.
-pub(crate) fn decision(policy: &Limit, verdict: Verdict) -> Decision {
+pub(crate) fn decision(limit: &Limit, verdict: Verdict) -> Decision {
     let blocked_for = verdict.blocked_us.map(Duration::from_micros);
     if verdict.tripped {
         // Every store's verdicts become decisions here, once: the one place that
         // sees each penalty trip exactly once.
-        crate::observe::penalty_tripped(policy.name(), blocked_for.unwrap_or_default());
+        crate::observe::penalty_tripped(limit.name(), blocked_for.unwrap_or_default());
     }
     Decision {
         allowed: verdict.allowed,
-        limit: policy.params().capacity,
+        capacity: limit.params().capacity,
         remaining: verdict.remaining,
         reset_after: Duration::from_micros(verdict.reset_after_us),
         retry_after: verdict.retry_after_us.map(Duration::from_micros),
         delay: Duration::from_micros(verdict.delay_us),
-        policy: policy.name(),
-        quota: policy.quota(),
+        limit: limit.name(),
+        quota: limit.quota(),
         receipt: verdict.receipt,
         blocked_for,
     }

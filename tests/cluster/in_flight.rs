@@ -1,5 +1,5 @@
 //! In-flight limits on a real three-master Redis Cluster: every way a request ends
-//! gives its lease back (over real TCP), a crashed process's leases expire within
+//! gives its slot record back (over real TCP), a crashed process's slot records expire within
 //! the TTL on whichever master holds the key's slot, and 1,500 running keys spread
 //! over the masters stay renewed past their TTL.
 #![cfg(feature = "redis")]
@@ -11,7 +11,8 @@ use support::in_flight::{
 };
 use support::redis_cluster::shared_cluster;
 use support::redis_server::{cli, unique_prefix};
-use tollgate::{Key, Limit, Policy, Quota, RateLimitLayer, RedisStore, Store};
+use tollgate::store::Store;
+use tollgate::{Key, Limit, Policy, Quota, RateLimitLayer, RedisStore};
 
 fn store(prefix: &str) -> RedisStore {
     RedisStore::from_cluster_urls(shared_cluster().urls())
@@ -23,7 +24,7 @@ fn store(prefix: &str) -> RedisStore {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn every_way_a_request_ends_gives_its_lease_back() {
+async fn every_way_a_request_ends_gives_its_slot_record_back() {
     let layer = RateLimitLayer::builder()
         .policy(
             Policy::new("slow", Quota::per_minute(1000))
@@ -38,7 +39,7 @@ async fn every_way_a_request_ends_gives_its_lease_back() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_crashed_process_s_leases_expire_within_the_ttl() {
+async fn a_crashed_process_s_slot_records_expire_within_the_ttl() {
     let prefix = unique_prefix("crash");
     let ttl = Duration::from_millis(300);
     crash_holding(
@@ -92,7 +93,7 @@ async fn crashing_process() {
 async fn fifteen_hundred_running_keys_stay_renewed_past_their_ttl() {
     let prefix = unique_prefix("many");
     // A cluster round is one call per hash slot, 1,500 here (a standalone server's
-    // is three): 100-300 ms in a debug build on two busy cores. A lease taken just
+    // is three): 100-300 ms in a debug build on two busy cores. A slot record taken just
     // after a round began waits up to two rounds, so the TTL gives TTL/3 room above
     // a round (the standalone test keeps 300 ms).
     let ttl = Duration::from_secs(1);
@@ -107,8 +108,8 @@ async fn fifteen_hundred_running_keys_stay_renewed_past_their_ttl() {
     let second = take_each(&other, &limit, &keys).await;
     let doubled = second.iter().filter(|s| s.is_some()).count();
     assert_eq!(doubled, 0, "{doubled} of 1500 keys gave a second slot");
-    assert_eq!(holder.in_flight_leases_lost(), 0);
-    assert_eq!(holder.in_flight_leases_readded(), 0);
+    assert_eq!(holder.in_flight_slots_lost(), 0);
+    assert_eq!(holder.in_flight_slots_readded(), 0);
     drop(held);
     until_free(&other, &limit, &keys[1499], 1).await;
 }

@@ -8,7 +8,8 @@ use std::time::Duration;
 
 use support::redis_cluster::shared_cluster;
 use support::redis_server::{cli, unique_prefix};
-use tollgate::{Key, Limit, Limiter, ManualClock, Penalty, Quota, RedisStore};
+use tollgate::clock::ManualClock;
+use tollgate::{Key, Limit, Limiter, Penalty, Quota, RedisStore};
 
 const BASE: Duration = Duration::from_secs(1_699_920_000);
 
@@ -20,7 +21,7 @@ fn limiter(
 ) -> Result<(Limiter, RedisStore), tollgate::ConfigError> {
     let store = RedisStore::from_cluster_urls(shared_cluster().urls())?
         .prefix(&unique_prefix("records"))
-        .block_cache(0)
+        .denial_cache(0)
         .functions(functions)
         // Answers are checked here, not speed.
         .deadline(Duration::from_secs(10))?

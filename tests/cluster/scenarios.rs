@@ -5,13 +5,14 @@
 
 use support::redis_cluster::shared_cluster;
 use support::redis_server::unique_prefix;
-use tollgate::{ManualClock, RedisStore};
+use tollgate::RedisStore;
+use tollgate::clock::ManualClock;
 
 fn store(clock: ManualClock) -> RedisStore {
     RedisStore::from_cluster_urls(shared_cluster().urls())
         .expect("valid urls")
         .prefix(&unique_prefix("scenario"))
-        .block_cache(0)
+        .denial_cache(0)
         // Generous: these tests check answers, not speed, on a possibly busy machine.
         .deadline(std::time::Duration::from_secs(5))
         .expect("a deadline")

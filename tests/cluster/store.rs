@@ -9,7 +9,8 @@ use std::time::{Duration, Instant};
 
 use support::redis_cluster::{RedisCluster, shared_cluster};
 use support::redis_server::{cli, unique_prefix};
-use tollgate::{Algorithm, Key, Limit, Limiter, ManualClock, Quota, RedisStore, StoreErrorKind};
+use tollgate::clock::ManualClock;
+use tollgate::{Algorithm, Key, Limit, Limiter, Quota, RedisStore, StoreErrorKind};
 
 const BASE: Duration = Duration::from_secs(1_699_920_000);
 
@@ -50,7 +51,7 @@ async fn a_batch_across_slots_refunds_when_a_later_slot_denies() -> TestResult {
     let limiter = Limiter::builder()
         .limit(Limit::new("user", Quota::per_minute(10))?.algorithm(Algorithm::SlidingWindowLog))
         .limit(Limit::new("tenant", Quota::per_minute(1))?.algorithm(Algorithm::FixedWindow))
-        .store(store(cluster, &prefix).with_clock(clock).block_cache(0))
+        .store(store(cluster, &prefix).with_clock(clock).denial_cache(0))
         .build()?;
     let (alice, acme) = (Key::from("alice"), Key::from("acme"));
     let user = limiter.limit("user").ok_or("policy")?;
@@ -77,7 +78,7 @@ async fn decisions_resume_after_a_master_fails_over() -> TestResult {
     let deadline = Duration::from_millis(200);
     let store = RedisStore::from_cluster_urls(cluster.urls())?
         .deadline(deadline)?
-        .block_cache(0);
+        .denial_cache(0);
     let limiter = Limiter::builder()
         .limit(Limit::new("api", Quota::per_second(1_000_000))?)
         .store(store.clone())
@@ -154,7 +155,7 @@ async fn batch_across_two_masters(
     let store = store(cluster, &unique_prefix("stall"))
         .deadline(deadline)?
         .with_clock(ManualClock::new(BASE))
-        .block_cache(0);
+        .denial_cache(0);
     let limiter = Limiter::builder()
         .limit(Limit::new("user", Quota::per_minute(10))?.algorithm(Algorithm::SlidingWindowLog))
         .limit(Limit::new("tenant", Quota::per_minute(1))?.algorithm(Algorithm::FixedWindow))

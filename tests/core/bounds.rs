@@ -10,7 +10,8 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 use support::immediate::immediate;
-use tollgate::{Algorithm, Decision, Key, Limit, Limiter, ManualClock, MemoryStore, Quota};
+use tollgate::clock::ManualClock;
+use tollgate::{Algorithm, Decision, Key, Limit, Limiter, MemoryStore, Quota};
 
 pub(crate) const BASE_US: u64 = 1_699_920_000_000_000;
 pub(crate) const PERIOD_US: u64 = 1_000_000;
@@ -82,12 +83,12 @@ impl Run {
     fn check(&mut self, cost: u32) -> Result<Decision, TestCaseError> {
         let d = immediate(self.limiter.check("p", &self.key, cost)).expect("memory store");
         prop_assert!(
-            d.remaining <= d.limit,
+            d.remaining <= d.capacity,
             "remaining {} > limit {}",
             d.remaining,
-            d.limit
+            d.capacity
         );
-        prop_assert_eq!(d.limit, self.capacity);
+        prop_assert_eq!(d.capacity, self.capacity);
         if let Some(retry) = d.retry_after {
             prop_assert!(!d.allowed && retry > Duration::ZERO, "{:?}", d);
         }

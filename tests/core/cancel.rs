@@ -6,7 +6,8 @@
 
 use std::time::Duration;
 
-use tollgate::{Algorithm, Key, Limit, Limiter, ManualClock, MemoryStore, Quota};
+use tollgate::clock::ManualClock;
+use tollgate::{Algorithm, Key, Limit, Limiter, MemoryStore, Quota};
 
 const BASE: Duration = Duration::from_secs(1_699_920_000);
 const DAY: Duration = Duration::from_secs(86_400);
@@ -40,9 +41,9 @@ async fn plan_callers_wait_and_peek_under_their_own_quota() {
     assert_eq!(delays, [Duration::ZERO, Duration::ZERO, half, half * 2]);
     let peek = limiter.peek_with("upstream", &key, plan).await;
     let peek = peek.expect("memory");
-    assert_eq!((peek.limit, peek.remaining, peek.quota), (2, 0, plan));
+    assert_eq!((peek.capacity, peek.remaining, peek.quota), (2, 0, plan));
     let own = limiter.peek("upstream", &key).await.expect("memory");
-    assert_eq!((own.limit, own.quota), (1, Quota::per_minute(1)));
+    assert_eq!((own.capacity, own.quota), (1, Quota::per_minute(1)));
 }
 
 /// `until_ready_with` cancelled while it waits for its place gives the place back:

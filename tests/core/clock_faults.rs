@@ -12,9 +12,8 @@ use std::time::Duration;
 use proptest::prelude::*;
 use support::immediate::immediate;
 use support::rng::Rng;
-use tollgate::{
-    Algorithm, Clock, Decision, Key, Limit, Limiter, MAX_COUNT, ManualClock, MemoryStore, Quota,
-};
+use tollgate::clock::{Clock, ManualClock};
+use tollgate::{Algorithm, Decision, Key, Limit, Limiter, MemoryStore, Quota};
 
 const BASE_US: u64 = 1_700_000_000_000_000;
 const PERIOD_US: u64 = 1_000_000;
@@ -244,8 +243,8 @@ fn edge_quotas() -> Vec<(Algorithm, Quota)> {
     for (algorithm, _) in algorithms() {
         for quota in [
             Quota::new(1, Duration::from_micros(1)).expect("quota"),
-            Quota::new(MAX_COUNT, Duration::from_micros(1)).expect("quota"),
-            Quota::new(MAX_COUNT, century).expect("quota"),
+            Quota::new(Quota::MAX_COUNT, Duration::from_micros(1)).expect("quota"),
+            Quota::new(Quota::MAX_COUNT, century).expect("quota"),
             Quota::new(1, century).expect("quota"),
             Quota::new(1, century)
                 .expect("quota")

@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use support::immediate::immediate;
 use tokio::sync::Barrier;
-use tollgate::{Algorithm, Key, Limit, Limiter, ManualClock, MemoryStore, Quota};
+use tollgate::clock::ManualClock;
+use tollgate::{Algorithm, Key, Limit, Limiter, MemoryStore, Quota};
 
 const BASE: Duration = Duration::from_secs(1_699_920_000);
 
@@ -113,7 +114,7 @@ fn eight_threads_with_a_moving_clock_never_over_admit() {
         let ticker = Ticker::start(&clock, Duration::from_micros(997));
         let admitted = hammer(&limiter, 8, 20_000);
         ticker.stop();
-        let elapsed_us = tollgate::Clock::now(&clock)
+        let elapsed_us = tollgate::clock::Clock::now(&clock)
             .saturating_sub(BASE)
             .as_micros() as u64;
         // Every algorithm admits at most L per aligned period it touches; the fluid
@@ -177,7 +178,7 @@ fn atomic_states_under_a_moving_clock_keep_the_fluid_bound() {
             }
         });
         ticker.stop();
-        let elapsed_us = tollgate::Clock::now(&clock)
+        let elapsed_us = tollgate::clock::Clock::now(&clock)
             .saturating_sub(BASE)
             .as_micros() as u64;
         let admitted = admitted_cost.into_inner();

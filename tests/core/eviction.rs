@@ -10,7 +10,8 @@
 use std::time::Duration;
 
 use support::immediate::immediate;
-use tollgate::{Algorithm, Key, Limit, Limiter, ManualClock, MemoryStore, Quota};
+use tollgate::clock::ManualClock;
+use tollgate::{Algorithm, Key, Limit, Limiter, MemoryStore, Quota};
 
 const BASE: Duration = Duration::from_secs(1_700_000_000);
 const VICTIMS: u64 = 200;

@@ -4,7 +4,8 @@
 
 use std::time::Duration;
 
-use tollgate::{Algorithm, Key, Limit, Limiter, MAX_DENIAL, ManualClock, MemoryStore, Quota};
+use tollgate::clock::ManualClock;
+use tollgate::{Algorithm, Key, Limit, Limiter, MemoryStore, Penalty, Quota};
 
 const BASE: Duration = Duration::from_secs(1_700_000_000);
 
@@ -73,13 +74,17 @@ async fn block_for_duration_max_is_a_century() -> Result<(), Box<dyn std::error:
         let limiter = limiter(Quota::per_minute(1), algorithm, &clock);
         let key = Key::from("mallory");
         let blocked = limiter.block("slow", &key, Duration::MAX).await?;
-        assert_eq!(blocked.blocked_for, Some(MAX_DENIAL), "{algorithm}");
+        assert_eq!(
+            blocked.blocked_for,
+            Some(Penalty::MAX_DENIAL),
+            "{algorithm}"
+        );
         clock.advance(Duration::from_secs(365 * 86_400));
         let d = limiter.check("slow", &key, 1).await?;
         assert!(!d.allowed, "{algorithm}: blocked a year later");
         assert_eq!(
             d.blocked_for,
-            MAX_DENIAL.checked_sub(Duration::from_secs(365 * 86_400))
+            Penalty::MAX_DENIAL.checked_sub(Duration::from_secs(365 * 86_400))
         );
         assert_eq!(
             d.retry_after, d.blocked_for,

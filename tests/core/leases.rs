@@ -15,10 +15,9 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 use support::immediate::immediate;
-use tollgate::{
-    Algorithm, Decision, Key, LeasedStore, Limit, Limiter, ManualClock, MemoryStore, Quota,
-    SliceSizing,
-};
+use tollgate::clock::ManualClock;
+use tollgate::store::{LeasedStore, SliceSizing};
+use tollgate::{Algorithm, Decision, Key, Limit, Limiter, MemoryStore, Quota};
 
 use super::bounds::{BASE_US, PERIOD_US, algorithms, check_fluid_bound, check_window_bounds};
 
@@ -124,7 +123,7 @@ impl Cluster {
     fn check(&mut self, process: usize, cost: u32) -> Result<Decision, TestCaseError> {
         let d = immediate(self.limiters[process].check("p", &self.key, cost)).expect("memory");
         self.decisions += 1;
-        prop_assert!(d.remaining <= d.limit, "{d:?}");
+        prop_assert!(d.remaining <= d.capacity, "{d:?}");
         if d.allowed {
             self.admitted.push((self.now, u64::from(cost)));
         } else {

@@ -4,7 +4,8 @@
 use std::time::Duration;
 
 use support::immediate::immediate;
-use tollgate::{Algorithm, Key, Limit, Limiter, ManualClock, MemoryStore, Quota, StoreErrorKind};
+use tollgate::clock::ManualClock;
+use tollgate::{Algorithm, Key, Limit, Limiter, MemoryStore, Quota, StoreErrorKind};
 
 const BASE: Duration = Duration::from_secs(1_699_920_000);
 
@@ -69,7 +70,7 @@ fn every_policy_reports_its_own_state_in_a_denied_batch() {
         immediate(limiter.check_all(&[("user", &alice, 1), ("global", &all, 1)])).expect("store");
     assert_eq!(decisions.len(), 2);
     assert!(!decisions[0].allowed);
-    assert_eq!(decisions[0].policy, "user");
+    assert_eq!(decisions[0].limit, "user");
     assert_eq!(decisions[0].retry_after, Some(Duration::from_secs(60)));
     assert!(decisions[1].allowed, "global had room");
     assert_eq!(decisions[1].remaining, 3, "but was not charged");
@@ -143,7 +144,7 @@ fn cost_above_capacity_can_never_fit() {
     let d = immediate(limiter.check("api", &Key::from("a"), 4)).expect("store");
     assert!(!d.allowed);
     assert_eq!(d.retry_after, None);
-    assert_eq!((d.limit, d.remaining), (3, 3));
+    assert_eq!((d.capacity, d.remaining), (3, 3));
 }
 
 #[test]
@@ -180,11 +181,11 @@ fn unknown_policies_are_store_errors_not_panics() {
         .expect("limiter");
     let key = Key::from("a");
     let err = immediate(limiter.check("nope", &key, 1)).expect_err("unknown");
-    assert_eq!(err.kind(), StoreErrorKind::UnknownPolicy);
+    assert_eq!(err.kind(), StoreErrorKind::UnknownLimit);
     assert!(err.to_string().contains("\"nope\""));
     let err =
         immediate(limiter.check_all(&[("api", &key, 1), ("nope", &key, 1)])).expect_err("unknown");
-    assert_eq!(err.kind(), StoreErrorKind::UnknownPolicy);
+    assert_eq!(err.kind(), StoreErrorKind::UnknownLimit);
     // Nothing was charged by the failed batch.
     assert_eq!(
         immediate(limiter.check("api", &key, 0))
@@ -211,7 +212,7 @@ fn configuration_mistakes_name_the_policy_and_the_input() {
                     .expect("policy")
                     .algorithm(Algorithm::SlidingWindow),
             ),
-            "invalid policy \"w\"",
+            "invalid limit \"w\"",
         ),
         (
             Limiter::builder().limit(
@@ -293,7 +294,7 @@ fn extreme_rates_do_not_overflow() {
                 .expect("limiter");
             let key = Key::from(name);
             let d = immediate(limiter.check(name, &key, u32::MAX)).expect("store");
-            assert!(d.remaining <= d.limit, "{algorithm} {name}");
+            assert!(d.remaining <= d.capacity, "{algorithm} {name}");
             let first = immediate(limiter.check(name, &key, 1)).expect("store");
             assert!(first.allowed, "{algorithm} {name}");
             assert!(
@@ -339,18 +340,21 @@ fn a_store_answers_a_policy_no_limiter_validated_without_panicking() {
         .expect("policy")
         .algorithm(algorithm);
         let key = Key::from("a");
-        let charge = tollgate::Charge {
+        let charge = tollgate::store::Charge {
             limit: &policy,
             key: &key,
             cost: 1,
         };
         // The memory store answers at once, without a future.
-        let decisions = tollgate::Store::decide(&store, &[charge])
+        let decisions = tollgate::store::Store::decide(&store, &[charge])
             .into_ready()
             .expect("answered at once")
             .expect("memory store");
         assert!(decisions[0].allowed, "{algorithm}");
-        assert!(decisions[0].remaining < decisions[0].limit, "{algorithm}");
+        assert!(
+            decisions[0].remaining < decisions[0].capacity,
+            "{algorithm}"
+        );
     }
 }
 
@@ -359,10 +363,10 @@ fn a_store_answers_a_policy_no_limiter_validated_without_panicking() {
 #[derive(Debug)]
 struct SuspendingStore(MemoryStore);
 
-impl tollgate::Store for SuspendingStore {
+impl tollgate::store::Store for SuspendingStore {
     fn decide<'a>(
         &'a self,
-        charges: &'a [tollgate::Charge<'a>],
+        charges: &'a [tollgate::store::Charge<'a>],
     ) -> tollgate::store::StoreCall<'a, Vec<tollgate::Decision>> {
         tollgate::store::StoreCall::future(async move {
             tokio::task::yield_now().await;
@@ -370,7 +374,10 @@ impl tollgate::Store for SuspendingStore {
         })
     }
 
-    fn refund<'a>(&'a self, charge: tollgate::Charge<'a>) -> tollgate::store::StoreCall<'a, ()> {
+    fn refund<'a>(
+        &'a self,
+        charge: tollgate::store::Charge<'a>,
+    ) -> tollgate::store::StoreCall<'a, ()> {
         tollgate::store::StoreCall::future(async move {
             tokio::task::yield_now().await;
             self.0.refund(charge).await
@@ -401,8 +408,8 @@ async fn check_through_a_store_that_suspends_decides_as_the_memory_store_does() 
     let unknown = suspending
         .check("nope", &key, 1)
         .await
-        .expect_err("unknown policy");
-    assert_eq!(unknown.kind(), StoreErrorKind::UnknownPolicy);
+        .expect_err("unknown limit");
+    assert_eq!(unknown.kind(), StoreErrorKind::UnknownLimit);
 }
 
 /// A reload reaches every thread at its next check, and usage carries over: each
@@ -449,5 +456,5 @@ fn a_reload_reaches_threads_that_decided_before_it() {
     drop(ask);
     worker.join().expect("no panic");
     let gone = immediate(limiter.check("api", &Key::from("alice"), 1)).expect_err("removed");
-    assert_eq!(gone.kind(), StoreErrorKind::UnknownPolicy);
+    assert_eq!(gone.kind(), StoreErrorKind::UnknownLimit);
 }

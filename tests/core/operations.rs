@@ -4,7 +4,8 @@
 
 use std::time::Duration;
 
-use tollgate::{Key, Limit, Limiter, ManualClock, MemoryStore, Penalty, Quota, StoreErrorKind};
+use tollgate::clock::ManualClock;
+use tollgate::{Key, Limit, Limiter, MemoryStore, Penalty, Quota, StoreErrorKind};
 
 const BASE: Duration = Duration::from_secs(1_699_920_000);
 
@@ -89,10 +90,7 @@ async fn a_zero_block_lifts_a_block_and_unknown_policies_are_errors() -> TestRes
         limiter.reset("nope", &key).await,
         limiter.penalize("nope", &key, 1).await.map(drop),
     ] {
-        assert_eq!(
-            err.map_err(|e| e.kind()),
-            Err(StoreErrorKind::UnknownPolicy)
-        );
+        assert_eq!(err.map_err(|e| e.kind()), Err(StoreErrorKind::UnknownLimit));
     }
     Ok(())
 }
@@ -111,7 +109,7 @@ fn a_penalty_with_a_zero_is_refused_when_the_limiter_is_built() {
             .penalty(penalty);
         let err = Limiter::builder().limit(limit).build().expect_err("a zero");
         assert!(
-            err.to_string().contains("penalty of policy \"api\""),
+            err.to_string().contains("penalty of limit \"api\""),
             "{err}"
         );
     }
@@ -154,6 +152,6 @@ fn on_fallback(
 ) -> Result<Limiter, tollgate::ConfigError> {
     Limiter::builder()
         .limit(limit.clone())
-        .store(tollgate::Fallback::new(primary, insurance))
+        .store(tollgate::store::Fallback::new(primary, insurance))
         .build()
 }

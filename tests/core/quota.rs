@@ -92,8 +92,8 @@ fn zero_anything_is_an_error() {
 fn rejects_periods_that_are_not_whole_microseconds_or_absurdly_long() {
     assert!(Quota::new(1, Duration::from_nanos(1500)).is_err());
     assert!(Quota::new(1, Duration::from_secs(200 * 365 * 86_400)).is_err());
-    assert!(Quota::new(tollgate::MAX_COUNT + 1, Duration::from_secs(1)).is_err());
-    assert!(Quota::new(tollgate::MAX_COUNT, Duration::from_secs(1)).is_ok());
+    assert!(Quota::new(tollgate::Quota::MAX_COUNT + 1, Duration::from_secs(1)).is_err());
+    assert!(Quota::new(tollgate::Quota::MAX_COUNT, Duration::from_secs(1)).is_ok());
 }
 
 #[test]

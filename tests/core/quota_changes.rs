@@ -16,7 +16,8 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 use support::immediate::immediate;
-use tollgate::{Algorithm, Key, Limit, Limiter, ManualClock, MemoryStore, Quota};
+use tollgate::clock::ManualClock;
+use tollgate::{Algorithm, Key, Limit, Limiter, MemoryStore, Quota};
 
 const BASE_US: u64 = 1_699_920_000_000_000;
 const PERIOD_US: u64 = 1_000_000;
@@ -101,7 +102,7 @@ proptest! {
             most_capacity = most_capacity.max(if fluid { own.burst() } else { own.limit() });
             let decision = immediate(limiter.check_with("plan", &key, cost, own))
                 .map_err(|e| TestCaseError::fail(e.to_string()))?;
-            prop_assert!(decision.remaining <= decision.limit);
+            prop_assert!(decision.remaining <= decision.capacity);
             prop_assert_eq!(decision.quota, own);
             if decision.allowed {
                 admitted.push((now - BASE_US, u64::from(cost)));

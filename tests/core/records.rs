@@ -7,7 +7,8 @@
 use std::time::Duration;
 
 use support::immediate::immediate;
-use tollgate::{Algorithm, Key, Limit, Limiter, ManualClock, MemoryStore, Penalty, Quota};
+use tollgate::clock::ManualClock;
+use tollgate::{Algorithm, Key, Limit, Limiter, MemoryStore, Penalty, Quota};
 
 const BASE: Duration = Duration::from_secs(1_700_000_000);
 /// The bound on a limit name's tables per shard (`names.rs`).

@@ -5,7 +5,8 @@
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use tollgate::{Key, Limit, Limiter, ManualClock, MemoryStore, Quota};
+use tollgate::clock::ManualClock;
+use tollgate::{Key, Limit, Limiter, MemoryStore, Quota};
 
 support::waiting_tests!(tollgate::MemoryStore::with_clock);
 

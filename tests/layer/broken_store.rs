@@ -4,9 +4,9 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+use tollgate::store::{Charge, InFlightSlot, Store};
 use tollgate::{
-    Charge, Decision, InFlightSlot, Key, Limit, Policy, RateLimitLayer, Store, StoreError,
-    StoreErrorKind, store::StoreCall,
+    Decision, Key, Limit, Policy, RateLimitLayer, StoreError, StoreErrorKind, store::StoreCall,
 };
 
 /// Fails every `acquire` and `acquire_in_flight` with a connection error; counts the

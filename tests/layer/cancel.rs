@@ -19,9 +19,9 @@ use support::http::Server;
 use support::redis_server::script_calls;
 use tokio::io::AsyncWriteExt as _;
 use tokio::net::TcpStream;
-use tollgate::{
-    Algorithm, Key, ManualClock, MemoryStore, Policy, Quota, RateLimitLayer, Store, key,
-};
+use tollgate::clock::ManualClock;
+use tollgate::store::Store;
+use tollgate::{Algorithm, Key, MemoryStore, Policy, Quota, RateLimitLayer, key};
 use tower::{Layer as _, Service as _, ServiceExt as _};
 
 const BASE: Duration = Duration::from_secs(1_699_920_000);
@@ -352,7 +352,7 @@ fn private_redis(clock: ManualClock) -> (support::redis_server::RedisServer, tol
         .expect("a valid url")
         .deadline(Duration::from_secs(5))
         .expect("a deadline")
-        .block_cache(0)
+        .denial_cache(0)
         .with_clock(clock);
     (server, store)
 }
@@ -482,7 +482,7 @@ fn command_calls(port: u16, command: &str) -> u64 {
 
 /// A request whose client leaves 100 ms into a 600 ms stall of Redis, its in-flight
 /// slot's call on the wire: when the reply arrives, the slot it took is given back at
-/// once (before the fix: kept until its lease expired, 10 s by default, every request
+/// once (before the fix: kept until its slot record expired, 10 s by default, every request
 /// meanwhile a 429).
 #[cfg(feature = "redis")]
 #[tokio::test]

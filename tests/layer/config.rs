@@ -8,7 +8,9 @@ use std::time::Duration;
 use http::Method;
 use http::request::Parts;
 use tollgate::config::{Limits, PlanName};
-use tollgate::{Algorithm, Costs, MissingKey, Policy, Quota, TrustedProxies, key};
+use tollgate::key::TrustedProxies;
+use tollgate::layer::{Costs, MissingKey};
+use tollgate::{Algorithm, Policy, Quota, key};
 
 /// `(what, file, line, column, text the message must quote)`.
 type Case = (&'static str, &'static str, usize, usize, &'static str);
@@ -278,7 +280,7 @@ const MALFORMED: &[Case] = &[
         "[[limit]]\nname = \"api\"\nquota = \"1/s\"\nalgorithm = \"sliding_window\"\nplan_from = \"header:x-plan\"\n[limit.plans]\npro = { quota = \"10/s\", burst = 20 }\n",
         7,
         7,
-        "plan \"pro\": invalid policy \"api\": sliding_window",
+        "plan \"pro\": invalid limit \"api\": sliding_window",
     ),
 ];
 

@@ -4,7 +4,8 @@
 use http::Method;
 use http::request::Parts;
 use proptest::prelude::*;
-use tollgate::{Algorithm, Costs, Policy, Quota, RateLimitLayer};
+use tollgate::layer::Costs;
+use tollgate::{Algorithm, Policy, Quota, RateLimitLayer};
 
 fn parts(method: Method, uri: &str) -> Parts {
     http::Request::builder()

@@ -13,7 +13,9 @@ use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use prost::Message as _;
-use tollgate::{Algorithm, FailMode, ManualClock, MemoryStore, Policy, Quota, RateLimitLayer, key};
+use tollgate::clock::ManualClock;
+use tollgate::layer::FailMode;
+use tollgate::{Algorithm, MemoryStore, Policy, Quota, RateLimitLayer, key};
 use tonic::codegen::tokio_stream::{self, StreamExt as _};
 use tonic::{Code, Status};
 

@@ -17,10 +17,12 @@ use http::{Method, Request, Response, StatusCode};
 use http_body_util::Full;
 use support::http::{Reply, Server};
 use tokio::sync::watch;
+use tollgate::clock::ManualClock;
+use tollgate::layer::FailMode;
 use tollgate::layer::headers::MAX_HEADERS_LEN;
+use tollgate::store::Store;
 use tollgate::{
-    Algorithm, Decision, FailMode, Key, Limit, Limiter, ManualClock, MemoryStore, Policy, Quota,
-    RateLimitLayer, Store, key,
+    Algorithm, Decision, Key, Limit, Limiter, MemoryStore, Policy, Quota, RateLimitLayer, key,
 };
 use tower::{Layer as _, Service as _, ServiceExt as _};
 
@@ -182,7 +184,7 @@ async fn logins_served_while_redis_is_stopped_refund_nothing_they_were_never_cha
     let server = RedisServer::start();
     let store = tollgate::RedisStore::from_url(&server.url())
         .expect("a valid url")
-        .block_cache(0)
+        .denial_cache(0)
         // Long enough for a busy machine's healthy calls; the outage's calls wait it out.
         .deadline(Duration::from_secs(1))
         .expect("a deadline")
@@ -426,7 +428,7 @@ async fn the_default_max_delay_queues_a_whole_burst_of_the_limit() {
 #[tokio::test]
 async fn the_default_max_delay_queues_a_whole_burst_of_the_limit_on_redis() {
     let store =
-        crate::shared_redis::redis_store("default-bound", ManualClock::new(BASE)).block_cache(0);
+        crate::shared_redis::redis_store("default-bound", ManualClock::new(BASE)).denial_cache(0);
     the_default_bound_queues_a_whole_burst(store).await;
 }
 

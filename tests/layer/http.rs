@@ -12,11 +12,10 @@ use bytes::Bytes;
 use http::{Request, StatusCode};
 use http_body_util::Full;
 use support::http::Server;
+use tollgate::clock::ManualClock;
 use tollgate::layer::Decisions;
-use tollgate::{
-    Algorithm, Decision, FailMode, HeaderStyle, Key, ManualClock, MemoryStore, Policy, Quota,
-    RateLimitLayer, Rejection, ResetFormat, key,
-};
+use tollgate::layer::{FailMode, HeaderStyle, Rejection, ResetFormat};
+use tollgate::{Algorithm, Decision, Key, MemoryStore, Policy, Quota, RateLimitLayer, key};
 
 use crate::broken_store::{BrokenStore, broken_layer};
 
@@ -399,15 +398,16 @@ async fn json_and_problem_rejections() {
     assert_eq!(problem["title"], "Too Many Requests");
     assert_eq!(reply.header("retry-after"), "60");
 
-    let custom = layer(vec![policy()], &clock).rejection(|info: &tollgate::RejectionInfo| {
-        http::Response::builder()
-            .status(StatusCode::SERVICE_UNAVAILABLE)
-            .body(Bytes::from(format!(
-                "busy: {}",
-                info.denied_by().collect::<Vec<_>>().join(",")
-            )))
-            .expect("response")
-    });
+    let custom =
+        layer(vec![policy()], &clock).rejection(|info: &tollgate::layer::RejectionInfo| {
+            http::Response::builder()
+                .status(StatusCode::SERVICE_UNAVAILABLE)
+                .body(Bytes::from(format!(
+                    "busy: {}",
+                    info.denied_by().collect::<Vec<_>>().join(",")
+                )))
+                .expect("response")
+        });
     let server = Server::start(app(custom)).await;
     server.get("/").await;
     let reply = server.get("/").await;
@@ -548,7 +548,7 @@ async fn missing_keys_skip_or_reject_the_policy() {
         assert_eq!(reply.status, StatusCode::OK, "no key, no limit");
         assert!(!reply.headers.contains_key("ratelimit"));
     }
-    let strict = by_user().on_missing_key(tollgate::MissingKey::Reject);
+    let strict = by_user().on_missing_key(tollgate::layer::MissingKey::Reject);
     let server = Server::start(app(layer(vec![strict], &clock))).await;
     let reply = server.get("/").await;
     assert_eq!(reply.status, StatusCode::TOO_MANY_REQUESTS);
@@ -584,7 +584,7 @@ async fn free_requests_skip_the_store() {
 #[tokio::test]
 async fn spoofed_forwarded_headers_from_an_untrusted_peer_do_not_change_the_key() {
     let clock = ManualClock::new(BASE);
-    let by_client = |proxies: tollgate::TrustedProxies| {
+    let by_client = |proxies: tollgate::key::TrustedProxies| {
         Policy::new("client", Quota::per_minute(2))
             .expect("policy")
             .key(key::client_ip(proxies))
@@ -600,7 +600,7 @@ async fn spoofed_forwarded_headers_from_an_untrusted_peer_do_not_change_the_key(
     // The test client connects from 127.0.0.1, which nobody trusts here: every
     // spoofed address lands in the peer's one bucket.
     let server = Server::start(app(layer(
-        vec![by_client(tollgate::TrustedProxies::none())],
+        vec![by_client(tollgate::key::TrustedProxies::none())],
         &clock,
     )))
     .await;
@@ -622,7 +622,7 @@ async fn spoofed_forwarded_headers_from_an_untrusted_peer_do_not_change_the_key(
     );
 
     // Trusting 127.0.0.1 as a proxy, its forwarded client addresses become the keys.
-    let trusted = tollgate::TrustedProxies::new(["127.0.0.1/32"]).expect("cidr");
+    let trusted = tollgate::key::TrustedProxies::new(["127.0.0.1/32"]).expect("cidr");
     let server = Server::start(app(layer(vec![by_client(trusted)], &clock))).await;
     for ip in ["203.0.113.1", "203.0.113.2", "203.0.113.3", "203.0.113.4"] {
         assert_eq!(
@@ -636,7 +636,7 @@ async fn spoofed_forwarded_headers_from_an_untrusted_peer_do_not_change_the_key(
 #[tokio::test]
 async fn route_costs_follow_axums_matched_path() {
     let clock = ManualClock::new(BASE);
-    let costs = tollgate::Costs::new()
+    let costs = tollgate::layer::Costs::new()
         .route(http::Method::GET, "/users/{id}", 3)
         .expect("route")
         .route(http::Method::GET, "/health", 0)
@@ -682,7 +682,7 @@ async fn route_costs_follow_axums_matched_path() {
 
 #[tokio::test]
 async fn a_cost_above_capacity_is_a_build_error_naming_the_route() {
-    let costs = tollgate::Costs::new()
+    let costs = tollgate::layer::Costs::new()
         .route(http::Method::POST, "/upload", 50)
         .expect("route");
     let err = RateLimitLayer::builder()

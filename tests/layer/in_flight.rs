@@ -18,9 +18,12 @@ use http_body_util::Full;
 use support::http::Server;
 use support::in_flight::{App, every_way_a_request_ends};
 use tokio::sync::Notify;
+use tollgate::clock::ManualClock;
+use tollgate::layer::FailMode;
+use tollgate::store::{Charge, Store};
 use tollgate::{
-    Algorithm, Charge, ConfigError, Decision, FailMode, Key, Limit, ManualClock, MemoryStore,
-    Policy, Quota, RateLimitLayer, Store, key, store::StoreCall,
+    Algorithm, ConfigError, Decision, Key, Limit, MemoryStore, Policy, Quota, RateLimitLayer, key,
+    store::StoreCall,
 };
 use tower::{Layer, Service, ServiceExt};
 

@@ -7,8 +7,9 @@ use std::net::{IpAddr, SocketAddr};
 use http::header::HeaderValue;
 use http::request::Parts;
 use proptest::prelude::*;
+use tollgate::Key;
+use tollgate::key::TrustedProxies;
 use tollgate::key::{self, ProxyHeader};
-use tollgate::{Key, TrustedProxies};
 
 /// A request head from `peer` (a bare `SocketAddr` extension) with `headers`, each
 /// name/value pair one header line, in order.

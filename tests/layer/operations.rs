@@ -9,7 +9,8 @@ use axum::Router;
 use axum::routing::get;
 use http::StatusCode;
 use support::http::Server;
-use tollgate::{Key, ManualClock, MemoryStore, Penalty, Policy, Quota, RateLimitLayer, key};
+use tollgate::clock::ManualClock;
+use tollgate::{Key, MemoryStore, Penalty, Policy, Quota, RateLimitLayer, key};
 
 const BASE: Duration = Duration::from_secs(1_699_920_000);
 

@@ -5,7 +5,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use tollgate::store::StoreCall;
-use tollgate::{Charge, Decision, MemoryStore, Store, StoreError, StoreErrorKind};
+use tollgate::store::{Charge, Store};
+use tollgate::{Decision, MemoryStore, StoreError, StoreErrorKind};
 
 /// `MemoryStore` while up; every call fails with a connection error while down.
 #[derive(Debug, Clone)]

@@ -14,7 +14,8 @@ use hyper::server::conn::http1;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use tokio::net::TcpListener;
-use tollgate::{Algorithm, Key, ManualClock, MemoryStore, Policy, Quota, RateLimitLayer};
+use tollgate::clock::ManualClock;
+use tollgate::{Algorithm, Key, MemoryStore, Policy, Quota, RateLimitLayer};
 use tower::{Service, ServiceBuilder, ServiceExt};
 
 const BASE: Duration = Duration::from_secs(1_699_920_000);

@@ -20,9 +20,10 @@ use axum::routing::get;
 use http::StatusCode;
 use http_body_util::Full;
 use support::http::{Reply, Server};
-use tollgate::{
-    Algorithm, FailMode, ManualClock, MemoryStore, Policy, Quota, RateLimitLayer, Store, key,
-};
+use tollgate::clock::ManualClock;
+use tollgate::layer::FailMode;
+use tollgate::store::Store;
+use tollgate::{Algorithm, MemoryStore, Policy, Quota, RateLimitLayer, key};
 
 /// 2023-11-14T00:00:00Z: a minute starts here.
 const BASE: Duration = Duration::from_secs(1_699_920_000);
@@ -231,7 +232,7 @@ async fn a_plan_change_carries_usage_over() {
 #[tokio::test]
 async fn a_plan_change_carries_usage_over_on_redis() {
     let clock = ManualClock::new(BASE);
-    // With the blocked-key cache on, as by default: a denial cached under the Free
+    // With the denial cache on, as by default: a denial cached under the Free
     // quota must not answer for the same key once it is Pro.
     let store = crate::shared_redis::redis_store("plans", clock.clone());
     plan_changes_carry_usage_over(store, &clock).await;

@@ -13,7 +13,8 @@ use bytes::Bytes;
 use http::{Request, StatusCode};
 use http_body_util::Full;
 use support::http::{Reply, Server};
-use tollgate::{Algorithm, Limit, ManualClock, MemoryStore, Policy, Quota, RateLimitLayer, key};
+use tollgate::clock::ManualClock;
+use tollgate::{Algorithm, Limit, MemoryStore, Policy, Quota, RateLimitLayer, key};
 
 use crate::in_flight::NoSlots;
 

@@ -4,7 +4,8 @@
 use std::time::Duration;
 
 use support::redis_server::{shared_server, unique_prefix};
-use tollgate::{ManualClock, RedisStore};
+use tollgate::RedisStore;
+use tollgate::clock::ManualClock;
 
 /// A store on the shared server, its keys under a prefix made from `name`, deciding
 /// at `clock`'s instants. Its deadline is generous: these tests check answers, not

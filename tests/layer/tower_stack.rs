@@ -19,9 +19,8 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
-use tollgate::{
-    Algorithm, ManualClock, MemoryStore, Policy, Quota, RateLimitLayer, key, layer::Decisions,
-};
+use tollgate::clock::ManualClock;
+use tollgate::{Algorithm, MemoryStore, Policy, Quota, RateLimitLayer, key, layer::Decisions};
 use tower::ServiceBuilder;
 
 const BASE: Duration = Duration::from_secs(1_699_920_000);

@@ -15,9 +15,9 @@
 use std::time::Duration;
 
 use support::redis_server::{RedisServer, script_calls};
-use tollgate::{
-    Algorithm, Key, LeasedStore, Limit, Limiter, ManualClock, Quota, RedisStore, SliceSizing,
-};
+use tollgate::clock::ManualClock;
+use tollgate::store::{LeasedStore, SliceSizing};
+use tollgate::{Algorithm, Key, Limit, Limiter, Quota, RedisStore};
 
 const BASE: Duration = Duration::from_secs(1_699_920_000);
 const DAY: Duration = Duration::from_secs(86_400);
@@ -42,7 +42,7 @@ fn private_redis_at(clock: ManualClock) -> (RedisServer, RedisStore) {
         .expect("a valid url")
         .deadline(Duration::from_secs(5))
         .expect("a deadline")
-        .block_cache(0)
+        .denial_cache(0)
         .with_clock(clock);
     (server, store)
 }
@@ -295,10 +295,10 @@ async fn plan_callers_wait_and_peek_under_their_own_quota() {
     assert_eq!(delays, [Duration::ZERO, Duration::ZERO, half, half * 2]);
     let peek = limiter.peek_with("upstream", &key, plan).await;
     let peek = peek.expect("redis");
-    assert_eq!((peek.limit, peek.remaining, peek.quota), (2, 0, plan));
+    assert_eq!((peek.capacity, peek.remaining, peek.quota), (2, 0, plan));
     // The limit's own quota reports its own numbers.
     let own = limiter.peek("upstream", &key).await.expect("redis");
-    assert_eq!((own.limit, own.quota), (1, Quota::per_minute(1)));
+    assert_eq!((own.capacity, own.quota), (1, Quota::per_minute(1)));
     let d = limiter
         .until_ready_with("upstream", &Key::from("other"), 1, plan, DAY)
         .await;

@@ -180,8 +180,8 @@ impl FakedServer {
     fn store(&self) -> RedisStore {
         RedisStore::from_url(&self.server().url())
             .expect("a valid url")
-            // Every decision is the server's: no local answers from the blocked-key cache.
-            .block_cache(0)
+            // Every decision is the server's: no local answers from the denial cache.
+            .denial_cache(0)
             // Answers are checked, not speed, on a possibly busy machine.
             .deadline(Duration::from_secs(5))
             .expect("a deadline")

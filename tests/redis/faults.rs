@@ -12,10 +12,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use support::redis_server::RedisServer;
-use tollgate::{
-    Algorithm, Charge, Fallback, Key, Limit, Limiter, MemoryStore, Quota, RedisStore, Store,
-    StoreErrorKind,
-};
+use tollgate::store::{Charge, Fallback, Store};
+use tollgate::{Algorithm, Key, Limit, Limiter, MemoryStore, Quota, RedisStore, StoreErrorKind};
 
 const DEADLINE: Duration = Duration::from_millis(50);
 /// Scheduling noise on a loaded two-core machine, not a performance target.
@@ -28,7 +26,7 @@ fn store(server: &RedisServer) -> RedisStore {
         .expect("a valid url")
         .deadline(DEADLINE)
         .expect("a deadline")
-        .block_cache(0)
+        .denial_cache(0)
 }
 
 fn limiter(store: impl Store) -> Limiter {
@@ -323,7 +321,7 @@ async fn a_call_waits_for_the_stores_deadline_not_the_pools_response_timeout() -
         RedisStore::from_url(&server.url())?,
         RedisStore::from_pool(users_pool),
     ] {
-        let limiter = limiter(store.deadline(Duration::from_secs(10))?.block_cache(0));
+        let limiter = limiter(store.deadline(Duration::from_secs(10))?.denial_cache(0));
         assert!(limiter.check("api", &Key::from("alice"), 1).await?.allowed);
         server.pause();
         let call = tokio::spawn({

@@ -14,7 +14,7 @@ type TestResult = Result<(), Box<dyn std::error::Error>>;
 
 fn limiter(store: RedisStore) -> Result<Limiter, Box<dyn std::error::Error>> {
     let store = store
-        .block_cache(0)
+        .denial_cache(0)
         // Answers, not speed, on a possibly busy machine.
         .deadline(Duration::from_secs(5))?;
     Ok(Limiter::builder()

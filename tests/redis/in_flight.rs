@@ -1,8 +1,8 @@
-//! In-flight limits on a real `redis-server`: every way a request ends gives its lease
-//! back (over real TCP), a crashed process's leases expire within the TTL, live leases
+//! In-flight limits on a real `redis-server`: every way a request ends gives its slot record
+//! back (over real TCP), a crashed process's slot records expire within the TTL, live slot records
 //! are renewed past it (1,500 keys at once; after the runtime that first called ends),
-//! expired leases are added back or counted lost, an acquire cancelled during a stall
-//! leaves no slot, the lease set's name, hash tag and TTL, inner-service errors, and
+//! expired slot records are added back or counted lost, an acquire cancelled during a stall
+//! leaves no slot, the record set's name, hash tag and TTL, inner-service errors, and
 //! the fail modes when Redis is away.
 #![cfg(feature = "redis")]
 
@@ -16,7 +16,9 @@ use support::in_flight::{
     until_free,
 };
 use support::redis_server::{RedisServer, free_port, shared_server, unique_prefix};
-use tollgate::{FailMode, Key, Limit, Limiter, Policy, Quota, RateLimitLayer, RedisStore, Store};
+use tollgate::layer::FailMode;
+use tollgate::store::Store;
+use tollgate::{Key, Limit, Limiter, Policy, Quota, RateLimitLayer, RedisStore};
 use tower::{Layer, ServiceExt};
 
 type TestResult = Result<(), Box<dyn std::error::Error>>;
@@ -43,14 +45,14 @@ fn limit() -> Limit {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn every_way_a_request_ends_gives_its_lease_back() {
+async fn every_way_a_request_ends_gives_its_slot_record_back() {
     let policy = Policy::in_flight_only("slow", 2).expect("policy");
     let layer = layer(policy, store(&unique_prefix("in-flight")));
     every_way_a_request_ends(2, |router| router.layer(layer)).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_crashed_process_s_leases_expire_within_the_ttl() -> TestResult {
+async fn a_crashed_process_s_slot_records_expire_within_the_ttl() -> TestResult {
     let prefix = unique_prefix("crash");
     let ttl = Duration::from_millis(300);
     let (limit, key) = (limit(), Key::from("alice"));
@@ -61,15 +63,15 @@ async fn a_crashed_process_s_leases_expire_within_the_ttl() -> TestResult {
     );
     let live = store(&prefix).in_flight_ttl(ttl)?;
     let set = live.in_flight_key(&limit, &key);
-    // The dead process's leases are still there, and count.
+    // The dead process's slot records are still there, and count.
     assert_eq!(shared_server().cli(&["ZCARD", &set]), "2");
     until_free(&live, &limit, &key, 2).await;
-    // Once they expired the set holds only live leases, and goes with the last.
+    // Once they expired the set holds only live slot records, and goes with the last.
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
     while shared_server().cli(&["EXISTS", &set]) != "0" {
         assert!(
             tokio::time::Instant::now() < deadline,
-            "the lease set stayed"
+            "the record set stayed"
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
@@ -106,7 +108,7 @@ async fn crashing_process() -> TestResult {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn live_leases_are_renewed_past_their_ttl() -> TestResult {
+async fn live_slot_records_are_renewed_past_their_ttl() -> TestResult {
     let prefix = unique_prefix("renew");
     let ttl = Duration::from_secs(1);
     let (limit, key) = (limit(), Key::from("alice"));
@@ -130,7 +132,7 @@ async fn live_leases_are_renewed_past_their_ttl() -> TestResult {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_lease_set_shares_the_rate_state_s_hash_tag() {
+async fn the_slot_record_set_shares_the_rate_state_s_hash_tag() {
     let live = store("tags");
     let (limit, key) = (limit(), Key::from("alice"));
     let set = live.in_flight_key(&limit, &key);
@@ -141,7 +143,7 @@ async fn the_lease_set_shares_the_rate_state_s_hash_tag() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_inner_service_error_gives_the_lease_back() -> TestResult {
+async fn an_inner_service_error_gives_the_slot_record_back() -> TestResult {
     let prefix = unique_prefix("error");
     let policy = Policy::in_flight_only("jobs", 1)?;
     let service =
@@ -159,7 +161,10 @@ async fn an_inner_service_error_gives_the_lease_back() -> TestResult {
                 }
                 Ok(refused) => {
                     assert_eq!(refused.status(), http::StatusCode::TOO_MANY_REQUESTS);
-                    assert!(tokio::time::Instant::now() < deadline, "the lease stayed");
+                    assert!(
+                        tokio::time::Instant::now() < deadline,
+                        "the slot record stayed"
+                    );
                     tokio::time::sleep(Duration::from_millis(20)).await;
                 }
             }
@@ -211,8 +216,8 @@ async fn fifteen_hundred_running_keys_stay_renewed_past_their_ttl() -> TestResul
     let second = take_each(&other, &limit, &keys).await;
     let doubled = second.iter().filter(|s| s.is_some()).count();
     assert_eq!(doubled, 0, "{doubled} of 1500 keys gave a second slot");
-    assert_eq!(holder.in_flight_leases_lost(), 0);
-    assert_eq!(holder.in_flight_leases_readded(), 0);
+    assert_eq!(holder.in_flight_slots_lost(), 0);
+    assert_eq!(holder.in_flight_slots_readded(), 0);
     assert!(held.iter().flatten().all(|slot| !slot.ran_uncounted()));
     drop(held);
     until_free(&other, &limit, &keys[1499], 1).await;
@@ -250,7 +255,7 @@ async fn renewal_continues_after_the_runtime_that_started_it_ends() -> TestResul
     let other = store(&prefix).in_flight_ttl(ttl)?;
     assert!(other.acquire_in_flight(&limit, &first, 1).await?.is_none());
     assert!(other.acquire_in_flight(&limit, &second, 1).await?.is_none());
-    assert_eq!(holder.in_flight_leases_lost(), 0);
+    assert_eq!(holder.in_flight_slots_lost(), 0);
     assert!(!on_a.ran_uncounted() && !on_b.ran_uncounted());
     drop((on_a, on_b));
     until_free(&other, &limit, &first, 1).await;
@@ -310,7 +315,7 @@ async fn until(what: &str, mut done: impl FnMut() -> bool) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_expired_lease_is_added_back_while_its_key_has_room() -> TestResult {
+async fn an_expired_slot_record_is_added_back_while_its_key_has_room() -> TestResult {
     let prefix = unique_prefix("readd");
     let ttl = Duration::from_millis(300);
     let (limit, key) = (limit(), Key::from("alice"));
@@ -319,15 +324,15 @@ async fn an_expired_lease_is_added_back_while_its_key_has_room() -> TestResult {
     let slot = slot.expect("a free slot");
     let set = holder.in_flight_key(&limit, &key);
     // As if the process had been paused past the TTL and another acquire had dropped
-    // the expired lease.
+    // the expired slot record.
     assert_eq!(shared_server().cli(&["DEL", &set]), "1");
-    until("the lease was added back", || {
-        holder.in_flight_leases_readded() == 1
+    until("the slot record was added back", || {
+        holder.in_flight_slots_readded() == 1
     })
     .await;
     assert_eq!(shared_server().cli(&["ZCARD", &set]), "1");
     assert!(slot.ran_uncounted());
-    assert_eq!(holder.in_flight_leases_lost(), 0);
+    assert_eq!(holder.in_flight_slots_lost(), 0);
     let other = store(&prefix).in_flight_ttl(ttl)?;
     assert!(other.acquire_in_flight(&limit, &key, 1).await?.is_none());
     drop(slot);
@@ -336,7 +341,7 @@ async fn an_expired_lease_is_added_back_while_its_key_has_room() -> TestResult {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_expired_lease_whose_key_filled_up_is_counted_lost() -> TestResult {
+async fn an_expired_slot_record_whose_key_filled_up_is_counted_lost() -> TestResult {
     let prefix = unique_prefix("lost");
     let ttl = Duration::from_millis(300);
     let (limit, key) = (limit(), Key::from("alice"));
@@ -348,20 +353,20 @@ async fn an_expired_lease_whose_key_filled_up_is_counted_lost() -> TestResult {
     // Another process takes the place meanwhile: the holder's request runs uncounted.
     let other = store(&prefix).in_flight_ttl(ttl)?;
     let taken = other.acquire_in_flight(&limit, &key, 1).await?;
-    let taken = taken.expect("the place the expired lease left");
-    until("the lease was counted lost", || {
-        holder.in_flight_leases_lost() == 1
+    let taken = taken.expect("the place the expired slot record left");
+    until("the slot record was counted lost", || {
+        holder.in_flight_slots_lost() == 1
     })
     .await;
     assert!(slot.ran_uncounted());
     assert_eq!(shared_server().cli(&["ZCARD", &set]), "1");
     // Counted once, however many rounds find it so; added back once there is room.
     drop(taken);
-    until("the lost lease was added back", || {
-        holder.in_flight_leases_readded() == 1
+    until("the lost slot record was added back", || {
+        holder.in_flight_slots_readded() == 1
     })
     .await;
-    assert_eq!(holder.in_flight_leases_lost(), 1);
+    assert_eq!(holder.in_flight_slots_lost(), 1);
     assert!(other.acquire_in_flight(&limit, &key, 1).await?.is_none());
     drop(slot);
     until_free(&other, &limit, &key, 1).await;
@@ -426,7 +431,7 @@ async fn a_request_whose_client_gives_up_during_a_stall_leaves_no_slot() -> Test
 /// keys (100,000 unless set), each running one request, on a store at the default
 /// in-flight TTL; 3.5 lifetimes later another process must get no second slot on
 /// any of them. Prints how long the last renewal round took (the spread of the
-/// renewed leases' expiries) and Redis's time in the renewal script.
+/// renewed slot records' expiries) and Redis's time in the renewal script.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "a measurement of a minute or more: run with -- --ignored --nocapture"]
 async fn running_keys_stay_renewed_at_the_default_ttl() -> TestResult {
@@ -441,7 +446,7 @@ async fn running_keys_stay_renewed_at_the_default_ttl() -> TestResult {
     let taken = held.iter().filter(|s| s.is_some()).count();
     println!("{taken} keys running after {:?}", started.elapsed());
     tokio::time::sleep(ttl * 3 + ttl / 2).await;
-    // How long a round takes, read from the leases' expiries while nothing else
+    // How long a round takes, read from the slot records' expiries while nothing else
     // runs (a sample of them): sorted, the newest round is what follows the last gap of over 500 ms (the
     // rounds are TTL/3 apart). A sample taken mid-round sees part of one: the
     // longest of a few samples.
@@ -469,7 +474,7 @@ async fn running_keys_stay_renewed_at_the_default_ttl() -> TestResult {
     let mut conn = client
         .get_multiplexed_async_connection_with_config(&config)
         .await?;
-    let (mut leases, mut round_ms) = (0_u64, 0_u64);
+    let (mut records, mut round_ms) = (0_u64, 0_u64);
     for _ in 0..5 {
         let (live, spread_ms): (u64, u64) = redis::cmd("EVAL")
             .arg(spread)
@@ -477,7 +482,7 @@ async fn running_keys_stay_renewed_at_the_default_ttl() -> TestResult {
             .arg(&sets)
             .query_async(&mut conn)
             .await?;
-        (leases, round_ms) = (live, round_ms.max(spread_ms));
+        (records, round_ms) = (live, round_ms.max(spread_ms));
         tokio::time::sleep(ttl / 7).await;
     }
     let other = private_store(&server);
@@ -491,14 +496,14 @@ async fn running_keys_stay_renewed_at_the_default_ttl() -> TestResult {
         .unwrap_or_default();
     println!(
         "{n} running keys, TTL {ttl:?}: {doubled} double-slotted, {} lost, {} added back; \
-         {leases} sampled leases live, a round {round_ms} ms; {evalsha}",
-        holder.in_flight_leases_lost(),
-        holder.in_flight_leases_readded(),
+         {records} sampled records live, a round {round_ms} ms; {evalsha}",
+        holder.in_flight_slots_lost(),
+        holder.in_flight_slots_readded(),
     );
     assert_eq!(taken, keys.len());
     assert_eq!(doubled, 0);
-    assert_eq!(holder.in_flight_leases_lost(), 0);
-    assert_eq!(holder.in_flight_leases_readded(), 0);
+    assert_eq!(holder.in_flight_slots_lost(), 0);
+    assert_eq!(holder.in_flight_slots_readded(), 0);
     drop(held);
     Ok(())
 }

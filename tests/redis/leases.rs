@@ -14,7 +14,9 @@ use super::exactness::ALGORITHMS;
 use support::leases::{assert_exact, hammer};
 use support::redis_cluster::shared_cluster;
 use support::redis_server::{RedisServer, script_calls, shared_server, unique_prefix};
-use tollgate::{Algorithm, Key, LeasedStore, Limit, Limiter, ManualClock, Quota, RedisStore};
+use tollgate::clock::ManualClock;
+use tollgate::store::LeasedStore;
+use tollgate::{Algorithm, Key, Limit, Limiter, Quota, RedisStore};
 
 const BASE: Duration = Duration::from_secs(1_699_920_000);
 const PROCESSES: usize = 4;

@@ -1,5 +1,5 @@
 //! `RedisStore` on real `redis-server` processes: the same answers as the memory store,
-//! faults, the function library, the server's own clock jumping, the blocked-key
+//! faults, the function library, the server's own clock jumping, the denial
 //! cache, exactness under contention (with and without quota leases), in-flight leases,
 //! the leaky bucket's bound on delays, refunds and the scenario tables.
 //!
@@ -14,9 +14,9 @@
 //! body on memory, Redis and the cluster in turn, and the rest share its helpers. Its
 //! memory and HTTP tests also run in builds without the `redis` feature.
 
-mod block_cache;
 mod cancel;
 mod clock_faults;
+mod denial_cache;
 mod exactness;
 mod faults;
 mod functions;

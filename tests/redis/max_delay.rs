@@ -10,7 +10,8 @@ use std::time::Duration;
 use support::redis_cluster::shared_cluster;
 use support::redis_server::{shared_server, unique_prefix};
 use support::rng::Rng;
-use tollgate::{Algorithm, Key, Limit, Limiter, ManualClock, MemoryStore, Quota, RedisStore};
+use tollgate::clock::ManualClock;
+use tollgate::{Algorithm, Key, Limit, Limiter, MemoryStore, Quota, RedisStore};
 
 const BASE: Duration = Duration::from_secs(1_699_920_000);
 
@@ -35,7 +36,7 @@ fn policy(name: &str, quota: Quota, max_delay_us: u64) -> Limit {
 
 /// The same two policies ("queue" with the case's bound, "wide" with the default) on
 /// `store`.
-fn limiter(store: impl tollgate::Store, quota: Quota, max_delay_us: u64) -> Limiter {
+fn limiter(store: impl tollgate::store::Store, quota: Quota, max_delay_us: u64) -> Limiter {
     Limiter::builder()
         .limit(policy("queue", quota, max_delay_us))
         .limit(
@@ -55,7 +56,7 @@ fn redis(url: Option<&str>, cluster: &[String], clock: &ManualClock) -> RedisSto
     };
     store
         .prefix(&unique_prefix("max-delay"))
-        .block_cache(0)
+        .denial_cache(0)
         // Generous: these tests check answers, not speed, on a possibly busy machine.
         .deadline(Duration::from_secs(5))
         .expect("a deadline")

@@ -1,7 +1,7 @@
 //! Operators' calls and the penalty box on real Redis (a shared standalone server and
 //! the shared three-master cluster): the box trips exactly once per window of
 //! offences under concurrent callers on several limiter instances; a block or a reset
-//! made by one process reaches another, which caches blocks, within its blocked-key
+//! made by one process reaches another, which caches blocks, within its denial
 //! cache's max age; every operation is one round trip.
 #![cfg(feature = "redis")]
 
@@ -10,7 +10,8 @@ use std::time::Duration;
 use support::redis_cluster::shared_cluster;
 use support::redis_server::{shared_server, unique_prefix};
 use tokio::time::{Instant, sleep};
-use tollgate::{Algorithm, Decision, Key, Limit, Limiter, ManualClock, Penalty, Quota, RedisStore};
+use tollgate::clock::ManualClock;
+use tollgate::{Algorithm, Decision, Key, Limit, Limiter, Penalty, Quota, RedisStore};
 
 type TestResult = Result<(), Box<dyn std::error::Error>>;
 
@@ -148,7 +149,7 @@ async fn blocks_and_resets_reach_every_process((urls, cluster): (Vec<String>, bo
             .expect("a limiter")
     };
     let store_b = store(&urls, cluster, &prefix)
-        .block_cache_max_age(max_age)
+        .denial_cache_max_age(max_age)
         .expect("an age");
     let a = limiter(store(&urls, cluster, &prefix));
     let b = limiter(store_b.clone());

@@ -10,10 +10,9 @@
 use std::time::Duration;
 
 use support::redis_server::{RedisServer, shared_server, unique_prefix};
-use tollgate::{
-    Algorithm, Charge, Decision, Key, Limit, Limiter, ManualClock, MemoryStore, Penalty, Quota,
-    RedisStore, Store,
-};
+use tollgate::clock::ManualClock;
+use tollgate::store::{Charge, Store};
+use tollgate::{Algorithm, Decision, Key, Limit, Limiter, MemoryStore, Penalty, Quota, RedisStore};
 
 type TestResult = Result<(), Box<dyn std::error::Error>>;
 
@@ -23,7 +22,7 @@ const BASE: Duration = Duration::from_secs(1_699_920_000);
 const CENTURY: Duration = Duration::from_secs(100 * 365 * 86_400);
 
 /// A store on the shared server, on `clock`, through the function library or scripts.
-/// The blocked-key cache is off: every answer here is Redis's own.
+/// The denial cache is off: every answer here is Redis's own.
 fn store(clock: &ManualClock, functions: bool) -> RedisStore {
     store_at(clock, functions, &unique_prefix("records"))
 }
@@ -33,7 +32,7 @@ fn store_at(clock: &ManualClock, functions: bool, prefix: &str) -> RedisStore {
     RedisStore::from_url(&shared_server().url())
         .expect("a valid url")
         .prefix(prefix)
-        .block_cache(0)
+        .denial_cache(0)
         .functions(functions)
         // Answers are checked here, not speed, on a possibly busy machine.
         .deadline(Duration::from_secs(10))
@@ -471,7 +470,7 @@ async fn the_common_call_still_reads_one_key_and_a_plan_call_reads_the_record_to
         let clock = ManualClock::new(BASE);
         let store = RedisStore::from_url(&server.url())?
             .prefix(&unique_prefix("cost"))
-            .block_cache(0)
+            .denial_cache(0)
             .functions(functions)
             .deadline(Duration::from_secs(10))?
             .with_clock(clock.clone());
@@ -507,7 +506,7 @@ async fn a_reload_that_changes_a_penalty_reaches_plan_callers()
         tollgate::RedisStore::from_url(&support::redis_server::shared_server().url())
             .expect("a valid url")
             .prefix(&support::redis_server::unique_prefix("reload-penalty"))
-            .block_cache(0)
+            .denial_cache(0)
             .deadline(Duration::from_secs(5))
             .expect("a deadline")
             .with_clock(clock)

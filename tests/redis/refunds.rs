@@ -23,9 +23,11 @@ use proptest::prelude::*;
 use support::http::{Reply, Server};
 use support::immediate::immediate;
 use tokio::sync::{Semaphore, mpsc, watch};
+use tollgate::clock::ManualClock;
+use tollgate::store::{Charge, Fallback, Receipt, Store};
 use tollgate::{
-    Algorithm, Charge, Decision, Fallback, Key, Limiter, ManualClock, MemoryStore, Policy, Quota,
-    RateLimitLayer, Receipt, Store, StoreError, StoreErrorKind, store::StoreCall,
+    Algorithm, Decision, Key, Limiter, MemoryStore, Policy, Quota, RateLimitLayer, StoreError,
+    StoreErrorKind, store::StoreCall,
 };
 
 /// 2023-11-14T00:00:00Z: windows of a minute, an hour and a day start here.
@@ -99,13 +101,14 @@ mod redis {
 
     use support::redis_cluster::shared_cluster;
     use support::redis_server::{shared_server, unique_prefix};
-    use tollgate::{ManualClock, RedisStore};
+    use tollgate::RedisStore;
+    use tollgate::clock::ManualClock;
 
     /// Generous deadlines: these tests check answers, not speed, on a busy machine.
     fn patient(store: RedisStore, clock: &ManualClock) -> RedisStore {
         store
             .prefix(&unique_prefix("refunds"))
-            .block_cache(0)
+            .denial_cache(0)
             .deadline(Duration::from_secs(5))
             .expect("a deadline")
             .with_clock(clock.clone())
@@ -681,7 +684,7 @@ async fn a_refund_for_a_stopped_redis_primary_is_dropped_and_the_insurance_store
     // What is tested is where refunds go, not speed: a deadline a busy machine meets.
     let redis = RedisStore::from_url(&server.url())?
         .deadline(Duration::from_secs(1))?
-        .block_cache(0)
+        .denial_cache(0)
         .with_clock(clock.clone());
     let memory = MemoryStore::with_clock(clock.clone());
     let fallback = Fallback::new(redis.clone(), memory.clone()).probe_interval(Duration::ZERO);

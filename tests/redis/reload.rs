@@ -9,7 +9,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use support::redis_server::{shared_server, unique_prefix};
-use tollgate::{Algorithm, Key, Limit, Limiter, ManualClock, Quota, RedisStore};
+use tollgate::clock::ManualClock;
+use tollgate::{Algorithm, Key, Limit, Limiter, Quota, RedisStore};
 
 const BASE: Duration = Duration::from_secs(1_699_920_000);
 const INSTANCES: usize = 4;

@@ -10,9 +10,9 @@
 use std::time::Duration;
 
 use support::redis_server::{shared_server, unique_prefix};
-use tollgate::{
-    Algorithm, Decision, Key, Limit, Limiter, ManualClock, MemoryStore, Quota, RedisStore, Store,
-};
+use tollgate::clock::ManualClock;
+use tollgate::store::Store;
+use tollgate::{Algorithm, Decision, Key, Limit, Limiter, MemoryStore, Quota, RedisStore};
 
 const BASE: Duration = Duration::from_secs(1_699_920_000);
 /// 10 per second, burst 1: T = 100 ms.
@@ -65,7 +65,7 @@ async fn random_reserve_and_cancel_walks_agree_and_keep_places_apart()
                 algorithm,
                 RedisStore::from_url(&shared_server().url())?
                     .prefix(&unique_prefix("walk"))
-                    .block_cache(0)
+                    .denial_cache(0)
                     .deadline(Duration::from_secs(5))?
                     .with_clock(clock.clone()),
             )?;

@@ -4,15 +4,16 @@
 #![cfg(feature = "redis")]
 
 use support::redis_server::{shared_server, unique_prefix};
-use tollgate::{ManualClock, RedisStore};
+use tollgate::RedisStore;
+use tollgate::clock::ManualClock;
 
-/// The blocked-key cache is off: the tables pin what the store itself answers (a
+/// The denial cache is off: the tables pin what the store itself answers (a
 /// table may refund a denied key and ask again at the same instant).
 fn store(clock: ManualClock) -> RedisStore {
     RedisStore::from_url(&shared_server().url())
         .expect("a valid url")
         .prefix(&unique_prefix("scenario"))
-        .block_cache(0)
+        .denial_cache(0)
         // Generous: these tests check answers, not speed, on a possibly busy machine.
         .deadline(std::time::Duration::from_secs(5))
         .expect("a deadline")

@@ -1,16 +1,15 @@
 //! `RedisStore` against a private redis-server: the same answers as the memory store
 //! on random sequences (through the function library and through scripts) and on log
 //! denials at every cost, keys and TTLs, batches, refunds, validation and the
-//! blocked-key cache (two processes' caches: `block_cache.rs`).
+//! denial cache (two processes' caches: `denial_cache.rs`).
 #![cfg(feature = "redis")]
 
 use std::time::Duration;
 
 use support::redis_server::{RedisServer, shared_server, unique_prefix};
-use tollgate::{
-    Algorithm, Charge, ConfigError, Key, Limit, Limiter, ManualClock, MemoryStore, Quota,
-    RedisStore, Store,
-};
+use tollgate::clock::ManualClock;
+use tollgate::store::{Charge, Store};
+use tollgate::{Algorithm, ConfigError, Key, Limit, Limiter, MemoryStore, Quota, RedisStore};
 
 const BASE: Duration = Duration::from_secs(1_699_920_000);
 
@@ -44,7 +43,7 @@ fn store_on(server: &RedisServer, clock: &ManualClock) -> RedisStore {
     RedisStore::from_url(&server.url())
         .expect("a valid url")
         .prefix(&unique_prefix("store"))
-        .block_cache(0)
+        .denial_cache(0)
         // Generous: these tests check answers, not speed, on a possibly busy machine.
         .deadline(std::time::Duration::from_secs(5))
         .expect("a deadline")

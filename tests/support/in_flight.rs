@@ -34,7 +34,8 @@ use tokio::net::TcpStream;
 use tokio::sync::Semaphore;
 use tokio::task::JoinHandle;
 use tokio::time::{Instant, Interval, sleep};
-use tollgate::{InFlightSlot, Key, Limit, Store};
+use tollgate::store::{InFlightSlot, Store};
+use tollgate::{Key, Limit};
 
 use crate::http::{Reply, Server};
 

@@ -5,7 +5,8 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use tollgate::{Algorithm, Key, LeasedStore, Limit, Limiter, Store};
+use tollgate::store::{LeasedStore, Store};
+use tollgate::{Algorithm, Key, Limit, Limiter};
 
 /// What a hammering admitted and what it cost.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

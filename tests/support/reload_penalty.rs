@@ -5,7 +5,9 @@
 use std::error::Error;
 use std::time::Duration;
 
-use tollgate::{Key, Limit, Limiter, ManualClock, Penalty, Quota, Store};
+use tollgate::clock::ManualClock;
+use tollgate::store::Store;
+use tollgate::{Key, Limit, Limiter, Penalty, Quota};
 
 use crate::scenarios::BASE;
 

@@ -9,7 +9,9 @@
 use std::error::Error;
 use std::time::Duration;
 
-use tollgate::{Algorithm, Key, Limit, Limiter, ManualClock, Quota, Store};
+use tollgate::clock::ManualClock;
+use tollgate::store::Store;
+use tollgate::{Algorithm, Key, Limit, Limiter, Quota};
 
 use crate::scenarios::BASE;
 

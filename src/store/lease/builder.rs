@@ -9,8 +9,9 @@ use foldhash::fast::RandomState;
 
 use super::table::SHARDS;
 use super::{Inner, LeasedStore, SliceSizing};
+use crate::ConfigError;
+use crate::clock::{Clock, SystemClock};
 use crate::store::Store;
-use crate::{Clock, ConfigError, SystemClock};
 
 /// The longest lease [`LeaseBuilder::max_lease`] accepts.
 const LONGEST_LEASE: Duration = Duration::from_secs(10);
@@ -19,7 +20,8 @@ const LONGEST_LEASE: Duration = Duration::from_secs(10);
 ///
 /// ```
 /// use std::time::Duration;
-/// use tollgate::{LeasedStore, MemoryStore};
+/// use tollgate::MemoryStore;
+/// use tollgate::store::LeasedStore;
 /// let store = LeasedStore::builder(MemoryStore::new())
 ///     .max_lease(Duration::from_millis(100))?
 ///     .max_slice(32)?
@@ -60,7 +62,8 @@ impl<S: Store> LeaseBuilder<S> {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use tollgate::{LeasedStore, MemoryStore};
+    /// use tollgate::MemoryStore;
+    /// use tollgate::store::LeasedStore;
     /// assert!(LeasedStore::builder(MemoryStore::new()).max_lease(Duration::from_secs(60)).is_err());
     /// ```
     pub fn max_lease(mut self, max_lease: Duration) -> Result<Self, ConfigError> {
@@ -76,7 +79,8 @@ impl<S: Store> LeaseBuilder<S> {
     /// The most units one slice charges (default 64, at least 1).
     ///
     /// ```
-    /// use tollgate::{LeasedStore, MemoryStore};
+    /// use tollgate::MemoryStore;
+    /// use tollgate::store::LeasedStore;
     /// assert!(LeasedStore::builder(MemoryStore::new()).max_slice(0).is_err());
     /// ```
     pub fn max_slice(mut self, max_slice: u64) -> Result<Self, ConfigError> {
@@ -95,7 +99,8 @@ impl<S: Store> LeaseBuilder<S> {
     /// capacity.
     ///
     /// ```
-    /// use tollgate::{LeasedStore, MemoryStore};
+    /// use tollgate::MemoryStore;
+    /// use tollgate::store::LeasedStore;
     /// assert!(LeasedStore::builder(MemoryStore::new()).processes(0).is_err());
     /// ```
     pub fn processes(mut self, processes: u64) -> Result<Self, ConfigError> {
@@ -112,7 +117,8 @@ impl<S: Store> LeaseBuilder<S> {
     /// A new key beyond it evicts the oldest-refilled one, whose unused units go back.
     ///
     /// ```
-    /// use tollgate::{LeasedStore, MemoryStore};
+    /// use tollgate::MemoryStore;
+    /// use tollgate::store::LeasedStore;
     /// assert!(LeasedStore::builder(MemoryStore::new()).max_leases(0).is_err());
     /// ```
     pub fn max_leases(mut self, max_leases: usize) -> Result<Self, ConfigError> {
@@ -129,7 +135,8 @@ impl<S: Store> LeaseBuilder<S> {
     /// an error.
     ///
     /// ```
-    /// use tollgate::{LeasedStore, MemoryStore, SliceSizing};
+    /// use tollgate::MemoryStore;
+    /// use tollgate::store::{LeasedStore, SliceSizing};
     /// assert!(LeasedStore::builder(MemoryStore::new()).sizing(SliceSizing::Fixed(0)).is_err());
     /// ```
     pub fn sizing(mut self, sizing: SliceSizing) -> Result<Self, ConfigError> {
@@ -143,11 +150,13 @@ impl<S: Store> LeaseBuilder<S> {
     }
 
     /// The clock leases are timed on (default [`SystemClock`]). Tests and simulations
-    /// give it the backing store's [`ManualClock`](crate::ManualClock).
+    /// give it the backing store's [`ManualClock`](crate::clock::ManualClock).
     ///
     /// ```
     /// use std::time::Duration;
-    /// use tollgate::{LeasedStore, ManualClock, MemoryStore};
+    /// use tollgate::MemoryStore;
+    /// use tollgate::clock::ManualClock;
+    /// use tollgate::store::LeasedStore;
     /// let clock = ManualClock::new(Duration::from_secs(1_700_000_000));
     /// let store = LeasedStore::builder(MemoryStore::with_clock(clock.clone())).clock(clock).build();
     /// # let _ = store;
@@ -162,7 +171,8 @@ impl<S: Store> LeaseBuilder<S> {
     /// [`max_leases`](Self::max_leases) keys is filled as keys are decided.
     ///
     /// ```
-    /// use tollgate::{LeasedStore, MemoryStore};
+    /// use tollgate::MemoryStore;
+    /// use tollgate::store::LeasedStore;
     /// let store = LeasedStore::builder(MemoryStore::new()).build();
     /// assert_eq!((store.leases(), store.held()), (0, 0));
     /// ```

@@ -9,7 +9,7 @@ use tokio::sync::Notify;
 
 use super::LeasedStore;
 use super::slice::{Kind, Lease};
-use super::table::{Slot, lock};
+use super::table::{TableKey, lock};
 use crate::store::{Charge, Store};
 use crate::{Decision, StoreError};
 
@@ -19,7 +19,7 @@ impl<S: Store> LeasedStore<S> {
         &self,
         charge: &Charge<'_>,
         slice: u64,
-        slot: &Slot,
+        table_key: &TableKey,
         refill: &Arc<Notify>,
     ) -> Result<Decision, StoreError> {
         let cost = charge.cost;
@@ -36,7 +36,7 @@ impl<S: Store> LeasedStore<S> {
             charge,
             charged,
             (sent, answered),
-            (slot, refill),
+            (table_key, refill),
         ) {
             Ok(decision)
         } else {
@@ -52,9 +52,9 @@ impl<S: Store> LeasedStore<S> {
 
     /// Records what a charge of the request's own cost, made alongside a refill, says
     /// about the key: what is left, and a denial to repeat.
-    pub(super) fn note(&self, decision: &Decision, cost: u64, sent: u64, slot: &Slot) {
-        let mut shard = lock(self.shard(slot));
-        if let Some(entry) = shard.entries.get_mut(slot) {
+    pub(super) fn note(&self, decision: &Decision, cost: u64, sent: u64, table_key: &TableKey) {
+        let mut shard = lock(self.shard(table_key));
+        if let Some(entry) = shard.entries.get_mut(table_key) {
             entry.left = Some(decision.remaining);
             if let Some(denial) = self.denial(decision, cost, sent) {
                 entry.denied = Some(denial);
@@ -72,13 +72,13 @@ impl<S: Store> LeasedStore<S> {
         charge: &Charge<'_>,
         charged: u64,
         (sent, answered): (u64, u64),
-        (slot, refill): (&Slot, &Arc<Notify>),
+        (table_key, refill): (&TableKey, &Arc<Notify>),
     ) -> bool {
         let cost = charge.cost;
-        let mut shard = lock(self.shard(slot));
+        let mut shard = lock(self.shard(table_key));
         let Some(entry) = shard
             .entries
-            .get_mut(slot)
+            .get_mut(table_key)
             .filter(|entry| entry.refilled_by(refill))
         else {
             return false;
@@ -96,7 +96,7 @@ impl<S: Store> LeasedStore<S> {
                     decision.remaining,
                     self.inner.max_lease_us,
                 ));
-                decision.remaining = (decision.remaining + (charged - cost)).min(decision.limit);
+                decision.remaining = (decision.remaining + (charged - cost)).min(decision.capacity);
                 decision.receipt = receipt.with_cost(cost);
             }
         } else if let Some(denial) = self.denial(decision, cost, sent) {

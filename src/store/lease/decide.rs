@@ -12,7 +12,7 @@ use super::LeasedStore;
 use super::returns::Release;
 use super::sizing::{grow_under_demand, shrunk_after_expiry};
 use super::slice::{Lease, Spent};
-use super::table::{Entry, Shard, Slot, lock};
+use super::table::{Entry, Shard, TableKey, lock};
 use crate::store::{Charge, Store};
 use crate::{Decision, Limit, StoreError};
 
@@ -52,22 +52,22 @@ impl<S: Store> LeasedStore<S> {
     /// table as it was (only the clock's floor moves), so a call made instead does
     /// nothing until it is polled, and one dropped unpolled has taken nothing.
     pub(super) fn decide_here(&self, charge: &Charge<'_>) -> Option<Decision> {
-        let slot = Slot::of(charge);
+        let table_key = TableKey::of(charge);
         let now = self.now();
-        let mut shard = lock(self.shard(&slot));
+        let mut shard = lock(self.shard(&table_key));
         shard
             .entries
-            .get_mut(&slot)?
+            .get_mut(&table_key)?
             .decide_locally(charge, now)
             .ok()
     }
 
     /// Decides one charge of cost ≥ 1 on a leasable limit.
     pub(super) async fn decide_leased(&self, charge: &Charge<'_>) -> Result<Decision, StoreError> {
-        let slot = Slot::of(charge);
+        let table_key = TableKey::of(charge);
         loop {
             let now = self.now();
-            let (step, expired, evicted) = self.step(charge, &slot, now);
+            let (step, expired, evicted) = self.step(charge, &table_key, now);
             if let Some(lease) = expired {
                 let release = Release {
                     limit: charge.limit.clone(),
@@ -86,25 +86,25 @@ impl<S: Store> LeasedStore<S> {
                     // Registered before looking: the refill notifies under the shard's
                     // lock, after clearing itself, so no wake-up is missed.
                     notified.as_mut().enable();
-                    if self.refilling(&slot, &refill) {
+                    if self.refilling(&table_key, &refill) {
                         notified.await;
                     }
                 }
                 Step::Direct => {
                     let sent = self.now();
                     let decision = self.acquire_one(charge, charge.cost).await?;
-                    self.note(&decision, charge.cost, sent, &slot);
+                    self.note(&decision, charge.cost, sent, &table_key);
                     return Ok(decision);
                 }
                 Step::Charge(slice, notify) => {
                     let mut refill = Refill {
                         owner: self,
-                        slot: &slot,
+                        table_key: &table_key,
                         notify,
                         done: false,
                     };
                     let decision = self
-                        .charge_slice(charge, slice, &slot, &refill.notify)
+                        .charge_slice(charge, slice, &table_key, &refill.notify)
                         .await;
                     refill.done = true;
                     refill.finish();
@@ -120,23 +120,23 @@ impl<S: Store> LeasedStore<S> {
     fn step(
         &self,
         charge: &Charge<'_>,
-        slot: &Slot,
+        table_key: &TableKey,
         now: u64,
     ) -> (Step, Option<Lease>, Option<Release>) {
         let cost = charge.cost;
         let cap = self.cap(charge.limit.params().capacity);
-        let mut guard = lock(self.shard(slot));
+        let mut guard = lock(self.shard(table_key));
         let mut evicted = None;
-        if !guard.entries.contains_key(slot) {
+        if !guard.entries.contains_key(table_key) {
             evicted = self.make_room(&mut guard);
             guard.tick += 1;
             let stamp = guard.tick;
             guard
                 .entries
-                .insert(slot.clone(), Entry::new(charge.limit.clone(), stamp));
+                .insert(table_key.clone(), Entry::new(charge.limit.clone(), stamp));
         }
         let Shard { entries, tick, .. } = &mut *guard;
-        let Some(entry) = entries.get_mut(slot) else {
+        let Some(entry) = entries.get_mut(table_key) else {
             unreachable!("inserted above, under the same lock");
         };
         let unserved = match entry.decide_locally(charge, now) {
@@ -191,11 +191,11 @@ impl<S: Store> LeasedStore<S> {
         (Step::Charge(slice, notify), expired, evicted)
     }
 
-    /// Whether `refill` is still charging the slot's next slice.
-    fn refilling(&self, slot: &Slot, refill: &Arc<Notify>) -> bool {
-        lock(self.shard(slot))
+    /// Whether `refill` is still charging the entry's next slice.
+    fn refilling(&self, table_key: &TableKey, refill: &Arc<Notify>) -> bool {
+        lock(self.shard(table_key))
             .entries
-            .get(slot)
+            .get(table_key)
             .is_some_and(|entry| entry.refilled_by(refill))
     }
 }
@@ -205,12 +205,12 @@ fn lease_decision(lease: &Lease, now: u64, cost: u64, delay: u64, limit: &Limit)
     let capacity = limit.params().capacity;
     Decision {
         allowed: true,
-        limit: capacity,
+        capacity,
         remaining: lease.remaining.saturating_add(lease.unused()).min(capacity),
         reset_after: Duration::from_micros(lease.reset_after(now)),
         retry_after: None,
         delay: Duration::from_micros(delay),
-        policy: limit.name(),
+        limit: limit.name(),
         quota: limit.quota(),
         blocked_for: None,
         receipt: lease.receipt.with_cost(cost),
@@ -221,15 +221,15 @@ fn lease_decision(lease: &Lease, now: u64, cost: u64, delay: u64, limit: &Limit)
 /// being cancelled), the key stops waiting on it.
 struct Refill<'a, S: Store> {
     owner: &'a LeasedStore<S>,
-    slot: &'a Slot,
+    table_key: &'a TableKey,
     notify: Arc<Notify>,
     done: bool,
 }
 
 impl<S: Store> Refill<'_, S> {
     fn finish(&mut self) {
-        let mut shard = lock(self.owner.shard(self.slot));
-        if let Some(entry) = shard.entries.get_mut(self.slot)
+        let mut shard = lock(self.owner.shard(self.table_key));
+        if let Some(entry) = shard.entries.get_mut(self.table_key)
             && entry.refilled_by(&self.notify)
         {
             entry.refill = None;

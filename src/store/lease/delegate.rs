@@ -8,9 +8,10 @@ use std::time::Duration;
 use super::LeasedStore;
 use super::returns::Release;
 use super::slice::leasable;
-use super::table::{Slot, lock};
+use super::table::{TableKey, lock};
+use crate::decision::Receipt;
 use crate::store::{Charge, InFlightSlot, Store, StoreCall, only};
-use crate::{ConfigError, Decision, Key, Limit, Receipt};
+use crate::{ConfigError, Decision, Key, Limit};
 
 /// Whether `charge` is decided from leases: a charge (not a peek) on a limit whose
 /// algorithm can lease.
@@ -58,12 +59,12 @@ impl<S: Store> Store for LeasedStore<S> {
             // An operator's refund returns the key's newest charges, which may be this
             // process's parked units: return them first, so the refund cannot free
             // units this process would still spend.
-            let slot_release = {
-                let slot = Slot::of(&charge);
-                let mut shard = lock(self.shard(&slot));
+            let lease_release = {
+                let table_key = TableKey::of(&charge);
+                let mut shard = lock(self.shard(&table_key));
                 shard
                     .entries
-                    .get_mut(&slot)
+                    .get_mut(&table_key)
                     .and_then(|entry| entry.lease.take())
                     .map(|lease| Release {
                         limit: charge.limit.clone(),
@@ -71,7 +72,7 @@ impl<S: Store> Store for LeasedStore<S> {
                         lease,
                     })
             };
-            if let Some(release) = slot_release {
+            if let Some(release) = lease_release {
                 self.give_back(release, self.now()).await?;
             }
             self.inner.calls.fetch_add(1, Ordering::Relaxed);
@@ -89,12 +90,12 @@ impl<S: Store> Store for LeasedStore<S> {
         })
     }
 
-    fn validate(&self, policy: &Limit) -> Result<(), ConfigError> {
-        self.inner.store.validate(policy)
+    fn validate(&self, limit: &Limit) -> Result<(), ConfigError> {
+        self.inner.store.validate(limit)
     }
 
-    fn validate_quota(&self, policy: &Limit) -> Result<(), ConfigError> {
-        self.inner.store.validate_quota(policy)
+    fn validate_quota(&self, limit: &Limit) -> Result<(), ConfigError> {
+        self.inner.store.validate_quota(limit)
     }
 
     // Operators' calls, reservations and in-flight slots go to the store itself: they
@@ -163,8 +164,10 @@ impl<S: Store> Store for LeasedStore<S> {
 mod tests {
     use std::time::Duration;
 
+    use crate::clock::ManualClock;
     use crate::store::{Charge, Store};
-    use crate::{Algorithm, Key, LeasedStore, Limit, ManualClock, MemoryStore, Quota, SliceSizing};
+    use crate::store::{LeasedStore, SliceSizing};
+    use crate::{Algorithm, Key, Limit, MemoryStore, Quota};
 
     fn store() -> LeasedStore<MemoryStore> {
         let clock = ManualClock::new(Duration::from_secs(1_700_000_000));

@@ -33,7 +33,7 @@ impl Denial {
                 .decision
                 .retry_after
                 .map(|retry| retry.saturating_sub(since).max(Duration::from_micros(1))),
-            policy: limit.name(),
+            limit: limit.name(),
             quota: limit.quota(),
             ..self.decision.clone()
         }

@@ -39,7 +39,7 @@
 //! A lease ends when a request finds it expired, when its key is evicted, or on
 //! [`release_expired`](LeasedStore::release_expired) /
 //! [`release_all`](LeasedStore::release_all). For the window algorithms its unused
-//! units go back by [`refund_charge`](crate::Store::refund_charge) with the slice's
+//! units go back by [`refund_charge`](crate::store::Store::refund_charge) with the slice's
 //! receipt, so the store takes back only what of that charge it still counts.
 //!
 //! For the token bucket, GCRA and the leaky bucket they are *not* returned: time repays
@@ -79,12 +79,14 @@ pub use self::builder::LeaseBuilder;
 use self::slice::Lease;
 use self::table::{Shard, lock};
 use super::Store;
-use crate::{Clock, StoreError};
+use crate::StoreError;
+use crate::clock::Clock;
 
 /// How big a slice a key's next lease charges.
 ///
 /// ```
-/// use tollgate::{LeasedStore, MemoryStore, SliceSizing};
+/// use tollgate::MemoryStore;
+/// use tollgate::store::{LeasedStore, SliceSizing};
 /// let store = LeasedStore::builder(MemoryStore::new())
 ///     .sizing(SliceSizing::Fixed(8))?
 ///     .build();
@@ -145,7 +147,7 @@ pub enum SliceSizing {
 ///
 /// After a denial with a `retry_after`, the same or a larger cost for that key is
 /// denied here, without a round trip, until then (at most `max_lease`): stricter, never
-/// looser, than asking. A `check_all` of several policies, a cost-0 peek, and the
+/// looser, than asking. A `check_all` of several limits, a cost-0 peek, and the
 /// sliding log go to `S` as they would without leases.
 ///
 /// An operator's [`block`](crate::Limiter::block), [`reset`](crate::Limiter::reset)
@@ -165,7 +167,9 @@ pub enum SliceSizing {
 ///
 /// ```
 /// use std::time::Duration;
-/// use tollgate::{Key, LeasedStore, Limit, Limiter, ManualClock, MemoryStore, Quota, Algorithm};
+/// use tollgate::{Key, Limit, Limiter, MemoryStore, Quota, Algorithm};
+/// use tollgate::clock::ManualClock;
+/// use tollgate::store::LeasedStore;
 /// # tokio::runtime::Builder::new_current_thread().enable_time().build()?.block_on(async {
 /// let clock = ManualClock::new(Duration::from_secs(1_700_000_000));
 /// // In production the backing store is a `RedisStore`.
@@ -218,7 +222,8 @@ impl<S: Store> LeasedStore<S> {
     /// Leases on `store` with the defaults (see [`LeaseBuilder`]).
     ///
     /// ```
-    /// use tollgate::{LeasedStore, MemoryStore};
+    /// use tollgate::MemoryStore;
+    /// use tollgate::store::LeasedStore;
     /// let store = LeasedStore::new(MemoryStore::new());
     /// assert_eq!(store.store_calls(), 0);
     /// ```
@@ -230,7 +235,8 @@ impl<S: Store> LeasedStore<S> {
     /// units sized to each key's rate, 4 processes expected, 10 000 keys.
     ///
     /// ```
-    /// use tollgate::{LeasedStore, MemoryStore};
+    /// use tollgate::MemoryStore;
+    /// use tollgate::store::LeasedStore;
     /// let store = LeasedStore::builder(MemoryStore::new()).max_slice(16)?.build();
     /// # let _ = store;
     /// # Ok::<(), tollgate::ConfigError>(())
@@ -242,7 +248,8 @@ impl<S: Store> LeasedStore<S> {
     /// The backing store.
     ///
     /// ```
-    /// use tollgate::{LeasedStore, MemoryStore};
+    /// use tollgate::MemoryStore;
+    /// use tollgate::store::LeasedStore;
     /// let store = LeasedStore::new(MemoryStore::new());
     /// let _memory: &MemoryStore = store.get_ref();
     /// ```
@@ -254,7 +261,8 @@ impl<S: Store> LeasedStore<S> {
     /// its clones.
     ///
     /// ```
-    /// use tollgate::{LeasedStore, MemoryStore};
+    /// use tollgate::MemoryStore;
+    /// use tollgate::store::LeasedStore;
     /// assert_eq!(LeasedStore::new(MemoryStore::new()).store_calls(), 0);
     /// ```
     pub fn store_calls(&self) -> u64 {
@@ -265,7 +273,8 @@ impl<S: Store> LeasedStore<S> {
     /// rounded up to a multiple of the table's 32 shards).
     ///
     /// ```
-    /// use tollgate::{LeasedStore, MemoryStore};
+    /// use tollgate::MemoryStore;
+    /// use tollgate::store::LeasedStore;
     /// assert_eq!(LeasedStore::new(MemoryStore::new()).leases(), 0);
     /// ```
     pub fn leases(&self) -> usize {
@@ -280,7 +289,8 @@ impl<S: Store> LeasedStore<S> {
     /// here, nor returned.
     ///
     /// ```
-    /// use tollgate::{LeasedStore, MemoryStore};
+    /// use tollgate::MemoryStore;
+    /// use tollgate::store::LeasedStore;
     /// assert_eq!(LeasedStore::new(MemoryStore::new()).held(), 0);
     /// ```
     pub fn held(&self) -> u64 {
@@ -305,7 +315,8 @@ impl<S: Store> LeasedStore<S> {
     /// `max_lease`) to return the units of keys that went quiet sooner.
     ///
     /// ```
-    /// use tollgate::{LeasedStore, MemoryStore};
+    /// use tollgate::MemoryStore;
+    /// use tollgate::store::LeasedStore;
     /// # tokio::runtime::Builder::new_current_thread().build()?.block_on(async {
     /// assert_eq!(LeasedStore::new(MemoryStore::new()).release_expired().await?, 0);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
@@ -320,7 +331,8 @@ impl<S: Store> LeasedStore<S> {
     /// see the module docs); returns how many units were handed back.
     ///
     /// ```
-    /// use tollgate::{LeasedStore, MemoryStore};
+    /// use tollgate::MemoryStore;
+    /// use tollgate::store::LeasedStore;
     /// # tokio::runtime::Builder::new_current_thread().build()?.block_on(async {
     /// assert_eq!(LeasedStore::new(MemoryStore::new()).release_all().await?, 0);
     /// # Ok::<(), Box<dyn std::error::Error>>(())

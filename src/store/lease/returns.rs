@@ -6,9 +6,10 @@ use std::sync::atomic::Ordering;
 
 use super::LeasedStore;
 use super::slice::{Kind, Lease};
-use super::table::{Shard, Slot, lock};
+use super::table::{Shard, TableKey, lock};
+use crate::decision::Receipt;
 use crate::store::{Charge, Store};
-use crate::{Key, Limit, Receipt, StoreError};
+use crate::{Key, Limit, StoreError};
 
 /// A lease taken out of the table, to return.
 pub(super) struct Release {
@@ -24,7 +25,7 @@ impl<S: Store> LeasedStore<S> {
         let mut out = Vec::new();
         for shard in &*self.inner.shards {
             let mut shard = lock(shard);
-            for (slot, entry) in &mut shard.entries {
+            for (table_key, entry) in &mut shard.entries {
                 let over = entry
                     .lease
                     .as_ref()
@@ -32,7 +33,7 @@ impl<S: Store> LeasedStore<S> {
                 if over && let Some(lease) = entry.lease.take() {
                     out.push(Release {
                         limit: entry.limit.clone(),
-                        key: slot.key,
+                        key: table_key.key,
                         lease,
                     });
                 }
@@ -74,9 +75,9 @@ impl<S: Store> LeasedStore<S> {
 
     /// Takes the key's expired lease out of the table, if it has one.
     pub(super) fn take_expired(&self, charge: &Charge<'_>, now: u64) -> Option<Release> {
-        let slot = Slot::of(charge);
-        let mut shard = lock(self.shard(&slot));
-        let entry = shard.entries.get_mut(&slot)?;
+        let table_key = TableKey::of(charge);
+        let mut shard = lock(self.shard(&table_key));
+        let entry = shard.entries.get_mut(&table_key)?;
         if entry.lease.clone()?.spend(now, 0).is_ok() {
             return None;
         }
@@ -89,8 +90,8 @@ impl<S: Store> LeasedStore<S> {
 
     /// Takes a refund of a request admitted from this key's live lease back into it.
     pub(super) fn refund_locally(&self, charge: &Charge<'_>, receipt: Receipt) -> bool {
-        let slot = Slot::of(charge);
-        let mut shard = lock(self.shard(&slot));
+        let table_key = TableKey::of(charge);
+        let mut shard = lock(self.shard(&table_key));
         let Shard {
             entries, forgotten, ..
         } = &mut *shard;
@@ -99,7 +100,7 @@ impl<S: Store> LeasedStore<S> {
             return false;
         }
         let Some(lease) = entries
-            .get_mut(&slot)
+            .get_mut(&table_key)
             .and_then(|entry| entry.lease.as_mut())
             .filter(|lease| lease.issued(receipt))
         else {

@@ -4,8 +4,8 @@
 //! Pure: no lock, no clock, no I/O. Times are whole microseconds; "local" times are
 //! this process's clock, "store" times the backing store's (Redis: server `TIME`).
 
-use crate::Receipt;
 use crate::algorithm::{Algorithm, Params};
+use crate::decision::Receipt;
 
 /// Why a lease cannot serve a request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -31,7 +31,7 @@ pub(super) enum Kind {
         /// end sooner: the safe side).
         unit_ns: u64,
         /// Leaky bucket: a unit is served at its place in the queue, no later than the
-        /// policy's bound on delays.
+        /// limit's bound on delays.
         max_delay_us: Option<u64>,
     },
 }
@@ -204,7 +204,8 @@ impl Lease {
 #[cfg(test)]
 mod tests {
     use super::{Kind, Lease, Spent};
-    use crate::{Algorithm, Limit, Quota, Receipt};
+    use crate::decision::Receipt;
+    use crate::{Algorithm, Limit, Quota};
 
     fn params(algorithm: Algorithm, quota: Quota) -> crate::algorithm::Params {
         *Limit::new("t", quota)

@@ -27,7 +27,7 @@ const MAX_FORGOTTEN: usize = 1024;
 /// What one shard of the table holds.
 #[derive(Debug, Default)]
 pub(super) struct Shard {
-    pub(super) entries: HashMap<Slot, Entry, RandomState>,
+    pub(super) entries: HashMap<TableKey, Entry, RandomState>,
     /// Stamps entries as they are created or refilled: the smallest is the oldest.
     pub(super) tick: u64,
     /// When each lease an operator's call dropped was charged and until when it
@@ -38,17 +38,17 @@ pub(super) struct Shard {
     pub(super) forgotten: HashSet<(u64, u64)>,
 }
 
-/// A lease's identity: the policy exactly as charged (name and every parameter, so a
+/// A lease's identity: the limit exactly as charged (name and every parameter, so a
 /// caller's own quota never spends a lease charged under another) and the key.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub(super) struct Slot {
+pub(super) struct TableKey {
     pub(super) name: &'static str,
     pub(super) params: Params,
     pub(super) key: Key,
 }
 
-impl Slot {
-    /// The slot `charge` spends from.
+impl TableKey {
+    /// The key of the entry `charge` spends from.
     pub(super) fn of(charge: &Charge<'_>) -> Self {
         Self {
             name: charge.limit.name(),
@@ -103,11 +103,11 @@ pub(super) fn lock(shard: &Mutex<Shard>) -> MutexGuard<'_, Shard> {
 }
 
 impl<S> LeasedStore<S> {
-    /// The shard of `slot`: chosen by its name and key only, so that every lease of
+    /// The shard of `table_key`: chosen by its name and key only, so that every lease of
     /// one (limit name, key), whatever quota it was charged under (a plan caller's
     /// own), lives in one shard, where an operator's call finds them all.
-    pub(super) fn shard(&self, slot: &Slot) -> &Mutex<Shard> {
-        self.shard_of(slot.name, &slot.key)
+    pub(super) fn shard(&self, table_key: &TableKey) -> &Mutex<Shard> {
+        self.shard_of(table_key.name, &table_key.key)
     }
 
     pub(super) fn shard_of(&self, name: &str, key: &Key) -> &Mutex<Shard> {
@@ -126,7 +126,7 @@ impl<S> LeasedStore<S> {
             .iter()
             .filter(|(_, e)| e.refill.is_none())
             .min_by_key(|(_, e)| e.stamp)
-            .map(|(slot, _)| slot.clone())?;
+            .map(|(table_key, _)| table_key.clone())?;
         let entry = shard.entries.remove(&oldest)?;
         Some(Release {
             limit: entry.limit,
@@ -146,8 +146,8 @@ impl<S> LeasedStore<S> {
         let Shard {
             entries, forgotten, ..
         } = &mut *shard;
-        entries.retain(|slot, entry| {
-            let dropped = slot.key == *key && slot.name == name;
+        entries.retain(|table_key, entry| {
+            let dropped = table_key.key == *key && table_key.name == name;
             if dropped && let Some(lease) = &entry.lease {
                 if forgotten.len() >= MAX_FORGOTTEN {
                     forgotten.clear();

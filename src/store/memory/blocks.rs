@@ -21,10 +21,11 @@ use foldhash::fast::RandomState;
 use hashbrown::HashTable;
 
 use super::shard::{Hashed, Shard};
+use crate::Key;
 use crate::Limit;
 use crate::algorithm::Verdict;
+use crate::decision::Receipt;
 use crate::penalty::Offences;
-use crate::{Key, Receipt};
 
 /// How many records an eviction compares (as for rate states, see `eviction.rs`).
 const SAMPLE: usize = 16;
@@ -185,21 +186,21 @@ impl Records {
 }
 
 impl Shard {
-    /// The record of `key` under `policy`'s name, if any. One check while the shard
+    /// The record of `key` under `limit`'s name, if any. One check while the shard
     /// holds no record at all.
     #[inline]
-    pub(super) fn record_of(&self, policy: &Limit, key: Hashed<'_>) -> Option<&Record> {
+    pub(super) fn record_of(&self, limit: &Limit, key: Hashed<'_>) -> Option<&Record> {
         if self.records == 0 {
             return None;
         }
-        self.names.get(&policy.record())?.records.get(key)
+        self.names.get(&limit.record())?.records.get(key)
     }
 
-    /// The answer for `key` under `policy` at `now` if the key is blocked (under any
+    /// The answer for `key` under `limit` at `now` if the key is blocked (under any
     /// quota, period or algorithm of the limit's name).
     #[inline]
-    pub(super) fn blocked(&self, policy: &Limit, key: Hashed<'_>, now: u64) -> Option<Verdict> {
-        let left = self.record_of(policy, key)?.offences.blocked_for(now)?;
+    pub(super) fn blocked(&self, limit: &Limit, key: Hashed<'_>, now: u64) -> Option<Verdict> {
+        let left = self.record_of(limit, key)?.offences.blocked_for(now)?;
         Some(Verdict::blocked(left, false))
     }
 }

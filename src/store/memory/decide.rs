@@ -8,9 +8,10 @@ use std::time::Duration;
 use super::shard::{Hashed, Shard};
 use super::{MemoryStore, read, write};
 use crate::algorithm::{Refund, Verdict};
+use crate::decision::Receipt;
 use crate::store::{Charge, InFlightSlot, Store, StoreCall, decision};
 use crate::time::micros_up;
-use crate::{Algorithm, ConfigError, Decision, Key, Limit, Receipt};
+use crate::{Algorithm, ConfigError, Decision, Key, Limit};
 
 impl Store for MemoryStore {
     /// Refuses a limit one of whose keys could outgrow a shard's part of
@@ -89,23 +90,23 @@ impl MemoryStore {
     pub(crate) fn decide_now(&self, charge: &Charge<'_>) -> Decision {
         let key = self.hashed(charge.key);
         let now = self.now();
-        let policy = charge.limit;
+        let limit = charge.limit;
         let shard = self.shard(key);
         // The read guard must be gone before `offended` may take the write lock.
-        let read_locked = if has_atomic_states(policy) {
-            read(shard).run_shared(policy, key, now, charge.cost)
+        let read_locked = if has_atomic_states(limit) {
+            read(shard).evaluate_shared(limit, key, now, charge.cost)
         } else {
             None
         };
         let verdict = match read_locked {
             Some(verdict) => verdict,
-            None => write(shard).run(policy, key, now, charge.cost, true),
+            None => write(shard).evaluate(limit, key, now, charge.cost, true),
         };
         if verdict.allowed {
             // Only a rejection can count in a penalty box: the common case skips it.
-            return decision(policy, verdict);
+            return decision(limit, verdict);
         }
-        decision(policy, offended(shard, charge, key, now, verdict))
+        decision(limit, offended(shard, charge, key, now, verdict))
     }
 
     /// Several charges, all-or-nothing, at one instant.
@@ -125,23 +126,23 @@ impl MemoryStore {
             .iter()
             .map(|&i| write(&self.inner.shards[i].0))
             .collect();
-        let mut run = |i: usize, charge: bool| -> Verdict {
+        let mut evaluate = |i: usize, charge: bool| -> Verdict {
             let c = &charges[i];
-            let slot = order.binary_search(&shard_of[i]).unwrap_or_default();
-            guards[slot].run(c.limit, keys[i], now, c.cost, charge)
+            let guard = order.binary_search(&shard_of[i]).unwrap_or_default();
+            guards[guard].evaluate(c.limit, keys[i], now, c.cost, charge)
         };
-        let tentative: Vec<Verdict> = (0..charges.len()).map(|i| run(i, false)).collect();
+        let tentative: Vec<Verdict> = (0..charges.len()).map(|i| evaluate(i, false)).collect();
         let verdicts = if tentative.iter().all(|v| v.allowed) {
             let mut admitted = Vec::with_capacity(charges.len());
             for i in 0..charges.len() {
-                let verdict = run(i, true);
+                let verdict = evaluate(i, true);
                 if !verdict.allowed {
-                    // Only possible when one batch names the same (policy, key) twice:
+                    // Only possible when one batch names the same (limit, key) twice:
                     // each part fits alone, not together. Undo and deny the batch.
                     for j in 0..i {
                         let c = &charges[j];
-                        let slot = order.binary_search(&shard_of[j]).unwrap_or_default();
-                        guards[slot].refund(c.limit, keys[j], now, c.cost);
+                        let guard = order.binary_search(&shard_of[j]).unwrap_or_default();
+                        guards[guard].refund(c.limit, keys[j], now, c.cost);
                     }
                     let mut denied = tentative;
                     denied[i] = verdict;
@@ -155,7 +156,7 @@ impl MemoryStore {
             }
             admitted
         } else {
-            // Each policy that denied counts the rejection in its penalty box.
+            // Each limit that denied counts the rejection in its penalty box.
             tentative
                 .into_iter()
                 .enumerate()
@@ -163,8 +164,8 @@ impl MemoryStore {
                     let c = &charges[i];
                     match c.limit.get_penalty() {
                         Some(penalty) if is_offence(c, &verdict) => {
-                            let slot = order.binary_search(&shard_of[i]).unwrap_or_default();
-                            guards[slot].offend(c.limit, keys[i], now, &penalty, verdict)
+                            let guard = order.binary_search(&shard_of[i]).unwrap_or_default();
+                            guards[guard].offend(c.limit, keys[i], now, &penalty, verdict)
                         }
                         _ => verdict,
                     }
@@ -273,11 +274,11 @@ fn offended(
     }
 }
 
-/// Whether `policy`'s states can be updated under a shard's read lock.
+/// Whether `limit`'s states can be updated under a shard's read lock.
 #[inline]
-fn has_atomic_states(policy: &Limit) -> bool {
+fn has_atomic_states(limit: &Limit) -> bool {
     matches!(
-        policy.params().algorithm,
+        limit.params().algorithm,
         Algorithm::Gcra | Algorithm::LeakyBucket
     )
 }

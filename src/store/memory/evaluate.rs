@@ -18,7 +18,7 @@ use crate::algorithm::{
 /// Decides in `map` for a key it holds; `None` when the key is not stored. Also
 /// returns by how many bytes the entry grew (a log that took a new entry).
 #[inline]
-pub(super) fn run_stored<R: Rule, C: Cell<State = R::State>>(
+pub(super) fn evaluate_stored<R: Rule, C: Cell<State = R::State>>(
     map: &mut Map<C>,
     p: &Params,
     key: Hashed<'_>,
@@ -45,7 +45,7 @@ where
 
 /// Decides for a key with no state: on a fresh state, stored only by `insert`.
 #[inline]
-pub(super) fn run_fresh<R: Rule>(
+pub(super) fn evaluate_fresh<R: Rule>(
     p: &Params,
     (now, floor): (u64, u64),
     cost: u64,
@@ -61,7 +61,7 @@ pub(super) fn run_fresh<R: Rule>(
 /// compare-and-swap, again from the fresh value when another thread got there first.
 /// `None` when the key is not stored (inserting needs the write lock).
 #[inline]
-pub(super) fn run_atomic<R: Rule<State = gcra::State>>(
+pub(super) fn evaluate_atomic<R: Rule<State = gcra::State>>(
     map: &Map<AtomicTat>,
     p: &Params,
     key: Hashed<'_>,
@@ -96,7 +96,7 @@ pub(super) fn run_atomic<R: Rule<State = gcra::State>>(
 #[inline]
 pub(super) fn fresh_verdict(p: &Params, at: (u64, u64), cost: u64, charge: bool) -> Verdict {
     // An empty `States` allocates nothing: it only names the rule.
-    with_rule!(&States::new(p.algorithm), |_map, R| run_fresh::<R>(
+    with_rule!(&States::new(p.algorithm), |_map, R| evaluate_fresh::<R>(
         p, at, cost, charge
     )
     .0)

@@ -103,7 +103,7 @@ pub(super) fn pick_victim<R: Rule, C: Cell<State = R::State>>(
     }
     if sampled == 0 {
         // A sparse table: walk from a random bucket to the first entry. Rare (only
-        // after a sweep emptied most of a table that is then full of one policy's
+        // after a sweep emptied most of a table that is then full of one limit's
         // share again) and bounded by the table's size.
         let start = rng.usize(..buckets);
         for offset in 0..buckets {
@@ -139,29 +139,29 @@ mod tests {
     use crate::algorithm::Verdict;
     use crate::{Key, Limit, Quota};
 
-    fn run(shard: &mut Shard, policy: &Limit, key: u64, now: u64, cost: u64) -> Verdict {
+    fn evaluate(shard: &mut Shard, limit: &Limit, key: u64, now: u64, cost: u64) -> Verdict {
         let key = Key::from(key);
         let hash = shard.hasher.hash_one(key);
-        shard.run(policy, Hashed { key: &key, hash }, now, cost, cost > 0)
+        shard.evaluate(limit, Hashed { key: &key, hash }, now, cost, cost > 0)
     }
 
     #[test]
     fn a_full_shard_evicts_one_state_per_new_key_between_sweeps() {
         // Regression: a full shard used to sweep itself on every new key, a scan of
         // the whole shard per request under a flood of distinct keys.
-        let policy = Limit::new("api", Quota::per_second(1_000)).expect("policy");
+        let limit = Limit::new("api", Quota::per_second(1_000)).expect("limit");
         let mut shard = Shard::new(4, usize::MAX, RandomState::default());
         let start = 10_000_000;
         for i in 0..4_u64 {
-            assert!(run(&mut shard, &policy, i, start, 1).allowed);
+            assert!(evaluate(&mut shard, &limit, i, start, 1).allowed);
         }
         // Every state is idle 1 ms later, but the next sweep is due only at
         // `start + 1 s`: before it, a new key evicts one state and leaves the others.
         let before_sweep = start + SWEEP_INTERVAL_US / 2;
-        assert!(run(&mut shard, &policy, 4, before_sweep, 1).allowed);
+        assert!(evaluate(&mut shard, &limit, 4, before_sweep, 1).allowed);
         assert_eq!(shard.len(), 4);
         // The sweep, when due, drops what is idle.
-        run(&mut shard, &policy, 5, start + SWEEP_INTERVAL_US, 0);
+        evaluate(&mut shard, &limit, 5, start + SWEEP_INTERVAL_US, 0);
         assert_eq!(shard.len(), 0);
     }
 }

@@ -1,4 +1,4 @@
-//! In-flight slots in memory: per (policy name, key), the count of requests running,
+//! In-flight slots in memory: per (limit name, key), the count of requests running,
 //! in shards behind mutexes.
 //!
 //! A key's entry exists only while it has a request running: the slot that brings its
@@ -18,7 +18,7 @@ use crate::{Key, Limit};
 
 type Counts = HashMap<(&'static str, Key), u32, RandomState>;
 
-/// The slots taken, per (policy name, key).
+/// The slots taken, per (limit name, key).
 pub(super) struct InFlightTable {
     shards: Box<[Mutex<Counts>]>,
     hasher: RandomState,
@@ -73,7 +73,7 @@ impl InFlightTable {
         }
     }
 
-    /// How many (policy, key) have requests running.
+    /// How many (limit, key) have requests running.
     pub(super) fn keys(&self) -> usize {
         self.shards
             .iter()

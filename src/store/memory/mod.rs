@@ -24,12 +24,9 @@ use self::footprint::worst_case_bytes;
 use self::in_flight::InFlightTable;
 use self::shard::{Hashed, Shard};
 use crate::clock::now_micros;
-use crate::{Clock, ConfigError, Key, Limit, SystemClock};
+use crate::clock::{Clock, SystemClock};
+use crate::{ConfigError, Key, Limit};
 
-/// The default bound on stored keys.
-pub const DEFAULT_MAX_KEYS: usize = 1_000_000;
-/// The default bound on the bytes stored states take: 256 MiB.
-pub const DEFAULT_MAX_BYTES: usize = 256 << 20;
 /// Upper bound on the number of shards (independent locks).
 const MAX_SHARDS: usize = 64;
 /// Lower bound on a shard's share of `max_keys` (unless the store is smaller).
@@ -46,9 +43,9 @@ const MIN_KEYS_PER_SHARD: usize = 256;
 ///   key. The other algorithms, and a key's first charge, hold the write lock for a
 ///   few dozen nanoseconds.
 /// - **Bounded in keys and bytes:** at most [`max_keys`](MemoryStore::max_keys) keys
-///   (default [`DEFAULT_MAX_KEYS`], one million) and
+///   (default [`DEFAULT_MAX_KEYS`](Self::DEFAULT_MAX_KEYS), one million) and
 ///   [`max_bytes`](MemoryStore::max_bytes) bytes of state (default
-///   [`DEFAULT_MAX_BYTES`], 256 MiB) across all limits, split evenly over the
+///   [`DEFAULT_MAX_BYTES`](Self::DEFAULT_MAX_BYTES), 256 MiB) across all limits, split evenly over the
 ///   shards, and within a shard evenly over the limit *names* in use there, whatever
 ///   quotas, periods or algorithms each is decided under: a flood of new keys through
 ///   one limit makes room among that limit's own states, never another's, and a
@@ -84,11 +81,12 @@ const MIN_KEYS_PER_SHARD: usize = 256;
 ///   share if need be.
 /// - **Self-cleaning:** each shard drops idle state (state that equals a fresh key's)
 ///   at most once a second as it is used. No background thread, nothing to spawn.
-/// - **Shared:** clones share all state; one entry per (policy, key).
+/// - **Shared:** clones share all state; one entry per (limit, key).
 ///
 /// ```
 /// use std::time::Duration;
-/// use tollgate::{Key, Limiter, ManualClock, MemoryStore, Limit, Quota};
+/// use tollgate::{Key, Limiter, MemoryStore, Limit, Quota};
+/// use tollgate::clock::ManualClock;
 /// # tokio::runtime::Builder::new_current_thread().build()?.block_on(async {
 /// let clock = ManualClock::new(Duration::from_secs(1_700_000_000));
 /// // One key at most (one shard): a tiny bound makes the behaviour visible.
@@ -165,24 +163,52 @@ impl fmt::Debug for TimeSource {
 }
 
 impl MemoryStore {
-    /// A store on the system clock with room for [`DEFAULT_MAX_KEYS`] keys.
+    /// The default bound on stored keys: one million.
+    ///
+    /// ```
+    /// use tollgate::MemoryStore;
+    ///
+    /// assert_eq!(MemoryStore::DEFAULT_MAX_KEYS, 1_000_000);
+    /// assert_eq!(MemoryStore::new().get_max_keys(), MemoryStore::DEFAULT_MAX_KEYS);
+    /// ```
+    pub const DEFAULT_MAX_KEYS: usize = 1_000_000;
+
+    /// The default bound on the bytes stored states take: 256 MiB.
+    ///
+    /// ```
+    /// use tollgate::MemoryStore;
+    ///
+    /// assert_eq!(MemoryStore::DEFAULT_MAX_BYTES, 256 << 20);
+    /// assert_eq!(MemoryStore::new().get_max_bytes(), MemoryStore::DEFAULT_MAX_BYTES);
+    /// ```
+    pub const DEFAULT_MAX_BYTES: usize = 256 << 20;
+
+    /// A store on the system clock with room for [`DEFAULT_MAX_KEYS`](Self::DEFAULT_MAX_KEYS) keys.
     ///
     /// ```
     /// assert!(tollgate::MemoryStore::new().is_empty());
     /// ```
     pub fn new() -> Self {
-        Self::build(TimeSource::System, DEFAULT_MAX_KEYS, DEFAULT_MAX_BYTES)
+        Self::build(
+            TimeSource::System,
+            Self::DEFAULT_MAX_KEYS,
+            Self::DEFAULT_MAX_BYTES,
+        )
     }
 
     /// A store reading time from `clock` (tests, simulations).
     ///
     /// ```
     /// use std::time::Duration;
-    /// let store = tollgate::MemoryStore::with_clock(tollgate::ManualClock::new(Duration::from_secs(1)));
-    /// assert_eq!(store.get_max_keys(), tollgate::DEFAULT_MAX_KEYS);
+    /// let store = tollgate::MemoryStore::with_clock(tollgate::clock::ManualClock::new(Duration::from_secs(1)));
+    /// assert_eq!(store.get_max_keys(), tollgate::MemoryStore::DEFAULT_MAX_KEYS);
     /// ```
     pub fn with_clock(clock: impl Clock) -> Self {
-        Self::build(TimeSource::of(clock), DEFAULT_MAX_KEYS, DEFAULT_MAX_BYTES)
+        Self::build(
+            TimeSource::of(clock),
+            Self::DEFAULT_MAX_KEYS,
+            Self::DEFAULT_MAX_BYTES,
+        )
     }
 
     /// The same store bounded to `max_keys` keys (at least 1). Call it before use:
@@ -208,7 +234,7 @@ impl MemoryStore {
     }
 
     /// The same store bounded to `max_bytes` bytes of state (default
-    /// [`DEFAULT_MAX_BYTES`], 256 MiB), as well as to its keys. Call it before use: it
+    /// [`DEFAULT_MAX_BYTES`](Self::DEFAULT_MAX_BYTES), 256 MiB), as well as to its keys. Call it before use: it
     /// starts from empty state.
     ///
     /// A key's state is counted as its table slot (its 16-byte key, the state itself
@@ -220,7 +246,7 @@ impl MemoryStore {
     /// stays within about twice the slots plus the heap parts. Each of the store's
     /// shards gets an equal part of the budget, and one key's largest possible state
     /// must fit in a part: [`LimiterBuilder::build`](crate::LimiterBuilder::build)
-    /// refuses a policy whose state could not.
+    /// refuses a limit whose state could not.
     ///
     /// ```
     /// let store = tollgate::MemoryStore::new().max_bytes(64 << 20)?;
@@ -270,7 +296,7 @@ impl MemoryStore {
     /// The bound on the bytes of stored state.
     ///
     /// ```
-    /// assert_eq!(tollgate::MemoryStore::new().get_max_bytes(), tollgate::DEFAULT_MAX_BYTES);
+    /// assert_eq!(tollgate::MemoryStore::new().get_max_bytes(), tollgate::MemoryStore::DEFAULT_MAX_BYTES);
     /// ```
     pub fn get_max_bytes(&self) -> usize {
         self.inner.max_bytes
@@ -300,7 +326,7 @@ impl MemoryStore {
         self.inner.max_keys
     }
 
-    /// How many (policy, key) states are stored now. Reads each shard in turn.
+    /// How many (limit, key) states are stored now. Reads each shard in turn.
     ///
     /// ```
     /// assert_eq!(tollgate::MemoryStore::new().len(), 0);
@@ -309,13 +335,14 @@ impl MemoryStore {
         self.inner.shards.iter().map(|s| read(&s.0).len()).sum()
     }
 
-    /// How many (policy, key) pairs have requests running under an in-flight limit
+    /// How many (limit, key) pairs have requests running under an in-flight limit
     /// now ([`Policy::in_flight`](crate::Policy::in_flight)). A key's entry is removed
     /// when its last slot is given back, so this never exceeds the number of requests
     /// running, however many keys callers make up. Reads each shard in turn.
     ///
     /// ```
-    /// use tollgate::{Key, Limit, MemoryStore, Quota, Store};
+    /// use tollgate::{Key, Limit, MemoryStore, Quota};
+    /// use tollgate::store::Store;
     /// # tokio::runtime::Builder::new_current_thread().build()?.block_on(async {
     /// let store = MemoryStore::new();
     /// let limit = Limit::new("uploads", Quota::per_second(10))?;
@@ -406,7 +433,8 @@ impl MemoryStore {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use tollgate::{Key, Limit, Limiter, ManualClock, MemoryStore, Penalty, Quota};
+    /// use tollgate::{Key, Limit, Limiter, MemoryStore, Penalty, Quota};
+    /// use tollgate::clock::ManualClock;
     /// # tokio::runtime::Builder::new_current_thread().build()?.block_on(async {
     /// let clock = ManualClock::new(Duration::from_secs(1_700_000_000));
     /// // One shard with room for one record: the first offender's block fills it.
@@ -476,16 +504,16 @@ impl MemoryStore {
     /// Refuses a limit one of whose keys could outgrow a shard's part of
     /// [`max_bytes`](MemoryStore::max_bytes): at build time for a limit's own quota,
     /// at request time for a caller's ([`Limiter::check_with`](crate::Limiter::check_with)).
-    pub(crate) fn check_bytes(&self, policy: &Limit) -> Result<(), ConfigError> {
-        let worst = worst_case_bytes(policy.params());
+    pub(crate) fn check_bytes(&self, limit: &Limit) -> Result<(), ConfigError> {
+        let worst = worst_case_bytes(limit.params());
         let part = self.bytes_per_shard();
         if worst > part {
             return Err(ConfigError::new(format!(
-                "policy \"{}\": one key's {} state can take {worst} bytes, more than the \
+                "limit \"{}\": one key's {} state can take {worst} bytes, more than the \
                  memory store's part of max_bytes per shard ({part} bytes: {} bytes over {} \
                  shards); raise MemoryStore::max_bytes, lower the limit or pick another algorithm",
-                policy.name(),
-                policy.params().algorithm,
+                limit.name(),
+                limit.params().algorithm,
                 self.inner.max_bytes,
                 self.inner.shards.len(),
             )));

@@ -61,10 +61,10 @@ pub(super) enum Claim {
     Reservation,
 }
 
-/// Whether `policy` counts over its limit's own period (its own quota, or a plan's
+/// Whether `limit` counts over its own period (its own quota, or a plan's
 /// of the same period, which shares the limit's table).
-fn is_own_period(policy: &Limit) -> bool {
-    policy.quota().period_micros() == policy.base_period_us()
+fn is_own_period(limit: &Limit) -> bool {
+    limit.quota().period_micros() == limit.base_period_us()
 }
 
 impl Shard {
@@ -78,19 +78,19 @@ impl Shard {
         self.max_bytes / self.names.len().max(1)
     }
 
-    /// The table of `policy`, made (empty) if the shard has none yet. A name at its
+    /// The table of `limit`, made (empty) if the shard has none yet. A name at its
     /// bound of tables first drops one that is empty; with none empty, `None` for a
     /// quota over another period than the limit's own (a plan's), while the limit's
     /// own period, and an operator's charge (`force`), go past the bound: only a reload
     /// makes a new own period, so those tables number the reloads within their
     /// states' lifetime.
-    pub(super) fn table_for(&mut self, policy: &Limit, force: bool) -> Option<usize> {
-        let id = policy.table();
+    pub(super) fn table_for(&mut self, limit: &Limit, force: bool) -> Option<usize> {
+        let id = limit.table();
         if let Some(index) = self.index_of(id) {
             return Some(index);
         }
-        let force = force || is_own_period(policy);
-        let record = policy.record();
+        let force = force || is_own_period(limit);
+        let record = limit.record();
         let name = self.names.entry(record).or_default();
         if name.tables.len() >= MAX_TABLES_PER_NAME {
             let name = &self.names[&record];
@@ -104,7 +104,7 @@ impl Shard {
                 None => return None,
             }
         }
-        let params = *policy.params();
+        let params = *limit.params();
         self.tables.push(Table {
             id,
             name: record,
@@ -124,11 +124,11 @@ impl Shard {
         Some(index)
     }
 
-    /// Whether `policy`'s charges find no table and the name has no room for one.
-    pub(super) fn over_table_bound(&self, policy: &Limit) -> bool {
-        !is_own_period(policy)
-            && self.index_of(policy.table()).is_none()
-            && self.names.get(&policy.record()).is_some_and(|name| {
+    /// Whether `limit`'s charges find no table and the name has no room for one.
+    pub(super) fn over_table_bound(&self, limit: &Limit) -> bool {
+        !is_own_period(limit)
+            && self.index_of(limit.table()).is_none()
+            && self.names.get(&limit.record()).is_some_and(|name| {
                 name.tables.len() >= MAX_TABLES_PER_NAME
                     && name.tables.iter().all(|table| {
                         self.index_of(*table)
@@ -142,9 +142,9 @@ impl Shard {
     /// (which drops the tables left empty). Denying is the one safe answer: dropping a
     /// table of live states would give their keys quota back, and another period's
     /// state does not count this quota.
-    pub(super) fn no_table(&mut self, policy: &Limit) -> Verdict {
+    pub(super) fn no_table(&mut self, limit: &Limit) -> Verdict {
         self.warn(
-            policy,
+            limit,
             "a charge was denied: the limit has as many tables (periods, algorithms) \
              with live states in this shard as it may",
         );
@@ -160,16 +160,16 @@ impl Shard {
         }
     }
 
-    /// Logs `what` about `policy` once per shard and sweep interval at most.
-    pub(super) fn warn(&mut self, policy: &Limit, what: &'static str) {
+    /// Logs `what` about `limit` once per shard and sweep interval at most.
+    pub(super) fn warn(&mut self, limit: &Limit, what: &'static str) {
         if self.warned {
             return;
         }
         self.warned = true;
         #[cfg(feature = "tracing")]
-        tracing::warn!(target: "tollgate", policy = policy.name(), refused_trips = self.refused_trips, "{what}");
+        tracing::warn!(target: "tollgate", policy = limit.name(), refused_trips = self.refused_trips, "{what}");
         #[cfg(not(feature = "tracing"))]
-        let _ = (policy, what);
+        let _ = (limit, what);
     }
 
     /// Drops table `id` and what it holds (the shard calls it on empty tables).
@@ -317,7 +317,7 @@ impl Shard {
         true
     }
 
-    /// The record of `key` under `policy`'s name, made if there is none and there is
+    /// The record of `key` under `limit`'s name, made if there is none and there is
     /// room for it.
     ///
     /// **Shares of records.** Each name may hold as many records as its share of the
@@ -333,12 +333,12 @@ impl Shard {
     /// the blocks held past a share.
     pub(super) fn record_for(
         &mut self,
-        policy: &Limit,
+        limit: &Limit,
         key: Hashed<'_>,
         now: u64,
         claim: Claim,
     ) -> Option<&mut Record> {
-        let record = policy.record();
+        let record = limit.record();
         let exists = self
             .names
             .entry(record)

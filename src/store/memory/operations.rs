@@ -12,6 +12,7 @@ use super::footprint::Footprint;
 use super::names::Claim;
 use super::shard::{Hashed, Shard};
 use super::tables::{Map, States, with_rule};
+use crate::Limit;
 use crate::algorithm::gcra::{self, NS_PER_US};
 use crate::algorithm::{
     self, Params, Refund, Rule, Verdict, fixed_window::FixedWindow, gcra::Gcra,
@@ -19,8 +20,8 @@ use crate::algorithm::{
     sliding_window_counters::SlidingWindowCounters, sliding_window_log::SlidingWindowLog,
     token_bucket::TokenBucket,
 };
+use crate::decision::Receipt;
 use crate::penalty::{Offences, Penalty};
-use crate::{Limit, Receipt};
 
 fn refund_in<R: Rule, C: Cell<State = R::State>>(
     map: &mut Map<C>,
@@ -35,12 +36,12 @@ fn refund_in<R: Rule, C: Cell<State = R::State>>(
 }
 
 impl Shard {
-    /// The record of `key` under `policy`'s name, to change, if there is one.
-    pub(super) fn record_mut(&mut self, policy: &Limit, key: Hashed<'_>) -> Option<&mut Record> {
-        self.names.get_mut(&policy.record())?.records.get_mut(key)
+    /// The record of `key` under `limit`'s name, to change, if there is one.
+    pub(super) fn record_mut(&mut self, limit: &Limit, key: Hashed<'_>) -> Option<&mut Record> {
+        self.names.get_mut(&limit.record())?.records.get_mut(key)
     }
 
-    /// Counts a rejection of `key` under `policy`'s `penalty` at `now`; the blocked
+    /// Counts a rejection of `key` under `limit`'s `penalty` at `now`; the blocked
     /// answer when it trips the box. `verdict` is the rejection, returned otherwise.
     ///
     /// A key with no record needs a new one: when the name's share of records holds
@@ -49,20 +50,20 @@ impl Shard {
     /// its plain rejection, and no existing block is lifted to make room.
     pub(crate) fn offend(
         &mut self,
-        policy: &Limit,
+        limit: &Limit,
         key: Hashed<'_>,
         now: u64,
         penalty: &Penalty,
         verdict: Verdict,
     ) -> Verdict {
-        if self.over_table_bound(policy) {
+        if self.over_table_bound(limit) {
             // Denied because the name has no room for another table, not by its quota:
             // not the caller's offence.
             return verdict;
         }
-        let Some(record) = self.record_for(policy, key, now, Claim::Offence) else {
+        let Some(record) = self.record_for(limit, key, now, Claim::Offence) else {
             self.refused_trips += 1;
-            self.warn(policy, "a penalty-box offence was not recorded: the limit's share of block records holds only blocks and pending reservations");
+            self.warn(limit, "a penalty-box offence was not recorded: the limit's share of block records holds only blocks and pending reservations");
             return verdict;
         };
         if record.offences.blocked_for(now).is_some() {
@@ -82,22 +83,22 @@ impl Shard {
         }
     }
 
-    /// Blocks `key` under `policy`'s name (every quota, period and algorithm of it) for
+    /// Blocks `key` under `limit`'s name (every quota, period and algorithm of it) for
     /// `duration_us` from `now`, replacing its block and its count; 0 lifts the block
     /// (a pending queue of reservations stays).
     ///
     /// An operator's block is always stored: it may evict a record that lifts nothing,
     /// and goes past the name's share of records when there is none (operators are not
     /// attackers; their blocks number what they block).
-    pub(crate) fn block(&mut self, policy: &Limit, key: Hashed<'_>, now: u64, duration_us: u64) {
+    pub(crate) fn block(&mut self, limit: &Limit, key: Hashed<'_>, now: u64, duration_us: u64) {
         if duration_us == 0 {
-            if let Some(record) = self.record_mut(policy, key) {
+            if let Some(record) = self.record_mut(limit, key) {
                 record.offences = Offences::default();
                 record.expires_at = record.queue_until.max(record.reset_until);
             }
             return;
         }
-        if let Some(record) = self.record_for(policy, key, now, Claim::Operator) {
+        if let Some(record) = self.record_for(limit, key, now, Claim::Operator) {
             let until = now.saturating_add(duration_us);
             record.offences = Offences {
                 blocked_until: until,
@@ -108,7 +109,7 @@ impl Shard {
         }
     }
 
-    /// Makes `key` idle under `policy`'s name: its record (block, count, queue) and
+    /// Makes `key` idle under `limit`'s name: its record (block, count, queue) and
     /// its rate state in every table of the name are gone, whatever quota, period or
     /// algorithm they were counted under.
     ///
@@ -117,8 +118,8 @@ impl Shard {
     /// request, a cancelled waiter) must not take from the fresh quota: the key's
     /// record remembers the reset's instant until every forgotten charge would have
     /// stopped counting anyway (the latest instant a removed state was idle at).
-    pub(crate) fn reset(&mut self, policy: &Limit, key: Hashed<'_>, now: u64) {
-        let Some(name) = self.names.get_mut(&policy.record()) else {
+    pub(crate) fn reset(&mut self, limit: &Limit, key: Hashed<'_>, now: u64) {
+        let Some(name) = self.names.get_mut(&limit.record()) else {
             return;
         };
         if name.records.remove(key) {
@@ -150,7 +151,7 @@ impl Shard {
         // counts as forgotten too (never refunded from the fresh quota).
         let floor = self.advance(now);
         if let Some(until) = forgotten_until
-            && let Some(record) = self.record_for(policy, key, floor, Claim::Operator)
+            && let Some(record) = self.record_for(limit, key, floor, Claim::Operator)
         {
             record.reset_at = floor;
             record.reset_until = until.max(floor + 1);
@@ -158,7 +159,7 @@ impl Shard {
         }
     }
 
-    /// Charges `cost` to `key` under `policy` at `now` whether or not it fits, and
+    /// Charges `cost` to `key` under `limit` at `now` whether or not it fits, and
     /// reports the key as a peek would (blocked, if it is).
     ///
     /// One caller, one record: the charge also goes to every state the key already
@@ -169,7 +170,7 @@ impl Shard {
     /// period no caller has been decided under in this shard is not reached.
     pub(crate) fn penalize(
         &mut self,
-        policy: &Limit,
+        limit: &Limit,
         key: Hashed<'_>,
         now: u64,
         cost: u64,
@@ -178,13 +179,13 @@ impl Shard {
         // the queue's tail: the debt comes after them (as the Redis store decides it,
         // at its state's latest instant, the latest place).
         let floor = self.advance_and_sweep(now);
-        let floor = floor.max(self.queued(policy, key, now).unwrap_or(0));
-        let params = policy.params();
+        let floor = floor.max(self.queued(limit, key, now).unwrap_or(0));
+        let params = limit.params();
         // An operator's charge through the limit: its table is made even past the
         // name's bound on tables (`table_for` lets the limit's own period past it);
         // another period's only within the bound.
-        let index = match self.index_of(policy.table()) {
-            None if cost > 0 => self.table_for(policy, false),
+        let index = match self.index_of(limit.table()) {
+            None if cost > 0 => self.table_for(limit, false),
             index => index,
         };
         let verdict = index
@@ -197,13 +198,13 @@ impl Shard {
                 })
             });
         if cost > 0
-            && let Some(name) = self.names.get(&policy.record())
+            && let Some(name) = self.names.get(&limit.record())
         {
             let others: Vec<u32> = name
                 .tables
                 .iter()
                 .copied()
-                .filter(|&id| id != policy.table())
+                .filter(|&id| id != limit.table())
                 .collect();
             for id in others {
                 if let Some(i) = self.index_of(id) {
@@ -217,7 +218,7 @@ impl Shard {
                 }
             }
         }
-        self.blocked(policy, key, now).unwrap_or(verdict)
+        self.blocked(limit, key, now).unwrap_or(verdict)
     }
 
     /// Charges `cost` to `key`'s state in table `index` under `params`, storing a fresh
@@ -273,35 +274,35 @@ impl Shard {
         Some(verdict)
     }
 
-    /// Refunds `amount` of `key`'s newest charges under `policy` at `now`.
-    pub(crate) fn refund(&mut self, policy: &Limit, key: Hashed<'_>, now: u64, amount: u64) {
-        self.refund_as(policy, key, now, Refund::Newest(amount));
+    /// Refunds `amount` of `key`'s newest charges under `limit` at `now`.
+    pub(crate) fn refund(&mut self, limit: &Limit, key: Hashed<'_>, now: u64, amount: u64) {
+        self.refund_as(limit, key, now, Refund::Newest(amount));
     }
 
-    /// Refunds to `key` under `policy` at `now`: its newest charges or one charge.
-    pub(crate) fn refund_as(&mut self, policy: &Limit, key: Hashed<'_>, now: u64, what: Refund) {
+    /// Refunds to `key` under `limit` at `now`: its newest charges or one charge.
+    pub(crate) fn refund_as(&mut self, limit: &Limit, key: Hashed<'_>, now: u64, what: Refund) {
         let floor = self.advance(now);
-        let Some(index) = self.index_of(policy.table()) else {
+        let Some(index) = self.index_of(limit.table()) else {
             return;
         };
         if let Refund::Charge { receipt, .. } = what
             && self
-                .record_of(policy, key)
+                .record_of(limit, key)
                 .is_some_and(|r| r.reset_at > 0 && receipt.at_us() <= r.reset_at)
         {
             // Charged before an operator's reset, which forgot it already.
             return;
         }
         if let Refund::Charge { amount, receipt } = what
-            && gcra::queue_ahead_ns(policy.params()).is_some()
+            && gcra::queue_ahead_ns(limit.params()).is_some()
         {
-            self.refund_place(policy, index, key, (now, floor), (amount, receipt));
+            self.refund_place(limit, index, key, (now, floor), (amount, receipt));
             return;
         }
         let table = &mut self.tables[index];
         with_rule!(&mut table.states, |map, R| refund_in::<R, _>(
             map,
-            policy.params(),
+            limit.params(),
             key,
             (now, floor),
             what
@@ -320,13 +321,13 @@ impl Shard {
     /// holds.
     fn refund_place(
         &mut self,
-        policy: &Limit,
+        limit: &Limit,
         index: usize,
         key: Hashed<'_>,
         (now, floor): (u64, u64),
         (amount, receipt): (u64, Receipt),
     ) {
-        let p = *policy.params();
+        let p = *limit.params();
         let t = now.max(floor);
         // The TAT as this quota counts it: a state last decided under another count of
         // the same period (a plan, the limit's own) is re-counted first, as the refund
@@ -342,7 +343,7 @@ impl Shard {
             gcra::behind_later_places(&p, s, t, receipt)
         });
         if behind {
-            if let Some(record) = self.record_mut(policy, key)
+            if let Some(record) = self.record_mut(limit, key)
                 && record.parked.len() < MAX_PARKED
             {
                 record.parked.push((receipt, amount));
@@ -364,7 +365,7 @@ impl Shard {
                 return;
             };
             let end = tat.div_ceil(NS_PER_US);
-            let Some(record) = self.record_mut(policy, key) else {
+            let Some(record) = self.record_mut(limit, key) else {
                 return;
             };
             // Places whose time has come are served, not given back.

@@ -8,15 +8,15 @@ use crate::Limit;
 use crate::algorithm::Verdict;
 
 impl Shard {
-    /// The tail of `key`'s queue of reservations under `policy`'s name, if it is still
+    /// The tail of `key`'s queue of reservations under `limit`'s name, if it is still
     /// ahead of `now`.
     #[inline]
-    pub(super) fn queued(&self, policy: &Limit, key: Hashed<'_>, now: u64) -> Option<u64> {
-        let tail = self.record_of(policy, key)?.queue_until;
+    pub(super) fn queued(&self, limit: &Limit, key: Hashed<'_>, now: u64) -> Option<u64> {
+        let tail = self.record_of(limit, key)?.queue_until;
         (tail > now).then_some(tail)
     }
 
-    /// Reserves `cost` for `key` under `policy` at `now`: the request's place is the
+    /// Reserves `cost` for `key` under `limit` at `now`: the request's place is the
     /// earliest instant, behind the key's queue of reservations, at which the rule
     /// admits it; if that is within `max_wait_us`, it is charged there and then (the
     /// state runs ahead of the clock until then) and the verdict's delay is the wait.
@@ -27,19 +27,19 @@ impl Shard {
     /// and pending reservations, the reservation is refused and charges nothing.
     pub(crate) fn reserve(
         &mut self,
-        policy: &Limit,
+        limit: &Limit,
         key: Hashed<'_>,
         now: u64,
         cost: u64,
         max_wait_us: u64,
     ) -> Verdict {
         let floor = self.advance_and_sweep(now);
-        if let Some(blocked) = self.blocked(policy, key, now) {
+        if let Some(blocked) = self.blocked(limit, key, now) {
             return blocked;
         }
-        let tail = self.queued(policy, key, now).unwrap_or(0);
+        let tail = self.queued(limit, key, now).unwrap_or(0);
         let first = floor.max(tail);
-        let probe = self.decide_at(policy, key, now, first, cost, false);
+        let probe = self.decide_at(limit, key, now, first, cost, false);
         // Measured on the caller's clock, as the Redis store measures it: a place the
         // rule gives at once is now, even when the key's latest instant is ahead.
         // Full again no earlier than where the probe stood, as Redis reports it.
@@ -59,8 +59,8 @@ impl Shard {
         };
         // The leaky bucket serves its place when the queue ahead has drained: the
         // wait is until then (its reset at the place), and that is what max_wait bounds.
-        let served = if policy.params().algorithm == crate::Algorithm::LeakyBucket {
-            let there = self.decide_at(policy, key, now, floor.max(at), cost, false);
+        let served = if limit.params().algorithm == crate::Algorithm::LeakyBucket {
+            let there = self.decide_at(limit, key, now, floor.max(at), cost, false);
             at.max(now + there.reset_after_us)
         } else {
             at
@@ -85,18 +85,18 @@ impl Shard {
         }
         if at > now
             && self
-                .record_for(policy, key, now, Claim::Reservation)
+                .record_for(limit, key, now, Claim::Reservation)
                 .is_none()
         {
             return refused;
         }
-        let mut verdict = self.decide_at(policy, key, now, floor.max(at), cost, true);
+        let mut verdict = self.decide_at(limit, key, now, floor.max(at), cost, true);
         if !verdict.allowed {
             return verdict;
         }
         verdict.delay_us = verdict.delay_us.max(at - now);
         if at > now
-            && let Some(record) = self.record_mut(policy, key)
+            && let Some(record) = self.record_mut(limit, key)
         {
             record.queue_until = record.queue_until.max(at);
             record.expires_at = record.expires_at.max(at);

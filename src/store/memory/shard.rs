@@ -1,8 +1,8 @@
 //! One shard of the memory store: the states of the keys that hash to it, one table
 //! per (limit name, algorithm, period), and one record per (limit name, key) for
 //! blocks, penalty counts and reservations; bounded and swept of idle state as it is
-//! used. This file holds the shard's state and its decision entry points (`run`,
-//! `run_shared`, `decide_at`); the rules run on a state in `evaluate.rs`; the
+//! used. This file holds the shard's state and its decision entry points (`evaluate`,
+//! `evaluate_shared`, `decide_at`); the rules run on a state in `evaluate.rs`; the
 //! bookkeeping of names, tables and shares (and the room they make) in `names.rs`;
 //! victim choice in `eviction.rs`; a key's record and its block in `blocks.rs`;
 //! reservations in `reservations.rs`; what operators and the penalty box do (blocks,
@@ -15,7 +15,7 @@ use foldhash::fast::RandomState;
 use hashbrown::HashMap;
 
 use super::cells::{Cell, entry_bytes};
-use super::evaluate::{fresh_verdict, run_atomic, run_fresh, run_stored};
+use super::evaluate::{evaluate_atomic, evaluate_fresh, evaluate_stored, fresh_verdict};
 use super::names::Name;
 use super::tables::{States, Table, with_rule};
 use crate::algorithm::{
@@ -146,13 +146,13 @@ impl Shard {
         self.index.get(&id).copied()
     }
 
-    /// Decides a charge of `cost` for `key` under `policy` at `now` with only the
-    /// shard's read lock, when the policy's states are atomic (GCRA, leaky bucket)
+    /// Decides a charge of `cost` for `key` under `limit` at `now` with only the
+    /// shard's read lock, when the limit's states are atomic (GCRA, leaky bucket)
     /// and the key is stored. `None` when the write lock is needed: the table or the
     /// key is not there yet, or a sweep is due.
-    pub(crate) fn run_shared(
+    pub(crate) fn evaluate_shared(
         &self,
-        policy: &Limit,
+        limit: &Limit,
         key: Hashed<'_>,
         now: u64,
         cost: u64,
@@ -163,7 +163,7 @@ impl Shard {
         }
         // One look at the key's record (none in the common case, no record at all):
         // a block answers, a queue of reservations needs the write lock.
-        if let Some(record) = self.record_of(policy, key) {
+        if let Some(record) = self.record_of(limit, key) {
             if let Some(left) = record.offences.blocked_for(now) {
                 return Some(Verdict::blocked(left, false));
             }
@@ -171,24 +171,26 @@ impl Shard {
                 return None;
             }
         }
-        let table = &self.tables[self.index_of(policy.table())?];
+        let table = &self.tables[self.index_of(limit.table())?];
         match &table.states {
-            States::Gcra(map) => run_atomic::<Gcra>(map, policy.params(), key, (now, floor), cost),
+            States::Gcra(map) => {
+                evaluate_atomic::<Gcra>(map, limit.params(), key, (now, floor), cost)
+            }
             States::LeakyBucket(map) => {
-                run_atomic::<LeakyBucket>(map, policy.params(), key, (now, floor), cost)
+                evaluate_atomic::<LeakyBucket>(map, limit.params(), key, (now, floor), cost)
             }
             _ => None,
         }
     }
 
-    /// Decides `cost` for `key` under `policy` at `now`, with the write lock held.
+    /// Decides `cost` for `key` under `limit` at `now`, with the write lock held.
     ///
     /// A key with no state is decided on a fresh state first; only an admitted charge
     /// stores it, and only then is room made, so a request that is denied (or peeks)
     /// never evicts anything (and never makes a table).
-    pub(crate) fn run(
+    pub(crate) fn evaluate(
         &mut self,
-        policy: &Limit,
+        limit: &Limit,
         key: Hashed<'_>,
         now: u64,
         cost: u64,
@@ -196,19 +198,19 @@ impl Shard {
     ) -> Verdict {
         let floor = self.advance_and_sweep(now);
         // A blocked key is denied whatever its rate state says, and charged nothing.
-        if let Some(blocked) = self.blocked(policy, key, now) {
+        if let Some(blocked) = self.blocked(limit, key, now) {
             return blocked;
         }
-        if let Some(tail) = self.queued(policy, key, now) {
+        if let Some(tail) = self.queued(limit, key, now) {
             if cost == 0 {
                 // A peek while places are ahead answers as of the queue's tail, as the
                 // Redis store does: there the state's latest instant is the latest
                 // place, and decisions stand still there until the clock catches up.
-                return self.decide_at(policy, key, now, floor.max(tail), 0, false);
+                return self.decide_at(limit, key, now, floor.max(tail), 0, false);
             }
             // Reservations ahead: the request's place is behind them, so it is denied
             // now, with the wait until that place (it asked not to wait).
-            let behind = self.decide_at(policy, key, now, floor.max(tail), cost, false);
+            let behind = self.decide_at(limit, key, now, floor.max(tail), cost, false);
             return Verdict {
                 allowed: false,
                 retry_after_us: if behind.allowed {
@@ -223,14 +225,14 @@ impl Shard {
                 ..behind
             };
         }
-        self.decide_at(policy, key, now, floor, cost, charge)
+        self.decide_at(limit, key, now, floor, cost, charge)
     }
 
-    /// Decides `cost` for `key` under `policy`, on the caller's clock `now` but at the
+    /// Decides `cost` for `key` under `limit`, on the caller's clock `now` but at the
     /// instant `max(now, floor)` (the latest seen, or a reservation's place).
     pub(super) fn decide_at(
         &mut self,
-        policy: &Limit,
+        limit: &Limit,
         key: Hashed<'_>,
         now: u64,
         floor: u64,
@@ -240,10 +242,10 @@ impl Shard {
         let at = (now, floor);
         // The charge's own parameters, not the table's: a caller's quota may differ from
         // the limit's (a plan), and its state carries its usage over between them.
-        let params = policy.params();
-        if let Some(index) = self.index_of(policy.table()) {
+        let params = limit.params();
+        if let Some(index) = self.index_of(limit.table()) {
             let table = &mut self.tables[index];
-            let stored = with_rule!(&mut table.states, |map, R| run_stored::<R, _>(
+            let stored = with_rule!(&mut table.states, |map, R| evaluate_stored::<R, _>(
                 map, params, key, at, cost, charge
             ));
             if let Some((verdict, grown)) = stored {
@@ -255,14 +257,14 @@ impl Shard {
         if !(charge && cost > 0 && verdict.allowed) {
             return verdict;
         }
-        let Some(index) = self.table_for(policy, false) else {
-            return self.no_table(policy);
+        let Some(index) = self.table_for(limit, false) else {
+            return self.no_table(limit);
         };
         self.make_room_for_one(index, floor);
         let hasher = self.hasher;
         let table = &mut self.tables[index];
         let (verdict, bytes) = with_rule!(&mut table.states, |map, R| {
-            let (verdict, state) = run_fresh::<R>(params, at, cost, true);
+            let (verdict, state) = evaluate_fresh::<R>(params, at, cost, true);
             let (_, cell) = map
                 .insert_unique(key.hash, (*key.key, Cell::new(state)), |(k, _)| {
                     hasher.hash_one(k)
@@ -345,24 +347,24 @@ mod tests {
             .within(std::time::Duration::from_secs(10))
             .block_for(std::time::Duration::from_secs(5));
         let api = Limit::new("api", Quota::per_second(3))
-            .expect("policy")
+            .expect("limit")
             .penalty(penalty);
         let log = Limit::new("log", Quota::per_second(2))
-            .expect("policy")
+            .expect("limit")
             .algorithm(crate::Algorithm::SlidingWindowLog);
-        let mut policies = vec![api.clone(), log.clone()];
+        let mut limits = vec![api.clone(), log.clone()];
         for secs in 2..24 {
-            policies.push(
+            limits.push(
                 api.with_quota(Quota::new(3, std::time::Duration::from_secs(secs)).expect("quota")),
             );
         }
-        policies.push(log.with_quota(Quota::per_minute(5)));
+        limits.push(log.with_quota(Quota::per_minute(5)));
         let mut shard = Shard::new(32, 4_096, RandomState::default());
         let mut rng = fastrand::Rng::with_seed(7);
         let mut now = 1_000_000_000_u64;
         for _ in 0..20_000 {
             now += rng.u64(0..200_000);
-            let policy = &policies[rng.usize(..policies.len())];
+            let limit = &limits[rng.usize(..limits.len())];
             let key = Key::from(rng.u64(0..64));
             let key = Hashed {
                 key: &key,
@@ -370,23 +372,23 @@ mod tests {
             };
             match rng.u8(0..8) {
                 0 => {
-                    shard.block(policy, key, now, rng.u64(0..3) * 1_000_000);
+                    shard.block(limit, key, now, rng.u64(0..3) * 1_000_000);
                 }
-                1 => shard.reset(policy, key, now),
+                1 => shard.reset(limit, key, now),
                 2 => {
-                    shard.penalize(policy, key, now, rng.u64(0..4));
+                    shard.penalize(limit, key, now, rng.u64(0..4));
                 }
                 3 => {
-                    shard.reserve(policy, key, now, 1, rng.u64(0..2_000_000));
+                    shard.reserve(limit, key, now, 1, rng.u64(0..2_000_000));
                 }
-                4 => shard.refund(policy, key, now, 1),
+                4 => shard.refund(limit, key, now, 1),
                 _ => {
-                    let verdict = shard.run(policy, key, now, rng.u64(0..3), true);
-                    if let Some(penalty) = policy.get_penalty()
+                    let verdict = shard.evaluate(limit, key, now, rng.u64(0..3), true);
+                    if let Some(penalty) = limit.get_penalty()
                         && !verdict.allowed
                         && verdict.blocked_us.is_none()
                     {
-                        shard.offend(policy, key, now, &penalty, verdict);
+                        shard.offend(limit, key, now, &penalty, verdict);
                     }
                 }
             }

@@ -13,11 +13,11 @@ use crate::algorithm::{
 };
 use crate::{Algorithm, Key};
 
-/// One policy's states: (key, state) pairs found by a hash the store computes once
+/// One limit's states: (key, state) pairs found by a hash the store computes once
 /// per decision (it also picks the shard), so a key is hashed once, not twice.
 pub(super) type Map<C> = HashTable<(Key, C)>;
 
-/// One policy's states in this shard, typed by algorithm so each entry is as small as
+/// One limit's states in this shard, typed by algorithm so each entry is as small as
 /// its algorithm allows (GCRA: 16-byte key + 16-byte state).
 pub(super) enum States {
     FixedWindow(Map<Stamped<<FixedWindow as Rule>::State>>),

@@ -1,13 +1,13 @@
-//! The blocked-key cache's wiring into the store: which answers it may give, which
+//! The denial cache's wiring into the store: which answers it may give, which
 //! denials it records, and which calls make it forget.
 //!
 //! Once Redis denies a key until T, this process denies the same key (at the same or
 //! a higher cost) until T without a round trip, but for at most
-//! [`block_cache_max_age`](RedisStore::block_cache_max_age) (1 s by default), so that a
+//! [`denial_cache_max_age`](RedisStore::denial_cache_max_age) (1 s by default), so that a
 //! reset, a refund by another process or a corrected server clock reaches this
 //! process within it. The cache itself (bounds, ages, eviction) is
-//! `store/block_cache.rs`; on by default, bounded
-//! ([`block_cache`](RedisStore::block_cache)).
+//! `store/denial_cache.rs`; on by default, bounded
+//! ([`denial_cache`](RedisStore::denial_cache)).
 //!
 //! - **All or nothing.** A batch with any blocked charge is denied locally (it could
 //!   not pass): its other charges were not evaluated, so each reports `allowed: true`
@@ -31,7 +31,7 @@ use crate::Decision;
 use crate::store::Charge;
 
 impl RedisStore {
-    /// The blocked-key cache's clock, read only when there is a cache: the instant a
+    /// The denial cache's clock, read only when there is a cache: the instant a
     /// call is sent, from which a denial it brings back is aged.
     pub(super) fn cache_clock(&self) -> Option<u64> {
         self.cache.as_ref().map(|_| self.local_now())
@@ -39,7 +39,7 @@ impl RedisStore {
 
     /// The whole batch's answer if one of its charges is blocked here: one blocked
     /// charge denies the all-or-nothing batch without a round trip (see
-    /// `BlockCache::check` for what the others report).
+    /// `DenialCache::check` for what the others report).
     pub(super) fn cached_denial(
         &self,
         charges: &[Charge<'_>],

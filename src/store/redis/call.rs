@@ -9,9 +9,10 @@ use super::RedisStore;
 use super::connection::{Conn, breaks_connection, store_error};
 use super::keys;
 use super::script::{self, At, Call, Mode, Reads};
+use crate::StoreError;
 use crate::algorithm::Verdict;
+use crate::decision::Receipt;
 use crate::store::Charge;
-use crate::{Receipt, StoreError};
 
 impl RedisStore {
     /// Runs one script call before `deadline`.
@@ -97,27 +98,27 @@ impl RedisStore {
         F: FnOnce(Conn) -> Fut,
         Fut: Future<Output = Result<T, RedisError>>,
     {
-        let lease = timeout_at(deadline, self.connections.get())
+        let checkout = timeout_at(deadline, self.connections.get())
             .await
             .map_err(|_| self.timeout_error())??;
-        match timeout_at(deadline, call(lease.conn.clone())).await {
+        match timeout_at(deadline, call(checkout.conn.clone())).await {
             Ok(Ok(reply)) => {
-                lease.answered();
+                checkout.answered();
                 Ok(reply)
             }
             Ok(Err(err)) => {
                 if breaks_connection(&err) {
-                    self.connections.discard(&lease);
+                    self.connections.discard(&checkout);
                 } else {
                     // An error reply is a reply: the connection is alive.
-                    lease.answered();
+                    checkout.answered();
                 }
                 Err(store_error(err))
             }
             Err(_) => {
                 // Dropped only if silent: a partition never closes the socket, but a
                 // call that is merely slow must not cost everyone a reconnect.
-                self.connections.timed_out(&lease);
+                self.connections.timed_out(&checkout);
                 Err(self.timeout_error())
             }
         }

@@ -62,7 +62,7 @@ struct Health {
 }
 
 /// A call's use of the shared connection.
-pub(super) struct Lease {
+pub(super) struct Checkout {
     pub(super) conn: Conn,
     generation: u64,
     health: Arc<Health>,
@@ -70,7 +70,7 @@ pub(super) struct Lease {
     replies_before: u64,
 }
 
-impl Lease {
+impl Checkout {
     /// The server answered this call (a reply, even an error reply): the connection
     /// is alive.
     pub(super) fn answered(&self) {
@@ -137,7 +137,7 @@ impl Connections {
     /// moment: the server may have come back since) and sees that connect fail starts
     /// one of its own, once; a call whose own connect failed fails at once. So a
     /// server that is down costs at most two connects per wave of calls.
-    pub(super) async fn get(self: &Arc<Self>) -> Result<Lease, StoreError> {
+    pub(super) async fn get(self: &Arc<Self>) -> Result<Checkout, StoreError> {
         let mut waited_for = None;
         let mut may_retry = false;
         loop {
@@ -149,7 +149,7 @@ impl Connections {
             {
                 let mut current = self.lock();
                 if let Some((conn, health)) = &current.conn {
-                    return Ok(Lease {
+                    return Ok(Checkout {
                         conn: conn.clone(),
                         generation: current.generation,
                         replies_before: health.replies.load(Relaxed),
@@ -234,10 +234,10 @@ impl Connections {
         self.connect_ended.notify_waiters();
     }
 
-    /// Drops the lease's connection after an error that broke it; the next call
+    /// Drops the checkout's connection after an error that broke it; the next call
     /// reconnects.
-    pub(super) fn discard(&self, lease: &Lease) {
-        self.discard_generation(lease.generation);
+    pub(super) fn discard(&self, checkout: &Checkout) {
+        self.discard_generation(checkout.generation);
     }
 
     /// Drops connection `generation` if it is still the current one.
@@ -249,16 +249,16 @@ impl Connections {
         }
     }
 
-    /// After the lease's call timed out (see the module's doc): a standalone
+    /// After the checkout's call timed out (see the module's doc): a standalone
     /// connection is dropped only if it is silent; a cluster connection is kept and a
     /// replacement made beside it.
-    pub(super) fn timed_out(self: &Arc<Self>, lease: &Lease) {
-        if lease.health.made.elapsed() < MIN_AGE {
+    pub(super) fn timed_out(self: &Arc<Self>, checkout: &Checkout) {
+        if checkout.health.made.elapsed() < MIN_AGE {
             return;
         }
         if !self.is_cluster() {
-            if lease.silent() {
-                self.discard(lease);
+            if checkout.silent() {
+                self.discard(checkout);
             }
             return;
         }
@@ -266,7 +266,7 @@ impl Connections {
         let recent = current
             .last_attempt
             .is_some_and(|at| at.elapsed() < MIN_AGE);
-        if current.generation == lease.generation && !current.connecting && !recent {
+        if current.generation == checkout.generation && !current.connecting && !recent {
             self.start_connect(&mut current);
         }
     }

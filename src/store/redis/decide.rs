@@ -6,7 +6,7 @@
 //! multi-limit [`check_all`](crate::Limiter::check_all) is one script that decides
 //! every limit and charges all or none. On a cluster, limits whose keys live on
 //! different slots are charged in order, and the charged ones are refunded when a
-//! later one denies (`slots.rs`). Denials are answered from the blocked-key cache
+//! later one denies (`slots.rs`). Denials are answered from the denial cache
 //! where they may be (`cached_denials.rs`); the operator's calls (reset, block,
 //! penalize, reserve) are `operations.rs`.
 
@@ -17,8 +17,9 @@ use tokio::time::Instant;
 use super::script::Mode;
 use super::{LUA_EXACT, RedisStore};
 use crate::algorithm::Verdict;
+use crate::decision::Receipt;
 use crate::store::{Charge, InFlightSlot, Store, StoreCall, decision};
-use crate::{Algorithm, ConfigError, Decision, Key, Limit, Receipt, StoreError};
+use crate::{Algorithm, ConfigError, Decision, Key, Limit, StoreError};
 
 impl Store for RedisStore {
     fn decide<'a>(&'a self, charges: &'a [Charge<'a>]) -> StoreCall<'a, Vec<Decision>> {
@@ -74,7 +75,7 @@ impl Store for RedisStore {
         })
     }
 
-    /// Takes a lease in one script call, within the store's deadline (see
+    /// Takes a slot record in one script call, within the store's deadline (see
     /// [`in_flight_ttl`](RedisStore::in_flight_ttl)).
     fn acquire_in_flight<'a>(
         &'a self,
@@ -94,7 +95,7 @@ impl Store for RedisStore {
     /// every other (algorithm, period) this store has decided the limit's name under
     /// (a plan's period, the limit before a reload; up to 16 per name). State under a
     /// period only another process has used is not reached (its block is: the record
-    /// is one per name and key). This process's blocked-key cache forgets the key at
+    /// is one per name and key). This process's denial cache forgets the key at
     /// once; other processes' caches, within their max age.
     fn reset<'a>(&'a self, limit: &'a Limit, key: &'a Key) -> StoreCall<'a, ()> {
         StoreCall::future(self.reset_everywhere(limit, key))
@@ -127,25 +128,25 @@ impl Store for RedisStore {
 
     /// One script call (`Mode::Reserve`): the place is found and charged where the
     /// state lives, so processes sharing the key queue behind each other. Not answered
-    /// from the blocked-key cache: a reservation asks how long, not whether.
+    /// from the denial cache: a reservation asks how long, not whether.
     fn reserve<'a>(&'a self, charge: Charge<'a>, max_wait: Duration) -> StoreCall<'a, Decision> {
         StoreCall::future(self.reserve_place(charge, max_wait))
     }
 
-    /// Rejects policies whose arithmetic would leave the integers Lua holds exactly
+    /// Rejects limits whose arithmetic would leave the integers Lua holds exactly
     /// (below 2^53): a sliding window multiplies counts by the period, so `limit ×
     /// period in µs` must stay below 2^53 (e.g. at most 104 days at a limit of 1000).
-    fn validate(&self, policy: &Limit) -> Result<(), ConfigError> {
-        policy.validate()?;
-        let p = policy.params();
+    fn validate(&self, limit: &Limit) -> Result<(), ConfigError> {
+        limit.validate()?;
+        let p = limit.params();
         if p.algorithm == Algorithm::SlidingWindow
             && u128::from(p.limit) * u128::from(p.period_us) >= LUA_EXACT
         {
             return Err(ConfigError::new(format!(
-                "invalid policy \"{}\" for the redis store: sliding_window computes \
+                "invalid limit \"{}\" for the redis store: sliding_window computes \
                  limit × period ({} × {} µs), which must stay below 2^53 to be exact in \
                  Lua; use a smaller limit, a shorter period or sliding_window_counters",
-                policy.name(),
+                limit.name(),
                 p.limit,
                 p.period_us
             )));

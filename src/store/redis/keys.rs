@@ -1,11 +1,11 @@
-//! Redis key names: `<prefix>:<policy>:{<subject>}:<algorithm>:<period>` for rate
-//! state, `<prefix>:<policy>:{<subject>}:b` for the caller's record.
+//! Redis key names: `<prefix>:<limit>:{<subject>}:<algorithm>:<period>` for rate
+//! state, `<prefix>:<limit>:{<subject>}:b` for the caller's record.
 //!
 //! The subject is the caller key's fingerprint in hex: fixed length, and the only text
 //! between braces, so it alone picks the Redis Cluster slot. Braces (and `%`) in the
-//! prefix or the policy name are percent-escaped, so neither can open a hash tag of
+//! prefix or the limit name are percent-escaped, so neither can open a hash tag of
 //! its own. The algorithm and the period (and the sliding window counters' buckets)
-//! end the name: a policy whose period or algorithm changes starts from fresh state
+//! end the name: a limit whose period or algorithm changes starts from fresh state
 //! instead of misreading the old one, as in the memory store. The count and the burst
 //! are not in the name: a key whose quota changes (a plan, a reload) keeps its usage,
 //! which each state records in units the scripts convert (see the GCRA and token
@@ -38,21 +38,21 @@ pub(super) fn escape(text: &str) -> Cow<'_, str> {
     Cow::Owned(out)
 }
 
-/// The key of `policy`'s state for `key`; `prefix` is already escaped.
-pub(super) fn state_key(prefix: &str, policy: &Limit, key: &Key) -> String {
-    state_key_at(prefix, policy, key, policy.params().period_us)
+/// The key of `limit`'s state for `key`; `prefix` is already escaped.
+pub(super) fn state_key(prefix: &str, limit: &Limit, key: &Key) -> String {
+    state_key_at(prefix, limit, key, limit.params().period_us)
 }
 
-/// The key of `policy`'s state for `key` under the same algorithm but `period_us`:
+/// The key of `limit`'s state for `key` under the same algorithm but `period_us`:
 /// with the limit's base period, the state that an operator's block marks, which a
 /// charge under another period (a plan) marks too when it writes the record.
-pub(super) fn state_key_at(prefix: &str, policy: &Limit, key: &Key, period_us: u64) -> String {
-    let p: &Params = policy.params();
-    let mut out = String::with_capacity(prefix.len() + policy.name().len() + 96);
+pub(super) fn state_key_at(prefix: &str, limit: &Limit, key: &Key, period_us: u64) -> String {
+    let p: &Params = limit.params();
+    let mut out = String::with_capacity(prefix.len() + limit.name().len() + 96);
     let _ = write!(
         out,
         "{prefix}:{}:{{{key:x}}}:{}:{period_us}",
-        escape(policy.name()),
+        escape(limit.name()),
         p.algorithm.name(),
     );
     if let Algorithm::SlidingWindowCounters { buckets } = p.algorithm {
@@ -67,8 +67,8 @@ pub(super) fn state_key_at(prefix: &str, policy: &Limit, key: &Key, period_us: u
 /// caller, and a reload that changes the algorithm or the period keeps it. Same hash
 /// tag as every state of the key, so a script that decides also reads it without a
 /// cross-slot call.
-pub(super) fn record_key(prefix: &str, policy: &Limit, key: &Key) -> String {
-    format!("{prefix}:{}:{{{key:x}}}:b", escape(policy.name()))
+pub(super) fn record_key(prefix: &str, limit: &Limit, key: &Key) -> String {
+    format!("{prefix}:{}:{{{key:x}}}:b", escape(limit.name()))
 }
 
 /// The second key of the sliding window log (its sorted set); same hash tag.
@@ -76,14 +76,14 @@ pub(super) fn log_key(state_key: &str) -> String {
     format!("{state_key}:log")
 }
 
-/// The sorted set of `policy`'s in-flight leases for `key`, with the same hash tag as
-/// its rate state (`<prefix>:<policy>:{<subject>}:inflight`). It names no quota or
-/// algorithm: the leases are counted against whatever bound the caller passes, so a
+/// The sorted set of `limit`'s in-flight slot records for `key`, with the same hash tag as
+/// its rate state (`<prefix>:<limit>:{<subject>}:inflight`). It names no quota or
+/// algorithm: the slot records are counted against whatever bound the caller passes, so a
 /// changed bound applies to the requests already running.
-pub(super) fn in_flight_key(prefix: &str, policy: &Limit, key: &Key) -> String {
+pub(super) fn in_flight_key(prefix: &str, limit: &Limit, key: &Key) -> String {
     format!(
         "{prefix}:{}:{{{}}}:inflight",
-        escape(policy.name()),
+        escape(limit.name()),
         key.to_hex()
     )
 }
@@ -226,8 +226,8 @@ mod tests {
 
     #[test]
     fn braces_in_names_cannot_open_a_hash_tag() {
-        let policy = Limit::new("a{b}c", Quota::per_second(1)).unwrap_or_else(|e| panic!("{e}"));
-        let key = state_key(&escape("pre{x}"), &policy, &Key::from("k"));
+        let limit = Limit::new("a{b}c", Quota::per_second(1)).unwrap_or_else(|e| panic!("{e}"));
+        let key = state_key(&escape("pre{x}"), &limit, &Key::from("k"));
         let open = key.find('{').unwrap_or_default();
         let close = key.find('}').unwrap_or_default();
         assert_eq!(&key[open + 1..close], Key::from("k").to_hex());

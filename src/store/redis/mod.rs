@@ -8,8 +8,8 @@
 //! (connection, deadline, reply), with `script.rs` and `function.rs` the Lua it runs,
 //! `slots.rs` a cluster batch across slots and `server_time.rs` the time floor.
 //! `connection.rs` keeps the shared connection (`source.rs` makes one, `errors.rs`
-//! reads its failures); `in_flight.rs`, `leases.rs` and `renewal.rs` hold in-flight
-//! slots as leases renewed while their requests run.
+//! reads its failures); `in_flight.rs`, `slot records.rs` and `renewal.rs` hold in-flight
+//! slots as records renewed while their requests run.
 //!
 //! # One round trip per decision
 //!
@@ -56,7 +56,7 @@
 //! Every call has a deadline ([`DEFAULT_DEADLINE`](RedisStore::DEFAULT_DEADLINE), see
 //! [`deadline`](RedisStore::deadline)); timeouts, lost connections, `LOADING`,
 //! `CLUSTERDOWN` and `READONLY` come back as [`StoreError`]s of the matching
-//! [`StoreErrorKind`], never as panics. Pair it with [`Fallback`](crate::Fallback) to
+//! [`StoreErrorKind`], never as panics. Pair it with [`Fallback`](crate::store::Fallback) to
 //! keep limiting from memory while Redis is away.
 //!
 //! There are no reconnect storms: one connect at a time (calls without a connection
@@ -68,11 +68,11 @@
 //! itself (at most once a second, with a fresh slot map), so one stalled node does not
 //! stall the others (see `connection.rs`).
 //!
-//! # Blocked-key cache
+//! # Denial cache
 //!
 //! Once Redis denies a key until T, this process denies the same key (at the same or
 //! a higher cost) until T without a round trip, for at most
-//! [`block_cache_max_age`](RedisStore::block_cache_max_age) (see `cached_denials.rs`
+//! [`denial_cache_max_age`](RedisStore::denial_cache_max_age) (see `cached_denials.rs`
 //! for what it answers and when it forgets).
 
 mod cached_denials;
@@ -83,13 +83,13 @@ mod errors;
 mod function;
 mod in_flight;
 mod keys;
-mod leases;
 mod names;
 mod operations;
 mod options;
 mod renewal;
 mod script;
 mod server_time;
+mod slot_records;
 mod slots;
 mod source;
 
@@ -99,19 +99,20 @@ use std::time::Duration;
 
 use self::connection::Connections;
 use self::function::Functions;
-use self::leases::Leases;
 use self::server_time::ServerTime;
-use super::block_cache::BlockCache;
+use self::slot_records::SlotRecords;
+use super::denial_cache::DenialCache;
 use crate::clock::now_micros;
-use crate::{Clock, StoreError, StoreErrorKind, SystemClock};
+use crate::clock::{Clock, SystemClock};
+use crate::{StoreError, StoreErrorKind};
 
 /// Integers in Lua scripts are doubles: exact below 2^53.
 const LUA_EXACT: u128 = 1 << 53;
 
-/// The longest block the store writes: [`MAX_DENIAL`](crate::MAX_DENIAL), a century.
+/// The longest block the store writes: [`MAX_DENIAL`](crate::Penalty::MAX_DENIAL), a century.
 /// A block's end, `now + duration` in µs, must stay exact in Lua's doubles (below
 /// 2^53, about 285 years after 1970); the memory store clamps at the same bound.
-pub(crate) const MAX_BLOCK: Duration = crate::MAX_DENIAL;
+pub(crate) const MAX_BLOCK: Duration = crate::Penalty::MAX_DENIAL;
 
 /// Limiter state in Redis or Redis Cluster: every process that points at the same
 /// server (and prefix) shares one limit.
@@ -119,18 +120,18 @@ pub(crate) const MAX_BLOCK: Duration = crate::MAX_DENIAL;
 /// Each decision is one round trip (a Redis Function or script, all-or-nothing
 /// across limits), timed by the server's clock with a floor that never runs back.
 /// Every call has a [`deadline`](RedisStore::deadline) and fails as a [`StoreError`],
-/// never a panic (pair it with [`Fallback`](crate::Fallback)); connections are
+/// never a panic (pair it with [`Fallback`](crate::store::Fallback)); connections are
 /// replaced one at a time, and denials are answered locally for up to
-/// [`block_cache_max_age`](RedisStore::block_cache_max_age).
+/// [`denial_cache_max_age`](RedisStore::denial_cache_max_age).
 ///
 /// Build it from a URL or a pool ([`from_url`](RedisStore::from_url),
 /// [`from_cluster_urls`](RedisStore::from_cluster_urls)); tune it with
 /// [`prefix`](RedisStore::prefix), [`deadline`](RedisStore::deadline),
-/// [`block_cache`](RedisStore::block_cache), [`functions`](RedisStore::functions) and
+/// [`denial_cache`](RedisStore::denial_cache), [`functions`](RedisStore::functions) and
 /// [`in_flight_ttl`](RedisStore::in_flight_ttl); find a caller's keys with
 /// [`state_key`](RedisStore::state_key) and [`record_key`](RedisStore::record_key).
 /// Each method's doc says what it bounds; the module docs of `src/store/redis/` tell
-/// the whole story (keys and TTLs, time, clusters, failures, the blocked-key cache).
+/// the whole story (keys and TTLs, time, clusters, failures, the denial cache).
 ///
 /// Clones share the connection, the cache and the time floor.
 ///
@@ -155,15 +156,15 @@ pub struct RedisStore {
     server_time: Arc<ServerTime>,
     prefix: Arc<str>,
     deadline: Duration,
-    cache: Option<Arc<BlockCache>>,
+    cache: Option<Arc<DenialCache>>,
     /// How long a cached denial may answer (kept while the cache is off, for when it
     /// is turned on again).
     cache_max_age: Duration,
     /// Whether and how single charges go to the function library (see
     /// `function.rs`). Shared by clones.
     functions: Arc<Functions>,
-    /// This store's in-flight leases (see `leases.rs`). Shared by clones.
-    leases: Arc<Leases>,
+    /// This store's in-flight slot records (see `slot records.rs`). Shared by clones.
+    records: Arc<SlotRecords>,
     /// The (algorithm, period) pairs each limit name was decided under here, which
     /// reset and penalize reach (see `keys::Known`). Shared by clones.
     known: Arc<keys::Known>,
@@ -175,7 +176,7 @@ impl RedisStore {
         self.clock.as_deref().map(now_micros)
     }
 
-    /// The local clock of the blocked-key cache.
+    /// The local clock of the denial cache.
     fn local_now(&self) -> u64 {
         self.clock_now().unwrap_or_else(|| now_micros(&SystemClock))
     }
@@ -195,10 +196,10 @@ impl fmt::Debug for RedisStore {
             .field("prefix", &self.prefix)
             .field("deadline", &self.deadline)
             .field("clock", &self.clock)
-            .field("block_cache", &self.get_block_cache())
-            .field("block_cache_max_age", &self.cache_max_age)
+            .field("denial_cache", &self.get_denial_cache())
+            .field("denial_cache_max_age", &self.cache_max_age)
             .field("functions", &self.get_functions())
-            .field("in_flight_ttl", &self.leases.ttl())
+            .field("in_flight_ttl", &self.records.ttl())
             .finish_non_exhaustive()
     }
 }

@@ -1,5 +1,5 @@
 //! The names of a caller's keys in Redis, for operators and tests: its rate state,
-//! its record (block, penalty count, reservation queue) and its in-flight leases. The
+//! its record (block, penalty count, reservation queue) and its in-flight slot records. The
 //! naming itself (escaping, hash tags, what each name holds) is `keys.rs`.
 
 use super::{RedisStore, keys};
@@ -12,8 +12,8 @@ impl RedisStore {
     /// ```
     /// use tollgate::{Key, Limit, Quota, RedisStore};
     /// let store = RedisStore::from_url("redis://127.0.0.1:6379")?;
-    /// let policy = Limit::new("api", Quota::per_second(5))?;
-    /// let name = store.state_key(&policy, &Key::from("alice"));
+    /// let limit = Limit::new("api", Quota::per_second(5))?;
+    /// let name = store.state_key(&limit, &Key::from("alice"));
     /// assert!(name.starts_with("tollgate:api:{"));
     /// assert!(name.ends_with("}:gcra:1000000"));
     /// # Ok::<(), tollgate::ConfigError>(())
@@ -42,7 +42,7 @@ impl RedisStore {
         keys::record_key(&self.prefix, limit.as_ref(), key)
     }
 
-    /// The Redis key (a sorted set of leases) holding the in-flight slots of `key`
+    /// The Redis key (a sorted set of slot records) holding the in-flight slots of `key`
     /// under `limit`: the same hash tag as its rate state (for operators and tests).
     ///
     /// ```

@@ -1,10 +1,10 @@
 //! Building a [`RedisStore`]: where its connections come from (a pool, a URL, a
-//! cluster's seed nodes) and its settings (clock, prefix, deadline, blocked-key cache,
-//! functions, in-flight lease TTL), each with its getter.
+//! cluster's seed nodes) and its settings (clock, prefix, deadline, denial cache,
+//! functions, in-flight slot record TTL), each with its getter.
 //!
 //! Settings are `#[must_use]` setters returning the store; those that can be wrong
 //! return `Result<Self, ConfigError>` and quote the input. A setting that replaces
-//! shared state (the cache, the function switch, the leases) gives the store a fresh
+//! shared state (the cache, the function switch, the slot records) gives the store a fresh
 //! one: clones made before the call keep the old.
 
 use std::sync::Arc;
@@ -14,22 +14,23 @@ use deadpool_redis::Runtime;
 
 use super::connection::Connections;
 use super::function::Functions;
-use super::leases::Leases;
+use super::slot_records::SlotRecords;
 use super::source::{Source, pool_for_url};
 use super::{RedisStore, keys};
-use crate::store::block_cache::BlockCache;
-use crate::{Clock, ConfigError};
+use crate::ConfigError;
+use crate::clock::Clock;
+use crate::store::denial_cache::DenialCache;
 
 impl RedisStore {
     /// The default deadline of one store call: 50 ms.
     pub const DEFAULT_DEADLINE: Duration = Duration::from_millis(50);
-    /// The default bound on the blocked-key cache: 10 000 keys.
-    pub const DEFAULT_BLOCK_CACHE_KEYS: usize = 10_000;
+    /// The default bound on the denial cache: 10 000 keys.
+    pub const DEFAULT_DENIAL_CACHE_KEYS: usize = 10_000;
     /// The default bound on how long a cached denial answers: 1 s.
     pub const DEFAULT_BLOCK_CACHE_MAX_AGE: Duration = Duration::from_secs(1);
     /// The default key prefix: `tollgate`.
     pub const DEFAULT_PREFIX: &'static str = "tollgate";
-    /// The default lifetime of an in-flight lease: 10 s.
+    /// The default lifetime of an in-flight slot record: 10 s.
     pub const DEFAULT_IN_FLIGHT_TTL: Duration = Duration::from_secs(10);
 
     fn new(source: Source) -> Self {
@@ -39,13 +40,13 @@ impl RedisStore {
             server_time: Arc::default(),
             prefix: Arc::from(Self::DEFAULT_PREFIX),
             deadline: Self::DEFAULT_DEADLINE,
-            cache: Some(Arc::new(BlockCache::new(
-                Self::DEFAULT_BLOCK_CACHE_KEYS,
+            cache: Some(Arc::new(DenialCache::new(
+                Self::DEFAULT_DENIAL_CACHE_KEYS,
                 crate::time::micros_up(Self::DEFAULT_BLOCK_CACHE_MAX_AGE),
             ))),
             cache_max_age: Self::DEFAULT_BLOCK_CACHE_MAX_AGE,
             functions: Arc::new(Functions::new(true)),
-            leases: Arc::new(Leases::new(Self::DEFAULT_IN_FLIGHT_TTL)),
+            records: Arc::new(SlotRecords::new(Self::DEFAULT_IN_FLIGHT_TTL)),
             known: Arc::default(),
         }
     }
@@ -133,7 +134,7 @@ impl RedisStore {
     ///
     /// ```
     /// use std::time::Duration;
-    /// let clock = tollgate::ManualClock::new(Duration::from_secs(1_700_000_000));
+    /// let clock = tollgate::clock::ManualClock::new(Duration::from_secs(1_700_000_000));
     /// let store = tollgate::RedisStore::from_url("redis://127.0.0.1:6379")?.with_clock(clock);
     /// # let _ = store;
     /// # Ok::<(), tollgate::ConfigError>(())
@@ -150,8 +151,8 @@ impl RedisStore {
     /// ```
     /// use tollgate::{Key, Limit, Quota, RedisStore};
     /// let store = RedisStore::from_url("redis://127.0.0.1:6379")?.prefix("shop{eu}");
-    /// let policy = Limit::new("api", Quota::per_second(5))?;
-    /// assert!(store.state_key(&policy, &Key::from("alice")).starts_with("shop%7Beu%7D:api:{"));
+    /// let limit = Limit::new("api", Quota::per_second(5))?;
+    /// assert!(store.state_key(&limit, &Key::from("alice")).starts_with("shop%7Beu%7D:api:{"));
     /// # Ok::<(), tollgate::ConfigError>(())
     /// ```
     #[must_use]
@@ -162,7 +163,7 @@ impl RedisStore {
         self.cache = self
             .cache
             .as_ref()
-            .map(|cache| Arc::new(BlockCache::new(cache.max_keys(), cache.max_age_us())));
+            .map(|cache| Arc::new(DenialCache::new(cache.max_keys(), cache.max_age_us())));
         // Likewise the pairs its limits were decided under.
         self.known = Arc::default();
         self
@@ -199,18 +200,18 @@ impl RedisStore {
         self.deadline
     }
 
-    /// Remembers up to `max_keys` blocked keys (default [`DEFAULT_BLOCK_CACHE_KEYS`](RedisStore::DEFAULT_BLOCK_CACHE_KEYS));
-    /// 0 turns the blocked-key cache off, so every call goes to Redis.
+    /// Remembers up to `max_keys` denied keys (default [`DEFAULT_DENIAL_CACHE_KEYS`](RedisStore::DEFAULT_DENIAL_CACHE_KEYS));
+    /// 0 turns the denial cache off, so every call goes to Redis.
     ///
     /// ```
-    /// let store = tollgate::RedisStore::from_url("redis://127.0.0.1:6379")?.block_cache(0);
-    /// assert_eq!(store.get_block_cache(), 0);
+    /// let store = tollgate::RedisStore::from_url("redis://127.0.0.1:6379")?.denial_cache(0);
+    /// assert_eq!(store.get_denial_cache(), 0);
     /// # Ok::<(), tollgate::ConfigError>(())
     /// ```
     #[must_use]
-    pub fn block_cache(mut self, max_keys: usize) -> Self {
+    pub fn denial_cache(mut self, max_keys: usize) -> Self {
         let max_age_us = crate::time::micros_up(self.cache_max_age);
-        self.cache = (max_keys > 0).then(|| Arc::new(BlockCache::new(max_keys, max_age_us)));
+        self.cache = (max_keys > 0).then(|| Arc::new(DenialCache::new(max_keys, max_age_us)));
         self
     }
 
@@ -223,29 +224,29 @@ impl RedisStore {
     /// (one round trip per key per `max_age`); shorter sees changes sooner. The age is
     /// measured on the store's clock (the injected one, if any), from when the denied
     /// request was sent, and rounded up to whole microseconds. Zero is a
-    /// [`ConfigError`]: [`block_cache(0)`](RedisStore::block_cache) turns the cache off.
+    /// [`ConfigError`]: [`denial_cache(0)`](RedisStore::denial_cache) turns the cache off.
     ///
     /// ```
     /// use std::time::Duration;
     /// let store = tollgate::RedisStore::from_url("redis://127.0.0.1:6379")?
-    ///     .block_cache_max_age(Duration::from_millis(250))?;
-    /// assert_eq!(store.get_block_cache_max_age(), Duration::from_millis(250));
+    ///     .denial_cache_max_age(Duration::from_millis(250))?;
+    /// assert_eq!(store.get_denial_cache_max_age(), Duration::from_millis(250));
     /// let err = tollgate::RedisStore::from_url("redis://127.0.0.1:6379")?
-    ///     .block_cache_max_age(Duration::ZERO)
+    ///     .denial_cache_max_age(Duration::ZERO)
     ///     .expect_err("zero");
     /// assert!(err.to_string().contains("0ns"));
     /// # Ok::<(), tollgate::ConfigError>(())
     /// ```
-    pub fn block_cache_max_age(mut self, max_age: Duration) -> Result<Self, ConfigError> {
+    pub fn denial_cache_max_age(mut self, max_age: Duration) -> Result<Self, ConfigError> {
         if max_age.is_zero() {
             return Err(ConfigError::new(format!(
-                "invalid block cache max age {max_age:?}: a cached denial needs some time \
-                 to answer; use block_cache(0) to turn the cache off"
+                "invalid denial cache max age {max_age:?}: a cached denial needs some time \
+                 to answer; use denial_cache(0) to turn the cache off"
             )));
         }
         self.cache_max_age = max_age;
         self.cache = self.cache.as_ref().map(|cache| {
-            Arc::new(BlockCache::new(
+            Arc::new(DenialCache::new(
                 cache.max_keys(),
                 crate::time::micros_up(max_age),
             ))
@@ -258,27 +259,27 @@ impl RedisStore {
     /// ```
     /// let store = tollgate::RedisStore::from_url("redis://127.0.0.1:6379")?;
     /// assert_eq!(
-    ///     store.get_block_cache_max_age(),
+    ///     store.get_denial_cache_max_age(),
     ///     tollgate::RedisStore::DEFAULT_BLOCK_CACHE_MAX_AGE
     /// );
     /// # Ok::<(), tollgate::ConfigError>(())
     /// ```
-    pub fn get_block_cache_max_age(&self) -> Duration {
+    pub fn get_denial_cache_max_age(&self) -> Duration {
         self.cache_max_age
     }
 
-    /// The bound on the blocked-key cache (0: off).
+    /// The bound on the denial cache (0: off).
     ///
     /// ```
     /// let store = tollgate::RedisStore::from_url("redis://127.0.0.1:6379")?;
-    /// assert_eq!(store.get_block_cache(), tollgate::RedisStore::DEFAULT_BLOCK_CACHE_KEYS);
+    /// assert_eq!(store.get_denial_cache(), tollgate::RedisStore::DEFAULT_DENIAL_CACHE_KEYS);
     /// # Ok::<(), tollgate::ConfigError>(())
     /// ```
-    pub fn get_block_cache(&self) -> usize {
+    pub fn get_denial_cache(&self) -> usize {
         self.cache.as_ref().map_or(0, |c| c.max_keys())
     }
 
-    /// How many keys the blocked-key cache holds now.
+    /// How many keys the denial cache holds now.
     ///
     /// ```
     /// let store = tollgate::RedisStore::from_url("redis://127.0.0.1:6379")?;
@@ -296,7 +297,7 @@ impl RedisStore {
     /// the library by itself (again after `FUNCTION FLUSH` or on a new node) and goes
     /// back to scripts by itself where functions are unavailable (Redis 6, an ACL
     /// without `FUNCTION`); `false` keeps it on scripts from the start. Refunds and
-    /// multi-policy batches are always scripts. Same answers either way.
+    /// multi-limit batches are always scripts. Same answers either way.
     ///
     /// ```
     /// let store = tollgate::RedisStore::from_url("redis://127.0.0.1:6379")?.functions(false);
@@ -325,21 +326,21 @@ impl RedisStore {
     /// [`DEFAULT_IN_FLIGHT_TTL`](RedisStore::DEFAULT_IN_FLIGHT_TTL), 10 s; whole
     /// milliseconds, at least 3 ms).
     ///
-    /// Each slot is a lease that the store renews every `ttl / 3` while its request
+    /// Each slot is a record that the store renews every `ttl / 3` while its request
     /// runs (on a thread of the store's own, in batched, pipelined rounds: 100,000
     /// running keys per process stay renewed at the default TTL), and gives back when
     /// the request ends. A process that dies holding slots renews them no more: they
     /// are free again within `ttl`. A process paused longer than `ttl` (a stopped
     /// container, a suspended VM, a debugger), or cut off from Redis that long, finds
-    /// its leases expired when it resumes: its requests ran uncounted meanwhile, and
-    /// other processes may have taken their places. Its next renewal adds each lease
+    /// its slot records expired when it resumes: its requests ran uncounted meanwhile, and
+    /// other processes may have taken their places. Its next renewal adds each slot record
     /// back if the key has room, or else counts it lost
-    /// ([`in_flight_leases_lost`](RedisStore::in_flight_leases_lost)) and that request
+    /// ([`in_flight_slots_lost`](RedisStore::in_flight_slots_lost)) and that request
     /// runs on uncounted; either way the slot's
-    /// [`ran_uncounted`](crate::InFlightSlot::ran_uncounted) says so. Shorter frees a
+    /// [`ran_uncounted`](crate::store::InFlightSlot::ran_uncounted) says so. Shorter frees a
     /// dead process's slots sooner and renews more often; keep it well above the
     /// store's [`deadline`](RedisStore::deadline) and above the pauses your processes
-    /// may take. Clones made after this call share its leases; call it before use.
+    /// may take. Clones made after this call share its slot records; call it before use.
     ///
     /// ```
     /// use std::time::Duration;
@@ -353,14 +354,14 @@ impl RedisStore {
         let ttl = Duration::from_millis(u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX));
         if ttl < Duration::from_millis(3) {
             return Err(ConfigError::new(format!(
-                "invalid in-flight ttl {ttl:?}: a lease renewed every ttl/3 needs at least 3ms"
+                "invalid in-flight ttl {ttl:?}: a slot record renewed every ttl/3 needs at least 3ms"
             )));
         }
-        self.leases = Arc::new(Leases::new(ttl));
+        self.records = Arc::new(SlotRecords::new(ttl));
         Ok(self)
     }
 
-    /// How long an in-flight lease lives unless renewed.
+    /// How long an in-flight slot record lives unless renewed.
     ///
     /// ```
     /// let store = tollgate::RedisStore::from_url("redis://127.0.0.1:6379")?;
@@ -368,7 +369,7 @@ impl RedisStore {
     /// # Ok::<(), tollgate::ConfigError>(())
     /// ```
     pub fn get_in_flight_ttl(&self) -> Duration {
-        self.leases.ttl()
+        self.records.ttl()
     }
 
     /// Whether the store talks to a Redis Cluster.

@@ -1,23 +1,23 @@
-//! Renewing in-flight leases while their requests run, in batched rounds on a
+//! Renewing in-flight slot records while their requests run, in batched rounds on a
 //! thread of the store's own.
 //!
-//! Each store (with its clones) keeps its live leases by key (`leases.rs`), and a
+//! Each store (with its clones) keeps its live slot records by key (`slot records.rs`), and a
 //! renewer renews them all every TTL/3 while there are any. It runs on a thread of
 //! its own with a small current-thread runtime, so it belongs to the store, not to
 //! the runtime of whichever caller came first: a runtime that ends (a test's, a
 //! `block_on` in a CLI, a worker pool shut down) takes no renewal with it. The thread
-//! ends when the last lease is given back and starts again with the next; if it ever
-//! died otherwise (a panic), the next lease taken starts another. Requests shorter
+//! ends when the last slot record is given back and starts again with the next; if it ever
+//! died otherwise (a panic), the next slot record taken starts another. Requests shorter
 //! than TTL/3, the usual case, are never renewed.
 //!
-//! A round is batched: up to [`LEASES_PER_CALL`] leases (over many keys) per script
-//! call, and the calls sent together (up to [`LEASES_AT_ONCE`] leases on the wire), so they
+//! A round is batched: up to [`LEASES_PER_CALL`] slot records (over many keys) per script
+//! call, and the calls sent together (up to [`LEASES_AT_ONCE`] slot records on the wire), so they
 //! are pipelined on the store's multiplexed connection: one round trip per batch of
 //! calls, not one per key. On a cluster a call names the keys of one hash slot, and
-//! redis-rs pipelines each node's calls on that node's connection. A lease found
+//! redis-rs pipelines each node's calls on that node's connection. A slot record found
 //! expired and dropped (its process was paused or cut off longer than the TTL) is
 //! added back if its key has room, or else counted lost; either way its slot learns
-//! that its request ran uncounted. A lost lease is tried again each round.
+//! that its request ran uncounted. A lost slot record is tried again each round.
 
 use std::collections::HashMap;
 use std::sync::atomic::Ordering::Relaxed;
@@ -30,24 +30,24 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 
 use super::RedisStore;
-use super::leases::{Batch, Due, Leases};
+use super::slot_records::{Batch, Due, SlotRecords};
 use crate::{StoreError, StoreErrorKind, observe};
 
 static RENEW: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("lua/in_flight/renew.lua")));
 
-/// The most leases one renewal call names: enough that 100 000 running keys take
+/// The most slot records one renewal call names: enough that 100 000 running keys take
 /// 200 calls, few enough that one call holds Redis for a millisecond or so.
-pub(super) const LEASES_PER_CALL: usize = 500;
-/// The most leases in renewal calls on the wire at once (32 full calls, or on a
+pub(super) const RECORDS_PER_CALL: usize = 500;
+/// The most slot records in renewal calls on the wire at once (32 full calls, or on a
 /// cluster, where a call names one hash slot's keys, thousands of small ones): they
 /// pipeline on the connection(s), and the bound keeps a huge round from queueing
 /// megabytes at once.
-pub(super) const LEASES_AT_ONCE: usize = 32 * LEASES_PER_CALL;
+pub(super) const RECORDS_AT_ONCE: usize = 32 * RECORDS_PER_CALL;
 
 /// Clears the renewer's flag if its thread ends without saying so (a panic), so that
-/// the next lease taken starts another.
-struct Renewing(Arc<Leases>);
+/// the next slot record taken starts another.
+struct Renewing(Arc<SlotRecords>);
 
 impl Drop for Renewing {
     fn drop(&mut self) {
@@ -59,10 +59,10 @@ impl Drop for Renewing {
 
 impl RedisStore {
     /// Starts the renewer: a thread with a runtime of its own, which ends when no
-    /// lease is left.
+    /// slot record is left.
     pub(super) fn start_renewing(&self) {
         let store = self.clone();
-        let guard = Renewing(self.leases.clone());
+        let guard = Renewing(self.records.clone());
         let started = std::thread::Builder::new()
             .name("tollgate-in-flight-renewal".to_owned())
             .spawn(move || {
@@ -73,42 +73,42 @@ impl RedisStore {
                 {
                     Ok(runtime) => runtime.block_on(store.renew_while_held()),
                     Err(error) => {
-                        store.leases.lock().renewing = false;
-                        observe::lease_failed(&StoreError::new(
+                        store.records.lock().renewing = false;
+                        observe::slot_record_failed(&StoreError::new(
                             StoreErrorKind::Unavailable,
-                            format!("no runtime for in-flight lease renewal: {error}"),
+                            format!("no runtime for in-flight slot record renewal: {error}"),
                         ));
                     }
                 }
             });
         if let Err(error) = started {
-            // The next lease taken tries again; these expire within the TTL.
-            self.leases.lock().renewing = false;
-            observe::lease_failed(&StoreError::new(
+            // The next slot record taken tries again; these expire within the TTL.
+            self.records.lock().renewing = false;
+            observe::slot_record_failed(&StoreError::new(
                 StoreErrorKind::Unavailable,
-                format!("no thread for in-flight lease renewal: {error}"),
+                format!("no thread for in-flight slot record renewal: {error}"),
             ));
         }
     }
 
-    /// Renews every live lease each TTL/3 until none is left, and removes the leases
+    /// Renews every live slot record each TTL/3 until none is left, and removes the slot records
     /// handed to it as soon as they come.
     async fn renew_while_held(self) {
-        let every = self.leases.ttl / 3;
+        let every = self.records.ttl / 3;
         let mut next = Instant::now() + every;
         loop {
             loop {
-                let orphans = self.leases.take_orphans();
+                let orphans = self.records.take_orphans();
                 if !orphans.is_empty() {
                     self.remove_all(orphans).await;
                 }
                 if Instant::now() >= next {
                     break;
                 }
-                let _ = tokio::time::timeout_at(next, self.leases.wake.notified()).await;
+                let _ = tokio::time::timeout_at(next, self.records.wake.notified()).await;
             }
             next += every;
-            let Some(due) = self.leases.due() else {
+            let Some(due) = self.records.due() else {
                 return;
             };
             self.renew(due).await;
@@ -118,9 +118,9 @@ impl RedisStore {
         }
     }
 
-    async fn remove_all(&self, leases: Vec<(Arc<str>, u64)>) {
+    async fn remove_all(&self, records: Vec<(Arc<str>, u64)>) {
         let mut calls = JoinSet::new();
-        for (set, number) in leases {
+        for (set, number) in records {
             let store = self.clone();
             calls.spawn(async move { store.zrem(&set, number).await });
         }
@@ -131,15 +131,15 @@ impl RedisStore {
     /// module's doc).
     async fn renew(&self, due: Vec<Due>) -> RenewalRound {
         let batches = self.batches(due);
-        let at_once = Arc::new(Semaphore::new(LEASES_AT_ONCE));
+        let at_once = Arc::new(Semaphore::new(RECORDS_AT_ONCE));
         let mut calls = JoinSet::new();
         for batch in batches {
             let store = self.clone();
             let at_once = at_once.clone();
-            let leases: usize = batch.iter().map(|(_, _, numbers)| numbers.len()).sum();
-            let leases = u32::try_from(leases).unwrap_or(u32::MAX);
+            let records: usize = batch.iter().map(|(_, _, numbers)| numbers.len()).sum();
+            let records = u32::try_from(records).unwrap_or(u32::MAX);
             calls.spawn(async move {
-                let _permits = at_once.acquire_many_owned(leases).await;
+                let _permits = at_once.acquire_many_owned(records).await;
                 store.renew_batch(batch).await
             });
         }
@@ -156,7 +156,7 @@ impl RedisStore {
         round
     }
 
-    /// Splits `due` into calls of at most [`LEASES_PER_CALL`] leases; on a cluster,
+    /// Splits `due` into calls of at most [`LEASES_PER_CALL`] slot records; on a cluster,
     /// each call's keys share one hash slot.
     fn batches(&self, due: Vec<Due>) -> Vec<Batch> {
         let groups: Vec<Vec<Due>> = if self.is_cluster() {
@@ -168,7 +168,7 @@ impl RedisStore {
                     .push(entry);
             }
             // The same order every round (a new map's order is random), so that each
-            // lease is renewed about every TTL/3, not up to a round later.
+            // slot record is renewed about every TTL/3, not up to a round later.
             let mut groups: Vec<_> = by_slot.into_values().collect();
             groups.sort_unstable_by(|a, b| a[0].0.cmp(&b[0].0));
             groups
@@ -181,8 +181,8 @@ impl RedisStore {
             let mut batch: Batch = Vec::new();
             let mut size = 0;
             for (set, bound, numbers) in group {
-                for chunk in numbers.chunks(LEASES_PER_CALL) {
-                    if size + chunk.len() > LEASES_PER_CALL {
+                for chunk in numbers.chunks(RECORDS_PER_CALL) {
+                    if size + chunk.len() > RECORDS_PER_CALL {
                         batches.push(std::mem::take(&mut batch));
                         size = 0;
                     }
@@ -197,19 +197,19 @@ impl RedisStore {
         batches
     }
 
-    /// One renewal call; returns how many of its leases were added back and lost.
+    /// One renewal call; returns how many of its slot records were added back and lost.
     async fn renew_batch(self, batch: Batch) -> (u64, u64) {
         let mut invocation = RENEW.prepare_invoke();
-        invocation.arg(self.leases.ttl_ms());
+        invocation.arg(self.records.ttl_ms());
         for (set, bound, numbers) in &batch {
             invocation.key(&**set).arg(*bound).arg(numbers.len());
             for &number in numbers {
-                invocation.arg(self.leases.member(number));
+                invocation.arg(self.records.member(number));
             }
         }
         // Renewal is not on any request's path: it may take what a round has, so a
         // big round does not time out behind itself under the request deadline.
-        let deadline = Instant::now() + self.deadline.max(self.leases.ttl / 3);
+        let deadline = Instant::now() + self.deadline.max(self.records.ttl / 3);
         let result: Result<Vec<u8>, StoreError> = self
             .exchange(deadline, |mut conn| async move {
                 conn.invoke(&invocation).await
@@ -218,11 +218,11 @@ impl RedisStore {
         let statuses = match result {
             Ok(statuses) => statuses,
             Err(error) => {
-                observe::lease_failed(&error);
+                observe::slot_record_failed(&error);
                 return (0, 0);
             }
         };
-        let (again, readded, lost) = self.leases.settle(&batch, &statuses);
+        let (again, readded, lost) = self.records.settle(&batch, &statuses);
         for (set, number) in again {
             self.zrem(&set, number).await;
         }
@@ -241,8 +241,8 @@ impl RedisStore {
             target: "tollgate",
             readded = round.readded,
             lost = round.lost,
-            ttl_ms = self.leases.ttl_ms(),
-            "in-flight leases expired while their requests ran (a pause or an outage \
+            ttl_ms = self.records.ttl_ms(),
+            "in-flight records expired while their requests ran (a pause or an outage \
              longer than the TTL): added back where the key had room, else lost; \
              their requests ran uncounted"
         );
@@ -250,11 +250,11 @@ impl RedisStore {
         let _ = round;
     }
 
-    /// How many in-flight leases this store's renewal found expired while their
+    /// How many in-flight slot records this store's renewal found expired while their
     /// requests still ran, with their keys full by then: those requests run on
     /// uncounted (their slots'
-    /// [`ran_uncounted`](crate::InFlightSlot::ran_uncounted) says so), beside up to
-    /// the bound of others. A lease expires under a running request when its process
+    /// [`ran_uncounted`](crate::store::InFlightSlot::ran_uncounted) says so), beside up to
+    /// the bound of others. A slot record expires under a running request when its process
     /// is paused or cut off from Redis longer than the
     /// [`in_flight_ttl`](RedisStore::in_flight_ttl); each is counted once, and tried
     /// again each renewal until it fits or its request ends. Shared by clones; also
@@ -263,27 +263,27 @@ impl RedisStore {
     ///
     /// ```
     /// let store = tollgate::RedisStore::from_url("redis://127.0.0.1:6379")?;
-    /// assert_eq!(store.in_flight_leases_lost(), 0);
+    /// assert_eq!(store.in_flight_slots_lost(), 0);
     /// # Ok::<(), tollgate::ConfigError>(())
     /// ```
-    pub fn in_flight_leases_lost(&self) -> u64 {
-        self.leases.lost.load(Relaxed)
+    pub fn in_flight_slots_lost(&self) -> u64 {
+        self.records.lost.load(Relaxed)
     }
 
-    /// How many in-flight leases this store's renewal found expired while their
+    /// How many in-flight slot records this store's renewal found expired while their
     /// requests still ran and added back, their keys having room: those requests ran
     /// uncounted between the expiry and the renewal (see
-    /// [`in_flight_leases_lost`](RedisStore::in_flight_leases_lost)). Shared by
+    /// [`in_flight_slots_lost`](RedisStore::in_flight_slots_lost)). Shared by
     /// clones; also the `tollgate_in_flight_leases_readded_total` counter (feature
     /// `metrics`).
     ///
     /// ```
     /// let store = tollgate::RedisStore::from_url("redis://127.0.0.1:6379")?;
-    /// assert_eq!(store.in_flight_leases_readded(), 0);
+    /// assert_eq!(store.in_flight_slots_readded(), 0);
     /// # Ok::<(), tollgate::ConfigError>(())
     /// ```
-    pub fn in_flight_leases_readded(&self) -> u64 {
-        self.leases.readded.load(Relaxed)
+    pub fn in_flight_slots_readded(&self) -> u64 {
+        self.records.readded.load(Relaxed)
     }
 }
 

@@ -26,8 +26,9 @@ pub(super) use self::sources::{lua, twin};
 use self::wire::{Args, ChargeArgs, LEAN_MOST, NUMBERS};
 pub(super) use self::wire::{Reply, verdicts};
 use super::keys;
+use crate::Algorithm;
+use crate::decision::Receipt;
 use crate::store::Charge;
-use crate::{Algorithm, Receipt};
 
 /// Every script: one per algorithm, indexed by [`Algorithm::code`], then the one
 /// holding every algorithm ([`Algorithm::ALL`]). `redis::Script` reloads a script by

@@ -6,8 +6,9 @@ use tokio::time::Instant;
 use super::RedisStore;
 use super::script::Mode;
 use crate::algorithm::Verdict;
+use crate::decision::Receipt;
 use crate::store::Charge;
-use crate::{Key, Receipt, StoreError, StoreErrorKind, observe};
+use crate::{Key, StoreError, StoreErrorKind, observe};
 
 impl RedisStore {
     /// A cluster batch whose keys live on several slots: each slot's charges are one

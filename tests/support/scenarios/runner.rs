@@ -4,7 +4,9 @@ use std::error::Error;
 use std::fmt::Write as _;
 use std::time::Duration;
 
-use tollgate::{Algorithm, Decision, Key, Limit, Limiter, ManualClock, Penalty, Quota, Store};
+use tollgate::clock::ManualClock;
+use tollgate::store::Store;
+use tollgate::{Algorithm, Decision, Key, Limit, Limiter, Penalty, Quota};
 
 use super::{BASE, Expect, Op, Scenario};
 
@@ -56,7 +58,7 @@ fn own_quota(
 /// What `decision` says, in the shape of the tables.
 fn seen(decision: &Decision) -> Result<Seen, String> {
     Ok(Seen {
-        limit: decision.limit,
+        limit: decision.capacity,
         expect: Expect {
             allowed: decision.allowed,
             remaining: decision.remaining,
@@ -148,12 +150,12 @@ pub async fn run<S: Store>(
             limit: capacity,
             expect,
         };
-        if seen != want || decision.policy != scenario.name {
+        if seen != want || decision.limit != scenario.name {
             writeln!(
                 failures,
                 "  step {index} (at {} µs, {:?}, cost {cost}):\n    expected {want:?}\n    \
                  got      {seen:?} (policy {:?})",
-                step.at_us, step.op, decision.policy
+                step.at_us, step.op, decision.limit
             )?;
         }
         decisions[index] = Some(decision);

@@ -7,8 +7,9 @@ use redis::{Cmd, FromRedisValue, ParsingError, ScriptInvocation, ToRedisArgs, Va
 
 use super::Reads;
 use crate::algorithm::Verdict;
+use crate::decision::Receipt;
 use crate::store::Charge;
-use crate::{Algorithm, Receipt, StoreError, StoreErrorKind};
+use crate::{Algorithm, StoreError, StoreErrorKind};
 
 /// The wire layout of one charge's arguments: each an offset from the charge's first
 /// argument (`i` in Lua, which reads `args[i + <offset>]`). The header of

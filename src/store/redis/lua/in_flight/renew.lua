@@ -1,16 +1,16 @@
--- tollgate: renew a batch of this process's live leases, over one or more keys.
+-- tollgate: renew a batch of this process's live slot records, over one or more keys.
 --
--- KEYS[k]  the keys' sorted sets of leases (see acquire.lua); on a cluster, all in
+-- KEYS[k]  the keys' sorted sets of slot records (see acquire.lua); on a cluster, all in
 --          one hash slot
--- ARGV[1]  the leases' new time to live, ms
--- then, for each key in order: its bound, the number n of its leases named here, and
---          those n lease ids
+-- ARGV[1]  the slot records' new time to live, ms
+-- then, for each key in order: its bound, the number n of its slot records named here, and
+--          those n record ids
 --
--- Returns one character per lease, in order: '1' renewed; '2' added back (it had
+-- Returns one character per slot record, in order: '1' renewed; '2' added back (it had
 -- expired and been dropped, its holder paused or cut off longer than the TTL, and the
 -- key still had room); '0' lost (expired, dropped, and the key is full: its request
--- runs on uncounted). A lease still in the set is renewed even past its expiry: every
--- acquire drops expired leases first, so nobody took its place.
+-- runs on uncounted). A slot record still in the set is renewed even past its expiry: every
+-- acquire drops expired slot records first, so nobody took its place.
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 local ttl = tonumber(ARGV[1])
@@ -25,8 +25,8 @@ for k = 1, #KEYS do
   local pruned = false
   for i = a, a + n - 1 do
     local id = ARGV[i]
-    -- The usual case in one call: the lease is there and its expiry moves (CH
-    -- counts it); a lease renewed within the millisecond it was set moves nowhere,
+    -- The usual case in one call: the slot record is there and its expiry moves (CH
+    -- counts it); a slot record renewed within the millisecond it was set moves nowhere,
     -- and ZSCORE tells it from an absent one.
     if redis.call('ZADD', set, 'XX', 'CH', expiry, id) == 1
         or redis.call('ZSCORE', set, id) then
@@ -45,8 +45,8 @@ for k = 1, #KEYS do
     end
   end
   a = a + n
-  -- The set lives as long as its latest lease (see acquire.lua): its TTL covers
-  -- every lease already, so only a TTL shorter than these leases' needs raising.
+  -- The set lives as long as its latest slot record (see acquire.lua): its TTL covers
+  -- every slot record already, so only a TTL shorter than these slot records' needs raising.
   -- (PTTL, not the latest score: reading a score back costs Redis several times
   -- more.)
   if redis.call('PTTL', set) < ttl then

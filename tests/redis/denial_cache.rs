@@ -1,4 +1,4 @@
-//! The blocked-key cache against real Redis: two `RedisStore`s (two caches, as two
+//! The denial cache against real Redis: two `RedisStore`s (two caches, as two
 //! processes would have) on one private redis-server and on the real three-master
 //! cluster. A cached denial answers for at most its max age, so a reset, a refund by
 //! another process or a far-future denial reaches the caching process within it; a
@@ -11,7 +11,8 @@ use std::time::Duration;
 
 use support::redis_cluster::RedisCluster;
 use support::redis_server::{RedisServer, cli, unique_prefix};
-use tollgate::{Algorithm, Key, Limit, Limiter, ManualClock, Quota, RedisStore};
+use tollgate::clock::ManualClock;
+use tollgate::{Algorithm, Key, Limit, Limiter, Quota, RedisStore};
 
 /// A day boundary: day windows start here.
 const BASE: Duration = Duration::from_secs(1_699_920_000);
@@ -264,7 +265,7 @@ async fn a_far_future_denial_is_capped(target: Target) -> TestResult {
     let max_age = Duration::from_secs(5);
     let store = target
         .store(&unique_prefix("far"), &clock)
-        .block_cache_max_age(max_age)?;
+        .denial_cache_max_age(max_age)?;
     let decade = Duration::from_secs(10 * 365 * 86_400);
     let policies = [("decade", Quota::new(1, decade)?, Algorithm::Gcra)];
     let limiter = limiter(store.clone(), &policies);

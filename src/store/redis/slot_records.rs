@@ -1,10 +1,10 @@
-//! The registry of a store's live in-flight leases, shared by its clones, its slots
-//! and its renewer: which leases to renew (by lease set, with the bound of its latest
+//! The registry of a store's live in-flight slot records, shared by its clones, its slots
+//! and its renewer: which slot records to renew (by record set, with the bound of its latest
 //! acquire), which to remove for slots dropped outside a runtime, and what each
 //! renewal found (added back or lost).
 //!
-//! A lease is named by the store's random id and a number never reused, so a `ZREM`
-//! of a lease that was never taken can remove nobody else's. Every step leaves the
+//! A slot record is named by the store's random id and a number never reused, so a `ZREM`
+//! of a slot record that was never taken can remove nobody else's. Every step leaves the
 //! bookkeeping whole, so a panic elsewhere does not stop it serving.
 
 use std::collections::HashMap;
@@ -14,27 +14,27 @@ use std::time::Duration;
 
 use tokio::sync::Notify;
 
-/// A store's live leases, shared by its clones, its slots and its renewer.
-pub(super) struct Leases {
+/// A store's live slot records, shared by its clones, its slots and its renewer.
+pub(super) struct SlotRecords {
     pub(super) ttl: Duration,
-    /// Sets this store's lease ids apart from every other store's.
+    /// Sets this store's record ids apart from every other store's.
     id: u64,
     pub(super) next: AtomicU64,
     live: Mutex<Live>,
-    /// Wakes the renewer for leases to remove (see `Live::orphans`).
+    /// Wakes the renewer for slot records to remove (see `Live::orphans`).
     pub(super) wake: Notify,
-    /// Leases found expired on renewal and added back.
+    /// Slot records found expired on renewal and added back.
     pub(super) readded: AtomicU64,
-    /// Leases found expired on renewal with no room left to add them back.
+    /// Slot records found expired on renewal with no room left to add them back.
     pub(super) lost: AtomicU64,
 }
 
 #[derive(Default)]
 pub(super) struct Live {
-    /// Per lease set (a Redis key): the bound of its latest acquire and this
-    /// store's leases in it.
+    /// Per record set (a Redis key): the bound of its latest acquire and this
+    /// store's slot records in it.
     by_key: HashMap<Arc<str>, Held>,
-    /// Leases to remove that no runtime was there to remove (a slot dropped outside
+    /// Slot records to remove that no runtime was there to remove (a slot dropped outside
     /// one, or while its runtime shut down): the renewer removes them.
     orphans: Vec<(Arc<str>, u64)>,
     /// Whether a renewer thread runs.
@@ -43,24 +43,24 @@ pub(super) struct Live {
 
 struct Held {
     bound: u32,
-    leases: Vec<Lease>,
+    records: Vec<SlotRecord>,
 }
 
-struct Lease {
+struct SlotRecord {
     number: u64,
     /// Shared with the slot: its request ran uncounted.
     uncounted: Arc<AtomicBool>,
-    /// Counted lost already (a lease is counted once, however many rounds find it
+    /// Counted lost already (a slot record is counted once, however many rounds find it
     /// so).
     lost: bool,
 }
 
-/// One key's leases to renew: its lease set, its bound and the lease numbers.
+/// One key's slot records to renew: its record set, its bound and the record numbers.
 pub(super) type Due = (Arc<str>, u32, Vec<u64>);
-/// One renewal call's leases.
+/// One renewal call's slot records.
 pub(super) type Batch = Vec<Due>;
 
-impl Leases {
+impl SlotRecords {
     pub(super) fn new(ttl: Duration) -> Self {
         Self {
             ttl,
@@ -90,7 +90,7 @@ impl Leases {
         self.live.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Records a lease taken; says whether a renewer must be started.
+    /// Records a slot record taken; says whether a renewer must be started.
     pub(super) fn hold(
         &self,
         set: &Arc<str>,
@@ -101,10 +101,10 @@ impl Leases {
         let mut live = self.lock();
         let held = live.by_key.entry(set.clone()).or_insert_with(|| Held {
             bound,
-            leases: Vec::new(),
+            records: Vec::new(),
         });
         held.bound = bound;
-        held.leases.push(Lease {
+        held.records.push(SlotRecord {
             number,
             uncounted,
             lost: false,
@@ -112,18 +112,18 @@ impl Leases {
         !std::mem::replace(&mut live.renewing, true)
     }
 
-    /// Forgets a lease given back: it is renewed no more.
+    /// Forgets a slot record given back: it is renewed no more.
     pub(super) fn forget(&self, set: &str, number: u64) {
         let mut live = self.lock();
         if let Some(held) = live.by_key.get_mut(set) {
-            held.leases.retain(|lease| lease.number != number);
-            if held.leases.is_empty() {
+            held.records.retain(|record| record.number != number);
+            if held.records.is_empty() {
                 live.by_key.remove(set);
             }
         }
     }
 
-    /// Hands a lease to remove to the renewer; says whether one must be started.
+    /// Hands a slot record to remove to the renewer; says whether one must be started.
     pub(super) fn orphan(&self, set: Arc<str>, number: u64) -> bool {
         let start = {
             let mut live = self.lock();
@@ -138,7 +138,7 @@ impl Leases {
         std::mem::take(&mut self.lock().orphans)
     }
 
-    /// The leases to renew now, or `None` (and the renewer ends) when there is
+    /// The slot records to renew now, or `None` (and the renewer ends) when there is
     /// nothing left to do.
     pub(super) fn due(&self) -> Option<Vec<Due>> {
         let mut live = self.lock();
@@ -150,15 +150,15 @@ impl Leases {
             live.by_key
                 .iter()
                 .map(|(set, held)| {
-                    let numbers = held.leases.iter().map(|lease| lease.number).collect();
+                    let numbers = held.records.iter().map(|record| record.number).collect();
                     (set.clone(), held.bound, numbers)
                 })
                 .collect(),
         )
     }
 
-    /// Applies one renewal call's answer (`statuses`: one byte per lease of `batch`,
-    /// see `renew.lua`), and returns the leases added back that were given back
+    /// Applies one renewal call's answer (`statuses`: one byte per slot record of `batch`,
+    /// see `renew.lua`), and returns the slot records added back that were given back
     /// meanwhile: their `ZREM` may have run before the renewal, which brought them
     /// back, so they must be removed again.
     pub(super) fn settle(
@@ -176,19 +176,19 @@ impl Leases {
                 let Some(&code) = status.next() else {
                     return (again, readded, lost);
                 };
-                let lease = held
+                let record = held
                     .as_mut()
-                    .and_then(|h| h.leases.iter_mut().find(|l| l.number == number));
-                match (code, lease) {
+                    .and_then(|h| h.records.iter_mut().find(|l| l.number == number));
+                match (code, record) {
                     (b'2', None) => again.push((set.clone(), number)),
-                    (b'2', Some(lease)) => {
-                        lease.uncounted.store(true, Relaxed);
-                        lease.lost = false;
+                    (b'2', Some(record)) => {
+                        record.uncounted.store(true, Relaxed);
+                        record.lost = false;
                         readded += 1;
                     }
-                    (b'0', Some(lease)) => {
-                        lease.uncounted.store(true, Relaxed);
-                        if !std::mem::replace(&mut lease.lost, true) {
+                    (b'0', Some(record)) => {
+                        record.uncounted.store(true, Relaxed);
+                        if !std::mem::replace(&mut record.lost, true) {
                             lost += 1;
                         }
                     }

@@ -1,10 +1,10 @@
-//! The blocked-key cache: once a remote store denies a key until T, the same process
+//! The denial cache: once a remote store denies a key until T, the same process
 //! denies it locally until T, without a round trip, for at most a bounded age.
 //!
 //! A denied key under attack is the hottest key there is; answering it locally keeps
 //! the attacker's traffic off Redis; so is a key in a penalty box or blocked by an
 //! operator, whose entry denies every cost until the block ends (within `max_age`).
-//! An entry is kept per (policy, key) and answers
+//! An entry is kept per (limit, key) and answers
 //! only requests costing at least the denied cost (cost is monotone for every
 //! algorithm: what did not fit at a cost does not fit at a higher one). The deadline
 //! is measured from when the request was sent, so the local answer never outlasts
@@ -33,7 +33,7 @@ use crate::{Decision, Key, Penalty};
 
 /// What a denial said, in µs of the store's local clock.
 #[derive(Debug, Clone, Copy)]
-struct Block {
+struct CachedDenial {
     /// Denied until then (exclusive).
     until: u64,
     /// Requests of at least this cost are denied.
@@ -43,8 +43,8 @@ struct Block {
     /// When the denial was recorded (the request's send time): the entry dies
     /// `max_age` later, or at once if the clock reads earlier than this.
     cached_at: u64,
-    /// Which record made this entry: the recording order holds `(slot, seq)` and an
-    /// item whose seq is not its slot's current one is stale.
+    /// Which record made this entry: the recording order holds `(id, seq)` and an
+    /// item whose seq is not its id's current one is stale.
     seq: u64,
     /// Whether the key itself is blocked (an operator's block, a tripped penalty):
     /// then every cost is denied and the answer says so.
@@ -54,15 +54,15 @@ struct Block {
 /// A cached denial answers only the same name, parameters, penalty box and key: a
 /// reload that adds a box must see the next rejection (a denial cached before it,
 /// under no box, would answer it locally, uncounted).
-type Slot = (&'static str, Params, Option<Penalty>, Key);
+type DenialKey = (&'static str, Params, Option<Penalty>, Key);
 
 /// The map and the order its entries were recorded in.
-struct Blocks {
-    map: HashMap<Slot, Block, RandomState>,
+struct Denials {
+    map: HashMap<DenialKey, CachedDenial, RandomState>,
     /// Oldest first. Holds stale items (entries replaced or removed since): they are
     /// skipped when they reach the front, and the whole queue is compacted when stale
     /// items outnumber live ones, so it stays within `2 × map.len() + SLACK`.
-    order: VecDeque<(Slot, u64)>,
+    order: VecDeque<(DenialKey, u64)>,
     next_seq: u64,
     /// Queue items examined (popped or compacted) so far: the work the cache did.
     #[cfg(test)]
@@ -72,33 +72,33 @@ struct Blocks {
 /// Stale items the queue may hold beyond twice the live ones before a compaction.
 const SLACK: usize = 32;
 
-/// A bounded map of blocked keys whose entries live at most `max_age_us`.
-pub(crate) struct BlockCache {
+/// A bounded map of denied keys whose entries live at most `max_age_us`.
+pub(crate) struct DenialCache {
     max_keys: usize,
     max_age_us: u64,
-    blocks: Mutex<Blocks>,
+    denials: Mutex<Denials>,
 }
 
-impl Blocks {
-    fn is_current(&self, slot: &Slot, seq: u64) -> bool {
-        self.map.get(slot).is_some_and(|b| b.seq == seq)
+impl Denials {
+    fn is_current(&self, id: &DenialKey, seq: u64) -> bool {
+        self.map.get(id).is_some_and(|b| b.seq == seq)
     }
 
     /// Pops the front item; removes its entry when it is current and `drop_entry`
     /// says so. Returns whether the front was current, or `None` for an empty queue.
-    fn pop_front_if(&mut self, drop_entry: impl Fn(&Block) -> bool) -> Option<bool> {
-        let (slot, seq) = self.order.front()?;
+    fn pop_front_if(&mut self, drop_entry: impl Fn(&CachedDenial) -> bool) -> Option<bool> {
+        let (id, seq) = self.order.front()?;
         #[cfg(test)]
         {
             self.examined += 1;
         }
-        match self.map.get(slot) {
-            Some(block) if block.seq == *seq => {
-                if !drop_entry(block) {
+        match self.map.get(id) {
+            Some(cached) if cached.seq == *seq => {
+                if !drop_entry(cached) {
                     return Some(true);
                 }
-                let slot = *slot;
-                self.map.remove(&slot);
+                let id = *id;
+                self.map.remove(&id);
             }
             _ => {}
         }
@@ -116,8 +116,8 @@ impl Blocks {
     /// Evicts the oldest current entry.
     fn evict_oldest(&mut self) {
         while let Some(false) = self.pop_front_if(|_| false) {}
-        if let Some((slot, _)) = self.order.pop_front() {
-            self.map.remove(&slot);
+        if let Some((id, _)) = self.order.pop_front() {
+            self.map.remove(&id);
         }
     }
 
@@ -132,17 +132,17 @@ impl Blocks {
             self.examined += self.order.len() as u64;
         }
         let mut order = std::mem::take(&mut self.order);
-        order.retain(|(slot, seq)| self.is_current(slot, *seq));
+        order.retain(|(id, seq)| self.is_current(id, *seq));
         self.order = order;
     }
 }
 
-impl BlockCache {
+impl DenialCache {
     pub(crate) fn new(max_keys: usize, max_age_us: u64) -> Self {
         Self {
             max_keys,
             max_age_us,
-            blocks: Mutex::new(Blocks {
+            denials: Mutex::new(Denials {
                 map: HashMap::with_hasher(RandomState::default()),
                 order: VecDeque::new(),
                 next_seq: 0,
@@ -152,7 +152,7 @@ impl BlockCache {
         }
     }
 
-    fn slot(charge: &Charge<'_>) -> Slot {
+    fn denial_key(charge: &Charge<'_>) -> DenialKey {
         (
             charge.limit.name(),
             *charge.limit.params(),
@@ -161,38 +161,39 @@ impl BlockCache {
         )
     }
 
-    fn lock(&self) -> MutexGuard<'_, Blocks> {
-        self.blocks.lock().unwrap_or_else(PoisonError::into_inner)
+    fn lock(&self) -> MutexGuard<'_, Denials> {
+        self.denials.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// The local denial of `charge` at `now`, if its key is blocked for that cost.
-    fn check_one(&self, blocks: &mut Blocks, charge: &Charge<'_>, now: u64) -> Option<Decision> {
+    fn check_one(&self, denials: &mut Denials, charge: &Charge<'_>, now: u64) -> Option<Decision> {
         if charge.cost == 0 || charge.cost > charge.limit.params().capacity {
             return None;
         }
-        let slot = Self::slot(charge);
-        let block = *blocks.map.get(&slot)?;
+        let id = Self::denial_key(charge);
+        let cached = *denials.map.get(&id)?;
         // A clock reading before the record (stepped back) cannot tell the entry's
         // age: it is not trusted either.
-        let aged = now < block.cached_at || now >= block.cached_at.saturating_add(self.max_age_us);
-        if aged || now >= block.until {
+        let aged =
+            now < cached.cached_at || now >= cached.cached_at.saturating_add(self.max_age_us);
+        if aged || now >= cached.until {
             // Its queue item goes stale and leaves when it reaches the front.
-            blocks.map.remove(&slot);
+            denials.map.remove(&id);
             return None;
         }
-        if charge.cost < block.min_cost {
+        if charge.cost < cached.min_cost {
             return None;
         }
         Some(decision(
             charge.limit,
             Verdict {
                 allowed: false,
-                remaining: block.remaining,
-                reset_after_us: block.reset_at.saturating_sub(now),
-                retry_after_us: Some(block.until - now),
+                remaining: cached.remaining,
+                reset_after_us: cached.reset_at.saturating_sub(now),
+                retry_after_us: Some(cached.until - now),
                 delay_us: 0,
                 receipt: None,
-                blocked_us: block.blocked.then(|| block.until - now),
+                blocked_us: cached.blocked.then(|| cached.until - now),
                 tripped: false,
             },
         ))
@@ -203,10 +204,10 @@ impl BlockCache {
     /// batch, so the others are not evaluated and nothing is charged to them: each
     /// reports [`not_evaluated`].
     pub(crate) fn check(&self, charges: &[Charge<'_>], now: u64) -> Option<Vec<Decision>> {
-        let mut blocks = self.lock();
+        let mut denials = self.lock();
         let mut answers: Option<Vec<Decision>> = None;
         for (i, charge) in charges.iter().enumerate() {
-            if let Some(denial) = self.check_one(&mut blocks, charge, now) {
+            if let Some(denial) = self.check_one(&mut denials, charge, now) {
                 let answers = answers
                     .get_or_insert_with(|| charges.iter().map(|c| not_evaluated(c)).collect());
                 answers[i] = denial;
@@ -223,19 +224,19 @@ impl BlockCache {
         let retry_us = crate::time::micros(retry_after);
         let reset_us = crate::time::micros(denied.reset_after);
         let blocked = denied.blocked_for.is_some();
-        let mut blocks = self.lock();
-        blocks.expire(sent, self.max_age_us);
-        let slot = Self::slot(charge);
-        if !blocks.map.contains_key(&slot) && blocks.map.len() >= self.max_keys {
+        let mut denials = self.lock();
+        denials.expire(sent, self.max_age_us);
+        let id = Self::denial_key(charge);
+        if !denials.map.contains_key(&id) && denials.map.len() >= self.max_keys {
             // Full of live entries: the oldest is the first to age out anyway.
-            blocks.evict_oldest();
+            denials.evict_oldest();
         }
-        let seq = blocks.next_seq;
-        blocks.next_seq += 1;
+        let seq = denials.next_seq;
+        denials.next_seq += 1;
         // The newest denial is the best knowledge of the key.
-        blocks.map.insert(
-            slot,
-            Block {
+        denials.map.insert(
+            id,
+            CachedDenial {
                 until: sent.saturating_add(retry_us),
                 // A blocked key denies every request, whatever it costs.
                 min_cost: if blocked { 1 } else { charge.cost },
@@ -246,23 +247,23 @@ impl BlockCache {
                 blocked,
             },
         );
-        blocks.order.push_back((slot, seq));
-        blocks.compact();
+        denials.order.push_back((id, seq));
+        denials.compact();
     }
 
     /// Forgets `charge`'s key (after a refund through this process).
     pub(crate) fn forget(&self, charge: &Charge<'_>) {
-        self.lock().map.remove(&Self::slot(charge));
+        self.lock().map.remove(&Self::denial_key(charge));
     }
 
-    /// Forgets every entry of `charge`'s policy and key, under any quota (after a
+    /// Forgets every entry of `charge`'s limit and key, under any quota (after a
     /// reset or a block through this process). Scans the cache: operators' calls
     /// are rare, and a reset must not leave a caller's own quota denied.
     pub(crate) fn forget_key(&self, charge: &Charge<'_>) {
         let name = charge.limit.name();
         self.lock()
             .map
-            .retain(|(policy, _, _, key), _| !(*policy == name && key == charge.key));
+            .retain(|(limit, _, _, key), _| !(*limit == name && key == charge.key));
     }
 
     pub(crate) fn len(&self) -> usize {
@@ -279,7 +280,7 @@ impl BlockCache {
 }
 
 /// The decision of a charge that a blocked charge of the same batch denied before
-/// it was evaluated: `allowed` (this policy did not deny the request, and nothing
+/// it was evaluated: `allowed` (this limit did not deny the request, and nothing
 /// was charged to it), `remaining` 0 and `reset_after` 0 (nothing is known of its
 /// key, so it promises no capacity), no `retry_after`, no delay.
 fn not_evaluated(charge: &Charge<'_>) -> Decision {
@@ -310,12 +311,12 @@ mod tests {
     fn denial(retry: Duration) -> Decision {
         Decision {
             allowed: false,
-            limit: 1,
+            capacity: 1,
             remaining: 0,
             reset_after: retry,
             retry_after: Some(retry),
             delay: Duration::ZERO,
-            policy: "api",
+            limit: "api",
             quota: crate::Quota::per_second(1),
             receipt: None,
             blocked_for: None,
@@ -334,12 +335,12 @@ mod tests {
     fn a_full_cache_does_constant_work_per_new_denial() {
         // Regression: a full cache used to `retain` the whole map on every new
         // denial (10 000 entries examined per denial at the default bound).
-        let policy = Limit::new("api", Quota::per_day(1)).expect("policy");
+        let limit = Limit::new("api", Quota::per_day(1)).expect("limit");
         let keys: Vec<Key> = (0..5_000_u64).map(Key::from).collect();
-        let cache = BlockCache::new(1_000, 3_600 * SECOND);
+        let cache = DenialCache::new(1_000, 3_600 * SECOND);
         let day = Duration::from_secs(86_400);
         for (i, key) in keys.iter().enumerate() {
-            cache.record(&charge(&policy, key), 10 * SECOND + i as u64, &denial(day));
+            cache.record(&charge(&limit, key), 10 * SECOND + i as u64, &denial(day));
         }
         assert_eq!(cache.len(), 1_000);
         let examined = cache.lock().examined;
@@ -348,52 +349,52 @@ mod tests {
         assert!(examined <= 3 * 5_000, "examined {examined}");
         // The newest are kept: the oldest were evicted first.
         let now = 10 * SECOND + 5_000;
-        assert!(cache.check(&[charge(&policy, &keys[4_999])], now).is_some());
-        assert!(cache.check(&[charge(&policy, &keys[0])], now).is_none());
+        assert!(cache.check(&[charge(&limit, &keys[4_999])], now).is_some());
+        assert!(cache.check(&[charge(&limit, &keys[0])], now).is_none());
     }
 
     #[test]
     fn a_key_denied_over_and_over_keeps_the_queue_bounded() {
-        let policy = Limit::new("api", Quota::per_day(1)).expect("policy");
+        let limit = Limit::new("api", Quota::per_day(1)).expect("limit");
         let key = Key::from("mallory");
-        let cache = BlockCache::new(1_000, 3_600 * SECOND);
+        let cache = DenialCache::new(1_000, 3_600 * SECOND);
         for i in 0..10_000 {
             cache.record(
-                &charge(&policy, &key),
+                &charge(&limit, &key),
                 SECOND + i,
                 &denial(Duration::from_secs(60)),
             );
         }
-        let blocks = cache.lock();
-        assert_eq!(blocks.map.len(), 1);
-        assert!(blocks.order.len() <= 2 + SLACK, "{}", blocks.order.len());
+        let denials = cache.lock();
+        assert_eq!(denials.map.len(), 1);
+        assert!(denials.order.len() <= 2 + SLACK, "{}", denials.order.len());
     }
 
     #[test]
     fn entries_die_at_their_max_age_or_when_the_clock_reads_earlier() {
-        let policy = Limit::new("api", Quota::per_day(1)).expect("policy");
+        let limit = Limit::new("api", Quota::per_day(1)).expect("limit");
         let key = Key::from("alice");
-        let cache = BlockCache::new(10, SECOND);
+        let cache = DenialCache::new(10, SECOND);
         let year = Duration::from_secs(365 * 86_400);
         let sent = 100 * SECOND;
-        cache.record(&charge(&policy, &key), sent, &denial(year));
-        let local = cache.check(&[charge(&policy, &key)], sent + SECOND - 1);
+        cache.record(&charge(&limit, &key), sent, &denial(year));
+        let local = cache.check(&[charge(&limit, &key)], sent + SECOND - 1);
         assert_eq!(
             local.expect("cached")[0].retry_after,
             year.checked_sub(Duration::from_micros(SECOND - 1))
         );
         assert!(
             cache
-                .check(&[charge(&policy, &key)], sent + SECOND)
+                .check(&[charge(&limit, &key)], sent + SECOND)
                 .is_none()
         );
         assert_eq!(cache.len(), 0);
-        cache.record(&charge(&policy, &key), sent, &denial(year));
-        assert!(cache.check(&[charge(&policy, &key)], sent - 1).is_none());
+        cache.record(&charge(&limit, &key), sent, &denial(year));
+        assert!(cache.check(&[charge(&limit, &key)], sent - 1).is_none());
         // Expired entries leave from the front as new denials arrive.
-        cache.record(&charge(&policy, &key), sent, &denial(year));
+        cache.record(&charge(&limit, &key), sent, &denial(year));
         let other = Key::from("bob");
-        cache.record(&charge(&policy, &other), sent + 2 * SECOND, &denial(year));
+        cache.record(&charge(&limit, &other), sent + 2 * SECOND, &denial(year));
         assert_eq!(cache.len(), 1);
     }
 }
