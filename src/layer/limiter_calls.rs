@@ -4,8 +4,9 @@
 
 use std::sync::Arc;
 
+use crate::limiter::caller_limits::Resolved;
 use crate::limiter::give_back::Targets;
-use crate::limiter::{Limiter, Resolved, Set, Taking, complete};
+use crate::limiter::{Limiter, Set, Taking, complete};
 use crate::store::{Charge, StoreFuture};
 use crate::{Decision, Key, Limit, Quota, StoreError};
 

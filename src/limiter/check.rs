@@ -8,9 +8,9 @@ use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
-use super::{Limiter, Taken, Taking, unknown_limit};
+use super::{CheckEntry, Limiter, Taken, Taking, complete, unknown_limit};
 use crate::store::{Charge, StoreFuture};
-use crate::{Decision, Key, Quota, StoreError};
+use crate::{Decision, Key, Limit, Quota, StoreError};
 
 /// The future of [`Limiter::check`].
 pub(super) struct Check<'a> {
@@ -112,6 +112,173 @@ impl Future for Check<'_> {
                 this.state = CheckState::Store(future);
             }
             poll
+        }
+    }
+}
+
+impl Limiter {
+    /// Charges `cost` to `key` under `limit` if it fits. Cost 0 peeks: it reports the
+    /// key's state and charges nothing.
+    ///
+    /// ```
+    /// use tollgate::{Key, Limiter, Limit, Quota};
+    /// # tokio::runtime::Builder::new_current_thread().build()?.block_on(async {
+    /// let limiter = Limiter::builder().limit(Limit::new("api", Quota::per_minute(3))?).build()?;
+    /// let key = Key::from("alice");
+    /// assert_eq!(limiter.check("api", &key, 2).await?.remaining, 1);
+    /// assert!(!limiter.check("api", &key, 2).await?.allowed);
+    /// assert_eq!(limiter.check("api", &key, 0).await?.remaining, 1);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// # })?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn check<'a>(
+        &'a self,
+        limit: &'a str,
+        key: &'a Key,
+        cost: u32,
+    ) -> impl Future<Output = Result<Decision, StoreError>> + Send + 'a {
+        // A hand-written future rather than an `async fn`: on the memory store the
+        // decision is made and returned by the first poll with nothing in between,
+        // where the generated state machine copied the result through its own frame
+        // (measured: a quarter of a hot-key check).
+        Check {
+            limiter: self,
+            limit,
+            key,
+            cost,
+            quota: None,
+            state: CheckState::Start,
+        }
+    }
+
+    /// Charges `cost` to `key` under `limit`, counted with this caller's `quota`
+    /// instead of the limit's own: plans, where free callers get 100/min and paying
+    /// ones 10,000/min. Everything else about the limit (name, algorithm, delay bound)
+    /// stays; decisions and response headers state `quota`.
+    ///
+    /// **Usage carries over** between quotas of the same period: a key's state records
+    /// what it has spent, and a new count or burst applies to that usage (used 80 of
+    /// 100/min, upgraded to 1000/min: 920 left; used 800 of 1000/min, downgraded to
+    /// 100/min: none left until it refills). For the token bucket, GCRA and the leaky
+    /// bucket, usage is counted in whole requests when the quota changes, rounded up (in
+    /// the limiter's favour). A quota over another period counts in state of its own.
+    ///
+    /// A quota the limit's algorithm or the store cannot count exactly (a burst on a
+    /// window algorithm; a log too large for the memory store's bounds) is an error of
+    /// kind [`InvalidQuota`](crate::StoreErrorKind::InvalidQuota), naming it; the
+    /// layer treats it as a store failure (its fail mode).
+    ///
+    /// ```
+    /// use tollgate::{Key, Limiter, Limit, Quota};
+    /// # tokio::runtime::Builder::new_current_thread().build()?.block_on(async {
+    /// let limiter = Limiter::builder().limit(Limit::new("api", Quota::per_minute(100))?).build()?;
+    /// let (free, pro) = (Quota::per_minute(100), Quota::per_minute(1000));
+    /// let key = Key::from("alice");
+    /// assert_eq!(limiter.check_with("api", &key, 80, free).await?.remaining, 20);
+    /// // Upgraded: the 80 already used count against the new quota.
+    /// let d = limiter.check_with("api", &key, 1, pro).await?;
+    /// assert_eq!((d.remaining, d.quota), (919, pro));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// # })?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn check_with<'a>(
+        &'a self,
+        limit: &'a str,
+        key: &'a Key,
+        cost: u32,
+        quota: Quota,
+    ) -> impl Future<Output = Result<Decision, StoreError>> + Send + 'a {
+        Check {
+            limiter: self,
+            limit,
+            key,
+            cost,
+            quota: Some(quota),
+            state: CheckState::Start,
+        }
+    }
+
+    /// Checks several (limit, key, cost) at one instant, all-or-nothing: if any limit
+    /// denies, none is charged. Returns one decision per entry, in order; the request
+    /// passes when every decision is allowed.
+    ///
+    /// ```
+    /// use tollgate::{Key, Limiter, Limit, Quota};
+    /// # tokio::runtime::Builder::new_current_thread().build()?.block_on(async {
+    /// let limiter = Limiter::builder()
+    ///     .limit(Limit::new("burst", Quota::per_second(1))?)
+    ///     .limit(Limit::new("daily", Quota::per_day(100))?)
+    ///     .build()?;
+    /// let key = Key::from("alice");
+    /// let both = [("burst", &key, 1), ("daily", &key, 1)];
+    /// assert!(limiter.check_all(&both).await?.iter().all(|d| d.allowed));
+    /// let second = limiter.check_all(&both).await?;
+    /// assert!(!second[0].allowed && second[1].allowed);
+    /// assert_eq!(limiter.check("daily", &key, 0).await?.remaining, 99); // not charged twice
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// # })?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub async fn check_all<E: CheckEntry>(
+        &self,
+        checks: &[E],
+    ) -> Result<Vec<Decision>, StoreError> {
+        let set = self.snapshot();
+        let limits = checks
+            .iter()
+            .map(|entry| {
+                let (name, _, _, quota) = entry.parts();
+                self.resolve(&set, name, quota)
+            })
+            .collect::<Result<Vec<_>, StoreError>>()?;
+        let charges: Vec<Charge<'_>> = checks
+            .iter()
+            .zip(&limits)
+            .map(|(entry, limit)| {
+                let (_, key, cost, _) = entry.parts();
+                Charge {
+                    limit,
+                    key,
+                    cost: u64::from(cost),
+                }
+            })
+            .collect();
+        // A store that decides in memory answers at once; else the call is made again
+        // from owned arguments (as `check`'s): dropped on the wire, it runs on and
+        // gives back what it charged when its reply arrives.
+        if let Ok(answer) = self.inner.store.decide(&charges).into_ready() {
+            return answer.and_then(|decisions| complete(decisions, charges.len()));
+        }
+        {
+            {
+                let mut targets = Vec::with_capacity(checks.len());
+                let mut owned = Vec::with_capacity(checks.len());
+                for (entry, limit) in checks.iter().zip(&limits) {
+                    let (name, key, cost, _) = entry.parts();
+                    let index = set.index_of(name).ok_or_else(|| unknown_limit(name))?;
+                    targets.push((index, *key));
+                    owned.push((Limit::clone(limit), *key, u64::from(cost)));
+                }
+                let store = self.inner.store.clone();
+                let call: crate::store::StoreFuture<'static, Vec<Decision>> =
+                    Box::pin(async move {
+                        let charges: Vec<Charge<'_>> = owned
+                            .iter()
+                            .map(|(limit, key, cost)| Charge {
+                                limit,
+                                key,
+                                cost: *cost,
+                            })
+                            .collect();
+                        let decisions = store.decide(&charges).await?;
+                        complete(decisions, charges.len())
+                    });
+                Ok(Taking::new(self.clone(), set.clone(), targets, call)
+                    .await?
+                    .keep())
+            }
         }
     }
 }
