@@ -189,7 +189,7 @@ impl RequestContext {
             }
         }
         observe::decided(&decisions, outcome);
-        let indices = self.checks.iter().map(|(index, _, _, _)| *index);
+        let indices = self.checks.iter().map(|check| check.index);
         if self.shared.decisions_extension {
             self.decisions = indices.zip(decisions.iter().cloned()).collect();
             request.extensions_mut().insert(Decisions(decisions));
@@ -210,8 +210,8 @@ impl RequestContext {
             .iter()
             .zip(decisions)
             .max_by_key(|(_, d)| d.delay)
-            .map_or(("", Key::from("")), |((index, key, _, _), _)| {
-                (policies[*index].name(), *key)
+            .map_or(("", Key::from("")), |(check, _)| {
+                (policies[check.index].name(), check.key)
             })
     }
 
@@ -244,7 +244,7 @@ impl RequestContext {
 
     /// The rejection of a request some policy denied; its body is never read.
     fn rate_limited(&mut self, decisions: Vec<Decision>) -> Response<Bytes> {
-        let indices = self.checks.iter().map(|(index, _, _, _)| *index);
+        let indices = self.checks.iter().map(|check| check.index);
         self.decisions = indices.zip(decisions.iter().cloned()).collect();
         // A denial whose cost can never fit has no retry time: say so rather than
         // invite a retry that cannot succeed.
@@ -270,8 +270,8 @@ impl RequestContext {
         self.checks
             .iter()
             .zip(decisions)
-            .map(|((index, _, _, _), d)| {
-                let policy = &policies[*index];
+            .map(|(check, d)| {
+                let policy = &policies[check.index];
                 // A waiting policy holds for its place, up to its wait.
                 let bound = self
                     .shared
@@ -290,7 +290,7 @@ impl RequestContext {
     /// the charge (never more quota than there may be, should the refund fail).
     fn queue_full(&mut self, decisions: Vec<Decision>, delay: Duration) -> Response<Bytes> {
         self.refund_all(&decisions);
-        let indices = self.checks.iter().map(|(index, _, _, _)| *index);
+        let indices = self.checks.iter().map(|check| check.index);
         self.decisions = indices.zip(decisions.iter().cloned()).collect();
         let info = RejectionInfo {
             reason: RejectReason::QueueFull,
@@ -341,7 +341,7 @@ impl RequestContext {
             || !self
                 .checks
                 .iter()
-                .any(|(index, _, _, _)| policies[*index].refunds_some_responses())
+                .any(|check| policies[check.index].refunds_some_responses())
         {
             return None;
         }

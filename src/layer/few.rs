@@ -2,7 +2,7 @@
 
 use std::ops::Deref;
 
-use crate::Key;
+use crate::layer::in_flight_entry::Claim;
 use crate::layer::limiter_calls::LayerCheck;
 
 /// A few items, kept inline when there is one: a request limited by one policy (the
@@ -59,4 +59,4 @@ impl<T> FromIterator<T> for Few<T> {
 pub(crate) type Checks = Few<LayerCheck>;
 
 /// (policy index, key, bound) of each in-flight slot a request needs.
-pub(crate) type Claims = Few<(usize, Key, u32)>;
+pub(crate) type Claims = Few<Claim>;

@@ -190,7 +190,7 @@ where
         // In wait mode, a request that finds no slot free waits for one.
         let wait = claims
             .iter()
-            .map(|(index, _, _)| shared.wait_of(&context.view().policies()[*index]))
+            .map(|claim| shared.wait_of(&context.view().policies()[claim.index]))
             .collect::<Option<Vec<_>>>()
             .and_then(|waits| waits.into_iter().min());
         match shared.limiter.enter(

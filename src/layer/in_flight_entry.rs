@@ -12,6 +12,15 @@ use crate::{Key, StoreError};
 /// A request's in-flight slots, one per policy with an in-flight limit; or, when one
 /// of them had none free, that policy's index (the slots taken before it are given
 /// back).
+/// One policy's in-flight claim: its index in the set, the key, and the most of its
+/// requests that may run at once.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Claim {
+    pub(crate) index: usize,
+    pub(crate) key: Key,
+    pub(crate) max: u32,
+}
+
 pub(crate) type Entry = Result<Vec<InFlightSlot>, usize>;
 
 /// In-flight slots taken without awaiting (memory store), or a future for them.
@@ -35,12 +44,12 @@ impl Limiter {
     pub(crate) fn enter(
         &self,
         set: &Arc<Set>,
-        claims: &[(usize, Key, u32)],
+        claims: &[Claim],
         wait: Option<std::time::Duration>,
         lines: &Arc<SlotLines>,
         bounds: (usize, usize),
     ) -> Entering {
-        let line = claims.first().map(|&(index, key, _)| (index, key));
+        let line = claims.first().map(|claim| (claim.index, claim.key));
         // Others wait for this key here: behind them, not ahead.
         let queued = wait.is_some() && line.is_some_and(|line| lines.waiting(&line));
         let store = self.store();
@@ -62,7 +71,7 @@ impl Limiter {
             match lines.join(line, bounds) {
                 Some(joined) => ticket = Some(joined),
                 // The line is full: refused at once.
-                None => return Entering::Ready(Ok(Err(claims[0].0))),
+                None => return Entering::Ready(Ok(Err(claims[0].index))),
             }
         }
         let lines = lines.clone();
@@ -71,7 +80,7 @@ impl Limiter {
             if let (Some(ticket), Some(until)) = (&ticket, until)
                 && !ticket.turn(until).await
             {
-                return Ok(Err(claims[0].0));
+                return Ok(Err(claims[0].index));
             }
             let mut tries = until.map(Retries::until);
             let mut entry = match first {
@@ -114,10 +123,10 @@ impl Limiter {
 fn enter_now(
     store: &dyn crate::store::Store,
     set: &Set,
-    claims: &[(usize, Key, u32)],
+    claims: &[Claim],
 ) -> Option<Result<Entry, StoreError>> {
     let mut slots = Vec::with_capacity(claims.len());
-    for &(index, key, max) in claims {
+    for &Claim { index, key, max } in claims {
         match store
             .acquire_in_flight(&set.limits[index], &key, max)
             .into_ready()
@@ -141,10 +150,10 @@ fn enter_now(
 async fn enter_store(
     store: &Arc<dyn crate::store::Store>,
     set: &Arc<Set>,
-    claims: &[(usize, Key, u32)],
+    claims: &[Claim],
 ) -> Result<Entry, StoreError> {
     let mut slots = Vec::with_capacity(claims.len());
-    for &(index, key, max) in claims {
+    for &Claim { index, key, max } in claims {
         match store
             .acquire_in_flight(&set.limits[index], &key, max)
             .await?

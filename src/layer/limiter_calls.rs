@@ -18,9 +18,16 @@ pub(crate) enum Pending {
     Waiting(Taking),
 }
 
-/// One policy's part of a request: its index in the set, the key, the cost, and the
-/// caller's own quota if it has one.
-pub(crate) type LayerCheck = (usize, Key, u64, Option<Quota>);
+/// One policy's part of a request: what the layer asks the limiter to decide.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct LayerCheck {
+    /// The policy's index in the set the request is decided under.
+    pub(crate) index: usize,
+    pub(crate) key: Key,
+    pub(crate) cost: u64,
+    /// The caller's own quota, if it has one (`Policy::quota_from`).
+    pub(crate) quota: Option<Quota>,
+}
 
 /// What the Tower layer asks of the limiter: decisions by limit index, owned futures.
 impl Limiter {
@@ -51,7 +58,7 @@ impl Limiter {
     ) -> Result<Vec<Resolved<'s>>, StoreError> {
         checks
             .iter()
-            .map(|(index, _, _, quota)| self.with_quota(&set.limits[*index], *quota))
+            .map(|check| self.with_quota(&set.limits[check.index], check.quota))
             .collect()
     }
 
@@ -60,22 +67,40 @@ impl Limiter {
     pub(crate) fn decide(&self, set: &Arc<Set>, checks: &[LayerCheck]) -> Pending {
         if let Some(memory) = self.memory() {
             // The memory store called directly, as `Limiter::check` does.
-            return Pending::Ready(if let [(index, key, cost, quota)] = checks {
-                self.under_quota(&set.limits[*index], *quota, |limit| {
-                    vec![memory.decide_now(&Charge {
-                        limit,
+            return Pending::Ready(
+                if let [
+                    LayerCheck {
+                        index,
                         key,
-                        cost: *cost,
-                    })]
-                })
-            } else {
-                self.limits_of(set, checks)
-                    .map(|limits| memory.decide_all(&charges(checks, &limits)))
-            });
+                        cost,
+                        quota,
+                    },
+                ] = checks
+                {
+                    self.under_quota(&set.limits[*index], *quota, |limit| {
+                        vec![memory.decide_now(&Charge {
+                            limit,
+                            key,
+                            cost: *cost,
+                        })]
+                    })
+                } else {
+                    self.limits_of(set, checks)
+                        .map(|limits| memory.decide_all(&charges(checks, &limits)))
+                },
+            );
         }
         let store = &**self.store();
         // First with borrowed arguments: a store that decides in memory answers ready.
-        let ready = if let [(index, key, cost, quota)] = checks {
+        let ready = if let [
+            LayerCheck {
+                index,
+                key,
+                cost,
+                quota,
+            },
+        ] = checks
+        {
             self.under_quota(&set.limits[*index], *quota, |limit| {
                 let charge = Charge {
                     limit,
@@ -123,7 +148,12 @@ impl Limiter {
         check: &LayerCheck,
         max_wait: std::time::Duration,
     ) -> Pending {
-        let (index, key, cost, quota) = *check;
+        let LayerCheck {
+            index,
+            key,
+            cost,
+            quota,
+        } = *check;
         let store = &**self.store();
         let ready = self.under_quota(&set.limits[index], quota, |limit| {
             let charge = Charge {
@@ -157,7 +187,7 @@ impl Limiter {
 pub(crate) fn targets(checks: &[LayerCheck]) -> Targets {
     checks
         .iter()
-        .map(|(index, key, _, _)| (*index, *key))
+        .map(|check| (check.index, check.key))
         .collect()
 }
 
@@ -166,10 +196,10 @@ fn charges<'c>(checks: &'c [LayerCheck], limits: &'c [Resolved<'_>]) -> Vec<Char
     checks
         .iter()
         .zip(limits)
-        .map(|((_, key, cost, _), limit)| Charge {
+        .map(|(check, limit)| Charge {
             limit,
-            key,
-            cost: *cost,
+            key: &check.key,
+            cost: check.cost,
         })
         .collect()
 }

@@ -24,15 +24,18 @@ pub(super) fn refund_uncounted(
 ) {
     let policies = view.policies();
     // `decisions` pairs with `checks` in order; it is empty when the store failed.
-    for ((index, key, _, _), (_, decision)) in checks.iter().zip(decisions) {
-        let policy = &policies[*index];
+    for (check, (_, decision)) in checks.iter().zip(decisions) {
+        let policy = &policies[check.index];
         if policy.refunds_some_responses()
             && !policy.counts(status)
             && let Some(receipt) = decision.receipt
-            && let Some(refund) =
-                shared
-                    .limiter
-                    .refund_charge_later(&view.set, *index, *key, receipt, decision.quota)
+            && let Some(refund) = shared.limiter.refund_charge_later(
+                &view.set,
+                check.index,
+                check.key,
+                receipt,
+                decision.quota,
+            )
         {
             spawn_refund(refund);
         }

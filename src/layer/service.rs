@@ -18,7 +18,8 @@ use crate::layer::context::rejection;
 use crate::layer::few::{Checks, Claims};
 use crate::layer::future::{ResponseFuture, take_ready};
 use crate::layer::grpc::grpc_flavour;
-use crate::layer::limiter_calls::Pending;
+use crate::layer::in_flight_entry::Claim;
+use crate::layer::limiter_calls::{LayerCheck, Pending};
 use crate::layer::rejection::{RejectReason, RejectionInfo};
 use crate::layer::shared::Shared;
 
@@ -146,12 +147,17 @@ where
                 Some(key) => {
                     // A running request takes a slot whatever it costs.
                     if let Some(max) = policy.get_in_flight() {
-                        claims.push((index, key, max));
+                        claims.push(Claim { index, key, max });
                     }
                     let cost = policy.cost_of(&parts);
                     // Free requests skip the store entirely.
                     if cost > 0 && policy.has_rate() {
-                        checks.push((index, key, u64::from(cost), policy.quota_of(&parts)));
+                        checks.push(LayerCheck {
+                            index,
+                            key,
+                            cost: u64::from(cost),
+                            quota: policy.quota_of(&parts),
+                        });
                     }
                 }
                 None if policy.missing_key() == MissingKey::Reject => {

@@ -127,7 +127,7 @@ impl Shared {
     /// limited by one policy that waits, else the all-or-nothing check.
     pub(crate) fn decide(&self, view: &View, checks: &[LayerCheck]) -> Pending {
         if let [check] = checks
-            && let Some(max_wait) = self.wait_of(&view.policies()[check.0])
+            && let Some(max_wait) = self.wait_of(&view.policies()[check.index])
         {
             return self.limiter.decide_waiting(&view.set, check, max_wait);
         }
