@@ -19,17 +19,6 @@ use crate::key::{self, Extractor};
 use crate::layer::{Costs, MissingKey};
 use crate::{Algorithm, ConfigError, Limit, Policy, Quota};
 
-/// Every algorithm, to find one by its [`Algorithm::name`].
-const ALGORITHMS: [Algorithm; 7] = [
-    Algorithm::FixedWindow,
-    Algorithm::SlidingWindow,
-    Algorithm::SlidingWindowCounters { buckets: 1 },
-    Algorithm::SlidingWindowLog,
-    Algorithm::TokenBucket,
-    Algorithm::Gcra,
-    Algorithm::LeakyBucket,
-];
-
 /// The policies of every `[[limit]]`, in file order.
 pub(super) fn policies(text: &Text<'_>, specs: Vec<LimitSpec>) -> Result<Vec<Policy>, ConfigError> {
     let mut names = HashSet::new();
@@ -144,11 +133,11 @@ fn algorithm(
             None => Ok(Algorithm::default()),
         };
     };
-    let found = ALGORITHMS
+    let found = Algorithm::ALL
         .into_iter()
         .find(|algorithm| algorithm.name() == name.get_ref())
         .ok_or_else(|| {
-            let known: Vec<&str> = ALGORITHMS.iter().map(|a| a.name()).collect();
+            let known: Vec<&str> = Algorithm::ALL.iter().map(|a| a.name()).collect();
             text.place(
                 ConfigError::new(format!(
                     "unknown algorithm \"{}\": expected one of {}",
