@@ -91,6 +91,14 @@ impl Paired {
         }
         Self { set, policies }
     }
+
+    /// Whether requests are decided under this pairing while the limiter's current
+    /// set is `current`: it is that set, or one a layer reload prepared and is about
+    /// to install (a newer generation).
+    #[inline]
+    fn serves(&self, current: &Set) -> bool {
+        std::ptr::eq(Arc::as_ptr(&self.set), current) || self.set.generation > current.generation
+    }
 }
 
 /// What the layer decides one request with: one [`Paired`] set (a reload while the
@@ -143,12 +151,7 @@ impl Shared {
     #[inline]
     pub(crate) fn paired(&self) -> Arc<Paired> {
         let paired = self.paired.load_full();
-        let current = self.limiter.current();
-        if std::ptr::eq(
-            Arc::as_ptr(&paired.set),
-            std::ptr::from_ref::<Set>(&current),
-        ) || paired.set.generation > current.generation
-        {
+        if paired.serves(&self.limiter.current()) {
             return paired;
         }
         // Read again, after the limiter's set: a layer reload stores its pairing
@@ -156,9 +159,7 @@ impl Shared {
         // pairing (or a newer one).
         let paired = self.paired.load_full();
         let current_set = self.limiter.snapshot();
-        drop(current);
-        if Arc::ptr_eq(&paired.set, &current_set) || paired.set.generation > current_set.generation
-        {
+        if paired.serves(&current_set) {
             return paired;
         }
         let repaired = Arc::new(Paired::new(current_set, &paired.policies));
@@ -173,8 +174,15 @@ impl Shared {
     /// the requests after it.
     #[inline]
     pub(crate) fn view(&self) -> Arc<View> {
-        let paired = self.paired();
         let cached = self.view.load_full();
+        {
+            // The common case, without taking a reference to the pairing.
+            let paired = self.paired.load();
+            if Arc::ptr_eq(&cached.paired, &paired) && paired.serves(&self.limiter.current()) {
+                return cached;
+            }
+        }
+        let paired = self.paired();
         if Arc::ptr_eq(&cached.paired, &paired) {
             return cached;
         }

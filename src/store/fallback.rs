@@ -267,11 +267,17 @@ impl<P: Store, I: Store> Fallback<P, I> {
     }
 }
 
-fn routed(mut decisions: Vec<Decision>, insurance: bool) -> Vec<Decision> {
-    for decision in &mut decisions {
-        decision.receipt = decision.receipt.map(|r| r.routed(insurance));
-    }
+fn routed(decisions: Vec<Decision>, insurance: bool) -> Vec<Decision> {
     decisions
+        .into_iter()
+        .map(|decision| routed_one(decision, insurance))
+        .collect()
+}
+
+/// `decision`, its receipt recording which store took the charge.
+fn routed_one(mut decision: Decision, insurance: bool) -> Decision {
+    decision.receipt = decision.receipt.map(|r| r.routed(insurance));
+    decision
 }
 
 impl<P: Store, I: Store> Fallback<P, I> {
@@ -308,12 +314,10 @@ impl<P: Store, I: Store> Store for Fallback<P, I> {
 
     fn decide_one<'a>(&'a self, charge: Charge<'a>) -> StoreCall<'a, Decision> {
         if self.known_down() {
-            return self.insurance.decide_one(charge).map(|answer| {
-                answer.map(|mut decision| {
-                    decision.receipt = decision.receipt.map(|r| r.routed(true));
-                    decision
-                })
-            });
+            return self
+                .insurance
+                .decide_one(charge)
+                .map(|answer| answer.map(|decision| routed_one(decision, true)));
         }
         StoreCall::future(
             async move { super::only(self.decide(std::slice::from_ref(&charge)).await?) },
