@@ -17,6 +17,7 @@ mod operations;
 mod set;
 mod wait;
 
+pub(crate) use crate::store::complete;
 pub use builder::LimiterBuilder;
 use caller_limits::CallerLimits;
 pub use entry::CheckEntry;
@@ -30,7 +31,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use arc_swap::ArcSwap;
 
 use crate::store::Store;
-use crate::{ConfigError, Decision, Limit, MemoryStore, StoreError, StoreErrorKind};
+use crate::{ConfigError, Limit, MemoryStore, StoreError, StoreErrorKind};
 
 /// Decides whether keys may spend cost under named limits.
 ///
@@ -291,24 +292,6 @@ pub(super) fn unknown_limit(name: &str) -> StoreError {
         StoreErrorKind::UnknownLimit,
         format!("no limit named \"{}\" in this limiter", name.escape_debug()),
     )
-}
-
-/// `decisions`, if the store returned one per charge (`expected`).
-pub(super) fn complete(
-    decisions: Vec<Decision>,
-    expected: usize,
-) -> Result<Vec<Decision>, StoreError> {
-    if decisions.len() == expected {
-        Ok(decisions)
-    } else {
-        Err(StoreError::new(
-            StoreErrorKind::Protocol,
-            format!(
-                "store returned {} decisions for {expected} charges",
-                decisions.len()
-            ),
-        ))
-    }
 }
 
 impl fmt::Debug for Limiter {

@@ -361,18 +361,29 @@ pub(crate) fn decision(limit: &Limit, verdict: Verdict) -> Decision {
     }
 }
 
-/// The one decision of a one-charge call.
-pub(crate) fn only(mut decisions: Vec<Decision>) -> Result<Decision, StoreError> {
-    match (decisions.pop(), decisions.is_empty()) {
-        (Some(decision), true) => Ok(decision),
-        (one, _) => Err(StoreError::new(
-            StoreErrorKind::Protocol,
-            format!(
-                "store returned {} decisions for 1 charge",
-                decisions.len() + usize::from(one.is_some())
-            ),
-        )),
+/// `decisions`, if the store returned one per charge (`expected`).
+pub(crate) fn complete(
+    decisions: Vec<Decision>,
+    expected: usize,
+) -> Result<Vec<Decision>, StoreError> {
+    if decisions.len() == expected {
+        return Ok(decisions);
     }
+    let charges = if expected == 1 { "charge" } else { "charges" };
+    Err(StoreError::new(
+        StoreErrorKind::Protocol,
+        format!(
+            "store returned {} decisions for {expected} {charges}",
+            decisions.len()
+        ),
+    ))
+}
+
+/// The one decision of a one-charge call.
+pub(crate) fn only(decisions: Vec<Decision>) -> Result<Decision, StoreError> {
+    let mut one = complete(decisions, 1)?;
+    one.pop()
+        .ok_or_else(|| StoreError::new(StoreErrorKind::Protocol, "store returned no decision"))
 }
 
 /// The error of an operation a store does not implement.
