@@ -171,15 +171,7 @@ async fn a_blocked_key_gets_no_place_before_its_block_ends_on_memory() -> TestRe
     Ok(())
 }
 
-const ALL: [Algorithm; 7] = [
-    Algorithm::Gcra,
-    Algorithm::LeakyBucket,
-    Algorithm::TokenBucket,
-    Algorithm::FixedWindow,
-    Algorithm::SlidingWindow,
-    Algorithm::SlidingWindowCounters { buckets: 5 },
-    Algorithm::SlidingWindowLog,
-];
+const ALL: [Algorithm; 7] = support::every_algorithm(5);
 
 #[allow(dead_code)]
 fn admitted(decisions: &[Decision]) -> usize {

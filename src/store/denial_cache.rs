@@ -27,28 +27,17 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use foldhash::fast::RandomState;
 
+use super::denial::Denial;
 use super::{Charge, decision};
 use crate::algorithm::{Params, Verdict};
 use crate::{Decision, Key, Penalty};
 
-/// What a denial said, in µs of the store's local clock.
+/// A recorded denial and which record made it: the recording order holds
+/// `(id, seq)` and an item whose seq is not its id's current one is stale.
 #[derive(Debug, Clone, Copy)]
 struct CachedDenial {
-    /// Denied until then (exclusive).
-    until: u64,
-    /// Requests of at least this cost are denied.
-    min_cost: u64,
-    remaining: u64,
-    reset_at: u64,
-    /// When the denial was recorded (the request's send time): the entry dies
-    /// `max_age` later, or at once if the clock reads earlier than this.
-    cached_at: u64,
-    /// Which record made this entry: the recording order holds `(id, seq)` and an
-    /// item whose seq is not its id's current one is stale.
+    denial: Denial,
     seq: u64,
-    /// Whether the key itself is blocked (an operator's block, a tripped penalty):
-    /// then every cost is denied and the answer says so.
-    blocked: bool,
 }
 
 /// A cached denial answers only the same name, parameters, penalty box and key: a
@@ -108,9 +97,9 @@ impl Denials {
 
     /// Drops the entries whose age ran out by `now` (and stale items) from the front.
     fn expire(&mut self, now: u64, max_age_us: u64) {
-        while let Some(false) = self.pop_front_if(|b| now >= b.cached_at.saturating_add(max_age_us))
-        {
-        }
+        while let Some(false) =
+            self.pop_front_if(|b| now >= b.denial.sent.saturating_add(max_age_us))
+        {}
     }
 
     /// Evicts the oldest current entry.
@@ -166,37 +155,21 @@ impl DenialCache {
     }
 
     /// The local denial of `charge` at `now`, if its key is blocked for that cost.
-    fn check_one(&self, denials: &mut Denials, charge: &Charge<'_>, now: u64) -> Option<Decision> {
+    fn check_one(denials: &mut Denials, charge: &Charge<'_>, now: u64) -> Option<Decision> {
         if charge.cost == 0 || charge.cost > charge.limit.params().capacity {
             return None;
         }
         let id = Self::denial_key(charge);
         let cached = *denials.map.get(&id)?;
-        // A clock reading before the record (stepped back) cannot tell the entry's
-        // age: it is not trusted either.
-        let aged =
-            now < cached.cached_at || now >= cached.cached_at.saturating_add(self.max_age_us);
-        if aged || now >= cached.until {
+        if cached.denial.is_over(now) {
             // Its queue item goes stale and leaves when it reaches the front.
             denials.map.remove(&id);
             return None;
         }
-        if charge.cost < cached.min_cost {
-            return None;
-        }
-        Some(decision(
-            charge.limit,
-            Verdict {
-                allowed: false,
-                remaining: cached.remaining,
-                reset_after_us: cached.reset_at.saturating_sub(now),
-                retry_after_us: Some(cached.until - now),
-                delay_us: 0,
-                receipt: None,
-                blocked_us: cached.blocked.then(|| cached.until - now),
-                tripped: false,
-            },
-        ))
+        cached
+            .denial
+            .covers(now, charge.cost)
+            .then(|| cached.denial.repeat(now, charge.limit))
     }
 
     /// The local answer to an all-or-nothing batch at `now`: `None` unless some
@@ -207,7 +180,7 @@ impl DenialCache {
         let mut denials = self.lock();
         let mut answers: Option<Vec<Decision>> = None;
         for (i, charge) in charges.iter().enumerate() {
-            if let Some(denial) = self.check_one(&mut denials, charge, now) {
+            if let Some(denial) = Self::check_one(&mut denials, charge, now) {
                 let answers = answers
                     .get_or_insert_with(|| charges.iter().map(|c| not_evaluated(c)).collect());
                 answers[i] = denial;
@@ -218,12 +191,9 @@ impl DenialCache {
 
     /// Records a denial that the store made for a request sent at `sent`.
     pub(crate) fn record(&self, charge: &Charge<'_>, sent: u64, denied: &Decision) {
-        let Some(retry_after) = denied.retry_after else {
+        let Some(denial) = Denial::of(denied, charge.cost, sent, self.max_age_us) else {
             return;
         };
-        let retry_us = crate::time::micros(retry_after);
-        let reset_us = crate::time::micros(denied.reset_after);
-        let blocked = denied.blocked_for.is_some();
         let mut denials = self.lock();
         denials.expire(sent, self.max_age_us);
         let id = Self::denial_key(charge);
@@ -234,19 +204,7 @@ impl DenialCache {
         let seq = denials.next_seq;
         denials.next_seq += 1;
         // The newest denial is the best knowledge of the key.
-        denials.map.insert(
-            id,
-            CachedDenial {
-                until: sent.saturating_add(retry_us),
-                // A blocked key denies every request, whatever it costs.
-                min_cost: if blocked { 1 } else { charge.cost },
-                remaining: denied.remaining,
-                reset_at: sent.saturating_add(reset_us),
-                cached_at: sent,
-                seq,
-                blocked,
-            },
-        );
+        denials.map.insert(id, CachedDenial { denial, seq });
         denials.order.push_back((id, seq));
         denials.compact();
     }

@@ -10,6 +10,7 @@
 //!   [`SliceSizing`]).
 
 mod call;
+mod denial;
 #[cfg(feature = "redis")]
 mod denial_cache;
 mod fallback;

@@ -6,7 +6,7 @@
 //! cluster, started by the first of them; a test that stalls a master or fails one
 //! over starts its own.
 
+mod conformance;
 mod in_flight;
 mod records;
-mod scenarios;
 mod store;

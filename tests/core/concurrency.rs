@@ -12,15 +12,7 @@ use tollgate::{Algorithm, Key, Limit, Limiter, MemoryStore, Quota};
 
 const BASE: Duration = Duration::from_secs(1_699_920_000);
 
-const ALGORITHMS: [Algorithm; 7] = [
-    Algorithm::FixedWindow,
-    Algorithm::SlidingWindow,
-    Algorithm::SlidingWindowCounters { buckets: 10 },
-    Algorithm::SlidingWindowLog,
-    Algorithm::TokenBucket,
-    Algorithm::Gcra,
-    Algorithm::LeakyBucket,
-];
+const ALGORITHMS: [Algorithm; 7] = support::every_algorithm(10);
 
 fn limiter(algorithm: Algorithm, quota: Quota, store: &MemoryStore) -> Limiter {
     Limiter::builder()

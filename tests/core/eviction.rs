@@ -19,15 +19,7 @@ const MAX_KEYS: usize = 1024;
 /// Twenty times the store's bound: every slot is taken over many times.
 const FLOOD: u64 = 20 * MAX_KEYS as u64;
 
-const ALGORITHMS: [Algorithm; 7] = [
-    Algorithm::FixedWindow,
-    Algorithm::SlidingWindow,
-    Algorithm::SlidingWindowCounters { buckets: 24 },
-    Algorithm::SlidingWindowLog,
-    Algorithm::TokenBucket,
-    Algorithm::Gcra,
-    Algorithm::LeakyBucket,
-];
+const ALGORITHMS: [Algorithm; 7] = support::every_algorithm(24);
 
 fn policy(name: &str, per_day: u64, algorithm: Algorithm) -> Limit {
     Limit::new(name, Quota::per_day(per_day))

@@ -9,15 +9,7 @@ use tollgate::{Algorithm, Key, Limit, Limiter, MemoryStore, Penalty, Quota};
 
 const BASE: Duration = Duration::from_secs(1_700_000_000);
 
-const ALGORITHMS: [Algorithm; 7] = [
-    Algorithm::FixedWindow,
-    Algorithm::SlidingWindow,
-    Algorithm::SlidingWindowCounters { buckets: 4 },
-    Algorithm::SlidingWindowLog,
-    Algorithm::TokenBucket,
-    Algorithm::Gcra,
-    Algorithm::LeakyBucket,
-];
+const ALGORITHMS: [Algorithm; 7] = support::every_algorithm(4);
 
 fn limiter(quota: Quota, algorithm: Algorithm, clock: &ManualClock) -> Limiter {
     Limiter::builder()

@@ -95,15 +95,7 @@ fn a_batch_naming_one_key_twice_is_all_or_nothing_too() {
 
 #[test]
 fn refunds_return_the_newest_charges_and_never_exceed_idle() {
-    for algorithm in [
-        Algorithm::FixedWindow,
-        Algorithm::SlidingWindow,
-        Algorithm::SlidingWindowCounters { buckets: 6 },
-        Algorithm::SlidingWindowLog,
-        Algorithm::TokenBucket,
-        Algorithm::Gcra,
-        Algorithm::LeakyBucket,
-    ] {
+    for algorithm in support::every_algorithm(6) {
         let clock = ManualClock::new(BASE);
         let limiter = Limiter::builder()
             .limit(
@@ -270,15 +262,7 @@ fn extreme_rates_do_not_overflow() {
         .max_bytes(usize::MAX)
         .expect("max_bytes");
     let year = Duration::from_secs(365 * 86_400);
-    for algorithm in [
-        Algorithm::FixedWindow,
-        Algorithm::SlidingWindow,
-        Algorithm::SlidingWindowCounters { buckets: 1000 },
-        Algorithm::SlidingWindowLog,
-        Algorithm::TokenBucket,
-        Algorithm::Gcra,
-        Algorithm::LeakyBucket,
-    ] {
+    for algorithm in support::every_algorithm(1000) {
         for (name, quota) in [
             ("billion-per-second", Quota::per_second(1_000_000_000)),
             ("once-a-year", Quota::new(1, year).expect("quota")),

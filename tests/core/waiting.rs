@@ -1,14 +1,12 @@
-//! Waiting instead of rejecting on the memory store: the shared tables
-//! (`tests/support/waiting.rs`), and `until_ready` on tokio's paused clock, for every
-//! algorithm.
+//! Waiting instead of rejecting on the memory store: `until_ready` on tokio's paused
+//! clock, for every algorithm. The shared waiting tables run in the conformance suite
+//! (`tests/core/conformance.rs`).
 
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use tollgate::clock::ManualClock;
 use tollgate::{Key, Limit, Limiter, MemoryStore, Quota};
-
-support::waiting_tests!(tollgate::MemoryStore::with_clock);
 
 const BASE: Duration = Duration::from_secs(1_699_920_000);
 

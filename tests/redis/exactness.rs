@@ -17,15 +17,7 @@ const INSTANCES: usize = 4;
 const TASKS: usize = 64;
 const ATTEMPTS: usize = 3;
 
-pub(crate) const ALGORITHMS: [Algorithm; 7] = [
-    Algorithm::FixedWindow,
-    Algorithm::SlidingWindow,
-    Algorithm::SlidingWindowCounters { buckets: 10 },
-    Algorithm::SlidingWindowLog,
-    Algorithm::TokenBucket,
-    Algorithm::Gcra,
-    Algorithm::LeakyBucket,
-];
+pub(crate) const ALGORITHMS: [Algorithm; 7] = support::every_algorithm(10);
 
 /// Admitted cost when `INSTANCES × TASKS` tasks each try `ATTEMPTS` times.
 async fn hammer(stores: Vec<RedisStore>, algorithm: Algorithm, quota: Quota) -> u64 {

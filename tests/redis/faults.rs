@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use support::redis_server::RedisServer;
 use tollgate::store::{Charge, Fallback, Store};
-use tollgate::{Algorithm, Key, Limit, Limiter, MemoryStore, Quota, RedisStore, StoreErrorKind};
+use tollgate::{Key, Limit, Limiter, MemoryStore, Quota, RedisStore, StoreErrorKind};
 
 const DEADLINE: Duration = Duration::from_millis(50);
 /// Scheduling noise on a loaded two-core machine, not a performance target.
@@ -431,15 +431,7 @@ async fn a_server_busy_with_a_long_script_is_unavailable_and_keeps_the_connectio
 async fn a_state_tollgate_did_not_write_fails_the_decision_until_a_reset() -> TestResult {
     let server = RedisServer::start();
     let store = store(&server).deadline(Duration::from_secs(5))?;
-    let algorithms = [
-        Algorithm::FixedWindow,
-        Algorithm::SlidingWindow,
-        Algorithm::SlidingWindowCounters { buckets: 4 },
-        Algorithm::SlidingWindowLog,
-        Algorithm::TokenBucket,
-        Algorithm::Gcra,
-        Algorithm::LeakyBucket,
-    ];
+    let algorithms = support::every_algorithm(4);
     let mut builder = Limiter::builder().store(store.clone());
     for algorithm in algorithms {
         builder = builder

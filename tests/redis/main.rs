@@ -16,6 +16,7 @@
 
 mod cancel;
 mod clock_faults;
+mod conformance;
 mod denial_cache;
 mod exactness;
 mod faults;
@@ -28,5 +29,4 @@ mod records;
 mod refunds;
 mod reload;
 mod reservations;
-mod scenarios;
 mod store;

@@ -345,15 +345,7 @@ async fn penalize_u32_max_on_a_daily_token_bucket_denies_without_an_error() -> T
 
 #[tokio::test]
 async fn penalize_u32_max_denies_every_algorithm_at_slow_rates_without_an_error() -> TestResult {
-    let algorithms = [
-        Algorithm::FixedWindow,
-        Algorithm::SlidingWindow,
-        Algorithm::SlidingWindowCounters { buckets: 10 },
-        Algorithm::SlidingWindowLog,
-        Algorithm::TokenBucket,
-        Algorithm::Gcra,
-        Algorithm::LeakyBucket,
-    ];
+    let algorithms = support::every_algorithm(10);
     for quota in [
         Quota::per_minute(1),
         Quota::per_day(1),

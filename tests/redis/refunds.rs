@@ -35,15 +35,7 @@ const BASE: Duration = Duration::from_secs(1_699_920_000);
 
 type TestResult = Result<(), Box<dyn std::error::Error>>;
 
-const ALGORITHMS: [Algorithm; 7] = [
-    Algorithm::FixedWindow,
-    Algorithm::SlidingWindow,
-    Algorithm::SlidingWindowCounters { buckets: 6 },
-    Algorithm::SlidingWindowLog,
-    Algorithm::TokenBucket,
-    Algorithm::Gcra,
-    Algorithm::LeakyBucket,
-];
+const ALGORITHMS: [Algorithm; 7] = support::every_algorithm(6);
 
 fn policy(name: &str, quota: Quota, algorithm: Algorithm) -> Policy {
     Policy::new(name, quota)

@@ -49,15 +49,7 @@ struct Held {
 #[tokio::test]
 async fn random_reserve_and_cancel_walks_agree_and_keep_places_apart()
 -> Result<(), Box<dyn std::error::Error>> {
-    for algorithm in [
-        Algorithm::Gcra,
-        Algorithm::LeakyBucket,
-        Algorithm::TokenBucket,
-        Algorithm::FixedWindow,
-        Algorithm::SlidingWindow,
-        Algorithm::SlidingWindowCounters { buckets: 5 },
-        Algorithm::SlidingWindowLog,
-    ] {
+    for algorithm in support::every_algorithm(5) {
         for seed in 1..=8_u64 {
             let clock = ManualClock::new(BASE);
             let memory = limiter(algorithm, MemoryStore::with_clock(clock.clone()))?;

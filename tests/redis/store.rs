@@ -163,15 +163,7 @@ async fn every_key_written_has_a_ttl() -> TestResult {
         .deadline(Duration::from_secs(5))?
         .with_clock(clock.clone());
     let mut builder = Limiter::builder().store(store);
-    let algorithms = [
-        Algorithm::FixedWindow,
-        Algorithm::SlidingWindow,
-        Algorithm::SlidingWindowCounters { buckets: 6 },
-        Algorithm::SlidingWindowLog,
-        Algorithm::TokenBucket,
-        Algorithm::Gcra,
-        Algorithm::LeakyBucket,
-    ];
+    let algorithms = support::every_algorithm(6);
     for algorithm in algorithms {
         builder =
             builder.limit(Limit::new(algorithm.name(), Quota::per_minute(5))?.algorithm(algorithm));
@@ -217,15 +209,7 @@ async fn a_busy_keys_kept_ttl_always_covers_its_state() -> TestResult {
     let server = shared_server();
     let clock = ManualClock::new(BASE + Duration::from_millis(500));
     let store = store_on(server, &clock);
-    let algorithms = [
-        Algorithm::FixedWindow,
-        Algorithm::SlidingWindow,
-        Algorithm::SlidingWindowCounters { buckets: 4 },
-        Algorithm::SlidingWindowLog,
-        Algorithm::TokenBucket,
-        Algorithm::Gcra,
-        Algorithm::LeakyBucket,
-    ];
+    let algorithms = support::every_algorithm(4);
     let mut builder = Limiter::builder().store(store.clone());
     for algorithm in algorithms {
         // 1000 per 2 s: a charge of 3 every 37 ms spends about 160 of them per 2 s.

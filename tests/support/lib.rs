@@ -29,6 +29,7 @@
 //! signal). No `unsafe`, no `prctl`, nothing to clean up by hand. Servers a test owns
 //! are killed when they are dropped, and by the same watchdog if the test aborts.
 
+pub mod conformance;
 pub mod http;
 pub mod immediate;
 pub mod in_flight;
@@ -39,3 +40,20 @@ pub mod reload_penalty;
 pub mod rng;
 pub mod scenarios;
 pub mod waiting;
+
+use tollgate::Algorithm;
+
+/// Every algorithm, in [`Algorithm::ALL`]'s order, the sliding window counters with
+/// `buckets` sub-windows: the list a test runs over, so that an eighth algorithm
+/// reaches every such test by being added to `ALL`.
+pub const fn every_algorithm(buckets: u32) -> [Algorithm; 7] {
+    let mut all = Algorithm::ALL;
+    let mut i = 0;
+    while i < all.len() {
+        if let Algorithm::SlidingWindowCounters { .. } = all[i] {
+            all[i] = Algorithm::SlidingWindowCounters { buckets };
+        }
+        i += 1;
+    }
+    all
+}

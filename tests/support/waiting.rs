@@ -16,15 +16,7 @@ use tollgate::{Algorithm, Key, Limit, Limiter, Quota};
 use crate::scenarios::BASE;
 
 /// Every algorithm, with the quota the tests use: 10 per second (burst 10).
-pub const ALGORITHMS: [Algorithm; 7] = [
-    Algorithm::FixedWindow,
-    Algorithm::SlidingWindow,
-    Algorithm::SlidingWindowCounters { buckets: 5 },
-    Algorithm::SlidingWindowLog,
-    Algorithm::TokenBucket,
-    Algorithm::Gcra,
-    Algorithm::LeakyBucket,
-];
+pub const ALGORITHMS: [Algorithm; 7] = crate::every_algorithm(5);
 
 const WAITERS: usize = 50;
 /// Where the waiting tests start, after [`BASE`].

@@ -10,6 +10,7 @@ use tokio::sync::Notify;
 use super::LeasedStore;
 use super::slice::{Kind, Lease};
 use super::table::{TableKey, lock};
+use crate::store::denial::Denial;
 use crate::store::{Charge, Store};
 use crate::{Decision, StoreError};
 
@@ -56,7 +57,7 @@ impl<S: Store> LeasedStore<S> {
         let mut shard = lock(self.shard(table_key));
         if let Some(entry) = shard.entries.get_mut(table_key) {
             entry.left = Some(decision.remaining);
-            if let Some(denial) = self.denial(decision, cost, sent) {
+            if let Some(denial) = Denial::of(decision, cost, sent, self.inner.max_lease_us) {
                 entry.denied = Some(denial);
             }
         }
@@ -99,7 +100,7 @@ impl<S: Store> LeasedStore<S> {
                 decision.remaining = (decision.remaining + (charged - cost)).min(decision.capacity);
                 decision.receipt = receipt.with_cost(cost);
             }
-        } else if let Some(denial) = self.denial(decision, cost, sent) {
+        } else if let Some(denial) = Denial::of(decision, cost, sent, self.inner.max_lease_us) {
             entry.denied = Some(denial);
         }
         true

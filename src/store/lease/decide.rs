@@ -146,7 +146,7 @@ impl<S: Store> LeasedStore<S> {
         if entry
             .denied
             .as_ref()
-            .is_some_and(|denied| now >= denied.until)
+            .is_some_and(|denied| denied.is_over(now))
         {
             entry.denied = None;
         }

@@ -57,14 +57,14 @@
 //! `builder.rs` holds the settings; `table.rs` the lease table (shards, entries, what
 //! makes room, what an operator's call drops); `decide.rs` one request's way through
 //! it; `sizing.rs` how big the next slice is; `charge.rs` the slice charges;
-//! `denial.rs` denials repeated locally; `returns.rs` units given back; `slice.rs`
-//! one lease's rule per algorithm; `delegate.rs` the [`Store`] methods.
+//! `returns.rs` units given back; `slice.rs` one lease's rule per algorithm;
+//! `delegate.rs` the [`Store`] methods. Denials are repeated locally by the rule the
+//! Redis denial cache uses too (`store/denial.rs`).
 
 mod builder;
 mod charge;
 mod decide;
 mod delegate;
-mod denial;
 mod returns;
 mod sizing;
 mod slice;
@@ -145,9 +145,10 @@ pub enum SliceSizing {
 /// `reset_after` the store's reset instant as of the slice charge; `delay` the unit's
 /// place in the queue (leaky bucket); its receipt refunds into the lease while it lasts.
 ///
-/// After a denial with a `retry_after`, the same or a larger cost for that key is
-/// denied here, without a round trip, until then (at most `max_lease`): stricter, never
-/// looser, than asking. A `check_all` of several limits, a cost-0 peek, and the
+/// After a denial with a `retry_after`, the same or a larger cost for that key (a
+/// blocked key: every cost) is denied here, without a round trip, until then (at most
+/// `max_lease`), by the rule the Redis denial cache follows: stricter, never looser,
+/// than asking. A `check_all` of several limits, a cost-0 peek, and the
 /// sliding log go to `S` as they would without leases.
 ///
 /// An operator's [`block`](crate::Limiter::block), [`reset`](crate::Limiter::reset)

@@ -10,11 +10,11 @@ use foldhash::fast::RandomState;
 use tokio::sync::Notify;
 
 use super::LeasedStore;
-use super::denial::Denial;
 use super::returns::Release;
 use super::slice::Lease;
 use crate::algorithm::Params;
 use crate::store::Charge;
+use crate::store::denial::Denial;
 use crate::{Key, Limit};
 
 /// Shards of the lease table: tasks on different keys rarely share a lock.

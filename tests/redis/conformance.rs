@@ -1,6 +1,6 @@
-//! The hand-computed scenario tables (`tests/support/scenarios.rs`) on a private
-//! standalone Redis, with an injected clock: the same answers as the memory store,
-//! field by field.
+//! The store-conformance suite (`tests/support/conformance.rs`: the scenario tables
+//! and the shared waiting tests) on a private standalone Redis, with an injected
+//! clock: the same answers as the memory store, field by field.
 #![cfg(feature = "redis")]
 
 use support::redis_server::{shared_server, unique_prefix};
@@ -20,9 +20,4 @@ fn store(clock: ManualClock) -> RedisStore {
         .with_clock(clock)
 }
 
-support::scenario_tests!(store);
-
-/// Reservations (`Limiter::reserve`) on the same store: the shared waiting tests.
-mod waiting {
-    support::waiting_tests!(super::store);
-}
+support::store_conformance!(store);

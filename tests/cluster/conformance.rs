@@ -1,6 +1,6 @@
-//! The hand-computed scenario tables (`tests/support/scenarios.rs`) on a real local
-//! three-master Redis Cluster, with an injected clock: the same answers as the memory
-//! store, field by field.
+//! The store-conformance suite (`tests/support/conformance.rs`: the scenario tables
+//! and the shared waiting tests) on a real local three-master Redis Cluster, with an
+//! injected clock: the same answers as the memory store, field by field.
 #![cfg(feature = "redis")]
 
 use support::redis_cluster::shared_cluster;
@@ -19,9 +19,4 @@ fn store(clock: ManualClock) -> RedisStore {
         .with_clock(clock)
 }
 
-support::scenario_tests!(store);
-
-/// Reservations (`Limiter::reserve`) on the cluster: the shared waiting tests.
-mod waiting {
-    support::waiting_tests!(super::store);
-}
+support::store_conformance!(store);
