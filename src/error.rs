@@ -18,7 +18,16 @@ use std::path::{Path, PathBuf};
 /// assert!(err.to_string().contains("\"100 per fortnight\""));
 /// assert_eq!(err.line(), None); // not from a file
 /// ```
-#[derive(Debug, Clone, PartialEq, Eq)]
+///
+/// Its `Debug` form is its `Display` form, as `anyhow`'s and `toml`'s errors do, so
+/// that a `main` returning `Result<(), Box<dyn Error>>` prints
+/// `Error: tollgate.toml:7:9: …`, not the struct:
+///
+/// ```
+/// let err = "100 per fortnight".parse::<tollgate::Quota>().unwrap_err();
+/// assert_eq!(format!("{err:?}"), err.to_string());
+/// ```
+#[derive(Clone, PartialEq, Eq)]
 pub struct ConfigError {
     message: String,
     /// Boxed: most errors have no place, and results stay small.
@@ -129,6 +138,13 @@ impl fmt::Display for ConfigError {
             }
         }
         f.write_str(&self.message)
+    }
+}
+
+impl fmt::Debug for ConfigError {
+    /// The `Display` form: what `main` prints for an error it returns.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
     }
 }
 

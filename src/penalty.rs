@@ -28,8 +28,8 @@ const MAX_PENALTY: Duration = Penalty::MAX_DENIAL;
 /// are decided in the same call: a penalty costs no extra round trip, and every
 /// process sees the block.
 ///
-/// Zero rejections, a zero window or a zero block is a [`ConfigError`] when the
-/// limiter is built.
+/// Zero rejections, a zero block, or a zero window for more than one rejection is a
+/// [`ConfigError`] when the limiter is built.
 ///
 /// ```
 /// use std::time::Duration;
@@ -86,9 +86,14 @@ impl Penalty {
     /// ```
     pub const MAX_DENIAL: Duration = Duration::from_secs(100 * 365 * 86_400);
 
-    /// A penalty box tripped by the `rejections`-th rejection; set the window with
-    /// [`within`](Penalty::within) and the block with
-    /// [`block_for`](Penalty::block_for) (both required).
+    /// A penalty box tripped by the `rejections`-th rejection; set the block with
+    /// [`block_for`](Penalty::block_for) (required) and, for more than one rejection,
+    /// the window they must fall in with [`within`](Penalty::within).
+    ///
+    /// `Penalty::after(1)` needs no window: the first rejection blocks. With
+    /// [`Policy::count_when`](crate::Policy::count_when) counting only failures, it
+    /// is "N failed logins a minute block the caller for ten minutes": the quota
+    /// counts the failures, and the first attempt it rejects trips the box.
     ///
     /// ```
     /// use std::time::Duration;
@@ -173,8 +178,11 @@ impl Penalty {
     pub(crate) fn validate(&self, limit: &str) -> Result<(), ConfigError> {
         let problem = if self.after == 0 {
             Some("Penalty::after(0): at least 1 rejection must trip it".to_owned())
-        } else if self.within.is_zero() {
-            Some("a zero window: set Penalty::within".to_owned())
+        } else if self.within.is_zero() && self.after > 1 {
+            Some(format!(
+                "Penalty::after({}) counts rejections within a window: set Penalty::within",
+                self.after
+            ))
         } else if self.block_for.is_zero() {
             Some("a zero block: set Penalty::block_for".to_owned())
         } else if self.within > MAX_PENALTY || self.block_for > MAX_PENALTY {

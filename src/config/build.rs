@@ -20,7 +20,7 @@ use crate::layer::{Costs, MissingKey};
 use crate::{Algorithm, ConfigError, Limit, Policy, Quota};
 
 /// The policies of every `[[limit]]`, in file order.
-pub(super) fn policies(text: &Text<'_>, specs: Vec<LimitSpec>) -> Result<Vec<Policy>, ConfigError> {
+pub(super) fn policies(text: &Text<'_>, specs: &[LimitSpec]) -> Result<Vec<Policy>, ConfigError> {
     let mut names = HashSet::new();
     let mut policies = Vec::with_capacity(specs.len());
     for spec in specs {
@@ -33,9 +33,9 @@ pub(super) fn policies(text: &Text<'_>, specs: Vec<LimitSpec>) -> Result<Vec<Pol
                 &spec.name.span(),
             ));
         }
-        policies.push(policy(text, &spec)?);
+        policies.push(policy(text, spec)?);
     }
-    Ok(policies)
+    super::rules::fallbacks(text, specs, policies)
 }
 
 fn policy(text: &Text<'_>, spec: &LimitSpec) -> Result<Policy, ConfigError> {
@@ -85,6 +85,7 @@ fn policy(text: &Text<'_>, spec: &LimitSpec) -> Result<Policy, ConfigError> {
         policy = policy.costs(costs);
     }
     let policy = plans(text, policy, spec)?;
+    let policy = super::rules::apply(text, policy, spec)?;
     // What the limiter builder would refuse is refused here, at the limit's name: the
     // checks above place each mistake more precisely, this keeps the two in step.
     policy.validate().map_err(|e| at(e, spec.name.span()))?;
@@ -173,7 +174,7 @@ fn buckets_without_counters(buckets: &Spanned<u32>, algorithm: &str) -> ConfigEr
 }
 
 /// `"<n><unit>"` or `"<n> <unit>"`, with the units quotas use (`ms`, `s`, `min`, …).
-fn duration(notation: &str) -> Result<Duration, ConfigError> {
+pub(super) fn duration(notation: &str) -> Result<Duration, ConfigError> {
     let text = notation.trim().to_ascii_lowercase();
     let digits_end = text
         .find(|c: char| !c.is_ascii_digit())
@@ -272,7 +273,7 @@ fn costs(
 }
 
 /// `"POST /users"` → (POST, "/users"); `"* /admin/{*rest}"` → (any method, …).
-fn method_and_template(route: &str) -> Result<(Option<Method>, &str), ConfigError> {
+pub(super) fn method_and_template(route: &str) -> Result<(Option<Method>, &str), ConfigError> {
     let invalid = |why: &str| {
         ConfigError::new(format!(
             "invalid cost route \"{}\": {why}",

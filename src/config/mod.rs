@@ -28,6 +28,10 @@
 //! | `[limit.costs]` | `"<METHOD> <route>" = cost` (method `*`: any), and `default = cost` (see [`Costs`](crate::layer::Costs)) | every request costs 1 |
 //! | `plan_from` | where a request's plan name is: `"header:<name>"`, or `"extension"` (a [`PlanName`] in the request extensions) | |
 //! | `[limit.plans]` | `plan = "quota"`, or `plan = { quota = "…", burst = n }` | |
+//! | `routes` | the requests the limit applies to, `["POST /login", "* /admin/{*rest}"]` (see [`Policy::on_route`]); others are not limited, looked at or answered for by it | every request |
+//! | `count_when` | the response statuses that count, codes or classes: `[401, 403]`, `["5xx"]` (see [`Policy::count_when`]); the others are given back | every response |
+//! | `fallback_for` | the name of another limit: this one applies only to requests that limit's `key` finds nothing for, e.g. a smaller per-IP quota for callers without an API key (see [`Policy::unless_key`]) | |
+//! | `penalty` | a penalty box, `{ after = 5, within = "1min", block_for = "10min" }`; `within` only when `after` > 1 (see [`Penalty`](crate::Penalty)) | none |
 //!
 //! A request whose plan is listed is counted against that plan's quota (through
 //! [`Policy::quota_from`]); a request with no plan, or one the file does not list,
@@ -79,6 +83,18 @@
 //! buckets = 6
 //! key = "peer_ip"
 //!
+//! ## 5 failed logins a minute block the caller for 10 minutes: the limit counts
+//! ## only failures, and the first attempt it rejects trips the box.
+//! [[limit]]
+//! name = "failed-logins"
+//! quota = "5/min"
+//! algorithm = "sliding_window_log"
+//! key = "client_ip"
+//! trusted_proxies = ["10.0.0.0/8"]
+//! routes = ["POST /login"]
+//! count_when = [401]
+//! penalty = { after = 1, block_for = "10min" }
+//!
 //! ## A queue: requests are held for their turn, at most 2 s.
 //! [[limit]]
 //! name = "reports"
@@ -89,7 +105,7 @@
 //! "#)?;
 //!
 //! let names: Vec<&str> = limits.policies().iter().map(|p| p.name()).collect();
-//! assert_eq!(names, ["api", "per-key", "uploads", "reports"]);
+//! assert_eq!(names, ["api", "per-key", "uploads", "failed-logins", "reports"]);
 //! let api = &limits.policies()[0];
 //! assert_eq!(api.quota(), Quota::per_minute(100).with_burst(20)?);
 //! assert_eq!(limits.policies()[2].get_algorithm(), Algorithm::SlidingWindowCounters { buckets: 6 });
@@ -106,6 +122,12 @@
 //! assert_eq!(per_key.quota_of(&pro), Some(Quota::per_minute(1000)));
 //! let (no_plan, _) = http::Request::get("/").header("x-api-key", "k-9").body(())?.into_parts();
 //! assert_eq!(per_key.quota_of(&no_plan), None); // the limit's own 60/min
+//!
+//! // Failed logins: only POST /login, only 401s.
+//! let logins = &limits.policies()[3];
+//! let (form, _) = http::Request::get("/login").body(())?.into_parts();
+//! assert!(!logins.applies_to(&form));
+//! assert!(logins.counts(http::StatusCode::UNAUTHORIZED) && !logins.counts(http::StatusCode::OK));
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
@@ -121,6 +143,7 @@
 
 mod build;
 mod place;
+mod rules;
 mod schema;
 
 use std::path::Path;
@@ -177,7 +200,7 @@ impl Limits {
                 &(0..0),
             ));
         }
-        let policies = build::policies(&text, file.limit)?;
+        let policies = build::policies(&text, &file.limit)?;
         Ok(Self { policies })
     }
 

@@ -34,6 +34,22 @@ pub(super) struct LimitSpec {
     pub(super) costs: Option<BTreeMap<Spanned<String>, Spanned<u32>>>,
     pub(super) plan_from: Option<Spanned<String>>,
     pub(super) plans: Option<Spanned<BTreeMap<Spanned<String>, Spanned<PlanSpec>>>>,
+    /// `["POST /login", "* /admin/{*rest}"]`: the requests the limit applies to.
+    pub(super) routes: Option<Spanned<Vec<Spanned<String>>>>,
+    /// `[401, 403, "5xx"]`: the response statuses that count.
+    pub(super) count_when: Option<Spanned<Vec<Spanned<toml::Value>>>>,
+    pub(super) penalty: Option<Spanned<PenaltySpec>>,
+    /// The name of the limit whose missing key this one stands in for.
+    pub(super) fallback_for: Option<Spanned<String>>,
+}
+
+/// `penalty = { after = 5, within = "1min", block_for = "10min" }`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct PenaltySpec {
+    pub(super) after: Spanned<u32>,
+    pub(super) within: Option<Spanned<String>>,
+    pub(super) block_for: Spanned<String>,
 }
 
 /// A plan's quota: `pro = "1000/min"`, or `pro = { quota = "1000/min", burst = 50 }`

@@ -36,6 +36,7 @@ mod policy;
 mod refunds;
 mod rejection;
 mod routes;
+mod scope;
 mod service;
 mod shared;
 mod slot_lines;

@@ -61,7 +61,7 @@ type CountWhen = dyn Fn(StatusCode) -> bool + Send + Sync;
 #[derive(Clone)]
 pub struct Policy {
     limit: Limit,
-    key: Extractor,
+    pub(super) key: Extractor,
     costs: Costs,
     missing_key: MissingKey,
     count_when: Option<Arc<CountWhen>>,
@@ -72,6 +72,11 @@ pub struct Policy {
     rate: bool,
     /// Hold a request that will fit within this long instead of rejecting it.
     wait: Option<Duration>,
+    /// The routes this policy applies to (cost 1 each, 0 elsewhere); `None`: all
+    /// (see `scope.rs`).
+    pub(super) scope: Option<Costs>,
+    /// Applies only to requests this extractor finds no key for (see `scope.rs`).
+    pub(super) unless_key: Option<Extractor>,
 }
 
 /// A policy's `quota_from` rule.
@@ -572,6 +577,8 @@ impl From<Limit> for Policy {
             in_flight: None,
             rate: true,
             wait: None,
+            scope: None,
+            unless_key: None,
         }
     }
 }

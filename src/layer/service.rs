@@ -143,6 +143,9 @@ where
         let mut claims = Claims::new();
         let mut missing_key = None;
         for (index, policy) in view.policies().iter().enumerate() {
+            if !policy.applies_to(&parts) {
+                continue;
+            }
             match policy.key_of(&parts) {
                 Some(key) => {
                     // A running request takes a slot whatever it costs.

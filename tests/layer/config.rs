@@ -282,6 +282,91 @@ const MALFORMED: &[Case] = &[
         7,
         "plan \"pro\": invalid limit \"api\": sliding_window",
     ),
+    // Routes, counted statuses, penalties.
+    (
+        "empty routes",
+        "[[limit]]\nname = \"api\"\nquota = \"1/s\"\nroutes = []\n",
+        4,
+        10,
+        "limits nothing",
+    ),
+    (
+        "route with a lowercase method",
+        "[[limit]]\nname = \"api\"\nquota = \"1/s\"\nroutes = [\"POST /a\", \"post /login\"]\n",
+        4,
+        22,
+        "invalid route \"post /login\"",
+    ),
+    (
+        "route in axum 0.7 syntax",
+        "[[limit]]\nname = \"api\"\nquota = \"1/s\"\nroutes = [\"GET /users/:id\"]\n",
+        4,
+        11,
+        "\"/users/:id\"",
+    ),
+    (
+        "status out of range",
+        "[[limit]]\nname = \"api\"\nquota = \"1/s\"\ncount_when = [401, 99]\n",
+        4,
+        20,
+        "invalid count_when status 99",
+    ),
+    (
+        "status class misspelt",
+        "[[limit]]\nname = \"api\"\nquota = \"1/s\"\ncount_when = [\"4xy\"]\n",
+        4,
+        15,
+        "\"4xy\"",
+    ),
+    (
+        "penalty after 0",
+        "[[limit]]\nname = \"api\"\nquota = \"1/s\"\npenalty = { after = 0, block_for = \"1min\" }\n",
+        4,
+        21,
+        "Penalty::after(0)",
+    ),
+    (
+        "penalty of several rejections without a window",
+        "[[limit]]\nname = \"api\"\nquota = \"1/s\"\npenalty = { after = 3, block_for = \"1min\" }\n",
+        4,
+        11,
+        "set Penalty::within",
+    ),
+    (
+        "penalty block misspelt",
+        "[[limit]]\nname = \"api\"\nquota = \"1/s\"\npenalty = { after = 1, block_for = \"ten minutes\" }\n",
+        4,
+        36,
+        "invalid duration \"ten minutes\"",
+    ),
+    (
+        "penalty with an unknown key",
+        "[[limit]]\nname = \"api\"\nquota = \"1/s\"\npenalty = { after = 1, block = \"1min\" }\n",
+        4,
+        24,
+        "`block`",
+    ),
+    (
+        "fallback for an unknown limit",
+        "[[limit]]\nname = \"ip\"\nquota = \"1/s\"\nfallback_for = \"per-key\"\n",
+        4,
+        16,
+        "no [[limit]] of that name",
+    ),
+    (
+        "fallback for itself",
+        "[[limit]]\nname = \"ip\"\nquota = \"1/s\"\nfallback_for = \"ip\"\n",
+        4,
+        16,
+        "cannot stand in for itself",
+    ),
+    (
+        "fallback for a fallback",
+        "[[limit]]\nname = \"a\"\nquota = \"1/s\"\nkey = \"header:x-a\"\n[[limit]]\nname = \"b\"\nquota = \"1/s\"\nfallback_for = \"a\"\n[[limit]]\nname = \"c\"\nquota = \"1/s\"\nfallback_for = \"b\"\n",
+        12,
+        16,
+        "itself a fallback",
+    ),
 ];
 
 #[test]
@@ -324,6 +409,9 @@ fn errors_from_a_file_name_it() -> Result<(), Box<dyn std::error::Error>> {
         )),
         "{err}"
     );
+    // What `fn main() -> Result<(), Box<dyn Error>>` prints: the same text.
+    let boxed: Box<dyn std::error::Error> = Box::new(err.clone());
+    assert_eq!(format!("{boxed:?}"), err.to_string());
 
     let missing = dir.path().join("missing.toml");
     let err = Limits::from_path(&missing).expect_err("no such file");

@@ -24,6 +24,7 @@ mod operations;
 mod outage_store;
 mod outbound;
 mod plans;
+mod recipes;
 mod reload;
 #[cfg(feature = "redis")]
 mod shared_redis;

@@ -428,6 +428,8 @@ macro_rules! scenario_tests {
                 => GCRA_PENALTY,
             leaky_bucket_penalty_box_trips_on_the_third_rejection_within_its_window
                 => LEAKY_BUCKET_PENALTY,
+            sliding_window_log_penalty_after_one_rejection_needs_no_window
+                => SLIDING_WINDOW_LOG_FIRST_REJECTION_PENALTY,
         );
     };
     (@each $make_store:expr; $($(#[$attr:meta])* $test:ident => $scenario:ident,)*) => {

@@ -179,3 +179,31 @@ pub const LEAKY_BUCKET_PENALTY: Scenario = Scenario {
         peek_op(2_950_000, 0, 950_000),
     ],
 };
+
+/// "Block after the quota is spent": L = 2, P = 1 s, sliding log, a penalty
+/// `after(1).block_for(2 000 000 µs)` with no window (one rejection needs none). The
+/// first rejection trips the box: blocked until 2 200 000; then the log is empty, two
+/// more are admitted and the next rejection trips it again.
+pub const SLIDING_WINDOW_LOG_FIRST_REJECTION_PENALTY: Scenario = Scenario {
+    name: "sliding_window_log/penalty_on_the_first_rejection",
+    quota: "2/s",
+    burst: None,
+    algorithm: Algorithm::SlidingWindowLog,
+    max_delay_us: None,
+    penalty: Some((1, 0, 2_000_000)),
+    steps: &[
+        // [(0, 1)]; reset → 1 000 000
+        ok(0, 1, 1, 1_000_000),
+        // [(0, 1), (100 000, 1)]; reset → 1 100 000
+        ok(100_000, 1, 0, 1_000_000),
+        // Σ + 1 > 2: the 1st rejection trips, blocked until 2 200 000
+        blocked(200_000, 1, 2_000_000),
+        // the log empties at 1 100 000, the block holds
+        blocked(1_200_000, 1, 1_000_000),
+        // free, the log empty: [(2 200 000, 1)]
+        ok(2_200_000, 1, 1, 1_000_000),
+        ok(2_300_000, 1, 0, 1_000_000),
+        // the count started over: the next rejection trips again
+        blocked(2_400_000, 1, 2_000_000),
+    ],
+};

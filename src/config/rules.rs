@@ -1,0 +1,203 @@
+//! The request rules a `[[limit]]` may add beyond its quota and key: the routes it
+//! applies to (`routes`), the responses that count (`count_when`) and its penalty box
+//! (`penalty`), each through the same method a program calls, each mistake placed at
+//! its value.
+
+use std::ops::Range;
+
+use http::StatusCode;
+use toml::Spanned;
+
+use super::build::{duration, method_and_template};
+use super::place::Text;
+use super::schema::{LimitSpec, PenaltySpec};
+use crate::{ConfigError, Penalty, Policy};
+
+/// `policy` with the routes, counted statuses and penalty `spec` gives it.
+pub(super) fn apply(
+    text: &Text<'_>,
+    policy: Policy,
+    spec: &LimitSpec,
+) -> Result<Policy, ConfigError> {
+    let mut policy = policy;
+    if let Some(routes) = &spec.routes {
+        policy = self::routes(text, policy, routes)?;
+    }
+    if let Some(statuses) = &spec.count_when {
+        policy = count_when(text, policy, statuses)?;
+    }
+    if let Some(penalty) = &spec.penalty {
+        let penalty = self::penalty(text, spec.name.get_ref(), penalty)?;
+        policy = policy.penalty(penalty);
+    }
+    Ok(policy)
+}
+
+fn routes(
+    text: &Text<'_>,
+    mut policy: Policy,
+    routes: &Spanned<Vec<Spanned<String>>>,
+) -> Result<Policy, ConfigError> {
+    if routes.get_ref().is_empty() {
+        return Err(text.place(
+            ConfigError::new(
+                "routes = []: a limit on no route limits nothing; list at least one \
+                 \"<METHOD> <route>\", or leave routes out to limit every request",
+            ),
+            &routes.span(),
+        ));
+    }
+    for route in routes.get_ref() {
+        let at = |error: ConfigError| text.place(error, &route.span());
+        let (method, template) = method_and_template(route.get_ref())
+            .map_err(|e| {
+                ConfigError::new(e.message().replace("invalid cost route", "invalid route"))
+            })
+            .map_err(at)?;
+        policy = match method {
+            Some(method) => policy.on_route(method, template),
+            None => policy.on_route_any(template),
+        }
+        .map_err(at)?;
+    }
+    Ok(policy)
+}
+
+/// A counted status: one code (`401`), or a class (`"5xx"`).
+#[derive(Clone, Copy)]
+enum Counted {
+    Status(u16),
+    Class(u16),
+}
+
+fn count_when(
+    text: &Text<'_>,
+    policy: Policy,
+    statuses: &Spanned<Vec<Spanned<toml::Value>>>,
+) -> Result<Policy, ConfigError> {
+    if statuses.get_ref().is_empty() {
+        return Err(text.place(
+            ConfigError::new(
+                "count_when = []: no response would count; list statuses such as [401, \"5xx\"], \
+                 or leave count_when out to count every response",
+            ),
+            &statuses.span(),
+        ));
+    }
+    let counted = statuses
+        .get_ref()
+        .iter()
+        .map(|status| counted(status.get_ref()).map_err(|e| text.place(e, &status.span())))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(policy.count_when(move |status: StatusCode| {
+        let code = status.as_u16();
+        counted.iter().any(|counted| match *counted {
+            Counted::Status(one) => one == code,
+            Counted::Class(class) => class == code / 100,
+        })
+    }))
+}
+
+fn counted(value: &toml::Value) -> Result<Counted, ConfigError> {
+    let shown = match value {
+        toml::Value::Integer(code) => code.to_string(),
+        toml::Value::String(text) => format!("\"{}\"", text.escape_debug()),
+        other => format!("(a {})", other.type_str()),
+    };
+    let invalid = || {
+        ConfigError::new(format!(
+            "invalid count_when status {shown}: expected a status code from 100 to 599 (401) \
+             or a class (\"4xx\", \"5xx\")"
+        ))
+    };
+    match value {
+        toml::Value::Integer(code) => u16::try_from(*code)
+            .ok()
+            .filter(|code| (100..600).contains(code))
+            .map(Counted::Status)
+            .ok_or_else(invalid),
+        toml::Value::String(class) => match class.as_bytes() {
+            [digit @ b'1'..=b'5', b'x' | b'X', b'x' | b'X'] => {
+                Ok(Counted::Class(u16::from(digit - b'0')))
+            }
+            _ => Err(invalid()),
+        },
+        _ => Err(invalid()),
+    }
+}
+
+fn penalty(
+    text: &Text<'_>,
+    limit: &str,
+    spec: &Spanned<PenaltySpec>,
+) -> Result<Penalty, ConfigError> {
+    let table = spec.get_ref();
+    let at = |error: ConfigError, span: Range<usize>| text.place(error, &span);
+    let read = |value: &Spanned<String>| duration(value.get_ref()).map_err(|e| at(e, value.span()));
+    let mut penalty = Penalty::after(*table.after.get_ref()).block_for(read(&table.block_for)?);
+    if let Some(within) = &table.within {
+        penalty = penalty.within(read(within)?);
+    }
+    // Placed at the value that is wrong: the count, the window, else the block.
+    penalty.validate(limit).map_err(|error| {
+        let span = if *table.after.get_ref() == 0 {
+            table.after.span()
+        } else if penalty.get_within().is_zero() && *table.after.get_ref() > 1 {
+            spec.span()
+        } else if let Some(within) = table
+            .within
+            .as_ref()
+            .filter(|w| duration(w.get_ref()).is_ok_and(|d| d > Penalty::MAX_DENIAL))
+        {
+            within.span()
+        } else {
+            table.block_for.span()
+        };
+        at(error, span)
+    })?;
+    Ok(penalty)
+}
+
+/// Each `fallback_for = "<name>"` limit made to apply only to requests the named
+/// limit finds no key for; the name must be another limit of the file, itself no
+/// fallback (a chain would hide which key a caller is counted by).
+pub(super) fn fallbacks(
+    text: &Text<'_>,
+    specs: &[LimitSpec],
+    mut policies: Vec<Policy>,
+) -> Result<Vec<Policy>, ConfigError> {
+    for (index, spec) in specs.iter().enumerate() {
+        let Some(main) = &spec.fallback_for else {
+            continue;
+        };
+        let at = |error: ConfigError| text.place(error, &main.span());
+        let found = specs
+            .iter()
+            .position(|other| other.name.get_ref() == main.get_ref());
+        let main_index = match found {
+            Some(main_index) if main_index == index => {
+                return Err(at(ConfigError::new(format!(
+                    "fallback_for \"{}\": a limit cannot stand in for itself",
+                    main.get_ref().escape_debug()
+                ))));
+            }
+            Some(main_index) if specs[main_index].fallback_for.is_some() => {
+                return Err(at(ConfigError::new(format!(
+                    "fallback_for \"{}\": that limit is itself a fallback; name the limit whose key it stands in for",
+                    main.get_ref().escape_debug()
+                ))));
+            }
+            Some(main_index) => main_index,
+            None => {
+                return Err(at(ConfigError::new(format!(
+                    "fallback_for \"{}\": no [[limit]] of that name in this file",
+                    main.get_ref().escape_debug()
+                ))));
+            }
+        };
+        let main = policies[main_index].clone();
+        let fallback = policies[index].clone().fallback_for(&main);
+        policies[index] = fallback;
+    }
+    Ok(policies)
+}

@@ -1,0 +1,127 @@
+//! The requests a policy applies to at all: its routes, and for a fallback, the
+//! requests another key finds nothing for. A request outside them is not this
+//! policy's business — no key is looked for, nothing is charged, no slot is taken and
+//! no header speaks for it — unlike a cost of 0, which still finds the key and may
+//! reject a request that has none.
+
+use http::Method;
+use http::request::Parts;
+
+use super::{Costs, Policy};
+use crate::ConfigError;
+use crate::key::Extractor;
+
+impl Policy {
+    /// Applies this policy only to requests with `method` whose route matches
+    /// `template` (and to those of any other [`on_route`](Policy::on_route) or
+    /// [`on_route_any`](Policy::on_route_any) call). Templates and matching are those
+    /// of [`Costs::route`]: axum's matched route when there is one, else the path.
+    /// A policy with no route applies to every request.
+    ///
+    /// ```
+    /// use http::Method;
+    /// use tollgate::{Policy, Quota};
+    /// let login = Policy::new("login", Quota::per_minute(5))?.on_route(Method::POST, "/login")?;
+    /// let (post, _) = http::Request::post("/login").body(())?.into_parts();
+    /// let (get, _) = http::Request::get("/login").body(())?.into_parts();
+    /// assert!(login.applies_to(&post));
+    /// assert!(!login.applies_to(&get));
+    /// assert!(Policy::new("x", Quota::per_minute(5))?.on_route(Method::GET, "/users/:id").is_err());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// A malformed template, or one that matches exactly what an earlier route of this
+    /// policy matches.
+    pub fn on_route(self, method: Method, template: impl AsRef<str>) -> Result<Self, ConfigError> {
+        self.scoped(Some(method), template.as_ref())
+    }
+
+    /// Applies this policy only to requests whose route matches `template`, with any
+    /// method (and to those of its other routes): see [`on_route`](Policy::on_route).
+    ///
+    /// ```
+    /// use tollgate::{Policy, Quota};
+    /// let admin = Policy::new("admin", Quota::per_minute(30))?.on_route_any("/admin/{*rest}")?;
+    /// let (parts, _) = http::Request::delete("/admin/users/7").body(())?.into_parts();
+    /// assert!(admin.applies_to(&parts));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// As [`on_route`](Policy::on_route).
+    pub fn on_route_any(self, template: impl AsRef<str>) -> Result<Self, ConfigError> {
+        self.scoped(None, template.as_ref())
+    }
+
+    /// Applies this policy only to requests `extractor` finds no key for: a fallback
+    /// with its own quota and key for callers without the main policy's key (e.g. a
+    /// smaller per-IP limit for requests without an API key). Each caller is counted
+    /// by exactly one of the two.
+    ///
+    /// ```
+    /// use tollgate::{Policy, Quota, key};
+    /// let per_key = Policy::new("per-key", Quota::per_minute(1000))?.key(key::header("x-api-key")?);
+    /// let anonymous = Policy::new("anonymous", Quota::per_minute(60))?
+    ///     .key(key::peer_ip())
+    ///     .unless_key(key::header("x-api-key")?);
+    /// let (with_key, _) = http::Request::get("/").header("x-api-key", "k1").body(())?.into_parts();
+    /// let (without, _) = http::Request::get("/").body(())?.into_parts();
+    /// assert!(per_key.applies_to(&with_key) && !anonymous.applies_to(&with_key));
+    /// assert!(anonymous.applies_to(&without));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    #[must_use]
+    pub fn unless_key(mut self, extractor: impl Into<Extractor>) -> Self {
+        self.unless_key = Some(extractor.into());
+        self
+    }
+
+    /// Whether this policy applies to a request: it has no routes or one matches, and
+    /// its [`unless_key`](Policy::unless_key) extractor, if any, finds no key.
+    ///
+    /// ```
+    /// let policy = tollgate::Policy::new("api", tollgate::Quota::per_second(1))?;
+    /// let (parts, _) = http::Request::get("/anything").body(())?.into_parts();
+    /// assert!(policy.applies_to(&parts));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    #[inline]
+    pub fn applies_to(&self, parts: &Parts) -> bool {
+        self.scope
+            .as_ref()
+            .is_none_or(|scope| scope.cost(parts) > 0)
+            && self
+                .unless_key
+                .as_ref()
+                .is_none_or(|other| other.extract(parts).is_none())
+    }
+
+    /// Applies this policy only to requests `main` finds no key for (`main`'s key
+    /// extractor, as [`unless_key`](Policy::unless_key) takes it).
+    #[cfg(feature = "config")]
+    pub(crate) fn fallback_for(self, main: &Policy) -> Self {
+        self.unless_key(main.key.clone())
+    }
+
+    fn scoped(mut self, method: Option<Method>, template: &str) -> Result<Self, ConfigError> {
+        let scope = self.scope.take().unwrap_or_else(|| Costs::new().default(0));
+        let scope = match method {
+            Some(method) => scope.route(method, template, 1),
+            None => scope.route_any(template, 1),
+        }
+        .map_err(|error| {
+            ConfigError::new(format!(
+                "policy \"{}\": {}",
+                self.name(),
+                error
+                    .message()
+                    .replace("invalid cost route", "invalid route")
+            ))
+        })?;
+        self.scope = Some(scope);
+        Ok(self)
+    }
+}

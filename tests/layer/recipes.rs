@@ -1,0 +1,278 @@
+//! The README's recipes, written in the TOML file alone, over real TCP to a real axum
+//! server: "5 failed logins a minute block the caller for 10 minutes" (a route scope,
+//! `count_when` and a one-rejection penalty, no dead parameter), a per-API-key limit
+//! with a smaller per-IP fallback for callers without a key (each with its own
+//! quota), and a limit that applies to one route only (a first-class route scope, not
+//! a cost of 0).
+
+use std::time::Duration;
+
+use axum::Router;
+use axum::http::HeaderMap;
+use axum::routing::{get, post};
+use http::{Request, StatusCode};
+use http_body_util::Full;
+use support::http::Server;
+use tollgate::clock::ManualClock;
+use tollgate::config::Limits;
+use tollgate::{MemoryStore, RateLimitLayer};
+
+/// 2023-11-14T00:00:00Z.
+const BASE: Duration = Duration::from_secs(1_699_920_000);
+
+const LOGIN: &str = r#"
+[[limit]]
+name = "failed-logins"
+quota = "5/min"
+algorithm = "sliding_window_log"
+key = "peer_ip"
+routes = ["POST /login"]
+count_when = [401]
+penalty = { after = 1, block_for = "10min" }
+"#;
+
+/// `POST /login` answers 200 for the password "right", 401 otherwise.
+async fn login(headers: HeaderMap) -> StatusCode {
+    if headers.get("x-password").is_some_and(|p| p == "right") {
+        StatusCode::OK
+    } else {
+        StatusCode::UNAUTHORIZED
+    }
+}
+
+/// `routes` behind a layer with the file's limits, on a memory store on `clock`.
+async fn serve(
+    file: &str,
+    clock: &ManualClock,
+    routes: Router,
+) -> Result<Server, Box<dyn std::error::Error>> {
+    let layer = RateLimitLayer::builder()
+        .policies(Limits::from_toml(file)?.into_policies())
+        .store(MemoryStore::with_clock(clock.clone()))
+        .build()?;
+    Ok(Server::start(routes.layer(layer)).await)
+}
+
+fn attempt(password: &str) -> Request<Full<bytes::Bytes>> {
+    Request::post("/login")
+        .header("x-password", password)
+        .body(Full::default())
+        .expect("a request")
+}
+
+#[tokio::test]
+async fn five_failed_logins_block_the_caller_for_ten_minutes()
+-> Result<(), Box<dyn std::error::Error>> {
+    let clock = ManualClock::new(BASE);
+    let routes = Router::new()
+        .route("/login", post(login))
+        .route("/login", get(|| async { "the login form" }))
+        .route("/home", get(|| async { "home" }));
+    let server = serve(LOGIN, &clock, routes).await?;
+
+    // Successful logins are given back: any number of them count nothing.
+    for _ in 0..8 {
+        assert_eq!(server.send(attempt("right")).await.status, StatusCode::OK);
+    }
+    // Five failures are answered by the handler.
+    for i in 0..5 {
+        let reply = server.send(attempt("wrong")).await;
+        assert_eq!(reply.status, StatusCode::UNAUTHORIZED, "failure {i}");
+    }
+    // The sixth attempt, even with the right password, trips the box: 10 minutes.
+    let tripped = server.send(attempt("right")).await;
+    assert_eq!(tripped.status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(tripped.header("retry-after"), "600");
+
+    // The failures leave the log a minute later; the block holds for ten.
+    clock.advance(Duration::from_secs(9 * 60));
+    let still = server.send(attempt("right")).await;
+    assert_eq!(still.status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(still.header("retry-after"), "60");
+    clock.advance(Duration::from_secs(60));
+    assert_eq!(server.send(attempt("right")).await.status, StatusCode::OK);
+
+    // Other routes and methods were never limited, and carry no header of the limit.
+    let home = server.get("/home").await;
+    assert_eq!(home.status, StatusCode::OK);
+    assert_eq!(home.header("ratelimit-policy"), "");
+    let form = server.get("/login").await;
+    assert_eq!(form.status, StatusCode::OK);
+    assert_eq!(form.header("ratelimit-policy"), "");
+    Ok(())
+}
+
+const ONE_ROUTE: &str = r#"
+[[limit]]
+name = "search"
+quota = "2/min"
+algorithm = "fixed_window"
+key = "header:x-api-key"
+on_missing_key = "reject"
+routes = ["GET /search"]
+"#;
+
+#[tokio::test]
+async fn a_limit_scoped_to_one_route_leaves_the_others_alone()
+-> Result<(), Box<dyn std::error::Error>> {
+    let clock = ManualClock::new(BASE);
+    let routes = Router::new()
+        .route("/search", get(|| async { "results" }))
+        .route("/health", get(|| async { "ok" }));
+    let server = serve(ONE_ROUTE, &clock, routes).await?;
+    let search = || {
+        Request::get("/search")
+            .header("x-api-key", "k1")
+            .body(Full::default())
+            .expect("a request")
+    };
+    assert_eq!(server.send(search()).await.status, StatusCode::OK);
+    let second = server.send(search()).await;
+    assert_eq!(second.status, StatusCode::OK);
+    assert_eq!(second.header("ratelimit-policy"), r#""search";q=2;w=60"#);
+    assert_eq!(
+        server.send(search()).await.status,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    // Out of scope, a request with no API key is not rejected for it (a cost of 0
+    // would still look for the key, and `on_missing_key = "reject"` would refuse it).
+    for _ in 0..5 {
+        let health = server.get("/health").await;
+        assert_eq!(health.status, StatusCode::OK);
+        assert_eq!(health.header("ratelimit-policy"), "");
+    }
+    // In scope, the missing key is still refused.
+    assert_eq!(
+        server.get("/search").await.status,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    Ok(())
+}
+
+const FALLBACK: &str = r#"
+[[limit]]
+name = "per-key"
+quota = "3/min"
+algorithm = "fixed_window"
+key = "header:x-api-key"
+
+[[limit]]
+name = "anonymous"
+quota = "1/min"
+algorithm = "fixed_window"
+key = "peer_ip"
+fallback_for = "per-key"
+"#;
+
+#[tokio::test]
+async fn callers_without_an_api_key_get_the_smaller_per_ip_quota()
+-> Result<(), Box<dyn std::error::Error>> {
+    let clock = ManualClock::new(BASE);
+    let routes = Router::new().route("/", get(|| async { "hello" }));
+    let server = serve(FALLBACK, &clock, routes).await?;
+    let keyed = |key: &str| {
+        Request::get("/")
+            .header("x-api-key", key)
+            .body(Full::default())
+            .expect("a request")
+    };
+    // Without a key: one a minute, counted by IP, and only that policy speaks.
+    let first = server.get("/").await;
+    assert_eq!(first.status, StatusCode::OK);
+    assert_eq!(first.header("ratelimit-policy"), r#""anonymous";q=1;w=60"#);
+    assert_eq!(server.get("/").await.status, StatusCode::TOO_MANY_REQUESTS);
+    // With a key (from the same IP): three a minute, the anonymous quota untouched
+    // and unmentioned.
+    for i in 0..3 {
+        let reply = server.send(keyed("k1")).await;
+        assert_eq!(reply.status, StatusCode::OK, "keyed request {i}");
+        assert_eq!(reply.header("ratelimit-policy"), r#""per-key";q=3;w=60"#);
+    }
+    assert_eq!(
+        server.send(keyed("k1")).await.status,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    // Another key has its own three.
+    assert_eq!(server.send(keyed("k2")).await.status, StatusCode::OK);
+    Ok(())
+}
+
+/// The README's code for each recipe builds, and behaves as its file twin: the same
+/// scope, counted statuses, penalty and fallback on sample requests.
+#[test]
+fn each_recipe_in_code_matches_its_file() -> Result<(), Box<dyn std::error::Error>> {
+    use http::Method;
+    use tollgate::{Algorithm, Penalty, Policy, Quota, key};
+
+    let logins = Policy::new("failed-logins", Quota::per_minute(5))?
+        .algorithm(Algorithm::SlidingWindowLog)
+        .key(key::peer_ip())
+        .on_route(Method::POST, "/login")?
+        .count_when(|status| status == StatusCode::UNAUTHORIZED)
+        .penalty(Penalty::after(1).block_for(Duration::from_secs(600)));
+    let from_file = Limits::from_toml(LOGIN)?.into_policies().remove(0);
+    assert_eq!(rule(logins.limit()), rule(from_file.limit()));
+    let samples = [
+        Request::post("/login").body(())?.into_parts().0,
+        Request::get("/login").body(())?.into_parts().0,
+        Request::post("/home").body(())?.into_parts().0,
+    ];
+    for parts in &samples {
+        assert_eq!(logins.applies_to(parts), from_file.applies_to(parts));
+    }
+    for status in [200, 401, 403, 500] {
+        let status = StatusCode::from_u16(status)?;
+        assert_eq!(logins.counts(status), from_file.counts(status));
+    }
+
+    let per_key = Policy::new("per-key", Quota::per_minute(3))?
+        .algorithm(Algorithm::FixedWindow)
+        .key(key::header("x-api-key")?);
+    let anonymous = Policy::new("anonymous", Quota::per_minute(1))?
+        .algorithm(Algorithm::FixedWindow)
+        .key(key::peer_ip())
+        .unless_key(key::header("x-api-key")?);
+    let file = Limits::from_toml(FALLBACK)?.into_policies();
+    assert_eq!(rule(per_key.limit()), rule(file[0].limit()));
+    assert_eq!(rule(anonymous.limit()), rule(file[1].limit()));
+    let with_key = Request::get("/")
+        .header("x-api-key", "k")
+        .body(())?
+        .into_parts()
+        .0;
+    let without = Request::get("/").body(())?.into_parts().0;
+    for parts in [&with_key, &without] {
+        assert_eq!(anonymous.applies_to(parts), file[1].applies_to(parts));
+        assert_eq!(per_key.applies_to(parts), file[0].applies_to(parts));
+    }
+    assert!(!anonymous.applies_to(&with_key) && anonymous.applies_to(&without));
+
+    let search = Policy::new("search", Quota::per_minute(2))?
+        .algorithm(Algorithm::FixedWindow)
+        .key(key::header("x-api-key")?)
+        .on_missing_key(tollgate::layer::MissingKey::Reject)
+        .on_route(Method::GET, "/search")?;
+    let file = Limits::from_toml(ONE_ROUTE)?.into_policies().remove(0);
+    for path in ["/search", "/health", "/search/more"] {
+        let parts = Request::get(path).body(())?.into_parts().0;
+        assert_eq!(search.applies_to(&parts), file.applies_to(&parts), "{path}");
+    }
+    Ok(())
+}
+
+/// What a limit counts: its name, quota, algorithm and penalty.
+fn rule(
+    limit: &tollgate::Limit,
+) -> (
+    &'static str,
+    tollgate::Quota,
+    tollgate::Algorithm,
+    Option<tollgate::Penalty>,
+) {
+    (
+        limit.name(),
+        limit.quota(),
+        limit.get_algorithm(),
+        limit.get_penalty(),
+    )
+}
