@@ -210,6 +210,7 @@ impl DenialCache {
     }
 
     /// Forgets `charge`'s key (after a refund through this process).
+    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
     pub(crate) fn forget(&self, charge: &Charge<'_>) {
         self.lock().map.remove(&Self::denial_key(charge));
     }
@@ -228,10 +229,12 @@ impl DenialCache {
         self.lock().map.len()
     }
 
+    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
     pub(crate) fn max_keys(&self) -> usize {
         self.max_keys
     }
 
+    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
     pub(crate) fn max_age_us(&self) -> u64 {
         self.max_age_us
     }

@@ -11,7 +11,6 @@
 
 mod call;
 mod denial;
-#[cfg(feature = "redis")]
 mod denial_cache;
 mod fallback;
 mod in_flight;

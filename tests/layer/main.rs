@@ -14,6 +14,8 @@ mod cancel;
 #[cfg(feature = "config")]
 mod config;
 mod costs;
+#[cfg(feature = "redis")]
+mod failover;
 mod grpc;
 mod grpc_server;
 mod hardening;
@@ -24,6 +26,7 @@ mod operations;
 mod outage_store;
 mod outbound;
 mod plans;
+#[cfg(feature = "config")]
 mod recipes;
 mod reload;
 #[cfg(feature = "redis")]

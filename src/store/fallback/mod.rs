@@ -9,6 +9,10 @@ use super::{Charge, InFlightSlot, Store, StoreCall, refund_dropped};
 use crate::decision::Receipt;
 use crate::{ConfigError, Decision, Key, Limit, StoreError};
 
+mod seen_blocks;
+
+use seen_blocks::SeenBlocks;
+
 /// Serves from `primary`, and from `insurance` while the primary fails.
 ///
 /// When a primary call fails (a [`StoreError`](crate::StoreError) of any kind: timeout,
@@ -20,7 +24,17 @@ use crate::{ConfigError, Decision, Key, Limit, StoreError};
 /// The insurance store keeps its own counts: while it serves, each process limits on
 /// its own (typically a [`MemoryStore`](crate::MemoryStore) per process), which is
 /// looser than a shared Redis limit by the number of processes, and stricter than
-/// failing open. Charges made on one store are not carried over to the other.
+/// failing open. Charges made on one store are not carried over to the other: a
+/// caller starts the outage with a fresh quota, and a penalty box's count of
+/// rejections starts again.
+///
+/// Blocks are carried: a block the primary reported to this process (an operator's,
+/// or a tripped penalty box's, seen on a decision's
+/// [`blocked_for`](crate::Decision::blocked_for)) is enforced by this process while
+/// the insurance store serves, until it ends — under the quota it was seen under, for
+/// at most 10,000 keys (the oldest seen leave first). A block this process never saw
+/// (the caller was blocked through another process, and has not asked this one since)
+/// is not known to it.
 ///
 /// Refunds go where their charge went. A decision's [`Receipt`] records which store
 /// took the charge (through nested `Fallback`s too), and
@@ -62,6 +76,8 @@ pub struct Fallback<P, I> {
     /// Operators' resets and blocks the primary missed (down, or failing them), to
     /// replay on it before it decides again.
     missed: std::sync::Arc<Missed>,
+    /// Blocks the primary reported, enforced while the insurance store serves.
+    seen: std::sync::Arc<SeenBlocks>,
 }
 
 /// Resets and blocks a `Fallback`'s primary missed, by (limit name, key): the latest
@@ -101,6 +117,7 @@ impl<P: Store, I: Store> Fallback<P, I> {
             probe_interval: Duration::from_millis(200),
             down_until: std::sync::Arc::default(),
             missed: std::sync::Arc::default(),
+            seen: std::sync::Arc::default(),
         }
     }
 
@@ -292,6 +309,9 @@ impl<P: Store, I: Store> Fallback<P, I> {
 impl<P: Store, I: Store> Store for Fallback<P, I> {
     fn decide<'a>(&'a self, charges: &'a [Charge<'a>]) -> StoreCall<'a, Vec<Decision>> {
         if self.known_down() {
+            if let Some(blocked) = self.seen.check(charges) {
+                return StoreCall::ready(Ok(blocked));
+            }
             return self
                 .insurance
                 .decide(charges)
@@ -299,14 +319,19 @@ impl<P: Store, I: Store> Store for Fallback<P, I> {
         }
         StoreCall::future(async move {
             if self.try_primary() {
+                let sent = self.seen.sent();
                 let replayed = self.replay_missed().await;
                 match replayed.and(self.primary.decide(charges).await) {
                     Ok(decisions) => {
                         self.primary_answered();
+                        self.seen.note(charges, &decisions, sent);
                         return Ok(routed(decisions, false));
                     }
                     Err(error) => self.primary_failed(&error),
                 }
+            }
+            if let Some(blocked) = self.seen.check(charges) {
+                return Ok(blocked);
             }
             Ok(routed(self.insurance.decide(charges).await?, true))
         })
@@ -314,6 +339,9 @@ impl<P: Store, I: Store> Store for Fallback<P, I> {
 
     fn decide_one<'a>(&'a self, charge: Charge<'a>) -> StoreCall<'a, Decision> {
         if self.known_down() {
+            if let Some(mut blocked) = self.seen.check(std::slice::from_ref(&charge)) {
+                return StoreCall::ready(Ok(blocked.remove(0)));
+            }
             return self
                 .insurance
                 .decide_one(charge)
@@ -366,6 +394,11 @@ impl<P: Store, I: Store> Store for Fallback<P, I> {
     /// hold whichever store serves the key next. Fails only when both fail.
     fn reset<'a>(&'a self, limit: &'a Limit, key: &'a Key) -> StoreCall<'a, ()> {
         StoreCall::future(async move {
+            self.seen.forget(&Charge {
+                limit,
+                key,
+                cost: 1,
+            });
             let primary = self.both_primary(self.primary.reset(limit, key)).await;
             if primary.is_err() {
                 self.missed(limit, key, true, None);
@@ -385,6 +418,12 @@ impl<P: Store, I: Store> Store for Fallback<P, I> {
         duration: Duration,
     ) -> StoreCall<'a, Decision> {
         StoreCall::future(async move {
+            // The new block (or its lifting, for a zero duration) replaces the seen one.
+            self.seen.forget(&Charge {
+                limit,
+                key,
+                cost: 1,
+            });
             let primary = self
                 .both_primary(self.primary.block(limit, key, duration))
                 .await;
@@ -422,13 +461,22 @@ impl<P: Store, I: Store> Store for Fallback<P, I> {
     fn reserve<'a>(&'a self, charge: Charge<'a>, max_wait: Duration) -> StoreCall<'a, Decision> {
         StoreCall::future(async move {
             if self.try_primary() {
+                let sent = self.seen.sent();
                 match self.primary.reserve(charge, max_wait).await {
                     Ok(decision) => {
                         self.primary_answered();
+                        self.seen.note(
+                            std::slice::from_ref(&charge),
+                            std::slice::from_ref(&decision),
+                            sent,
+                        );
                         return Ok(routed(vec![decision], false).remove(0));
                     }
                     Err(error) => self.primary_failed(&error),
                 }
+            }
+            if let Some(mut blocked) = self.seen.check(std::slice::from_ref(&charge)) {
+                return Ok(blocked.remove(0));
             }
             let decision = self.insurance.reserve(charge, max_wait).await?;
             Ok(routed(vec![decision], true).remove(0))
