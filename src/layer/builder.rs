@@ -1,6 +1,9 @@
 //! [`LayerBuilder`]: the layer's policies (limits with their request rules) and the
 //! store, and the checks that refuse a bad set at build time.
 
+use std::sync::Arc;
+
+use super::hooks::Hooks;
 use crate::layer::headers::check_size;
 use crate::store::Store;
 use crate::{ConfigError, LimiterBuilder, Policy, RateLimitLayer};
@@ -22,6 +25,7 @@ use crate::{ConfigError, LimiterBuilder, Policy, RateLimitLayer};
 pub struct LayerBuilder {
     policies: Vec<Policy>,
     limiter: LimiterBuilder,
+    hooks: Hooks,
 }
 
 impl LayerBuilder {
@@ -52,6 +56,44 @@ impl LayerBuilder {
     /// ```
     pub fn policies(mut self, policies: impl IntoIterator<Item = Policy>) -> Self {
         self.policies.extend(policies);
+        self
+    }
+
+    /// Adds rules in code to the policy named `policy`, whatever brings it: `hook`
+    /// is applied to it when the layer is built and again to every set a
+    /// [`reload`](RateLimitLayer::reload) brings, so that a closure a file cannot
+    /// hold (a plan lookup, a key from your authentication layer) survives reloads
+    /// of the file. A hook whose policy is missing from the set, or that renames it,
+    /// fails the build or the reload (which then keeps the set in force). A hook runs
+    /// on each new set, so it should set rules (`key`, `quota_from`, `count_when`),
+    /// not add to them twice.
+    ///
+    /// ```
+    /// use tollgate::{Policy, Quota, RateLimitLayer, key};
+    /// // The policies would come from a file (`config::Limits`); a key from the
+    /// // request extensions is a closure no file can hold.
+    /// let layer = RateLimitLayer::builder()
+    ///     .policy(Policy::new("api", Quota::per_minute(100))?)
+    ///     .hook("api", |policy| policy.key(key::extension::<u64>()))
+    ///     .build()?;
+    /// // The file reloaded, with a new quota: the hook's key rule is kept.
+    /// layer.reload([Policy::new("api", Quota::per_minute(200))?])?;
+    /// let (mut parts, _) = http::Request::get("/").body(())?.into_parts();
+    /// parts.extensions.insert(7_u64);
+    /// let api = layer.policy("api").expect("api");
+    /// assert_eq!(api.quota(), Quota::per_minute(200));
+    /// assert_eq!(api.key_of(&parts), key::extension::<u64>().extract(&parts));
+    /// assert!(api.key_of(&parts).is_some());
+    /// // A set without the hooked policy is refused whole: the rule is never dropped.
+    /// assert!(layer.reload([Policy::new("other", Quota::per_minute(5))?]).is_err());
+    /// assert!(layer.policy("api").is_some());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn hook<F>(mut self, policy: &str, hook: F) -> Self
+    where
+        F: Fn(Policy) -> Policy + Send + Sync + 'static,
+    {
+        self.hooks.add(policy, Arc::new(hook));
         self
     }
 
@@ -90,10 +132,11 @@ impl LayerBuilder {
     /// # Ok::<(), tollgate::ConfigError>(())
     /// ```
     pub fn build(self) -> Result<RateLimitLayer, ConfigError> {
-        let limits = self.policies.iter().map(|p| p.limit().clone());
+        let policies = self.hooks.apply(self.policies)?;
+        let limits = policies.iter().map(|p| p.limit().clone());
         let limiter = self.limiter.limits(limits).build()?;
-        validate(&self.policies, &**limiter.store())?;
-        Ok(RateLimitLayer::with_rules(limiter, &self.policies))
+        validate(&policies, &**limiter.store())?;
+        Ok(RateLimitLayer::with_rules(limiter, &policies).with_hooks(self.hooks))
     }
 }
 

@@ -134,8 +134,15 @@ impl RateLimitLayer {
                 max_held_per_key: Self::DEFAULT_MAX_HELD_PER_KEY,
                 held_per_key: Arc::default(),
                 slot_lines: Arc::default(),
+                hooks: super::hooks::Hooks::default(),
             }),
         }
+    }
+
+    /// This layer, applying `hooks` to every set [`reload`](Self::reload) brings.
+    pub(super) fn with_hooks(mut self, hooks: super::hooks::Hooks) -> Self {
+        self.shared().hooks = hooks;
+        self
     }
 
     /// The layer's policies now: each limit of its limiter with its request rules, in
@@ -186,7 +193,7 @@ impl RateLimitLayer {
     /// # Ok::<(), tollgate::ConfigError>(())
     /// ```
     pub fn reload(&self, policies: impl IntoIterator<Item = Policy>) -> Result<(), ConfigError> {
-        let policies: Vec<Policy> = policies.into_iter().collect();
+        let policies = self.shared.hooks.apply(policies.into_iter().collect())?;
         validate(&policies, &**self.shared.limiter.store())?;
         let shared = &self.shared;
         let _one_at_a_time = shared

@@ -28,6 +28,7 @@ mod few;
 mod future;
 mod grpc;
 pub mod headers;
+mod hooks;
 mod in_flight_entry;
 #[allow(clippy::module_inception)]
 mod layer;

@@ -54,6 +54,8 @@ pub(crate) struct Shared {
     pub(crate) held_per_key: Arc<Mutex<HeldPerKey>>,
     /// Requests waiting for an in-flight slot, in line per key (wait mode).
     pub(crate) slot_lines: Arc<SlotLines>,
+    /// Rules added in code by policy name, applied again to every reloaded set.
+    pub(crate) hooks: super::hooks::Hooks,
 }
 
 /// Held requests per (policy name, key).

@@ -276,3 +276,68 @@ fn rule(
         limit.get_penalty(),
     )
 }
+
+/// A rule the file cannot hold (a key a closure computes), attached in code by name
+/// with `LayerBuilder::hook`: a reload of the file keeps it (before hooks,
+/// `reload(limits.into_policies())` dropped it and every caller shared one key).
+#[tokio::test]
+async fn a_reload_of_the_file_keeps_the_rules_hooked_in_code()
+-> Result<(), Box<dyn std::error::Error>> {
+    const FILE: &str =
+        "[[limit]]\nname = \"per-user\"\nquota = \"2/min\"\nalgorithm = \"fixed_window\"\n";
+    let clock = ManualClock::new(BASE);
+    let per_user = tollgate::key::Extractor::new(|parts: &http::request::Parts| {
+        parts
+            .headers
+            .get("x-user")
+            .map(|user| tollgate::Key::from(user.as_bytes()))
+    });
+    let layer = RateLimitLayer::builder()
+        .policies(Limits::from_toml(FILE)?.into_policies())
+        .hook("per-user", move |policy| policy.key(per_user.clone()))
+        .store(MemoryStore::with_clock(clock.clone()))
+        .build()?;
+    let server = Server::start(
+        Router::new()
+            .route("/", get(|| async { "hello" }))
+            .layer(layer.clone()),
+    )
+    .await;
+    let as_user = |user: &str| {
+        Request::get("/")
+            .header("x-user", user)
+            .body(Full::default())
+            .expect("a request")
+    };
+    let status = |reply: support::http::Reply| reply.status;
+    assert_eq!(status(server.send(as_user("a")).await), StatusCode::OK);
+    assert_eq!(status(server.send(as_user("a")).await), StatusCode::OK);
+    assert_eq!(
+        status(server.send(as_user("a")).await),
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    assert_eq!(status(server.send(as_user("b")).await), StatusCode::OK);
+
+    layer.reload(Limits::from_toml(&FILE.replace("2/min", "3/min"))?.into_policies())?;
+    // Still one count per user: a has one more, b two more, c three.
+    assert_eq!(status(server.send(as_user("a")).await), StatusCode::OK);
+    assert_eq!(
+        status(server.send(as_user("a")).await),
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    for _ in 0..2 {
+        assert_eq!(status(server.send(as_user("b")).await), StatusCode::OK);
+    }
+    for _ in 0..3 {
+        assert_eq!(status(server.send(as_user("c")).await), StatusCode::OK);
+    }
+    // A file that lost the hooked policy is refused, and the rules stay in force.
+    let renamed = FILE.replace("per-user", "someone");
+    assert!(
+        layer
+            .reload(Limits::from_toml(&renamed)?.into_policies())
+            .is_err()
+    );
+    assert_eq!(status(server.send(as_user("d")).await), StatusCode::OK);
+    Ok(())
+}
