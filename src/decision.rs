@@ -96,6 +96,27 @@ impl Decision {
     pub fn receipt(&self) -> Option<Receipt> {
         self.receipt
     }
+
+    /// Whether this limit was evaluated for the request. A request that several
+    /// limits decide all-or-nothing can be denied, without a round trip, by one
+    /// limit's cached denial (the Redis store's denial cache, or a block a
+    /// [`Fallback`](crate::store::Fallback) saw on its primary): the other
+    /// limits were then not evaluated, nothing was charged to them, and nothing is
+    /// known of their keys — their decisions say `allowed`, `capacity` 0 and
+    /// `remaining` 0, and the layer leaves them out of the response headers.
+    ///
+    /// ```
+    /// use tollgate::{Key, Limiter, Limit, Quota};
+    /// # tokio::runtime::Builder::new_current_thread().build()?.block_on(async {
+    /// let limiter = Limiter::builder().limit(Limit::new("api", Quota::per_minute(1))?).build()?;
+    /// assert!(limiter.check("api", &Key::from("alice"), 1).await?.evaluated());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// # })?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn evaluated(&self) -> bool {
+        self.capacity > 0
+    }
 }
 
 impl PartialEq for Decision {

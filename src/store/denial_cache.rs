@@ -242,10 +242,11 @@ impl DenialCache {
 
 /// The decision of a charge that a blocked charge of the same batch denied before
 /// it was evaluated: `allowed` (this limit did not deny the request, and nothing
-/// was charged to it), `remaining` 0 and `reset_after` 0 (nothing is known of its
-/// key, so it promises no capacity), no `retry_after`, no delay.
+/// was charged to it), `capacity`, `remaining` and `reset_after` 0 (nothing is known
+/// of its key, so it promises no capacity: see [`Decision::evaluated`]), no
+/// `retry_after`, no delay.
 fn not_evaluated(charge: &Charge<'_>) -> Decision {
-    decision(
+    let mut unknown = decision(
         charge.limit,
         Verdict {
             allowed: true,
@@ -257,7 +258,9 @@ fn not_evaluated(charge: &Charge<'_>) -> Decision {
             blocked_us: None,
             tripped: false,
         },
-    )
+    );
+    unknown.capacity = 0;
+    unknown
 }
 
 #[cfg(test)]
