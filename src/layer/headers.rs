@@ -264,8 +264,18 @@ impl HeaderPlan {
     }
 
     /// Writes the style's headers for `decisions`, each paired with the index of its
-    /// policy in the limiter.
+    /// policy in the limiter. A limit that was not evaluated (a cached denial of
+    /// another decided the request, see [`Decision::evaluated`]) is left out: nothing
+    /// is known of where its key stands, and `r=0` would read as exhausted.
     pub(crate) fn write(&self, decisions: &[(usize, Decision)], headers: &mut HeaderMap) {
+        if decisions.iter().any(|(_, d)| !d.evaluated()) {
+            let evaluated: Vec<(usize, Decision)> = decisions
+                .iter()
+                .filter(|(_, d)| d.evaluated())
+                .cloned()
+                .collect();
+            return self.write(&evaluated, headers);
+        }
         if decisions.is_empty() {
             return;
         }

@@ -19,6 +19,8 @@ mod failover;
 mod grpc;
 mod grpc_server;
 mod hardening;
+#[cfg(feature = "redis")]
+mod honest_headers;
 mod http;
 mod in_flight;
 mod key_extractors;
