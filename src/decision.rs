@@ -1,10 +1,14 @@
 //! [`Decision`]: the one result shape every algorithm on every store returns, and the
-//! [`Receipt`] of what it charged.
+//! [`Receipt`] of what it charged (and, in `settled.rs`, of what a settle leaves
+//! standing).
+
+mod settled;
 
 use std::num::NonZeroU64;
 use std::time::Duration;
 
 use crate::Quota;
+pub(crate) use settled::{ExtraAt, Settlement};
 
 /// Whether a request may pass under one limit, and where its key stands.
 ///
@@ -171,6 +175,10 @@ pub struct Receipt {
     /// charge: a stack of bits (1: insurance) under a leading 1, the innermost
     /// `Fallback` lowest; 0 when too deep to record.
     route: u64,
+    /// How much of `cost` is counted somewhere this receipt does not name, after a
+    /// settle that charged more ([`Receipt::settled`]): never given back by it. At most
+    /// `cost`; 0 for a charge as a check made it.
+    beyond: u64,
 }
 
 /// An empty route: no `Fallback` on the way.
@@ -185,6 +193,7 @@ impl Receipt {
             until_us,
             cost: NonZeroU64::new(cost)?,
             route: NO_ROUTE,
+            beyond: 0,
         })
     }
 
@@ -209,8 +218,14 @@ impl Receipt {
     pub(crate) fn with_cost(self, cost: u64) -> Option<Self> {
         Some(Self {
             cost: NonZeroU64::new(cost)?,
+            beyond: self.beyond.min(cost),
             ..self
         })
+    }
+
+    /// Whether `other` names the same charge, whatever cost either gives back.
+    pub(crate) fn same_charge(&self, other: &Self) -> bool {
+        (self.at_us, self.until_us, self.route) == (other.at_us, other.until_us, other.route)
     }
 
     pub(crate) fn at_us(&self) -> u64 {

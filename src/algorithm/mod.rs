@@ -442,6 +442,24 @@ pub(crate) fn max_penalty(p: &Params) -> u64 {
     }
 }
 
+/// The most one settle charges on top of its estimate under `p`: what a penalty
+/// charges ([`max_penalty`]), and on the fixed window, the sliding window counters and
+/// the log, the capacity, since a charge that alone fills the capacity keeps its key
+/// denied while it counts (its window, sub-window or entry), however large it is; more
+/// would only let repeated settles grow a count towards the end of `u64` (and past
+/// the integers Lua holds exactly).
+pub(crate) fn max_settle_extra(p: &Params) -> u64 {
+    match p.algorithm {
+        Algorithm::FixedWindow
+        | Algorithm::SlidingWindowCounters { .. }
+        | Algorithm::SlidingWindowLog => p.capacity,
+        Algorithm::SlidingWindow
+        | Algorithm::TokenBucket
+        | Algorithm::Gcra
+        | Algorithm::LeakyBucket => max_penalty(p),
+    }
+}
+
 /// Refunds to rule `R`'s state at `max(now, floor)`.
 pub(crate) fn refund<R: Rule>(p: &Params, s: &mut R::State, now: u64, floor: u64, what: Refund) {
     let t = R::normalize(p, s, now.max(floor));

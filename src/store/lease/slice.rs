@@ -195,9 +195,10 @@ impl Lease {
             .saturating_sub(self.store_now_earliest(now))
     }
 
-    /// Whether `receipt` was issued from this lease (same charge; any cost).
+    /// Whether `receipt` was issued from this lease (same charge; any cost, and any
+    /// part of it settled).
     pub(super) fn issued(&self, receipt: Receipt) -> bool {
-        receipt.with_cost(self.slice) == Some(self.receipt)
+        receipt.same_charge(&self.receipt)
     }
 }
 
