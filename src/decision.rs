@@ -179,6 +179,11 @@ pub struct Receipt {
     /// settle that charged more ([`Receipt::settled`]): never given back by it. At most
     /// `cost`; 0 for a charge as a check made it.
     beyond: u64,
+    /// The lease that spent this charge from its slice (a
+    /// [`LeasedStore`](crate::store::LeasedStore)'s, numbered once per process); 0 for
+    /// a charge a store made itself. Two charges decided in one µs carry the same
+    /// instants: this tells a lease's own from another's.
+    lease: u64,
 }
 
 /// An empty route: no `Fallback` on the way.
@@ -194,6 +199,7 @@ impl Receipt {
             cost: NonZeroU64::new(cost)?,
             route: NO_ROUTE,
             beyond: 0,
+            lease: 0,
         })
     }
 
@@ -226,6 +232,16 @@ impl Receipt {
     /// Whether `other` names the same charge, whatever cost either gives back.
     pub(crate) fn same_charge(&self, other: &Self) -> bool {
         (self.at_us, self.until_us, self.route) == (other.at_us, other.until_us, other.route)
+    }
+
+    /// The same receipt, for units spent from lease number `lease`.
+    pub(crate) fn spent_from_lease(self, lease: u64) -> Self {
+        Self { lease, ..self }
+    }
+
+    /// The lease whose units this receipt's charge spent; 0 for none.
+    pub(crate) fn lease(&self) -> u64 {
+        self.lease
     }
 
     pub(crate) fn at_us(&self) -> u64 {

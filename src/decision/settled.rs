@@ -78,6 +78,11 @@ impl Receipt {
     ) -> Option<Self> {
         let cost = NonZeroU64::new(actual)?;
         let reachable = self.cost() - self.beyond;
+        // An extra charged by the store itself is no lease's.
+        let lease = match extra_at {
+            ExtraAt::Own { .. } if plan.extra > 0 => 0,
+            _ => self.lease,
+        };
         let (at_us, until_us, reachable) = match extra_at {
             _ if plan.extra == 0 => (
                 self.at_us,
@@ -98,6 +103,7 @@ impl Receipt {
             cost,
             route: self.route,
             beyond: actual - reachable.min(actual),
+            lease,
         })
     }
 }

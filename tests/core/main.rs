@@ -20,4 +20,5 @@ mod quota;
 mod quota_changes;
 mod records;
 mod scenarios;
+mod settle;
 mod waiting;

@@ -38,4 +38,5 @@ pub mod redis_server;
 pub mod reload_penalty;
 pub mod rng;
 pub mod scenarios;
+pub mod settle;
 pub mod waiting;

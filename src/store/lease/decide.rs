@@ -43,7 +43,7 @@ impl Entry {
             return Err(None);
         };
         let delay = lease.spend(now, charge.cost).map_err(Some)?;
-        let receipt = lease.receipt.with_cost(charge.cost);
+        let receipt = lease.issue(charge.cost);
         Ok(Decision {
             delay: Duration::from_micros(delay),
             ..lease_decision(lease, now, charge.limit, receipt)
