@@ -43,8 +43,10 @@ impl Limiter {
     /// moves from `actual`. Over such a chain, the total given back never exceeds
     /// what the chain charged (the estimate and every extra). After a settle that
     /// charged more, a later settle gives back at most that extra (the newest part,
-    /// which counts longest); the estimate stays counted where it was. Settling the
-    /// same decision twice moves its charge twice, as refunding it twice does.
+    /// which counts longest); the estimate stays counted where it was. Settling to 0
+    /// ends the charge: the returned decision has no receipt, and settles nothing
+    /// more. Settling the same decision twice moves its charge twice, as refunding it
+    /// twice does.
     ///
     /// A decision that charged nothing (denied, a peek, admitted by a
     /// [`check_all`](Limiter::check_all) that another limit denied, a fail-open or

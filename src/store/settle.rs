@@ -1,4 +1,4 @@
-//! Settling a charge ([`Store::settle`](super::Store::settle)): the plan every store
+//! Settling a charge ([`Store::settle`]): the plan every store
 //! follows, the decision it answers, and the default for stores that implement no
 //! settle of their own (a refund by receipt, then a penalty or a peek: not atomic).
 
