@@ -80,9 +80,11 @@ pub struct Decision {
 
 impl Decision {
     /// What this decision charged: `Some` only when the request was admitted *and*
-    /// charged (a cost above 0, in a check that every limit admitted). Hand it back
-    /// with [`Limiter::refund_charge`](crate::Limiter::refund_charge), which takes the
-    /// decision itself.
+    /// charged (a cost above 0, in a check that every limit admitted), or, for a
+    /// decision [`Limiter::settle`](crate::Limiter::settle) returned, what stands of
+    /// that charge (`None` once settled to 0). Hand it back with
+    /// [`Limiter::refund_charge`](crate::Limiter::refund_charge) or settle it with
+    /// [`Limiter::settle`](crate::Limiter::settle), which take the decision itself.
     ///
     /// ```
     /// use tollgate::{Key, Limiter, Limit, Quota};
@@ -147,7 +149,8 @@ impl Eq for Decision {}
 ///
 /// Opaque; `Copy`. Refund a decision once: a receipt does not know whether it was
 /// used, and each use returns up to the charge's cost again (never more than the key
-/// still counts of that charge).
+/// still counts of that charge). A settle returns a receipt of its own, for what of
+/// the charge stands after it: settle again with that one.
 ///
 /// ```
 /// use tollgate::{Key, Limiter, Limit, Quota};

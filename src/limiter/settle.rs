@@ -53,6 +53,10 @@ impl Limiter {
     /// shadow decision of the layer: no [`receipt`](Decision::receipt)) settles
     /// nothing: `Ok` with a copy of the decision, unchanged, and no store call.
     ///
+    /// A settle dropped before it completes may or may not have settled (on Redis its
+    /// script may have run): where the caller may go away (a client that disconnects),
+    /// run it to completion, e.g. in a spawned task.
+    ///
     /// A decision from before a [`reset`](Limiter::reset) of its key gives nothing
     /// back (its charge was forgotten with the key's state), but an extra is still
     /// charged: the work happened. A decision whose limit a

@@ -336,3 +336,37 @@ async fn a_decision_the_limiter_cannot_place_is_refused_or_settles_nothing() -> 
     );
     Ok(())
 }
+
+#[tokio::test]
+async fn a_plan_callers_charge_settles_under_its_own_quota() -> TestResult {
+    for algorithm in ALGORITHMS {
+        let clock = ManualClock::new(BASE);
+        let limit = Limit::new("api", Quota::per_minute(100))?.algorithm(algorithm);
+        let limiter = on(MemoryStore::with_clock(clock), &limit);
+        let key = Key::from("pro");
+        let own = Quota::per_hour(1_000);
+        let estimate = limiter.check_with("api", &key, 500, own).await?;
+        let settled = limiter.settle(&estimate, &key, 100).await?;
+        assert_eq!(
+            (settled.quota, settled.remaining),
+            (own, 900),
+            "{algorithm}"
+        );
+        assert_eq!(limiter.peek_with("api", &key, own).await?.remaining, 900);
+        // The limit's own quota counts in state of its own: untouched.
+        assert_eq!(
+            limiter.peek("api", &key).await?.remaining,
+            100,
+            "{algorithm}"
+        );
+        let up = limiter.settle(&settled, &key, 1_200).await?;
+        assert_eq!(up.remaining, 0, "{algorithm}");
+        assert!(!limiter.check_with("api", &key, 1, own).await?.allowed);
+        assert_eq!(
+            limiter.peek("api", &key).await?.remaining,
+            100,
+            "{algorithm}"
+        );
+    }
+    Ok(())
+}
