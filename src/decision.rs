@@ -1,10 +1,14 @@
 //! [`Decision`]: the one result shape every algorithm on every store returns, and the
-//! [`Receipt`] of what it charged.
+//! [`Receipt`] of what it charged (and, in `settled.rs`, of what a settle leaves
+//! standing).
+
+mod settled;
 
 use std::num::NonZeroU64;
 use std::time::Duration;
 
 use crate::Quota;
+pub(crate) use settled::{ExtraAt, Settlement};
 
 /// Whether a request may pass under one limit, and where its key stands.
 ///
@@ -76,9 +80,11 @@ pub struct Decision {
 
 impl Decision {
     /// What this decision charged: `Some` only when the request was admitted *and*
-    /// charged (a cost above 0, in a check that every limit admitted). Hand it back
-    /// with [`Limiter::refund_charge`](crate::Limiter::refund_charge), which takes the
-    /// decision itself.
+    /// charged (a cost above 0, in a check that every limit admitted), or, for a
+    /// decision [`Limiter::settle`](crate::Limiter::settle) returned, what stands of
+    /// that charge (`None` once settled to 0). Hand it back with
+    /// [`Limiter::refund_charge`](crate::Limiter::refund_charge) or settle it with
+    /// [`Limiter::settle`](crate::Limiter::settle), which take the decision itself.
     ///
     /// ```
     /// use tollgate::{Key, Limiter, Limit, Quota};
@@ -164,7 +170,8 @@ impl Eq for Decision {}
 ///
 /// Opaque; `Copy`. Refund a decision once: a receipt does not know whether it was
 /// used, and each use returns up to the charge's cost again (never more than the key
-/// still counts of that charge).
+/// still counts of that charge). A settle returns a receipt of its own, for what of
+/// the charge stands after it: settle again with that one.
 ///
 /// ```
 /// use tollgate::{Key, Limiter, Limit, Quota};
@@ -192,6 +199,15 @@ pub struct Receipt {
     /// charge: a stack of bits (1: insurance) under a leading 1, the innermost
     /// `Fallback` lowest; 0 when too deep to record.
     route: u64,
+    /// How much of `cost` is counted somewhere this receipt does not name, after a
+    /// settle that charged more ([`Receipt::settled`]): never given back by it. At most
+    /// `cost`; 0 for a charge as a check made it.
+    beyond: u64,
+    /// The lease that spent this charge from its slice (a
+    /// [`LeasedStore`](crate::store::LeasedStore)'s, numbered once per process); 0 for
+    /// a charge a store made itself. Two charges decided in one µs carry the same
+    /// instants: this tells a lease's own from another's.
+    lease: u64,
 }
 
 /// An empty route: no `Fallback` on the way.
@@ -206,6 +222,8 @@ impl Receipt {
             until_us,
             cost: NonZeroU64::new(cost)?,
             route: NO_ROUTE,
+            beyond: 0,
+            lease: 0,
         })
     }
 
@@ -230,8 +248,24 @@ impl Receipt {
     pub(crate) fn with_cost(self, cost: u64) -> Option<Self> {
         Some(Self {
             cost: NonZeroU64::new(cost)?,
+            beyond: self.beyond.min(cost),
             ..self
         })
+    }
+
+    /// Whether `other` names the same charge, whatever cost either gives back.
+    pub(crate) fn same_charge(&self, other: &Self) -> bool {
+        (self.at_us, self.until_us, self.route) == (other.at_us, other.until_us, other.route)
+    }
+
+    /// The same receipt, for units spent from lease number `lease`.
+    pub(crate) fn spent_from_lease(self, lease: u64) -> Self {
+        Self { lease, ..self }
+    }
+
+    /// The lease whose units this receipt's charge spent; 0 for none.
+    pub(crate) fn lease(&self) -> u64 {
+        self.lease
     }
 
     pub(crate) fn at_us(&self) -> u64 {

@@ -118,7 +118,8 @@
 //! - **decision**: the answer for one limit, a [`Decision`]: admitted or not, what is
 //!   left, when it resets, when to retry.
 //! - **receipt**: what an admitted decision charged ([`store::Receipt`]), handed back to
-//!   refund exactly that charge.
+//!   refund exactly that charge, or to **settle** it: move it from the estimate it was
+//!   checked with to what the work actually cost ([`Limiter::settle`]).
 //! - **store**: where state lives, a [`store::Store`] ([`MemoryStore`], `RedisStore`);
 //!   each of its operations answers a **store call** ([`store::StoreCall`]), ready at
 //!   once or a future.

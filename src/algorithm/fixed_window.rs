@@ -1,6 +1,6 @@
 //! Fixed window: one counter per epoch-aligned window of length `P`.
 
-use super::{Params, Rule};
+use super::{MAX_COUNTED, Params, Rule};
 use crate::decision::Receipt;
 
 /// The counter of the key's current window.
@@ -39,7 +39,7 @@ impl Rule for FixedWindow {
     }
 
     fn charge(_p: &Params, s: &mut State, now: u64, cost: u64) -> u64 {
-        s.count += cost;
+        s.count = s.count.saturating_add(cost).min(MAX_COUNTED);
         now
     }
 

@@ -442,6 +442,30 @@ pub(crate) fn max_penalty(p: &Params) -> u64 {
     }
 }
 
+/// The most a window algorithm's state counts: far above any quota
+/// ([`Quota::MAX_COUNT`](crate::Quota::MAX_COUNT) is 2^40), low enough that a count
+/// plus any admissible cost never overflows. Only forced charges (penalties, settles),
+/// repeated without end in one window, could reach it; the count then stays there.
+pub(crate) const MAX_COUNTED: u64 = 1 << 62;
+
+/// The most one settle charges on top of its estimate under `p`: what a penalty
+/// charges ([`max_penalty`]), and on the fixed window, the sliding window counters and
+/// the log, the capacity, since a charge that alone fills the capacity keeps its key
+/// denied while it counts (its window, sub-window or entry), however large it is; more
+/// would only let repeated settles grow a count towards the end of `u64` (and past
+/// the integers Lua holds exactly).
+pub(crate) fn max_settle_extra(p: &Params) -> u64 {
+    match p.algorithm {
+        Algorithm::FixedWindow
+        | Algorithm::SlidingWindowCounters { .. }
+        | Algorithm::SlidingWindowLog => p.capacity,
+        Algorithm::SlidingWindow
+        | Algorithm::TokenBucket
+        | Algorithm::Gcra
+        | Algorithm::LeakyBucket => max_penalty(p),
+    }
+}
+
 /// Refunds to rule `R`'s state at `max(now, floor)`.
 pub(crate) fn refund<R: Rule>(p: &Params, s: &mut R::State, now: u64, floor: u64, what: Refund) {
     let t = R::normalize(p, s, now.max(floor));
@@ -498,5 +522,45 @@ mod state_sizes {
         assert_eq!(size_of::<super::sliding_window_log::State>(), 48);
         assert_eq!(size_of::<super::token_bucket::State>(), 24);
         assert_eq!(size_of::<super::gcra::State>(), 16);
+    }
+}
+
+#[cfg(test)]
+mod forced_charges {
+    use super::{Algorithm, MAX_COUNTED, Params, Rule, evaluate, penalize};
+    use crate::Quota;
+
+    /// The largest quota, per second.
+    fn params(algorithm: Algorithm) -> Params {
+        let quota = Quota::per_second(Quota::MAX_COUNT);
+        Params::new(&quota, algorithm, std::time::Duration::from_secs(1)).0
+    }
+
+    /// Forced charges of the most a settle or a penalty may charge, again and again in
+    /// one window: the count stops at `MAX_COUNTED`, nothing overflows, the key is
+    /// denied and a refund of everything leaves it idle.
+    fn hammer<R: Rule>(algorithm: Algorithm) {
+        let p = params(algorithm);
+        let mut s = R::State::default();
+        let now = 1_700_000_000_000_000;
+        for _ in 0..100_000 {
+            penalize::<R>(&p, &mut s, now, now, u64::MAX);
+        }
+        let check = evaluate::<R>(&p, &mut s, now, now, 1, true);
+        assert!(!check.allowed, "{algorithm}");
+        assert_eq!(check.remaining, 0, "{algorithm}");
+        super::refund::<R>(&p, &mut s, now, now, super::Refund::Newest(u64::MAX));
+        assert_eq!(R::remaining(&p, &s, now), p.capacity, "{algorithm}");
+        assert!(MAX_COUNTED > p.capacity.saturating_mul(2));
+    }
+
+    #[test]
+    fn repeated_forced_charges_never_overflow_a_window_count() {
+        hammer::<super::fixed_window::FixedWindow>(Algorithm::FixedWindow);
+        hammer::<super::sliding_window::SlidingWindow>(Algorithm::SlidingWindow);
+        hammer::<super::sliding_window_counters::SlidingWindowCounters>(
+            Algorithm::SlidingWindowCounters { buckets: 4 },
+        );
+        hammer::<super::sliding_window_log::SlidingWindowLog>(Algorithm::SlidingWindowLog);
     }
 }

@@ -1,7 +1,7 @@
 //! Sliding window ("sliding tail"): the previous window's count, weighted by its
 //! overlap with the sliding window, plus the current window's count.
 
-use super::{Params, Rule};
+use super::{MAX_COUNTED, Params, Rule};
 use crate::decision::Receipt;
 
 /// Counts of the current window and the one before it.
@@ -82,7 +82,7 @@ impl Rule for SlidingWindow {
     }
 
     fn charge(_p: &Params, s: &mut State, now: u64, cost: u64) -> u64 {
-        s.current += cost;
+        s.current = s.current.saturating_add(cost).min(MAX_COUNTED);
         now
     }
 

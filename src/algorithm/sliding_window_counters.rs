@@ -1,6 +1,6 @@
 //! Sliding window counters: the sum of the last `N` sub-windows of length `P/N`.
 
-use super::{Params, Rule};
+use super::{MAX_COUNTED, Params, Rule};
 use crate::decision::Receipt;
 
 /// A ring of `N` sub-window counts ending at sub-window `index`.
@@ -69,6 +69,8 @@ impl Rule for SlidingWindowCounters {
     }
 
     fn charge(p: &Params, s: &mut State, now: u64, cost: u64) -> u64 {
+        // Each count is part of the total: capping the total caps them all.
+        let cost = cost.min(MAX_COUNTED - s.total);
         if s.counts.is_empty() {
             s.counts = vec![0; p.buckets as usize].into_boxed_slice();
         }

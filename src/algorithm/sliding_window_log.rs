@@ -2,7 +2,7 @@
 
 use std::collections::VecDeque;
 
-use super::{Params, Rule};
+use super::{MAX_COUNTED, Params, Rule};
 use crate::decision::Receipt;
 
 /// Admitted `(instant µs, cost)` pairs, oldest first; one entry per distinct instant.
@@ -61,6 +61,11 @@ impl Rule for SlidingWindowLog {
     }
 
     fn charge(_p: &Params, s: &mut State, now: u64, cost: u64) -> u64 {
+        // Each entry is part of the total: capping the total caps them all.
+        let cost = cost.min(MAX_COUNTED - s.total);
+        if cost == 0 {
+            return now;
+        }
         // `now` is never behind the newest entry (see `normalize`); charges at one
         // instant share an entry.
         match s.entries.back_mut() {

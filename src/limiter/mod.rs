@@ -5,6 +5,7 @@
 //! The files: `mod.rs` (the type, its current set and reloads), `check.rs` (`check`,
 //! `check_with`, `check_all` and the check future), `wait.rs` (reservations and
 //! waiting), `operations.rs` (refunds, `peek`, `reset`, `block`, `penalize`),
+//! `settle.rs` (a charge moved from its estimate to its actual cost),
 //! `caller_limits.rs` (limits derived for callers' quotas), `give_back.rs` (what a
 //! call took, given back when its caller leaves), `set.rs`, `builder.rs`, `entry.rs`.
 
@@ -15,6 +16,7 @@ mod entry;
 pub(crate) mod give_back;
 mod operations;
 mod set;
+mod settle;
 mod wait;
 
 pub(crate) use crate::store::complete;

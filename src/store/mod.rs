@@ -18,6 +18,7 @@ mod lease;
 pub(crate) mod memory;
 #[cfg(feature = "redis")]
 mod redis;
+pub(crate) mod settle;
 
 use std::fmt;
 use std::time::Duration;
@@ -50,7 +51,8 @@ pub struct Charge<'a> {
 /// **A minimal store implements two methods:** [`decide`](Store::decide) (charge a
 /// batch all-or-nothing) and [`refund`](Store::refund) (give back a key's newest
 /// charges). Every other method has a default: `decide_one`, `peek` and `reserve` go
-/// through `decide`; `refund_charge` through `refund`; `reset`, `block`, `penalize`
+/// through `decide`; `refund_charge` through `refund`; `settle` through
+/// `refund_charge` and `penalize`; `reset`, `block`, `penalize`
 /// and in-flight slots answer [`StoreErrorKind::Unsupported`] (and
 /// [`supports_in_flight`](Store::supports_in_flight) says `false`, so a limiter that
 /// needs slots is refused at build time). A store that wraps another passes each
@@ -135,6 +137,47 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
     fn refund_charge<'a>(&'a self, charge: Charge<'a>, receipt: Receipt) -> StoreCall<'a, ()> {
         let _ = receipt;
         self.refund(charge)
+    }
+
+    /// Settles the one charge `receipt` names to `charge.cost`, its actual cost, on the
+    /// store that took it: less than the receipt's cost gives back the difference, as
+    /// [`refund_charge`](Store::refund_charge) does (only what of that charge the key
+    /// still counts); more charges the difference on top whether or not it fits, as
+    /// [`penalize`](Store::penalize) does (a debt), but only under `charge.limit` (the
+    /// quota the charge was made with). A blocked key is settled too (it is
+    /// accounting, not admission). Returns the settled request's decision: allowed,
+    /// the key's `remaining` and `reset_after` as a [`peek`](Store::peek) reports them
+    /// (a block included), and a receipt of the charge now standing, of cost
+    /// `charge.cost` (`None` for 0). See [`Limiter::settle`](crate::Limiter::settle).
+    ///
+    /// The memory store and the Redis store settle atomically (Redis: one script call).
+    /// The default, for other stores, is not atomic: a
+    /// [`refund_charge`](Store::refund_charge) of the difference, then a
+    /// [`penalize`](Store::penalize) of the extra (which may reach the key under every
+    /// quota of the limit, and fails where the store has no `penalize`) or a
+    /// [`peek`](Store::peek); its receipt never gives the extra back. A store that
+    /// wraps another should pass the call on, with the receipt its inner store gave.
+    ///
+    /// ```
+    /// use tollgate::{Key, Limit, MemoryStore, Quota};
+    /// use tollgate::store::{Charge, Store};
+    /// # tokio::runtime::Builder::new_current_thread().build()?.block_on(async {
+    /// let store = MemoryStore::new();
+    /// let limit = Limit::new("tokens", Quota::per_minute(100))?;
+    /// let key = Key::from("alice");
+    /// let estimate = Charge { limit: &limit, key: &key, cost: 30 };
+    /// let decided = store.decide_one(estimate).await?;
+    /// let receipt = decided.receipt().expect("charged");
+    /// // The work used 12: 18 come back.
+    /// let settled = store.settle(Charge { cost: 12, ..estimate }, receipt).await?;
+    /// assert_eq!((settled.allowed, settled.remaining), (true, 88));
+    /// assert_eq!(settled.receipt().map(|r| r.cost()), Some(12));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// # })?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    fn settle<'a>(&'a self, charge: Charge<'a>, receipt: Receipt) -> StoreCall<'a, Decision> {
+        StoreCall::future(settle::by_refund_and_penalty(self, charge, receipt))
     }
 
     /// The key's state under `limit`, charging nothing: a cost-0

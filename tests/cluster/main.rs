@@ -1,6 +1,6 @@
 //! `RedisStore` on a real local Redis Cluster of three masters: batches across slots,
 //! hash tags, the function library on every node, a stalled master and a failover,
-//! in-flight slot records, and the scenario tables.
+//! in-flight slot records, settles, and the scenario tables.
 //!
 //! One test binary: `cargo test --all-features --test cluster`. Its tests share one
 //! cluster, started by the first of them; a test that stalls a master or fails one
@@ -9,4 +9,5 @@
 mod conformance;
 mod in_flight;
 mod records;
+mod settle;
 mod store;

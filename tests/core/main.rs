@@ -20,4 +20,5 @@ mod operations;
 mod quota;
 mod quota_changes;
 mod records;
+mod settle;
 mod waiting;

@@ -1,7 +1,7 @@
 //! `RedisStore` on real `redis-server` processes: the same answers as the memory store,
 //! faults, the function library, the server's own clock jumping, the denial
 //! cache, exactness under contention (with and without quota leases), in-flight leases,
-//! the leaky bucket's bound on delays, refunds and the scenario tables.
+//! the leaky bucket's bound on delays, refunds, settles and the scenario tables.
 //!
 //! One test binary: `cargo test --all-features --test redis`, or one module of it,
 //! e.g. `cargo test --all-features --test redis faults::`. Tests that need a plain
@@ -29,4 +29,5 @@ mod records;
 mod refunds;
 mod reload;
 mod reservations;
+mod settle;
 mod store;

@@ -39,6 +39,7 @@ pub mod redis_server;
 pub mod reload_penalty;
 pub mod rng;
 pub mod scenarios;
+pub mod settle;
 pub mod waiting;
 
 use tollgate::Algorithm;

@@ -25,7 +25,8 @@
 //!
 //! One file per concern: the edges, refunds and backwards clocks of each algorithm
 //! (`fixed_window.rs` … `leaky_bucket.rs`), then one semantic across every algorithm
-//! (`late_refunds.rs`, `quota_changes.rs`, `operations.rs`, `penalty.rs`); the step
+//! (`late_refunds.rs`, `quota_changes.rs`, `operations.rs`, `penalty.rs`,
+//! `settle.rs`); the step
 //! constructors the tables are written with stay here, the runner is `runner.rs`.
 
 // The per-algorithm tables: edges, refunds and a clock that goes back.
@@ -42,6 +43,7 @@ mod operations;
 mod penalty;
 mod quota_changes;
 mod runner;
+mod settle;
 
 use std::time::Duration;
 
@@ -55,6 +57,7 @@ pub use self::operations::*;
 pub use self::penalty::*;
 pub use self::quota_changes::*;
 pub use self::runner::run;
+pub use self::settle::*;
 pub use self::sliding_window::*;
 pub use self::sliding_window_counters::*;
 pub use self::sliding_window_log::*;
@@ -120,6 +123,15 @@ pub enum Op {
     Block { us: u64, expect: Expect },
     /// `Limiter::penalize(n)`, and the decision it must return.
     Penalize { n: u32, expect: Expect },
+    /// `Limiter::settle(actual)` of the decision that step `of` (an earlier check or
+    /// settle) returned, the decision it must return, and the cost of that decision's
+    /// receipt (`None`: no receipt).
+    Settle {
+        of: usize,
+        actual: u64,
+        expect: Expect,
+        receipt: Option<u64>,
+    },
 }
 
 /// The expected decision of a check, durations in µs. `limit` is not listed: it is
@@ -430,6 +442,20 @@ macro_rules! scenario_tests {
                 => LEAKY_BUCKET_PENALTY,
             sliding_window_log_penalty_after_one_rejection_needs_no_window
                 => SLIDING_WINDOW_LOG_FIRST_REJECTION_PENALTY,
+            fixed_window_settles_in_the_charges_window_into_debt_through_blocks_and_resets
+                => FIXED_WINDOW_SETTLE,
+            sliding_window_settles_from_the_current_then_the_previous_count
+                => SLIDING_WINDOW_SETTLE,
+            sliding_window_counters_settle_in_the_charges_own_sub_window
+                => SLIDING_WINDOW_COUNTERS_SETTLE,
+            sliding_window_log_settles_the_charges_own_entry
+                => SLIDING_WINDOW_LOG_SETTLE,
+            token_bucket_settles_what_the_refill_has_not_repaid
+                => TOKEN_BUCKET_SETTLE,
+            gcra_settles_what_time_has_not_repaid
+                => GCRA_SETTLE,
+            leaky_bucket_settles_its_place_unless_a_later_one_is_queued
+                => LEAKY_BUCKET_SETTLE,
         );
     };
     (@each $make_store:expr; $($(#[$attr:meta])* $test:ident => $scenario:ident,)*) => {

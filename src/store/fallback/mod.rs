@@ -5,6 +5,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
+use super::settle::settle_dropped;
 use super::{Charge, InFlightSlot, Store, StoreCall, refund_dropped};
 use crate::decision::Receipt;
 use crate::{ConfigError, Decision, Key, Limit, StoreError};
@@ -41,8 +42,10 @@ use seen_blocks::SeenBlocks;
 /// [`refund_charge`](Store::refund_charge) sends it there: a refund for a charge the
 /// primary took while the primary is down is dropped (an error, and the charge stays
 /// counted), never sent to the insurance store, which would gain quota it never
-/// spent; and the other way round. A [`refund`](Store::refund) without a receipt goes
-/// to the store serving now, and is dropped too when that store fails.
+/// spent; and the other way round. A [`settle`](Store::settle) goes there too, and is
+/// dropped (an error; nothing given back or charged) when that store is down. A
+/// [`refund`](Store::refund) without a receipt goes to the store serving now, and is
+/// dropped too when that store fails.
 ///
 /// Operators' calls: a [`peek`](Store::peek) and a [`penalize`](Store::penalize) go to
 /// the store serving now, as a charge does; a [`reset`](Store::reset) and a
@@ -387,6 +390,32 @@ impl<P: Store, I: Store> Store for Fallback<P, I> {
                     "the receipt does not say which store of the fallback took the charge",
                 )),
             }
+        })
+    }
+
+    /// To the store that took the charge, as a refund by receipt goes: a settle whose
+    /// store is down (or fails) is dropped, an error, never sent to the other store,
+    /// which holds nothing of the charge. The decision's receipt keeps the route.
+    fn settle<'a>(&'a self, charge: Charge<'a>, receipt: Receipt) -> StoreCall<'a, Decision> {
+        StoreCall::future(async move {
+            let Some((insurance, receipt)) = receipt.unrouted() else {
+                return Err(settle_dropped(
+                    "the receipt does not say which store of the fallback took the charge",
+                ));
+            };
+            let settled = if insurance {
+                self.insurance.settle(charge, receipt).await?
+            } else if self.serving_primary() {
+                self.primary
+                    .settle(charge, receipt)
+                    .await
+                    .inspect_err(|error| self.primary_failed(error))?
+            } else {
+                return Err(settle_dropped(
+                    "the primary store took this charge and is down",
+                ));
+            };
+            Ok(routed_one(settled, insurance))
         })
     }
 

@@ -89,16 +89,17 @@ impl<S: Store> LeasedStore<S> {
             if let Some(receipt) = decision.receipt
                 && let Some(kind) = Kind::of(charge.limit.params(), receipt.at_us())
             {
-                entry.lease = Some(Lease::new(
+                let lease = Lease::new(
                     kind,
                     receipt,
                     cost,
                     (sent, answered),
                     decision.remaining,
                     self.inner.max_lease_us,
-                ));
+                );
                 decision.remaining = (decision.remaining + (charged - cost)).min(decision.capacity);
-                decision.receipt = receipt.with_cost(cost);
+                decision.receipt = lease.issue(cost);
+                entry.lease = Some(lease);
             }
         } else if let Some(denial) = Denial::of(decision, cost, sent, self.inner.max_lease_us) {
             entry.denied = Some(denial);

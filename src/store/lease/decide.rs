@@ -13,6 +13,7 @@ use super::returns::Release;
 use super::sizing::{grow_under_demand, shrunk_after_expiry};
 use super::slice::{Lease, Spent};
 use super::table::{Entry, Shard, TableKey, lock};
+use crate::decision::Receipt;
 use crate::store::{Charge, Store};
 use crate::{Decision, Limit, StoreError};
 
@@ -42,7 +43,11 @@ impl Entry {
             return Err(None);
         };
         let delay = lease.spend(now, charge.cost).map_err(Some)?;
-        Ok(lease_decision(lease, now, charge.cost, delay, charge.limit))
+        let receipt = lease.issue(charge.cost);
+        Ok(Decision {
+            delay: Duration::from_micros(delay),
+            ..lease_decision(lease, now, charge.limit, receipt)
+        })
     }
 }
 
@@ -200,8 +205,14 @@ impl<S: Store> LeasedStore<S> {
     }
 }
 
-/// The decision for `cost` spent from `lease` at local `now`.
-fn lease_decision(lease: &Lease, now: u64, cost: u64, delay: u64, limit: &Limit) -> Decision {
+/// An admitted decision from `lease` at local `now`, with `receipt` (no delay): what
+/// this process knows is left, and the store's reset instant as of the slice charge.
+pub(super) fn lease_decision(
+    lease: &Lease,
+    now: u64,
+    limit: &Limit,
+    receipt: Option<Receipt>,
+) -> Decision {
     let capacity = limit.params().capacity;
     Decision {
         allowed: true,
@@ -209,11 +220,11 @@ fn lease_decision(lease: &Lease, now: u64, cost: u64, delay: u64, limit: &Limit)
         remaining: lease.remaining.saturating_add(lease.unused()).min(capacity),
         reset_after: Duration::from_micros(lease.reset_after(now)),
         retry_after: None,
-        delay: Duration::from_micros(delay),
+        delay: Duration::ZERO,
         limit: limit.name(),
         quota: limit.quota(),
         blocked_for: None,
-        receipt: lease.receipt.with_cost(cost),
+        receipt,
     }
 }
 

@@ -1,6 +1,6 @@
 //! [`LeasedStore`] as a [`Store`]: a single charge on a leasable limit is decided from
 //! the lease table (at once when the key's lease or cached denial decides it); refunds
-//! go into a live lease first; everything else goes to the backing store.
+//! and settles go into a live lease first; everything else goes to the backing store.
 
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -87,6 +87,21 @@ impl<S: Store> Store for LeasedStore<S> {
             }
             self.inner.calls.fetch_add(1, Ordering::Relaxed);
             self.inner.store.refund_charge(charge, receipt).await
+        })
+    }
+
+    /// In the lease the charge was spent from, while it lasts: a give-back returns
+    /// units to it (as a refund does), an extra is spent from its unused units when
+    /// they cover it; both at once, without the backing store. Otherwise (the lease
+    /// is over or too short, or the charge was not spent from one) the backing store
+    /// settles it. Either way each unit is spent or given back once.
+    fn settle<'a>(&'a self, charge: Charge<'a>, receipt: Receipt) -> StoreCall<'a, Decision> {
+        if let Some(settled) = self.settle_locally(&charge, receipt) {
+            return StoreCall::ready(Ok(settled));
+        }
+        StoreCall::future(async move {
+            self.inner.calls.fetch_add(1, Ordering::Relaxed);
+            self.inner.store.settle(charge, receipt).await
         })
     }
 

@@ -1,15 +1,16 @@
 //! Giving units back: leases that end (expired, evicted, released) return their
-//! unused units to the backing store (window algorithms), and a refund of a request
-//! admitted from a live lease goes back into that lease.
+//! unused units to the backing store (window algorithms), and a refund or a settle of
+//! a request admitted from a live lease goes back into that lease.
 
 use std::sync::atomic::Ordering;
 
 use super::LeasedStore;
+use super::decide::lease_decision;
 use super::slice::{Kind, Lease};
 use super::table::{Shard, TableKey, lock};
-use crate::decision::Receipt;
-use crate::store::{Charge, Store};
-use crate::{Key, Limit, StoreError};
+use crate::decision::{ExtraAt, Receipt};
+use crate::store::{Charge, Store, settle};
+use crate::{Decision, Key, Limit, StoreError};
 
 /// A lease taken out of the table, to return.
 pub(super) struct Release {
@@ -90,6 +91,41 @@ impl<S: Store> LeasedStore<S> {
 
     /// Takes a refund of a request admitted from this key's live lease back into it.
     pub(super) fn refund_locally(&self, charge: &Charge<'_>, receipt: Receipt) -> bool {
+        self.with_issuing_lease(charge, receipt, |lease| {
+            lease.used -= charge.cost.min(receipt.cost()).min(lease.used);
+        })
+        .is_some()
+    }
+
+    /// Settles a request admitted from this key's live lease in it: the give-back
+    /// returns units to the lease, an extra is spent from its unused units (`None`,
+    /// changing nothing, when they do not cover it: the store settles it then). The
+    /// decision reports the lease as a decision from it does.
+    pub(super) fn settle_locally(&self, charge: &Charge<'_>, receipt: Receipt) -> Option<Decision> {
+        let plan = settle::plan(charge.limit, receipt, charge.cost);
+        let now = self.now();
+        self.with_issuing_lease(charge, receipt, |lease| {
+            if plan.extra > 0 {
+                lease.spend(now, plan.extra).ok()?;
+            } else {
+                lease.used -= plan.give_back.min(lease.used);
+            }
+            // The extra was spent from the very charge the receipt names, and what was
+            // given back went into the lease, not to the store, where that charge still
+            // counts as it did (so its end is where it was).
+            let standing = receipt.settled(charge.cost, plan, ExtraAt::Same, 0);
+            Some(lease_decision(lease, now, charge.limit, standing))
+        })
+        .flatten()
+    }
+
+    /// Runs `f` on the key's live lease if it issued `receipt`.
+    fn with_issuing_lease<T>(
+        &self,
+        charge: &Charge<'_>,
+        receipt: Receipt,
+        f: impl FnOnce(&mut Lease) -> T,
+    ) -> Option<T> {
         let table_key = TableKey::of(charge);
         let mut shard = lock(self.shard(&table_key));
         let Shard {
@@ -97,16 +133,12 @@ impl<S: Store> LeasedStore<S> {
         } = &mut *shard;
         if forgotten.contains(&(receipt.at_us(), receipt.until_us())) {
             // Maybe a forgotten lease's decision: the store decides (see `forgotten`).
-            return false;
+            return None;
         }
-        let Some(lease) = entries
+        entries
             .get_mut(&table_key)
             .and_then(|entry| entry.lease.as_mut())
             .filter(|lease| lease.issued(receipt))
-        else {
-            return false;
-        };
-        lease.used -= charge.cost.min(receipt.cost()).min(lease.used);
-        true
+            .map(f)
     }
 }

@@ -4,6 +4,8 @@
 //! Pure: no lock, no clock, no I/O. Times are whole microseconds; "local" times are
 //! this process's clock, "store" times the backing store's (Redis: server `TIME`).
 
+use std::sync::atomic::{AtomicU64, Ordering};
+
 use crate::algorithm::{Algorithm, Params};
 use crate::decision::Receipt;
 
@@ -66,12 +68,19 @@ pub(super) fn leasable(algorithm: Algorithm) -> bool {
     algorithm != Algorithm::SlidingWindowLog
 }
 
+/// The next lease's number ([`Lease::id`]).
+static NEXT_LEASE: AtomicU64 = AtomicU64::new(1);
+
 /// A slice of `slice` units charged to the store in one call, and what was spent of it.
 #[derive(Debug, Clone)]
 pub(super) struct Lease {
     pub(super) kind: Kind,
     /// The slice charge's receipt (cost `slice`).
     pub(super) receipt: Receipt,
+    /// This lease's number, unique in the process: the receipts of the requests it
+    /// admits carry it ([`Lease::issue`]), so a refund or a settle finds its lease by
+    /// it, never mistaking another charge decided in the same µs for one of its own.
+    pub(super) id: u64,
     pub(super) slice: u64,
     /// Units spent (the request that charged the slice included), less local refunds.
     pub(super) used: u64,
@@ -107,6 +116,8 @@ impl Lease {
         Self {
             kind,
             receipt,
+            // Relaxed: only uniqueness matters.
+            id: NEXT_LEASE.fetch_add(1, Ordering::Relaxed),
             slice: receipt.cost(),
             used,
             sent,
@@ -195,9 +206,15 @@ impl Lease {
             .saturating_sub(self.store_now_earliest(now))
     }
 
-    /// Whether `receipt` was issued from this lease (same charge; any cost).
+    /// The receipt of `cost` units spent from this lease (`None` for 0).
+    pub(super) fn issue(&self, cost: u64) -> Option<Receipt> {
+        Some(self.receipt.with_cost(cost)?.spent_from_lease(self.id))
+    }
+
+    /// Whether `receipt` was issued from this lease (any cost, and any part of it
+    /// settled in it).
     pub(super) fn issued(&self, receipt: Receipt) -> bool {
-        receipt.with_cost(self.slice) == Some(self.receipt)
+        receipt.lease() == self.id && receipt.same_charge(&self.receipt)
     }
 }
 

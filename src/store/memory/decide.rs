@@ -44,6 +44,10 @@ impl Store for MemoryStore {
         StoreCall::ready(Ok(()))
     }
 
+    fn settle<'a>(&'a self, charge: Charge<'a>, receipt: Receipt) -> StoreCall<'a, Decision> {
+        StoreCall::ready(Ok(self.settle_now(&charge, receipt)))
+    }
+
     fn acquire_in_flight<'a>(
         &'a self,
         limit: &'a Limit,

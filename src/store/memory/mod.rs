@@ -10,6 +10,7 @@ mod in_flight;
 mod names;
 mod operations;
 mod reservations;
+mod settle;
 mod shard;
 mod tables;
 

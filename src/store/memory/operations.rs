@@ -175,28 +175,7 @@ impl Shard {
         now: u64,
         cost: u64,
     ) -> Verdict {
-        // While places are reserved ahead, the key's state runs ahead of the clock to
-        // the queue's tail: the debt comes after them (as the Redis store decides it,
-        // at its state's latest instant, the latest place).
-        let floor = self.advance_and_sweep(now);
-        let floor = floor.max(self.queued(limit, key, now).unwrap_or(0));
-        let params = limit.params();
-        // An operator's charge through the limit: its table is made even past the
-        // name's bound on tables (`table_for` lets the limit's own period past it);
-        // another period's only within the bound.
-        let index = match self.index_of(limit.table()) {
-            None if cost > 0 => self.table_for(limit, false),
-            index => index,
-        };
-        let verdict = index
-            .and_then(|i| self.penalize_in(i, params, key, (now, floor), cost))
-            // Nothing charged to a key with no state: a peek of a fresh one.
-            .unwrap_or_else(|| {
-                with_rule!(&States::new(params.algorithm), |_map, R| {
-                    let mut fresh = <R as Rule>::State::default();
-                    algorithm::penalize::<R>(params, &mut fresh, now, floor, 0)
-                })
-            });
+        let (verdict, floor) = self.force(limit, key, now, cost);
         if cost > 0
             && let Some(name) = self.names.get(&limit.record())
         {
@@ -219,6 +198,41 @@ impl Shard {
             }
         }
         self.blocked(limit, key, now).unwrap_or(verdict)
+    }
+
+    /// Charges `cost` to `key`'s state under `limit` (its own table only) at `now`
+    /// whether or not it fits; the state's verdict afterwards as a peek reports it,
+    /// blocked or not, and the instant it was charged at.
+    pub(super) fn force(
+        &mut self,
+        limit: &Limit,
+        key: Hashed<'_>,
+        now: u64,
+        cost: u64,
+    ) -> (Verdict, u64) {
+        // While places are reserved ahead, the key's state runs ahead of the clock to
+        // the queue's tail: the debt comes after them (as the Redis store decides it,
+        // at its state's latest instant, the latest place).
+        let floor = self.advance_and_sweep(now);
+        let floor = floor.max(self.queued(limit, key, now).unwrap_or(0));
+        let params = limit.params();
+        // An operator's charge through the limit: its table is made even past the
+        // name's bound on tables (`table_for` lets the limit's own period past it);
+        // another period's only within the bound.
+        let index = match self.index_of(limit.table()) {
+            None if cost > 0 => self.table_for(limit, false),
+            index => index,
+        };
+        let verdict = index
+            .and_then(|i| self.penalize_in(i, params, key, (now, floor), cost))
+            // Nothing charged to a key with no state: a peek of a fresh one.
+            .unwrap_or_else(|| {
+                with_rule!(&States::new(params.algorithm), |_map, R| {
+                    let mut fresh = <R as Rule>::State::default();
+                    algorithm::penalize::<R>(params, &mut fresh, now, floor, 0)
+                })
+            });
+        (verdict, floor)
     }
 
     /// Charges `cost` to `key`'s state in table `index` under `params`, storing a fresh

@@ -20,9 +20,10 @@
 //!   blocked key costs Redis one call per key per max age.
 //! - **A penalty box sees its rejections.** The denials of a limit with a penalty box
 //!   are not cached until it trips: each rejection must reach Redis to be counted.
-//! - **This process's own changes show at once.** A [`reset`](crate::Limiter::reset)
-//!   or a refund through this process forgets the key at once, and a block through
-//!   it is cached at once.
+//! - **This process's own changes show at once.** A [`reset`](crate::Limiter::reset),
+//!   a refund or a [`settle`](crate::Limiter::settle) that gives back through this
+//!   process forgets the key at once (a settle that only adds debt leaves a denial
+//!   cached: it can only be truer), and a block through it is cached at once.
 //! - **Reservations are not answered from it:** a reservation asks how long, not
 //!   whether.
 

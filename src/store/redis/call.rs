@@ -27,7 +27,9 @@ impl RedisStore {
     }
 
     /// Runs one script call before `deadline`: `charges` in `mode`, or, with
-    /// [`Mode::RefundCharges`], the refunds of the charges `receipts` name (one each).
+    /// [`Mode::RefundCharges`], the refunds of the charges `receipts` name (one each),
+    /// or, with [`Mode::Settle`], the settle of one charge by its receipt (its verdict
+    /// carrying the receipt of the extra it charged).
     pub(super) async fn run_call(
         &self,
         deadline: Instant,
@@ -42,10 +44,12 @@ impl RedisStore {
                 floor: self.server_time.floor(),
             },
         };
-        let request = if mode == Mode::RefundCharges {
-            Call::refunds(&self.prefix, at, charges, receipts)
-        } else {
-            Call::new(&self.prefix, at, mode, charges, |c| self.reads(mode, c))
+        let request = match (mode, charges, receipts) {
+            (Mode::RefundCharges, ..) => Call::refunds(&self.prefix, at, charges, receipts),
+            (Mode::Settle(give_back), [charge], [receipt]) => {
+                Call::settle(&self.prefix, at, charge, *receipt, give_back)
+            }
+            _ => Call::new(&self.prefix, at, mode, charges, |c| self.reads(mode, c)),
         };
         let single = charges.len() == 1 && mode.in_library();
         let script::Reply(reply) = self
@@ -66,6 +70,13 @@ impl RedisStore {
         }
         if matches!(mode, Mode::Acquire | Mode::Reserve(_)) {
             give_receipts(&mut verdicts, charges, decided_at);
+        }
+        if let (Mode::Settle(_), [charge], [verdict]) = (mode, charges, verdicts.as_mut_slice()) {
+            // The settle's extra was charged at `decided_at` and its state's reset instant
+            // names it, as a check's charge (its verdict is the state's, whatever the
+            // key's block says).
+            let until = decided_at.saturating_add(verdict.reset_after_us);
+            verdict.receipt = Receipt::new(decided_at, until, charge.cost);
         }
         Ok(verdicts)
     }

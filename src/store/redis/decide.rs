@@ -8,7 +8,7 @@
 //! different slots are charged in order, and the charged ones are refunded when a
 //! later one denies (`slots.rs`). Denials are answered from the denial cache
 //! where they may be (`cached_denials.rs`); the operator's calls (reset, block,
-//! penalize, reserve) are `operations.rs`.
+//! penalize, reserve) and settles are `operations.rs`.
 
 use std::time::Duration;
 
@@ -73,6 +73,13 @@ impl Store for RedisStore {
             .await
             .map(drop)
         })
+    }
+
+    /// One script call (`Mode::Settle`): the give-back by receipt (as
+    /// `refund_charge`) and the extra (as `penalize`, on the charge's own state only),
+    /// then the state as a peek reads it, with the key's block beside it.
+    fn settle<'a>(&'a self, charge: Charge<'a>, receipt: Receipt) -> StoreCall<'a, Decision> {
+        StoreCall::future(self.settle_charge(charge, receipt))
     }
 
     /// Takes a slot record in one script call, within the store's deadline (see

@@ -1,5 +1,5 @@
-//! The operator's calls on a Redis key space: reset, block, penalize, and the leaky
-//! bucket's reservations, each one script call within the store's deadline.
+//! The operator's calls on a Redis key space: reset, block, penalize, a settle, and
+//! the leaky bucket's reservations, each one script call within the store's deadline.
 //!
 //! A caller's block, penalty count and reservation queue are one record per (limit
 //! name, key), `<prefix>:<limit>:{<subject>}:b`, whatever quota, period or algorithm
@@ -16,7 +16,8 @@ use tokio::time::Instant;
 
 use super::script::Mode;
 use super::{MAX_BLOCK, RedisStore, missing_verdict};
-use crate::store::{Charge, decision};
+use crate::decision::{ExtraAt, Receipt};
+use crate::store::{Charge, decision, settle};
 use crate::time::micros_up;
 use crate::{Decision, Key, Limit, StoreError};
 
@@ -103,6 +104,47 @@ impl RedisStore {
             .next()
             .ok_or_else(missing_verdict)?;
         Ok(decision(charge.limit, verdict))
+    }
+
+    /// Settles the charge of `receipt` to `charge.cost` in one script call: the
+    /// give-back by receipt, then the extra, on the charge's own state. A settle that
+    /// gives back makes this process's denial cache forget the charge's denial, as a
+    /// refund does; one that only adds debt leaves it.
+    pub(super) async fn settle_charge(
+        &self,
+        charge: Charge<'_>,
+        receipt: Receipt,
+    ) -> Result<Decision, StoreError> {
+        let plan = settle::plan(charge.limit, receipt, charge.cost);
+        if plan.give_back > 0 {
+            self.forget_cached(&charge);
+        }
+        let extra = Charge {
+            cost: plan.extra,
+            ..charge
+        };
+        let deadline = Instant::now() + self.deadline;
+        let mode = Mode::Settle(plan.give_back);
+        let state = self
+            .run_call(deadline, self.clock_now(), mode, &[&extra], &[receipt])
+            .await?
+            .pop()
+            .ok_or_else(missing_verdict)?;
+        if plan.give_back > 0 {
+            // A denial recorded while the settle was on its way is stale too.
+            self.forget_cached(&charge);
+        }
+        let extra_at = state.receipt.map_or(ExtraAt::Unknown, |r| ExtraAt::Own {
+            at_us: r.at_us(),
+            until_us: r.until_us(),
+        });
+        let standing = settle::after(charge.limit, receipt, charge.cost, plan, extra_at);
+        Ok(settle::standing(
+            charge.limit,
+            state,
+            state.blocked_us,
+            standing,
+        ))
     }
 
     /// Finds and charges the place where the state lives, so processes sharing the

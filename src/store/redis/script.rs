@@ -86,6 +86,9 @@ pub(super) enum Mode {
     Penalize,
     /// Reserve one charge's place within this many µs (`Limiter::reserve`).
     Reserve(u64),
+    /// Settle one charge by its receipt: give back this much of it, then charge the
+    /// cost (the extra) whether or not it fits (`Store::settle`).
+    Settle(u64),
 }
 
 impl Mode {
@@ -99,6 +102,7 @@ impl Mode {
             Self::Block => "k",
             Self::Penalize => "p",
             Self::Reserve(_) => "w",
+            Self::Settle(_) => "s",
         }
     }
 
@@ -106,7 +110,12 @@ impl Mode {
     pub(super) fn decides(self) -> bool {
         matches!(
             self,
-            Self::Acquire | Self::DryRun | Self::Block | Self::Penalize | Self::Reserve(_)
+            Self::Acquire
+                | Self::DryRun
+                | Self::Block
+                | Self::Penalize
+                | Self::Reserve(_)
+                | Self::Settle(_)
         )
     }
 
@@ -182,6 +191,24 @@ impl Call {
             .zip(receipts)
             .map(|(c, r)| (*c, Reads::ByMark, Some(*r)));
         Self::build(prefix, at, Mode::RefundCharges, script, charges)
+    }
+
+    /// The settle, at `at`, of the charge `receipt` names: `give_back` of it given
+    /// back, then `charge.cost` (the extra) charged whether or not it fits.
+    pub(super) fn settle(
+        prefix: &str,
+        at: At,
+        charge: &Charge<'_>,
+        receipt: Receipt,
+        give_back: u64,
+    ) -> Self {
+        let script = script_for([charge]);
+        let one = std::iter::once((charge, Reads::ByMark, Some(receipt)));
+        let mut call = Self::build(prefix, at, Mode::Settle(give_back), script, one);
+        for args in &mut call.charges {
+            args.give_back = Some(give_back);
+        }
+        call
     }
 
     fn build<'c>(
@@ -339,6 +366,7 @@ mod tests {
             Mode::Block,
             Mode::Penalize,
             Mode::Reserve(0),
+            Mode::Settle(0),
         ] {
             let listed = format!("'{}' ", mode.arg());
             assert!(header.contains(&listed), "{mode:?}");

@@ -85,65 +85,24 @@ pub async fn run<S: Store>(
         .build()?;
     let key = Key::from("scenario-subject");
     let mut failures = String::new();
-    // Each check's decision, by step, for the refunds of its charge.
+    // Each check's (and settle's) decision, by step, for the refunds and settles of
+    // its charge.
     let mut decisions: Vec<Option<Decision>> = Vec::new();
     for (index, step) in scenario.steps.iter().enumerate() {
         clock.set(BASE + Duration::from_micros(step.at_us));
         decisions.push(None);
-        let (decision, capacity, expect, cost) = match step.op {
-            Op::Refund { amount } => {
-                limiter.refund(scenario.name, &key, amount).await?;
-                continue;
-            }
-            Op::RefundCharge { of, amount } => {
-                let decision = decisions
-                    .get(of)
-                    .and_then(Option::as_ref)
-                    .ok_or_else(|| format!("step {index} refunds step {of}, not a check"))?;
-                limiter.refund_charge(decision, &key, amount).await?;
-                continue;
-            }
-            Op::Reset => {
-                limiter.reset(scenario.name, &key).await?;
-                continue;
-            }
-            Op::Peek { expect } => (
-                limiter.peek(scenario.name, &key).await?,
-                capacity,
-                expect,
-                0,
-            ),
-            Op::Block { us, expect } => (
-                limiter
-                    .block(scenario.name, &key, Duration::from_micros(us))
-                    .await?,
-                capacity,
-                expect,
-                0,
-            ),
-            Op::Penalize { n, expect } => (
-                limiter.penalize(scenario.name, &key, n).await?,
-                capacity,
-                expect,
-                n,
-            ),
-            Op::Check {
-                cost,
-                expect,
-                quota: caller,
-            } => match caller {
-                None => (
-                    limiter.check(scenario.name, &key, cost).await?,
-                    capacity,
-                    expect,
-                    cost,
-                ),
-                Some((notation, burst)) => {
-                    let (own, capacity) = own_quota(scenario.algorithm, notation, burst)?;
-                    let decision = limiter.check_with(scenario.name, &key, cost, own).await?;
-                    (decision, capacity, expect, cost)
-                }
-            },
+        let Some((decision, capacity, expect, cost)) = take(
+            &limiter,
+            scenario,
+            &key,
+            (index, step.op),
+            capacity,
+            &decisions,
+            &mut failures,
+        )
+        .await?
+        else {
+            continue;
         };
         let seen = seen(&decision)?;
         let want = Seen {
@@ -168,6 +127,94 @@ pub async fn run<S: Store>(
         scenario.quota
     );
     Ok(())
+}
+
+/// What one step is: a decision to compare with its table (with the capacity and
+/// cost it is compared under), or nothing to compare (a refund, a reset).
+type Taken = Option<(Decision, u64, Expect, u32)>;
+
+/// Takes step `index` (its `op`) on `limiter`, whose capacity is `capacity`.
+async fn take(
+    limiter: &Limiter,
+    scenario: &Scenario,
+    key: &Key,
+    (index, op): (usize, Op),
+    capacity: u64,
+    decisions: &[Option<Decision>],
+    failures: &mut String,
+) -> Result<Taken, Box<dyn Error>> {
+    Ok(Some(match op {
+        Op::Refund { amount } => {
+            limiter.refund(scenario.name, key, amount).await?;
+            return Ok(None);
+        }
+        Op::RefundCharge { of, amount } => {
+            let decision = decided(decisions, index, of)?;
+            limiter.refund_charge(decision, key, amount).await?;
+            return Ok(None);
+        }
+        Op::Reset => {
+            limiter.reset(scenario.name, key).await?;
+            return Ok(None);
+        }
+        Op::Peek { expect } => (limiter.peek(scenario.name, key).await?, capacity, expect, 0),
+        Op::Block { us, expect } => (
+            limiter
+                .block(scenario.name, key, Duration::from_micros(us))
+                .await?,
+            capacity,
+            expect,
+            0,
+        ),
+        Op::Penalize { n, expect } => (
+            limiter.penalize(scenario.name, key, n).await?,
+            capacity,
+            expect,
+            n,
+        ),
+        Op::Settle {
+            of,
+            actual,
+            expect,
+            receipt,
+        } => {
+            let decision = decided(decisions, index, of)?;
+            let settled = limiter.settle(decision, key, actual).await?;
+            let cost = settled.receipt().map(|r| r.cost());
+            if cost != receipt {
+                writeln!(
+                    failures,
+                    "  step {index}: receipt {cost:?}, not {receipt:?}"
+                )?;
+            }
+            (settled, capacity, expect, 0)
+        }
+        Op::Check {
+            cost,
+            expect,
+            quota: caller,
+        } => match caller {
+            None => (
+                limiter.check(scenario.name, key, cost).await?,
+                capacity,
+                expect,
+                cost,
+            ),
+            Some((notation, burst)) => {
+                let (own, capacity) = own_quota(scenario.algorithm, notation, burst)?;
+                let decision = limiter.check_with(scenario.name, key, cost, own).await?;
+                (decision, capacity, expect, cost)
+            }
+        },
+    }))
+}
+
+/// The decision of step `of`, which step `index` refunds or settles.
+fn decided(decisions: &[Option<Decision>], index: usize, of: usize) -> Result<&Decision, String> {
+    decisions
+        .get(of)
+        .and_then(Option::as_ref)
+        .ok_or_else(|| format!("step {index} takes step {of}'s decision: it made none"))
 }
 
 /// A decision's duration in whole µs; a fraction of a µs would break the contract

@@ -15,8 +15,10 @@
 --          newest charges, 'c' refund each charge's cost of the one charge its receipt
 --          names, 'x' reset (the key is idle: state, block and penalty count
 --          deleted), 'k' block the key for `cost` µs (0: lift the block),
---          'p' penalize: charge `cost` whether or not it fits
--- ARGV[3..] the charges, 14 arguments each (16 with 'c'). For a charge whose first
+--          'p' penalize: charge `cost` whether or not it fits, 's' settle one charge
+--          by its receipt: give back `give_back` of it, then charge `cost` (the
+--          extra) whether or not it fits
+-- ARGV[3..] the charges, 14 arguments each (16 with 'c', 17 with 's'). For a charge whose first
 -- argument is ARGV[i] (every `decide` reads its charge as `args[i + <offset>]`):
 --   i+0   algorithm        its name (`D` and `A` are indexed by it)
 --   i+1   cost
@@ -30,8 +32,9 @@
 --   i+13  reads            when the decision reads the caller's record (0: by its
 --                          state's mark; 1: always; 2: always, and the base state's
 --                          key is passed)
---   i+14  receipt_at       'c' only: the instant the charge was decided at, µs
---   i+15  receipt_until    'c' only: its reset instant, µs
+--   i+14  receipt_at       'c' and 's' only: the instant the charge was decided at, µs
+--   i+15  receipt_until    'c' and 's' only: its reset instant, µs
+--   i+16  give_back        's' only: how much of the charge to give back by its receipt
 --
 -- KEYS: each charge's keys in order: its state, the log's sorted set for
 -- sliding_window_log, the base state (with reads 2), then the caller's record
@@ -40,7 +43,8 @@
 -- record.
 --
 -- Returns 7 integers per charge ('r', 'c' and 'x': none; 'k' and 'p': one per state,
--- the first the limit's own), durations, never timestamps (prelude.lua's `verdict`
+-- the first the limit's own; 's': its state's own verdict, as a peek reads it, with
+-- the key's block in v[6] only), durations, never timestamps (prelude.lua's `verdict`
 -- builds them):
 --   v[1]  allowed          1 or 0
 --   v[2]  remaining
@@ -66,8 +70,9 @@ end
 
 -- The layout above, for the drivers (this file and evalsha_batch.lua): the arguments
 -- before the first charge, and each charge's count (a refund of charges: with its
--- receipt): wire.rs `arg::{PER_CHARGE, PER_REFUND}`, tested against this line.
-local BEFORE_CHARGES, PER_CHARGE, PER_REFUND = 2, 14, 16
+-- receipt; a settle: with its receipt and give-back): wire.rs
+-- `arg::{PER_CHARGE, PER_REFUND, PER_SETTLE}`, tested against this line.
+local BEFORE_CHARGES, PER_CHARGE, PER_REFUND, PER_SETTLE = 2, 14, 16, 17
 
 local now = decision_clock(ARGV[1])
 local mode = ARGV[2]

@@ -6,10 +6,13 @@
 
 local charges = {}
 local next_key = 1
--- A refund of charges by their receipts carries two more arguments per charge.
+-- A refund of charges by their receipts carries two more arguments per charge, a
+-- settle three.
 local stride = PER_CHARGE
 if mode == 'c' then
   stride = PER_REFUND
+elseif mode == 's' then
+  stride = PER_SETTLE
 end
 -- One charge (a refund, here) owns every key: no per-charge copy of KEYS.
 local single = #ARGV == BEFORE_CHARGES + stride
@@ -49,9 +52,12 @@ for i = first_arg, #ARGV, stride do
       t_us = x1, t_ns = x2, b_us = x3, b_ns = x4,
     },
   }
-  if mode == 'c' then
+  if mode == 'c' or mode == 's' then
     -- The receipt: when the charge was decided and its reset instant.
     charges[#charges].receipt = { at = tonumber(ARGV[i + 14]), till = tonumber(ARGV[i + 15]) }
+  end
+  if mode == 's' then
+    charges[#charges].give_back = tonumber(ARGV[i + 16])
   end
 end
 
@@ -182,6 +188,23 @@ elseif mode == 'p' then
     end
     emit({ v })
   end
+elseif mode == 's' then
+  -- Settle (Store::settle): the charge gives back by its receipt (as 'c'), then the
+  -- extra, the cost, is charged whether or not it fits on this one state (as 'p'
+  -- charges each). Answered with the state's own verdict, as a peek reads it (its
+  -- reset names the extra's charge, for its receipt), the key's block beside it in
+  -- v[6]: a block does not stop a settle, which is accounting, not admission.
+  local c = charges[1]
+  if c.give_back > 0 then
+    refund(c, c.give_back, c.receipt)
+  end
+  local v = decide_fresh(c.keys, now, with_cost(c, c.cost), 1, c.cost > 0, true)
+  v[5], v[6], v[7] = 0, -1, 0
+  local u = pb_read(c.keys)
+  if u > now then
+    v[6] = u - now
+  end
+  emit({ v })
 elseif #charges == 1 then
   emit({ evaluate(charges[1], mode == 'a') })
 else

@@ -32,13 +32,18 @@ pub(super) mod arg {
     pub(in crate::store::redis::script) const PENALTY_BLOCK: usize = 12;
     /// When the decision reads the caller's record ([`Reads`](super::Reads)).
     pub(in crate::store::redis::script) const READS: usize = 13;
-    /// A refund of charges only (`Mode::RefundCharges`): the receipt's two instants.
+    /// A refund of charges or a settle only (`Mode::RefundCharges`, `Mode::Settle`):
+    /// the receipt's two instants.
     pub(in crate::store::redis::script) const RECEIPT_AT: usize = 14;
     pub(in crate::store::redis::script) const RECEIPT_UNTIL: usize = 15;
-    /// Arguments per charge, and per charge of a refund of charges. (Before the first
-    /// charge come two: the clock and the mode, `Call::write_args`.)
+    /// A settle only: what its charge gives back by the receipt (its cost is the
+    /// extra).
+    pub(in crate::store::redis::script) const GIVE_BACK: usize = 16;
+    /// Arguments per charge, per charge of a refund of charges, and per settle.
+    /// (Before the first charge come two: the clock and the mode, `Call::write_args`.)
     pub(in crate::store::redis::script) const PER_CHARGE: usize = READS + 1;
     pub(in crate::store::redis::script) const PER_REFUND: usize = RECEIPT_UNTIL + 1;
+    pub(in crate::store::redis::script) const PER_SETTLE: usize = GIVE_BACK + 1;
 }
 
 /// The wire layout of a reply: per verdict, these integers (offsets from its first);
@@ -79,6 +84,8 @@ pub(super) struct ChargeArgs {
     pub(super) penalty: [u64; 3],
     pub(super) reads: Reads,
     pub(super) receipt: Option<Receipt>,
+    /// A settle's give-back by the receipt (which it needs).
+    pub(super) give_back: Option<u64>,
 }
 
 /// The numbers of a charge that the packed call sends: from [`arg::COST`] to
@@ -115,15 +122,17 @@ impl ChargeArgs {
             penalty,
             reads,
             receipt,
+            give_back: None,
         }
     }
 
     /// The numbers after the algorithm's name, each at its [`arg`] offset less the
-    /// name's, and how many of them the call sends: through [`arg::READS`], or with a
-    /// receipt through [`arg::RECEIPT_UNTIL`].
-    pub(super) fn numbers(&self) -> ([u64; arg::PER_REFUND - 1], usize) {
+    /// name's, and how many of them the call sends: through [`arg::READS`], with a
+    /// receipt through [`arg::RECEIPT_UNTIL`], with a give-back too through
+    /// [`arg::GIVE_BACK`].
+    pub(super) fn numbers(&self) -> ([u64; arg::PER_SETTLE - 1], usize) {
         let at = |offset: usize| offset - (arg::ALGORITHM + 1);
-        let mut n = [0; arg::PER_REFUND - 1];
+        let mut n = [0; arg::PER_SETTLE - 1];
         n[at(arg::COST)] = self.cost;
         n[at(arg::LIMIT)] = self.limit;
         n[at(arg::PERIOD)] = self.period_us;
@@ -133,13 +142,18 @@ impl ChargeArgs {
         n[at(arg::PENALTY_WITHIN)] = self.penalty[1];
         n[at(arg::PENALTY_BLOCK)] = self.penalty[2];
         n[at(arg::READS)] = self.reads as u64;
-        let count = match self.receipt {
-            Some(receipt) => {
+        let count = match (self.receipt, self.give_back) {
+            (Some(receipt), give_back) => {
                 n[at(arg::RECEIPT_AT)] = receipt.at_us();
                 n[at(arg::RECEIPT_UNTIL)] = receipt.until_us();
-                arg::PER_REFUND
+                if let Some(give_back) = give_back {
+                    n[at(arg::GIVE_BACK)] = give_back;
+                    arg::PER_SETTLE
+                } else {
+                    arg::PER_REFUND
+                }
             }
-            None => arg::PER_CHARGE,
+            (None, _) => arg::PER_CHARGE,
         };
         (n, count - 1)
     }
@@ -281,15 +295,17 @@ mod tests {
             (arg::READS, "reads"),
             (arg::RECEIPT_AT, "receipt_at"),
             (arg::RECEIPT_UNTIL, "receipt_until"),
+            (arg::GIVE_BACK, "give_back"),
         ];
         let expected: Vec<_> = args.iter().map(|&(i, n)| (i, n.to_owned())).collect();
         assert_eq!(header_rows(lua::EVALSHA, "i+", " "), expected);
         assert_eq!(arg::PARAMS + 5, arg::PENALTY_AFTER);
         // Before the charges: the clock and the mode.
         let counts = format!(
-            "local BEFORE_CHARGES, PER_CHARGE, PER_REFUND = 2, {}, {}\n",
+            "local BEFORE_CHARGES, PER_CHARGE, PER_REFUND, PER_SETTLE = 2, {}, {}, {}\n",
             arg::PER_CHARGE,
-            arg::PER_REFUND
+            arg::PER_REFUND,
+            arg::PER_SETTLE
         );
         assert!(lua::EVALSHA.contains(&counts), "{counts}");
 
@@ -333,6 +349,7 @@ mod tests {
                 arg::READS,
                 arg::RECEIPT_AT,
                 arg::RECEIPT_UNTIL,
+                arg::GIVE_BACK,
             ],
         );
         // block.lua's penalty box and record reads.
@@ -389,18 +406,24 @@ mod tests {
             penalty: [10, 11, 12],
             reads: Reads::AlwaysMarkingBase,
             receipt: Receipt::new(14, 15, 1),
+            give_back: Some(16),
         };
         let (numbers, count) = args.numbers();
-        assert_eq!(count, arg::PER_REFUND - 1);
+        assert_eq!(count, arg::PER_SETTLE - 1);
         assert_eq!(numbers[arg::READS - 1], 2);
         for (i, n) in numbers.iter().enumerate() {
             if i + 1 != arg::READS {
                 assert_eq!(*n, (i + 1) as u64);
             }
         }
+        let refund = ChargeArgs {
+            give_back: None,
+            ..args
+        };
+        assert_eq!(refund.numbers().1, arg::PER_REFUND - 1);
         let charge = ChargeArgs {
             receipt: None,
-            ..args
+            ..refund
         };
         assert_eq!(charge.numbers().1, arg::PER_CHARGE - 1);
     }

@@ -1,0 +1,120 @@
+//! [`Limiter::settle`]: a charge made on an estimate, moved to what the work actually
+//! cost once that is known.
+
+use super::Limiter;
+use crate::store::Charge;
+use crate::{Decision, Key, StoreError};
+
+impl Limiter {
+    /// Moves the charge `decision` made to `key` from its estimate (the cost it was
+    /// checked with) to `actual`, for work whose size is known only once it is done
+    /// (tokens generated, bytes sent, rows written):
+    ///
+    /// - **Less:** the difference comes back by the decision's
+    ///   [`Receipt`](crate::decision::Receipt), as
+    ///   [`refund_charge`](Limiter::refund_charge) gives it back: only what of that
+    ///   charge the key still counts (nothing once its window has passed or time has
+    ///   repaid it), never leaving the key better than idle.
+    /// - **More:** the difference is charged whether or not it fits, as
+    ///   [`penalize`](Limiter::penalize) charges: usage may go past the capacity (a
+    ///   debt), and `remaining` stays 0 until it is repaid. A settled request is never
+    ///   denied after the fact. One settle charges at most what a penalty does (GCRA
+    ///   and the leaky bucket: a century of debt; the token bucket: 2^52 units; the
+    ///   sliding window: `extra × period` below 2^53) and, on the fixed window, the
+    ///   sliding window counters and the log, at most the capacity (a charge that alone
+    ///   fills the capacity keeps the key denied while it counts, however large it is).
+    ///   Any `actual` is safe: nothing panics, wraps or overflows.
+    /// - **Equal:** nothing changes.
+    ///
+    /// It settles under the quota the charge was made with (a caller's own, from
+    /// [`check_with`](Limiter::check_with), included), on the store that took it (on a
+    /// [`Fallback`](crate::store::Fallback), a settle whose store is down fails and
+    /// settles nothing), in one atomic call on the memory store and in one round trip
+    /// on Redis and Redis Cluster. A blocked key is settled too (it is accounting, not
+    /// admission).
+    ///
+    /// Returns the settled request's decision: `allowed` (it stays admitted), no
+    /// `retry_after` or `delay`, the key's `remaining` and `reset_after` as
+    /// [`peek`](Limiter::peek) reports them (a blocked key: 0 and its block's end, with
+    /// `blocked_for`), and a receipt of the charge now standing, of cost `actual`
+    /// (`None` for 0).
+    ///
+    /// **Settle a decision once; settle again with the decision this returns**, which
+    /// moves from `actual`. Over such a chain, the total given back never exceeds
+    /// what the chain charged (the estimate and every extra). After a settle that
+    /// charged more, a later settle gives back at most that extra (the newest part,
+    /// which counts longest); the estimate stays counted where it was. Settling to 0
+    /// ends the charge: the returned decision has no receipt, and settles nothing
+    /// more. Settling the same decision twice moves its charge twice, as refunding it
+    /// twice does.
+    ///
+    /// A decision that charged nothing (denied, a peek, admitted by a
+    /// [`check_all`](Limiter::check_all) that another limit denied, a fail-open or
+    /// shadow decision of the layer: no [`receipt`](Decision::receipt)) settles
+    /// nothing: `Ok` with a copy of the decision, unchanged, and no store call.
+    ///
+    /// A settle dropped before it completes may or may not have settled (on Redis its
+    /// script may have run): where the caller may go away (a client that disconnects),
+    /// run it to completion, e.g. in a spawned task.
+    ///
+    /// A decision from before a [`reset`](Limiter::reset) of its key gives nothing
+    /// back (its charge was forgotten with the key's state), but an extra is still
+    /// charged: the work happened. A decision whose limit a
+    /// [`reload`](Limiter::reload) has removed fails with
+    /// [`StoreErrorKind::UnknownLimit`](crate::StoreErrorKind::UnknownLimit); one whose
+    /// limit a reload changed settles under the limit as it is now, with the quota the
+    /// charge was made with (as [`refund_charge`](Limiter::refund_charge) does).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{Key, Limit, Limiter, MemoryStore, Quota};
+    /// use tollgate::clock::ManualClock;
+    /// # tokio::runtime::Builder::new_current_thread().build()?.block_on(async {
+    /// let clock = ManualClock::new(Duration::from_secs(1_700_000_000));
+    /// let limiter = Limiter::builder()
+    ///     .limit(Limit::new("tokens", Quota::per_minute(1_000))?) // GCRA, T = 60 ms
+    ///     .store(MemoryStore::with_clock(clock.clone()))
+    ///     .build()?;
+    /// let key = Key::from("alice");
+    ///
+    /// // Admitted on an estimate of 300 tokens; the answer used 120.
+    /// let estimate = limiter.check("tokens", &key, 300).await?;
+    /// let settled = limiter.settle(&estimate, &key, 120).await?;
+    /// assert_eq!(settled.remaining, 880);
+    ///
+    /// // Another admitted on 100 used 1 500: a debt beyond the capacity.
+    /// let estimate = limiter.check("tokens", &key, 100).await?;
+    /// let settled = limiter.settle(&estimate, &key, 1_500).await?;
+    /// assert!(settled.allowed); // never denied after the fact
+    /// assert_eq!(settled.remaining, 0);
+    /// assert!(!limiter.check("tokens", &key, 1).await?.allowed); // until repaid
+    ///
+    /// // Settled again from the returned decision: from 1 500 to 1 000.
+    /// let again = limiter.settle(&settled, &key, 1_000).await?;
+    /// assert_eq!(again.receipt().map(|r| r.cost()), Some(1_000));
+    /// clock.advance(Duration::from_secs(60)); // a minute repays 1 000 tokens
+    /// assert!(limiter.check("tokens", &key, 1).await?.allowed);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// # })?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub async fn settle(
+        &self,
+        decision: &Decision,
+        key: &Key,
+        actual: u64,
+    ) -> Result<Decision, StoreError> {
+        let Some(receipt) = decision.receipt else {
+            return Ok(decision.clone());
+        };
+        // Under the quota the charge was made with: a caller's own, if it had one.
+        let set = self.snapshot();
+        let limit = self.resolve(&set, decision.limit, Some(decision.quota))?;
+        let charge = Charge {
+            limit: &limit,
+            key,
+            cost: actual,
+        };
+        self.inner.store.settle(charge, receipt).await
+    }
+}

@@ -1,0 +1,222 @@
+//! Settling (`Limiter::settle`) against any store, for the memory, Redis and cluster
+//! tests alike: chains of settles that must never give back another request's charge,
+//! extremes that must saturate, receipts from before a reset, and many tasks settling
+//! one key at once, whose usage must come out as the sum of what they settled to.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use tollgate::clock::ManualClock;
+use tollgate::store::Store;
+use tollgate::{Algorithm, Key, Limit, Limiter, Quota};
+
+use crate::rng::Rng;
+
+/// Every scenario starts here: 2023-11-14T00:00:00Z, a multiple of one day.
+pub const BASE: Duration = Duration::from_secs(1_699_920_000);
+
+/// Every algorithm, the counters with 10 buckets.
+pub const ALGORITHMS: [Algorithm; 7] = [
+    Algorithm::FixedWindow,
+    Algorithm::SlidingWindow,
+    Algorithm::SlidingWindowCounters { buckets: 10 },
+    Algorithm::SlidingWindowLog,
+    Algorithm::TokenBucket,
+    Algorithm::Gcra,
+    Algorithm::LeakyBucket,
+];
+
+type TestResult = Result<(), Box<dyn std::error::Error>>;
+
+/// A limiter of one limit named after `algorithm`, on `store`.
+fn limiter(store: impl Store, algorithm: Algorithm, quota: Quota) -> (Limiter, &'static str) {
+    let name = algorithm.name();
+    let limiter = Limiter::builder()
+        .limit(
+            Limit::new(name, quota)
+                .expect("a limit")
+                .algorithm(algorithm),
+        )
+        .store(store)
+        .build()
+        .expect("a limiter");
+    (limiter, name)
+}
+
+/// What `key` has used of `limiter`'s `name` (capacity less remaining), by a peek.
+async fn used(limiter: &Limiter, name: &str, key: &Key) -> u64 {
+    let peek = limiter.peek(name, key).await.expect("a peek");
+    peek.capacity - peek.remaining
+}
+
+/// Chains of settles, each from the decision the last one returned, at one instant,
+/// after another request's charge: whatever the chain does, that charge is never
+/// given back, and the key never counts less than the chain's last actual (a chain
+/// gives back at most what it charged; it may give back less, never more).
+pub async fn chains_never_give_back_another_charge<S: Store>(
+    make_store: impl Fn(ManualClock) -> S,
+) -> TestResult {
+    let mut rng = Rng(0x5e77_1e5e_771e);
+    for algorithm in ALGORITHMS {
+        for round in 0..20 {
+            let clock = ManualClock::new(BASE + Duration::from_secs(round));
+            let (limiter, name) = limiter(make_store(clock), algorithm, Quota::per_second(100));
+            let key = Key::from("chain");
+            let other = rng.below(30) + 1;
+            assert!(limiter.check(name, &key, other as u32).await?.allowed);
+            let estimate = rng.below(30) + 1;
+            let mut decision = limiter.check(name, &key, estimate as u32).await?;
+            assert!(decision.allowed);
+            let (mut actual, mut charged) = (estimate, estimate);
+            for _ in 0..6 {
+                let wanted = rng.below(41);
+                if decision.receipt().is_none() {
+                    // Settled to 0: nothing stands, and nothing more settles.
+                    let again = limiter.settle(&decision, &key, wanted).await?;
+                    assert_eq!((&again, again.receipt()), (&decision, None));
+                    continue;
+                }
+                charged += wanted.saturating_sub(actual);
+                actual = wanted;
+                decision = limiter.settle(&decision, &key, actual).await?;
+                assert_eq!(
+                    decision.receipt().map(|r| r.cost()),
+                    Some(actual).filter(|&a| a > 0)
+                );
+                let used = used(&limiter, name, &key).await;
+                assert!(
+                    used >= other + actual,
+                    "{algorithm}: {used} used after settling to {actual} behind {other}"
+                );
+            }
+            // Down to nothing: the other charge stays counted, and at most what the
+            // chain charged (a settle up's receipt names its extra only: what was
+            // counted before it stays).
+            limiter.settle(&decision, &key, 0).await?;
+            let used = used(&limiter, name, &key).await;
+            assert!(
+                (other..=other + charged).contains(&used),
+                "{algorithm}: {used} used, other {other}, the chain charged {charged}"
+            );
+        }
+    }
+    Ok(())
+}
+
+/// A caller picks its estimate (1) and its actual (`u64::MAX`, or the same again and
+/// again): nothing panics or wraps; the key is in debt, denied, and a settle back
+/// gives back what was charged, no more.
+pub async fn extremes_saturate<S: Store>(make_store: impl Fn(ManualClock) -> S) -> TestResult {
+    for algorithm in ALGORITHMS {
+        let clock = ManualClock::new(BASE);
+        let (limiter, name) = limiter(make_store(clock.clone()), algorithm, Quota::per_second(10));
+        let key = Key::from("greedy");
+        limiter.check(name, &key, 2).await?;
+        let estimate = limiter.check(name, &key, 1).await?;
+        let huge = limiter.settle(&estimate, &key, u64::MAX).await?;
+        assert!(huge.allowed, "{algorithm}");
+        assert_eq!(huge.remaining, 0, "{algorithm}");
+        assert_eq!(
+            huge.receipt().map(|r| r.cost()),
+            Some(u64::MAX),
+            "{algorithm}"
+        );
+        assert!(!limiter.check(name, &key, 1).await?.allowed, "{algorithm}");
+        // The same estimate settled to the most again and again: more debt, no wrap.
+        for _ in 0..3 {
+            assert_eq!(
+                limiter.settle(&estimate, &key, u64::MAX).await?.remaining,
+                0
+            );
+        }
+        assert!(!limiter.check(name, &key, 1).await?.allowed, "{algorithm}");
+        // Back to 1 from the first settle's decision: only its extra comes back; the
+        // repeated ones stay owed.
+        let back = limiter.settle(&huge, &key, 1).await?;
+        assert_eq!(back.remaining, 0, "{algorithm}");
+        // From a fresh key: the extra and back again leaves the key where it was.
+        let fresh = Key::from("greedy-again");
+        limiter.check(name, &fresh, 2).await?;
+        let estimate = limiter.check(name, &fresh, 1).await?;
+        let huge = limiter.settle(&estimate, &fresh, u64::MAX).await?;
+        let back = limiter.settle(&huge, &fresh, 1).await?;
+        assert_eq!(back.remaining, 7, "{algorithm}: 2 + 1 of 10 stand");
+        assert_eq!(back.receipt().map(|r| r.cost()), Some(1));
+    }
+    Ok(())
+}
+
+/// A receipt from before a reset settles nothing back (its charge went with the
+/// key's state), and its extra is still charged (the work happened).
+pub async fn receipts_from_before_a_reset_give_nothing_back<S: Store>(
+    make_store: impl Fn(ManualClock) -> S,
+) -> TestResult {
+    for algorithm in ALGORITHMS {
+        let clock = ManualClock::new(BASE);
+        let (limiter, name) = limiter(make_store(clock.clone()), algorithm, Quota::per_second(10));
+        let key = Key::from("reset");
+        let before = limiter.check(name, &key, 6).await?;
+        limiter.reset(name, &key).await?;
+        clock.advance(Duration::from_micros(1));
+        assert!(limiter.check(name, &key, 10).await?.allowed, "{algorithm}");
+        // Nothing of the fresh quota comes back.
+        let settled = limiter.settle(&before, &key, 0).await?;
+        assert_eq!(settled.remaining, 0, "{algorithm}");
+        assert!(!limiter.check(name, &key, 1).await?.allowed, "{algorithm}");
+        // Up: charged on top of the fresh usage.
+        limiter.reset(name, &key).await?;
+        clock.advance(Duration::from_micros(1));
+        limiter.settle(&before, &key, 9).await?;
+        assert_eq!(
+            used(&limiter, name, &key).await,
+            3,
+            "{algorithm}: 9 − 6 charged"
+        );
+    }
+    Ok(())
+}
+
+/// `tasks` tasks each check an estimate and settle it to an actual, `rounds` times,
+/// on one key of a limit large enough for all of it, the clock standing still: the
+/// key's usage afterwards is the sum of the actuals of the admitted checks. Returns
+/// (usage, sum of actuals). The leaky bucket gives back no place queued behind a later
+/// one, so there the usage may only be larger.
+pub async fn concurrent_settles<S: Store>(
+    store: S,
+    algorithm: Algorithm,
+    tasks: u64,
+    rounds: u64,
+) -> (u64, u64) {
+    let quota = Quota::per_hour(100_000);
+    let (limiter, name) = limiter(store, algorithm, quota);
+    let settled = Arc::new(AtomicU64::new(0));
+    let mut handles = Vec::new();
+    for task in 0..tasks {
+        let (limiter, settled) = (limiter.clone(), settled.clone());
+        handles.push(tokio::spawn(async move {
+            let key = Key::from("shared");
+            let mut rng = Rng(0x9e37_79b9_7f4a_7c15 ^ (task + 1));
+            for _ in 0..rounds {
+                let estimate = rng.below(100) + 1;
+                let actual = rng.below(151);
+                let decision = limiter
+                    .check(name, &key, estimate as u32)
+                    .await
+                    .expect("a decision");
+                assert!(decision.allowed, "the quota holds every estimate");
+                let after = limiter
+                    .settle(&decision, &key, actual)
+                    .await
+                    .expect("settled");
+                assert!(after.allowed);
+                settled.fetch_add(actual, Ordering::Relaxed);
+            }
+        }));
+    }
+    for handle in handles {
+        handle.await.expect("no panic");
+    }
+    let used = used(&limiter, name, &Key::from("shared")).await;
+    (used, settled.load(Ordering::Relaxed))
+}
