@@ -184,6 +184,7 @@ impl DenialCache {
         if charge.cost < cached.min_cost {
             return None;
         }
+        crate::observe::denial_cache_hit();
         Some(decision(
             charge.limit,
             Verdict {

@@ -42,6 +42,7 @@ impl Entry {
             return Err(None);
         };
         let delay = lease.spend(now, charge.cost).map_err(Some)?;
+        crate::observe::lease_hit();
         Ok(lease_decision(lease, now, charge.cost, delay, charge.limit))
     }
 }
