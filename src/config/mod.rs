@@ -28,6 +28,8 @@
 //! | `[limit.costs]` | `"<METHOD> <route>" = cost` (method `*`: any), and `default = cost` (see [`Costs`](crate::layer::Costs)) | every request costs 1 |
 //! | `plan_from` | where a request's plan name is: `"header:<name>"`, or `"extension"` (a [`PlanName`] in the request extensions) | |
 //! | `[limit.plans]` | `plan = "quota"`, or `plan = { quota = "…", burst = n }` | |
+//! | `enforce` | the share of callers the limit rejects when over it, from `0` to `1` (`0.1`: a stable one in ten, by key fingerprint; the rest in shadow mode; see [`Policy::enforce`]) | `1` |
+//! | `shadow` | `true`: shadow mode for every caller (`enforce = 0`); not with `enforce` | `false` |
 //!
 //! A request whose plan is listed is counted against that plan's quota (through
 //! [`Policy::quota_from`]); a request with no plan, or one the file does not list,
@@ -86,10 +88,18 @@
 //! algorithm = "leaky_bucket"
 //! max_delay = "2s"
 //! key = "matched_path"
+//!
+//! ## A new limit, rolled out: rejects one caller in ten, watches the others.
+//! [[limit]]
+//! name = "search"
+//! quota = "30/min"
+//! key = "peer_ip"
+//! enforce = 0.1
 //! "#)?;
 //!
 //! let names: Vec<&str> = limits.policies().iter().map(|p| p.name()).collect();
-//! assert_eq!(names, ["api", "per-key", "uploads", "reports"]);
+//! assert_eq!(names, ["api", "per-key", "uploads", "reports", "search"]);
+//! assert_eq!(limits.policies()[4].get_rollout().share(), 0.1);
 //! let api = &limits.policies()[0];
 //! assert_eq!(api.quota(), Quota::per_minute(100).with_burst(20)?);
 //! assert_eq!(limits.policies()[2].get_algorithm(), Algorithm::SlidingWindowCounters { buckets: 6 });
@@ -110,6 +120,14 @@
 //! ```
 //!
 //! Mistakes say where they are:
+//!
+//! ```
+//! let err = tollgate::config::Limits::from_toml(
+//!     "[[limit]]\nname = \"api\"\nquota = \"100/min\"\nenforce = 1.5\n",
+//! ).unwrap_err();
+//! assert_eq!((err.line(), err.column()), (Some(4), Some(11)));
+//! assert!(err.to_string().contains("invalid enforcement share 1.5"), "{err}");
+//! ```
 //!
 //! ```
 //! let err = tollgate::config::Limits::from_toml(

@@ -25,6 +25,7 @@ mod outage_store;
 mod outbound;
 mod plans;
 mod reload;
+mod rollout;
 #[cfg(feature = "redis")]
 mod shared_redis;
 mod tower_stack;
