@@ -52,7 +52,8 @@ pub(crate) const REQUESTS: Metric = Metric {
     labels: &["policy", "outcome"],
     meaning: "Decisions of the layer, by policy and outcome: `allowed` (within the policy's \
               limit), `waited` (admitted after being held for a leaky-bucket turn or a wait), \
-              `rejected`, `blocked` (an operator's or a penalty's block), `shadow_rejected` \
+              `rejected`, `blocked` (an operator's or a penalty's block, and the rejection that \
+              trips a penalty), `shadow_rejected` \
               (over the limit, served because the policy is in shadow for this caller), \
               `queue_full` (admitted with a delay the layer had no place to hold), \
               `fail_open` and `fail_closed` (the store failed).",
@@ -116,7 +117,8 @@ pub(crate) const IN_FLIGHT: Metric = Metric {
     open_telemetry_name: "rate_limit.in_flight",
     kind: MetricKind::Gauge,
     labels: &["policy"],
-    meaning: "Requests admitted by the policy whose inner service has not answered yet.",
+    meaning: "Requests the policy admitted whose inner service has not answered yet (held \
+              ones included).",
 };
 
 pub(crate) const PENALTIES: Metric = Metric {
