@@ -16,6 +16,7 @@ use http_body_util::Full;
 use support::http::{Reply, Server};
 use support::in_flight::App;
 use tollgate::clock::ManualClock;
+use tollgate::store::Store;
 use tollgate::{Algorithm, Key, MemoryStore, Policy, Quota, RateLimitLayer, key};
 
 const BASE: Duration = Duration::from_secs(1_699_920_000);
@@ -36,9 +37,13 @@ fn per_user(name: &str, quota: Quota) -> Policy {
 }
 
 fn layer(policies: impl IntoIterator<Item = Policy>) -> RateLimitLayer {
+    layer_on(policies, MemoryStore::with_clock(ManualClock::new(BASE)))
+}
+
+fn layer_on(policies: impl IntoIterator<Item = Policy>, store: impl Store) -> RateLimitLayer {
     RateLimitLayer::builder()
         .policies(policies)
-        .store(MemoryStore::with_clock(ManualClock::new(BASE)))
+        .store(store)
         .build()
         .expect("layer")
 }
@@ -67,9 +72,28 @@ fn remaining(reply: &Reply, name: &str) -> u64 {
 #[tokio::test]
 async fn a_shadowed_policy_serves_and_reports_what_enforcement_would_then_turns_on_without_a_jump()
 {
+    let store = || MemoryStore::with_clock(ManualClock::new(BASE));
+    shadow_then_enforced(store(), store()).await;
+}
+
+#[cfg(feature = "redis")]
+#[tokio::test]
+async fn on_redis_a_shadowed_policy_serves_and_reports_what_enforcement_would() {
+    use crate::shared_redis::redis_store;
+    let clock = ManualClock::new(BASE);
+    shadow_then_enforced(
+        redis_store("rollout-shadow", clock.clone()),
+        redis_store("rollout-enforced", clock),
+    )
+    .await;
+}
+
+/// A shadowed and an enforced twin, the same requests: the shadowed one serves what
+/// the other rejects, with the same headers; then enforced, it rejects at once.
+async fn shadow_then_enforced(shadow_store: impl Store, enforced_store: impl Store) {
     let quota = Quota::per_minute(3);
-    let shadowed = layer([per_user("api", quota).shadow(true)]);
-    let enforced = layer([per_user("api", quota)]);
+    let shadowed = layer_on([per_user("api", quota).shadow(true)], shadow_store);
+    let enforced = layer_on([per_user("api", quota)], enforced_store);
     let (shadow_server, enforced_server) = (
         Server::start(app(shadowed.clone())).await,
         Server::start(app(enforced)).await,
@@ -113,13 +137,26 @@ async fn a_shadowed_policy_serves_and_reports_what_enforcement_would_then_turns_
 
 #[tokio::test]
 async fn the_enforced_policies_count_a_request_only_a_shadowed_one_would_reject() {
+    enforced_beside_shadowed(MemoryStore::with_clock(ManualClock::new(BASE))).await;
+}
+
+/// On a remote store the enforced policies' second decision is a store call the
+/// request awaits.
+#[cfg(feature = "redis")]
+#[tokio::test]
+async fn on_redis_the_enforced_policies_count_a_request_only_a_shadowed_one_would_reject() {
+    use crate::shared_redis::redis_store;
+    enforced_beside_shadowed(redis_store("rollout-mixed", ManualClock::new(BASE))).await;
+}
+
+async fn enforced_beside_shadowed(store: impl Store) {
     // "route" (shadowed) allows 1 a minute to everyone together; "user" (enforced) 3
     // per caller. Past route's one, its denials must not let alice past user's three.
     let route = Policy::new("route", Quota::per_minute(1))
         .expect("policy")
         .algorithm(Algorithm::FixedWindow)
         .shadow(true);
-    let layer = layer([per_user("user", Quota::per_minute(3)), route]);
+    let layer = layer_on([per_user("user", Quota::per_minute(3)), route], store);
     let server = Server::start(app(layer)).await;
     for left in [2, 1, 0] {
         let reply = server.send(as_user("alice")).await;
