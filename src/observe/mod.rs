@@ -11,15 +11,7 @@
 //! Names follow Prometheus' conventions (`tollgate_requests_total`) unless
 //! [`set_metric_names`] picks OpenTelemetry's (`rate_limit.requests`), or both.
 //!
-//! ```
-//! # #[cfg(feature = "metrics")] {
-//! use tollgate::observe::{METRICS, MetricNames, set_metric_names};
-//! set_metric_names(MetricNames::Prometheus);
-//! let requests = METRICS.iter().find(|m| m.name == "tollgate_requests_total").expect("listed");
-//! assert_eq!(requests.open_telemetry_name, "rate_limit.requests");
-//! assert_eq!(requests.labels, ["policy", "outcome"]);
-//! # }
-//! ```
+//! See [`METRICS`] and [`set_metric_names`] (feature `metrics`) for examples.
 //!
 //! The files, one job each: `catalogue.rs` (the list), `names.rs` (which names are
 //! emitted, and registering handles under them), `policy.rs` (a policy's handles in the
