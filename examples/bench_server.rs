@@ -5,7 +5,11 @@
 //! key, draft-11 headers, a quota that never rejects), `lean` (as `allow`, without the
 //! `Decisions` request extension), `reject` (layer on, every request rejected), and
 //! `identity` (a layer that does nothing: what any layer costs in an axum router, which
-//! boxes the layered service and its future).
+//! boxes the layered service and its future), and, built with the feature `metrics`,
+//! `metrics` (as `allow`, with `metrics-exporter-prometheus`'s recorder installed:
+//! what recording every decision, near-limit count, running gauge and store latency
+//! costs; `allow` built with the feature but no recorder is the cost of the feature
+//! alone).
 //!
 //! The peer, `tower_governor` 0.8 (governor's keyed GCRA behind a Tower layer), set up
 //! as `allow` and `reject` are: keyed by the peer's IP (`PeerIpKeyExtractor`, read from
@@ -41,7 +45,15 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let app = match mode.as_str() {
         "plain" => app,
         "identity" => app.layer(tower_layer::Identity::new()),
-        "allow" | "lean" | "reject" => {
+        "allow" | "lean" | "reject" | "metrics" => {
+            #[cfg(feature = "metrics")]
+            if mode == "metrics" {
+                metrics_exporter_prometheus::PrometheusBuilder::new().install_recorder()?;
+            }
+            #[cfg(not(feature = "metrics"))]
+            if mode == "metrics" {
+                return Err("the metrics mode needs the feature: --features metrics".into());
+            }
             let quota = if mode == "reject" {
                 Quota::per_day(1)
             } else {
@@ -73,7 +85,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
         other => {
             return Err(format!(
-                "unknown mode {other:?}: use plain, allow, lean, reject, identity, \
+                "unknown mode {other:?}: use plain, allow, lean, reject, identity, metrics, \
                  governor, governor-headers or governor-reject"
             )
             .into());

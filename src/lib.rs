@@ -167,7 +167,7 @@ pub mod key;
 pub mod layer;
 mod limit;
 pub mod limiter;
-mod observe;
+pub mod observe;
 mod penalty;
 mod quota;
 pub mod store;

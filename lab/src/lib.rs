@@ -29,6 +29,7 @@
 //! # Ok::<(), tollgate_lab::LabError>(())
 //! ```
 
+pub mod dashboard;
 #[cfg(test)]
 mod figures;
 mod leases;

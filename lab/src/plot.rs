@@ -25,7 +25,7 @@ use super::{LabError, LeaseReport, PatternReport, Report, admitted_times, window
 
 /// `DejaVu Sans`, cut down to what the charts print.
 const FONT: &[u8] = include_bytes!("font/DejaVuSans-subset.ttf");
-const FAMILY: &str = "sans-serif";
+pub(crate) const FAMILY: &str = "sans-serif";
 
 /// The ideal limiter's line.
 const IDEAL: RGBColor = RGBColor(190, 190, 190);
@@ -41,11 +41,11 @@ const COLOURS: [RGBColor; 7] = [
     RGBColor(204, 121, 167),
 ];
 
-fn colour(index: usize) -> RGBColor {
+pub(crate) fn colour(index: usize) -> RGBColor {
     COLOURS[index % COLOURS.len()]
 }
 
-fn font_ready() -> Result<(), LabError> {
+pub(crate) fn font_ready() -> Result<(), LabError> {
     static REGISTERED: OnceLock<bool> = OnceLock::new();
     if *REGISTERED.get_or_init(|| register_font(FAMILY, FontStyle::Normal, FONT).is_ok()) {
         Ok(())
@@ -113,7 +113,7 @@ fn files(dir: &Path, stem: &str) -> (PathBuf, PathBuf) {
     )
 }
 
-fn plot_error(e: impl std::fmt::Display) -> LabError {
+pub(crate) fn plot_error(e: impl std::fmt::Display) -> LabError {
     LabError::Plot(e.to_string())
 }
 

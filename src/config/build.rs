@@ -86,6 +86,7 @@ fn policy(text: &Text<'_>, spec: &LimitSpec) -> Result<Policy, ConfigError> {
     }
     let policy = plans(text, policy, spec)?;
     let policy = super::rules::apply(text, policy, spec)?;
+    let policy = rollout(text, policy, spec)?;
     // What the limiter builder would refuse is refused here, at the limit's name: the
     // checks above place each mistake more precisely, this keeps the two in step.
     policy.validate().map_err(|e| at(e, spec.name.span()))?;
@@ -298,6 +299,24 @@ pub(super) fn method_and_template(route: &str) -> Result<(Option<Method>, &str),
     let method =
         Method::from_bytes(method.as_bytes()).map_err(|_| invalid("not an HTTP method"))?;
     Ok((Some(method), template))
+}
+
+/// The policy's rollout: `enforce = <share>` or `shadow = true`, not both.
+fn rollout(text: &Text<'_>, policy: Policy, spec: &LimitSpec) -> Result<Policy, ConfigError> {
+    match (&spec.enforce, &spec.shadow) {
+        (Some(_), Some(shadow)) => Err(text.place(
+            ConfigError::new(
+                "shadow with enforce: say one (shadow = true is enforce = 0, shadow = false \
+                 is enforce = 1)",
+            ),
+            &shadow.span(),
+        )),
+        (Some(share), None) => policy
+            .enforce(share.get_ref().0)
+            .map_err(|e| text.place(e, &share.span())),
+        (None, Some(shadow)) => Ok(policy.shadow(*shadow.get_ref())),
+        (None, None) => Ok(policy),
+    }
 }
 
 /// Where a request's plan name is read from.

@@ -32,6 +32,8 @@
 //! | `count_when` | the response statuses that count, codes or classes: `[401, 403]`, `["5xx"]` (see [`Policy::count_when`]); the others are given back | every response |
 //! | `fallback_for` | the name of another limit: this one applies only to requests that limit's `key` finds nothing for, e.g. a smaller per-IP quota for callers without an API key (see [`Policy::unless_key`]) | |
 //! | `penalty` | a penalty box, `{ after = 5, within = "1min", block_for = "10min" }`; `within` only when `after` > 1 (see [`Penalty`](crate::Penalty)) | none |
+//! | `enforce` | the share of callers the limit rejects when over it, from `0` to `1` (`0.1`: a stable one in ten, by key fingerprint; the rest in shadow mode; see [`Policy::enforce`]) | `1` |
+//! | `shadow` | `true`: shadow mode for every caller (`enforce = 0`); not with `enforce` | `false` |
 //!
 //! A request whose plan is listed is counted against that plan's quota (through
 //! [`Policy::quota_from`]); a request with no plan, or one the file does not list,
@@ -102,10 +104,18 @@
 //! algorithm = "leaky_bucket"
 //! max_delay = "2s"
 //! key = "matched_path"
+//!
+//! ## A new limit, rolled out: rejects one caller in ten, watches the others.
+//! [[limit]]
+//! name = "search"
+//! quota = "30/min"
+//! key = "peer_ip"
+//! enforce = 0.1
 //! "#)?;
 //!
 //! let names: Vec<&str> = limits.policies().iter().map(|p| p.name()).collect();
-//! assert_eq!(names, ["api", "per-key", "uploads", "failed-logins", "reports"]);
+//! assert_eq!(names, ["api", "per-key", "uploads", "failed-logins", "reports", "search"]);
+//! assert_eq!(limits.policies()[5].get_rollout().share(), 0.1);
 //! let api = &limits.policies()[0];
 //! assert_eq!(api.quota(), Quota::per_minute(100).with_burst(20)?);
 //! assert_eq!(limits.policies()[2].get_algorithm(), Algorithm::SlidingWindowCounters { buckets: 6 });
@@ -132,6 +142,14 @@
 //! ```
 //!
 //! Mistakes say where they are:
+//!
+//! ```
+//! let err = tollgate::config::Limits::from_toml(
+//!     "[[limit]]\nname = \"api\"\nquota = \"100/min\"\nenforce = 1.5\n",
+//! ).unwrap_err();
+//! assert_eq!((err.line(), err.column()), (Some(4), Some(11)));
+//! assert!(err.to_string().contains("invalid enforcement share 1.5"), "{err}");
+//! ```
 //!
 //! ```
 //! let err = tollgate::config::Limits::from_toml(

@@ -41,6 +41,9 @@ pub(super) struct LimitSpec {
     pub(super) penalty: Option<Spanned<PenaltySpec>>,
     /// The name of the limit whose missing key this one stands in for.
     pub(super) fallback_for: Option<Spanned<String>>,
+    /// Rollout: the share of callers enforced (`0.1`), or shadow mode for all.
+    pub(super) enforce: Option<Spanned<Share>>,
+    pub(super) shadow: Option<Spanned<bool>>,
 }
 
 /// `penalty = { after = 5, within = "1min", block_for = "10min" }`.
@@ -50,6 +53,39 @@ pub(super) struct PenaltySpec {
     pub(super) after: Spanned<u32>,
     pub(super) within: Option<Spanned<String>>,
     pub(super) block_for: Spanned<String>,
+}
+
+/// A share written as a float (`0.1`) or an integer (`0`, `1`): TOML keeps the two
+/// apart, and `enforce = 1` should read as every caller.
+#[derive(Clone, Copy)]
+pub(super) struct Share(pub(super) f64);
+
+impl<'de> Deserialize<'de> for Share {
+    fn deserialize<D: de::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct ShareVisitor;
+
+        impl Visitor<'_> for ShareVisitor {
+            type Value = Share;
+
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a share of callers from 0 to 1, such as 0.1")
+            }
+
+            fn visit_f64<E: de::Error>(self, share: f64) -> Result<Share, E> {
+                Ok(Share(share))
+            }
+
+            fn visit_i64<E: de::Error>(self, share: i64) -> Result<Share, E> {
+                Ok(Share(share as f64))
+            }
+
+            fn visit_u64<E: de::Error>(self, share: u64) -> Result<Share, E> {
+                Ok(Share(share as f64))
+            }
+        }
+
+        deserializer.deserialize_any(ShareVisitor)
+    }
 }
 
 /// A plan's quota: `pro = "1000/min"`, or `pro = { quota = "1000/min", burst = 50 }`

@@ -18,7 +18,7 @@ use crate::layer::refunds::{refund_charges, refund_uncounted};
 use crate::layer::rejection::{RejectReason, RejectionInfo};
 use crate::layer::shared::{HeldSlot, Holder, Shared, View};
 use crate::layer::{FailMode, Rejection};
-use crate::limiter::Taken;
+use crate::limiter::{Taken, Taking};
 use crate::observe::{self, Outcome};
 use crate::store::InFlightSlot;
 use crate::{Decision, Key, StoreError};
@@ -40,6 +40,16 @@ pub(crate) struct RequestContext {
     /// The request's in-flight slots: given back when the context is dropped, or
     /// moved into the response body, which gives them back when it ends.
     slots: Vec<InFlightSlot>,
+    /// The policies with an in-flight limit that let the request in.
+    claimed: Few<usize>,
+    /// While the enforced policies are decided again alone (only shadowed ones denied
+    /// the request): the first, all-or-nothing call's decisions, whose shadowed
+    /// answers the headers and metrics report.
+    first: Option<Vec<Decision>>,
+    /// Whether the enforced policies were decided again alone.
+    redecided: bool,
+    /// The policies counting the request in `tollgate_in_flight` until it is answered.
+    running: Few<usize>,
 }
 
 /// What to do with a request once the store has answered.
@@ -49,6 +59,9 @@ pub(super) enum Next<ReqBody> {
     /// Hold the request (leaky bucket) in a place of the layer's, then call the inner
     /// service.
     Delay(Duration, HeldSlot, Request<ReqBody>),
+    /// Wait for the enforced policies' own decision (a remote store), then settle
+    /// again.
+    Again(Taking, Request<ReqBody>),
     /// Answer without calling the inner service; the request, body unread, is dropped.
     Answer(Response<Bytes>),
 }
@@ -68,6 +81,33 @@ impl RequestContext {
             grpc,
             charged: false,
             slots: Vec::new(),
+            claimed: Few::new(),
+            first: None,
+            redecided: false,
+            running: Few::new(),
+        }
+    }
+
+    /// Notes the policies whose in-flight slots the request asks for.
+    pub(super) fn claims(&mut self, indices: impl Iterator<Item = usize>) {
+        self.claimed = indices.collect();
+    }
+
+    /// The request is admitted: each of its policies counts it as running until it is
+    /// answered (the context is dropped). Only the metrics read it.
+    fn admit(&mut self) {
+        if !cfg!(feature = "metrics") {
+            return;
+        }
+        let checked = self.checks.iter().map(|check| check.index);
+        let claimed = self
+            .claimed
+            .iter()
+            .copied()
+            .filter(|index| !self.checks.iter().any(|check| check.index == *index));
+        self.running = checked.chain(claimed).collect();
+        for &index in self.running.iter() {
+            self.view.metrics[index].started();
         }
     }
 
@@ -77,12 +117,32 @@ impl RequestContext {
     /// been asked).
     pub(super) fn enter(&mut self, result: Result<Entry, StoreError>) -> Option<Response<Bytes>> {
         let index = match result {
-            Ok(Ok(slots)) => {
-                self.slots = slots;
+            Ok(Ok(entered)) => {
+                self.slots = entered.slots;
+                for index in entered.shadowed {
+                    let policy = &self.view.policies()[index];
+                    observe::refused(
+                        &self.view.metrics[index],
+                        policy.name(),
+                        Outcome::ShadowRejected,
+                        None,
+                    );
+                }
+                if self.checks.is_empty() {
+                    // No rate decision follows: admitted now.
+                    self.admit();
+                }
                 return None;
             }
+            // Only an enforced claim is refused (a shadowed one runs without a slot).
             Ok(Err(index)) => index,
-            Err(error) => return self.fail(&error),
+            Err(error) => {
+                let answer = self.fail(&error);
+                if answer.is_none() && self.checks.is_empty() {
+                    self.admit();
+                }
+                return answer;
+            }
         };
         let policy = &self.view.policies()[index];
         // A refusal is a decision of the policy's, for logs, metrics and a custom
@@ -100,11 +160,12 @@ impl RequestContext {
             blocked_for: None,
             receipt: None,
         };
-        if self.shared.shadow {
-            observe::decided(std::slice::from_ref(&refused), Outcome::ShadowRejected);
-            return None;
-        }
-        observe::decided(std::slice::from_ref(&refused), Outcome::Rejected);
+        observe::refused(
+            &self.view.metrics[index],
+            policy.name(),
+            Outcome::Rejected,
+            None,
+        );
         let info = RejectionInfo {
             reason: RejectReason::InFlight,
             decisions: vec![refused],
@@ -143,31 +204,53 @@ impl RequestContext {
         mut request: Request<ReqBody>,
         result: Result<Vec<Decision>, StoreError>,
     ) -> Next<ReqBody> {
-        let decisions = match result {
+        let mut decisions = match result {
             Ok(decisions) => decisions,
             Err(error) => return self.store_failed(request, &error),
         };
+        if let Some(first) = self.first.take() {
+            decisions = self.merged(first, decisions);
+        }
         let allowed = decisions.iter().all(|d| d.allowed);
+        let rejected_by = self.rejected_by(&decisions);
+        if !allowed && rejected_by.is_none() && !self.redecided {
+            // Only shadowed policies denied the request, so it is served; the store
+            // charged none of its policies (all-or-nothing). The enforced ones must
+            // count it still, as if the shadowed ones were not there: decided again,
+            // alone, all-or-nothing (a request one of them now denies is rejected).
+            self.redecided = true;
+            let enforced: Checks = self
+                .checks
+                .iter()
+                .filter(|check| check.enforced)
+                .copied()
+                .collect();
+            if !enforced.is_empty() {
+                self.first = Some(decisions);
+                return match self.shared.decide_now(&self.view, &enforced) {
+                    Pending::Ready(result) => self.settle_decisions(request, result),
+                    Pending::Waiting(taking) => Next::Again(taking, request),
+                };
+            }
+        }
         // All-or-nothing: the store charged the request exactly when every policy
-        // admitted it.
-        self.charged = allowed;
-        if !allowed && !self.shared.shadow {
-            observe::decided(&decisions, Outcome::Rejected);
+        // admitted it, or, decided again, when every enforced one did.
+        self.charged = allowed || (self.redecided && rejected_by.is_none());
+        if let Some(policy) = rejected_by {
+            self.count(&decisions, None, Some(policy));
             return Next::Answer(self.rate_limited(decisions));
         }
-        let delay = if allowed {
-            self.hold_for(&decisions)
+        // Held for the longest delay of what was charged.
+        let delay = if self.charged {
+            self.hold_for(&decisions, allowed)
         } else {
             Duration::ZERO
         };
-        let mut outcome = if allowed {
-            Outcome::Allowed
-        } else {
-            Outcome::ShadowRejected
-        };
         let mut slot = None;
+        let mut queue_full = None;
         if !delay.is_zero() {
-            slot = HeldSlot::take(&self.shared, self.holder(&decisions)).map(|slot| {
+            let (holder, index) = self.holder(&decisions);
+            slot = HeldSlot::take(&self.shared, holder, &self.view.metrics[index]).map(|slot| {
                 // The held request owns its charge: given back if its caller leaves
                 // before its turn.
                 slot.holding(Taken::new(
@@ -178,17 +261,28 @@ impl RequestContext {
                 ))
             });
             if slot.is_none() {
-                if !self.shared.shadow {
-                    observe::decided(&decisions, Outcome::QueueFull);
+                let enforced = self
+                    .checks
+                    .iter()
+                    .zip(&decisions)
+                    .any(|(check, d)| check.enforced && !d.delay.is_zero());
+                if enforced {
+                    self.count(&decisions, Some(Outcome::QueueFull), None);
                     return Next::Answer(self.queue_full(decisions, delay));
                 }
                 // Shadow mode never rejects: give the place back, as the rejection
                 // would, and pass the request on now rather than hold more than the cap.
                 self.refund_all(&decisions);
-                outcome = Outcome::ShadowQueueFull;
+                queue_full = Some(Outcome::ShadowRejected);
             }
         }
-        observe::decided(&decisions, outcome);
+        let held = slot.is_some();
+        self.count(
+            &decisions,
+            queue_full.or(held.then_some(Outcome::Waited)),
+            None,
+        );
+        self.admit();
         let indices = self.checks.iter().map(|check| check.index);
         if self.shared.decisions_extension {
             self.decisions = indices.zip(decisions.iter().cloned()).collect();
@@ -202,27 +296,92 @@ impl RequestContext {
         }
     }
 
+    /// The policy that rejects the request: the first enforced one that denied it.
+    fn rejected_by(&self, decisions: &[Decision]) -> Option<&'static str> {
+        self.checks
+            .iter()
+            .zip(decisions)
+            .find(|(check, d)| check.enforced && !d.allowed)
+            .map(|(_, d)| d.limit)
+    }
+
+    /// The request's decisions in check order, from the first, all-or-nothing call
+    /// (`first`) for its shadowed policies and from the second (`enforced`) for the
+    /// enforced ones, decided again alone.
+    fn merged(&self, first: Vec<Decision>, enforced: Vec<Decision>) -> Vec<Decision> {
+        let mut enforced = enforced.into_iter();
+        self.checks
+            .iter()
+            .zip(first)
+            .map(|(check, first)| {
+                if check.enforced {
+                    enforced.next().unwrap_or(first)
+                } else {
+                    first
+                }
+            })
+            .collect()
+    }
+
+    /// Counts each decision under its policy: its own outcome (allowed, rejected,
+    /// blocked, shadow-rejected), or `all`, what became of the whole request (held:
+    /// `Waited` for the policies whose delay held it; the layer could not hold it:
+    /// `QueueFull`, or `ShadowRejected` in shadow mode). `rejected_by` is the policy
+    /// that rejected the request, if one did.
+    fn count(
+        &self,
+        decisions: &[Decision],
+        all: Option<Outcome>,
+        rejected_by: Option<&'static str>,
+    ) {
+        for (check, decision) in self.checks.iter().zip(decisions) {
+            let outcome = match all {
+                Some(Outcome::Waited) if decision.allowed && decision.delay.is_zero() => {
+                    Outcome::Allowed
+                }
+                Some(all) if decision.allowed => all,
+                _ if decision.allowed => Outcome::Allowed,
+                _ => Outcome::denied(decision, check.enforced),
+            };
+            let by = match outcome {
+                Outcome::ShadowRejected => Some(decision.limit),
+                _ => rejected_by,
+            };
+            observe::decided(
+                &self.view.metrics[check.index],
+                decision,
+                outcome,
+                by,
+                &check.key,
+                self.shared.near_limit,
+            );
+        }
+    }
+
     /// Whom a held request counts for in `max_held_per_key`: the policy whose delay
-    /// holds it longest, and its key.
-    fn holder(&self, decisions: &[Decision]) -> Holder {
+    /// holds it longest, and its key; with that policy's index.
+    fn holder(&self, decisions: &[Decision]) -> (Holder, usize) {
         let policies = self.view.policies();
         self.checks
             .iter()
             .zip(decisions)
             .max_by_key(|(_, d)| d.delay)
-            .map_or(("", Key::from("")), |(check, _)| {
-                (policies[check.index].name(), check.key)
+            .map_or((("", Key::from("")), 0), |(check, _)| {
+                ((policies[check.index].name(), check.key), check.index)
             })
     }
 
     /// The store failed: pass the request on uncounted (fail open) or answer 503.
     fn store_failed<ReqBody>(
-        &self,
+        &mut self,
         request: Request<ReqBody>,
         error: &StoreError,
     ) -> Next<ReqBody> {
         match self.fail(error) {
-            None => Next::Call(request),
+            None => {
+                self.admit();
+                Next::Call(request)
+            }
             Some(response) => Next::Answer(response),
         }
     }
@@ -230,7 +389,21 @@ impl RequestContext {
     /// The store failed: `None` to pass the request on (fail open), or the 503.
     fn fail(&self, error: &StoreError) -> Option<Response<Bytes>> {
         let failing_open = self.shared.fail_mode == FailMode::Open;
-        observe::store_failed(error, failing_open);
+        self.shared.store_metrics.failed(error, failing_open);
+        let outcome = if failing_open {
+            Outcome::FailOpen
+        } else {
+            Outcome::FailClosed
+        };
+        for check in self.checks.iter() {
+            let policy = &self.view.policies()[check.index];
+            observe::refused(
+                &self.view.metrics[check.index],
+                policy.name(),
+                outcome,
+                Some(&check.key),
+            );
+        }
         if failing_open {
             return None;
         }
@@ -247,11 +420,14 @@ impl RequestContext {
         let indices = self.checks.iter().map(|check| check.index);
         self.decisions = indices.zip(decisions.iter().cloned()).collect();
         // A denial whose cost can never fit has no retry time: say so rather than
-        // invite a retry that cannot succeed.
-        let retry_after = decisions
+        // invite a retry that cannot succeed. Only the enforced denials say when: the
+        // shadowed ones would not stop a retry.
+        let retry_after = self
+            .checks
             .iter()
-            .filter(|d| !d.allowed)
-            .map(|d| d.retry_after)
+            .zip(&decisions)
+            .filter(|(check, d)| check.enforced && !d.allowed)
+            .map(|(_, d)| d.retry_after)
             .try_fold(Duration::ZERO, |wait, retry| retry.map(|r| wait.max(r)));
         let info = RejectionInfo {
             reason: RejectReason::RateLimited,
@@ -265,11 +441,14 @@ impl RequestContext {
     /// policy's `max_delay`. The store already denies a place beyond the bound, as
     /// measured from the latest instant it has seen; a caller's clock behind that
     /// instant hears a longer delay, which the layer does not wait out.
-    fn hold_for(&self, decisions: &[Decision]) -> Duration {
+    /// Only what was charged holds it: every decision when all admitted it
+    /// (`allowed`), else the enforced ones, decided again alone.
+    fn hold_for(&self, decisions: &[Decision], allowed: bool) -> Duration {
         let policies = self.view.policies();
         self.checks
             .iter()
             .zip(decisions)
+            .filter(|(check, _)| allowed || check.enforced)
             .map(|(check, d)| {
                 let policy = &policies[check.index];
                 // A waiting policy holds for its place, up to its wait.
@@ -372,6 +551,15 @@ impl RequestContext {
         Some(Box::new(move |status| {
             refund_uncounted(&shared, &view, &checks, &decisions, status);
         }))
+    }
+}
+
+impl Drop for RequestContext {
+    fn drop(&mut self) {
+        // Answered (or given up): no longer running under its policies.
+        for &index in self.running.iter() {
+            self.view.metrics[index].ended();
+        }
     }
 }
 

@@ -94,6 +94,11 @@ impl<S, ReqBody, F> State<S, ReqBody, F> {
                 future: service.call(request),
             },
             Next::Delay(delay, slot, request) => Self::delaying(delay, slot, service, request),
+            Next::Again(decision, request) => Self::Deciding {
+                decision,
+                service: Some(service),
+                request: Some(request),
+            },
             Next::Answer(response) => Self::Answered {
                 response: Some(response),
             },
@@ -162,6 +167,11 @@ where
             Next::Delay(delay, slot, request) => {
                 State::delaying(delay, slot, take_ready(service), request)
             }
+            Next::Again(decision, request) => State::Deciding {
+                decision,
+                service: Some(take_ready(service)),
+                request: Some(request),
+            },
             Next::Answer(response) => return Self::answered(response),
         };
         Self {
@@ -187,9 +197,12 @@ where
         S: Clone,
     {
         let mut context = RequestContext::new(shared.clone(), view, checks, grpc);
-        // In wait mode, a request that finds no slot free waits for one.
+        context.claims(claims.iter().map(|claim| claim.index));
+        // In wait mode, a request that finds no slot free waits for one (only for the
+        // slots of enforced policies: a shadowed one never holds a request).
         let wait = claims
             .iter()
+            .filter(|claim| !claim.shadow)
             .map(|claim| shared.wait_of(&context.view().policies()[claim.index]))
             .collect::<Option<Vec<_>>>()
             .and_then(|waits| waits.into_iter().min());
@@ -199,6 +212,7 @@ where
             wait,
             &shared.slot_lines,
             (shared.max_held, shared.max_held_per_key),
+            &shared.store_metrics,
         ) {
             Entering::Ready(result) => {
                 if let Some(response) = context.enter(result) {

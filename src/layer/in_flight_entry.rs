@@ -6,12 +6,10 @@ use std::sync::Arc;
 
 use crate::layer::slot_lines::SlotLines;
 use crate::limiter::{Limiter, Set};
+use crate::observe::{Operation, StoreMetrics};
 use crate::store::{InFlightSlot, StoreFuture};
 use crate::{Key, StoreError};
 
-/// A request's in-flight slots, one per policy with an in-flight limit; or, when one
-/// of them had none free, that policy's index (the slots taken before it are given
-/// back).
 /// One policy's in-flight claim: its index in the set, the key, and the most of its
 /// requests that may run at once.
 #[derive(Debug, Clone, Copy)]
@@ -19,9 +17,22 @@ pub(crate) struct Claim {
     pub(crate) index: usize,
     pub(crate) key: Key,
     pub(crate) max: u32,
+    /// The policy only watches this caller (shadow mode): a slot is taken if one is
+    /// free, and the request runs without one if not; it never waits for one.
+    pub(crate) shadow: bool,
 }
 
-pub(crate) type Entry = Result<Vec<InFlightSlot>, usize>;
+/// A request's in-flight slots, one per policy with an in-flight limit that had one
+/// free, and the (shadowed) policies that had none; or, when an enforced one had none
+/// free, that policy's index (the slots taken before it are given back).
+pub(crate) type Entry = Result<Entered, usize>;
+
+/// The slots a request entered with.
+pub(crate) struct Entered {
+    pub(crate) slots: Vec<InFlightSlot>,
+    /// The shadowed policies that found no slot free: the request runs without theirs.
+    pub(crate) shadowed: Vec<usize>,
+}
 
 /// In-flight slots taken without awaiting (memory store), or a future for them.
 pub(crate) enum Entering {
@@ -48,6 +59,7 @@ impl Limiter {
         wait: Option<std::time::Duration>,
         lines: &Arc<SlotLines>,
         bounds: (usize, usize),
+        metrics: &StoreMetrics,
     ) -> Entering {
         let line = claims.first().map(|claim| (claim.index, claim.key));
         // Others wait for this key here: behind them, not ahead.
@@ -56,7 +68,12 @@ impl Limiter {
         // The first try at once: a store that keeps slots in memory answers ready.
         let mut first = None;
         if !queued {
-            match enter_now(&**store, set, claims) {
+            let timer = metrics.start(Operation::InFlight);
+            let now = enter_now(&**store, set, claims);
+            if now.is_some() {
+                metrics.stop(timer);
+            }
+            match now {
                 Some(Ok(Err(index))) if wait.is_some() && line.is_some() => {
                     first = Some(Err(index));
                 }
@@ -75,6 +92,7 @@ impl Limiter {
             }
         }
         let lines = lines.clone();
+        let metrics = metrics.clone();
         Entering::Waiting(Box::pin(async move {
             let until = wait.map(|wait| tokio::time::Instant::now() + wait);
             if let (Some(ticket), Some(until)) = (&ticket, until)
@@ -85,7 +103,7 @@ impl Limiter {
             let mut tries = until.map(Retries::until);
             let mut entry = match first {
                 Some(entry) => entry,
-                None => enter_store(&store, &set, &claims).await?,
+                None => enter_store(&store, &set, &claims, &metrics).await?,
             };
             loop {
                 let again = match (&entry, &mut tries) {
@@ -111,7 +129,7 @@ impl Limiter {
                 if !again {
                     return Ok(entry);
                 }
-                entry = enter_store(&store, &set, &claims).await?;
+                entry = enter_store(&store, &set, &claims, &metrics).await?;
             }
         }))
     }
@@ -125,19 +143,45 @@ fn enter_now(
     set: &Set,
     claims: &[Claim],
 ) -> Option<Result<Entry, StoreError>> {
-    let mut slots = Vec::with_capacity(claims.len());
-    for &Claim { index, key, max } in claims {
+    let mut entered = Entered::with_capacity(claims.len());
+    for claim in claims {
+        let Claim {
+            index, key, max, ..
+        } = *claim;
         match store
             .acquire_in_flight(&set.limits[index], &key, max)
             .into_ready()
             .ok()?
         {
-            Ok(Some(slot)) => slots.push(slot),
-            Ok(None) => return Some(Ok(Err(index))),
+            Ok(slot) => {
+                if let Err(index) = entered.add(claim, slot) {
+                    return Some(Ok(Err(index)));
+                }
+            }
             Err(error) => return Some(Err(error)),
         }
     }
-    Some(Ok(Ok(slots)))
+    Some(Ok(Ok(entered)))
+}
+
+impl Entered {
+    fn with_capacity(claims: usize) -> Self {
+        Self {
+            slots: Vec::with_capacity(claims),
+            shadowed: Vec::new(),
+        }
+    }
+
+    /// Adds what the store answered for `claim`: its slot, or, with none free, the
+    /// claim's policy among the shadowed ones, or (enforced) its index as the refusal.
+    fn add(&mut self, claim: &Claim, slot: Option<InFlightSlot>) -> Result<(), usize> {
+        match slot {
+            Some(slot) => self.slots.push(slot),
+            None if claim.shadow => self.shadowed.push(claim.index),
+            None => return Err(claim.index),
+        }
+        Ok(())
+    }
 }
 
 /// One attempt at every slot of `claims` on another store. A request dropped while
@@ -151,18 +195,33 @@ async fn enter_store(
     store: &Arc<dyn crate::store::Store>,
     set: &Arc<Set>,
     claims: &[Claim],
+    metrics: &StoreMetrics,
 ) -> Result<Entry, StoreError> {
-    let mut slots = Vec::with_capacity(claims.len());
-    for &Claim { index, key, max } in claims {
-        match store
+    let timer = metrics.start(Operation::InFlight);
+    let entry = enter_each(store, set, claims).await;
+    metrics.stop(timer);
+    entry
+}
+
+/// [`enter_store`]'s calls, one claim after the other.
+async fn enter_each(
+    store: &Arc<dyn crate::store::Store>,
+    set: &Arc<Set>,
+    claims: &[Claim],
+) -> Result<Entry, StoreError> {
+    let mut entered = Entered::with_capacity(claims.len());
+    for claim in claims {
+        let Claim {
+            index, key, max, ..
+        } = *claim;
+        let slot = store
             .acquire_in_flight(&set.limits[index], &key, max)
-            .await?
-        {
-            Some(slot) => slots.push(slot),
-            None => return Ok(Err(index)),
+            .await?;
+        if let Err(index) = entered.add(claim, slot) {
+            return Ok(Err(index));
         }
     }
-    Ok(Ok(slots))
+    Ok(Ok(entered))
 }
 
 /// The waits between a waiting request's tries for an in-flight slot: 1 ms, doubling

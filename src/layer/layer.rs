@@ -14,6 +14,7 @@ use crate::layer::builder::{LayerBuilder, validate};
 use crate::layer::shared::Shared;
 use crate::layer::shared::{Paired, View};
 use crate::layer::{HeaderStyle, Rejection};
+use crate::observe::StoreMetrics;
 use crate::{ConfigError, Limiter, Policy};
 
 /// Rate limiting for any Tower service over `http` requests: axum routers, tonic
@@ -75,6 +76,14 @@ impl RateLimitLayer {
     /// ```
     pub const DEFAULT_MAX_HELD_PER_KEY: usize = Self::DEFAULT_MAX_HELD / 8;
 
+    /// The default of [`near_limit`](RateLimitLayer::near_limit): 0.1, a caller left
+    /// with less than a tenth of its capacity.
+    ///
+    /// ```
+    /// assert_eq!(tollgate::RateLimitLayer::DEFAULT_NEAR_LIMIT, 0.1);
+    /// ```
+    pub const DEFAULT_NEAR_LIMIT: f64 = 0.1;
+
     /// A layer whose policies are built with `policy`, over a store given with
     /// [`store`](LayerBuilder::store) (default: a new [`MemoryStore`](crate::MemoryStore)):
     /// the usual way in. The layer's [`limiter`](RateLimitLayer::limiter) holds their
@@ -115,9 +124,12 @@ impl RateLimitLayer {
         let style = HeaderStyle::default();
         let paired = Arc::new(Paired::new(limiter.snapshot(), rules));
         let view = View::new(style, Arc::clone(&paired));
+        let store_metrics = StoreMetrics::new(&**limiter.store());
         Self {
             shared: Arc::new(Shared {
                 limiter,
+                near_limit: Self::DEFAULT_NEAR_LIMIT,
+                store_metrics,
                 style,
                 paired: Arc::new(ArcSwap::new(paired)),
                 reloading: Arc::default(),
@@ -261,8 +273,14 @@ impl RateLimitLayer {
         self
     }
 
-    /// Shadow mode: decide, log and write headers, but never reject. For trying limits
-    /// on production traffic before enforcing them.
+    /// Shadow mode for every policy: decide, charge, log, count and write headers, but
+    /// never reject. For trying limits on production traffic before enforcing them.
+    ///
+    /// A switch over the policies' own rollout: while it is on, no policy rejects,
+    /// whatever its [`Policy::enforce`](crate::Policy::enforce) share; while it is off
+    /// (the default), each policy enforces the callers its rollout says. What shadow
+    /// mode charges (exactly what enforcement would, so that turning it off shows no
+    /// jump) is told at [`Policy::enforce`](crate::Policy::enforce).
     ///
     /// ```
     /// # let limiter = tollgate::Limiter::builder().limit(tollgate::Limit::new("api", tollgate::Quota::per_second(10))?).build()?;
@@ -274,6 +292,29 @@ impl RateLimitLayer {
     pub fn shadow(mut self, shadow: bool) -> Self {
         self.shared().shadow = shadow;
         self
+    }
+
+    /// Counts an admitted request in `tollgate_near_limit_total` when it leaves its
+    /// caller with less than `share` of the policy's capacity (default
+    /// [`DEFAULT_NEAR_LIMIT`](RateLimitLayer::DEFAULT_NEAR_LIMIT), a tenth): the
+    /// callers about to be rejected, before they are. A share outside `[0, 1]` is a
+    /// [`ConfigError`] quoting it. Feature `metrics`.
+    ///
+    /// ```
+    /// # let limiter = tollgate::Limiter::builder().limit(tollgate::Limit::new("api", tollgate::Quota::per_second(10))?).build()?;
+    /// let layer = tollgate::RateLimitLayer::new(limiter).near_limit(0.2)?;
+    /// assert!(layer.clone().near_limit(1.5).unwrap_err().to_string().contains("1.5"));
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    pub fn near_limit(mut self, share: f64) -> Result<Self, ConfigError> {
+        if !(0.0..=1.0).contains(&share) {
+            return Err(ConfigError::new(format!(
+                "invalid near-limit share {share}: expected a fraction of capacity from 0 to 1, \
+                 e.g. 0.1 for callers with less than a tenth left"
+            )));
+        }
+        self.shared().near_limit = share;
+        Ok(self)
     }
 
     /// Whether admitted requests carry their [`Decisions`](crate::layer::Decisions) in the
@@ -460,6 +501,7 @@ impl fmt::Debug for RateLimitLayer {
             .field("rejection", &self.shared.rejection)
             .field("fail_mode", &self.shared.fail_mode)
             .field("shadow", &self.shared.shadow)
+            .field("near_limit", &self.shared.near_limit)
             .field("decisions_extension", &self.shared.decisions_extension)
             .field("max_held", &self.shared.max_held)
             .field("max_held_per_key", &self.shared.max_held_per_key)

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use crate::limiter::caller_limits::Resolved;
 use crate::limiter::give_back::Targets;
 use crate::limiter::{Limiter, Set, Taking, complete};
+use crate::observe::{StoreMetrics, StoreTimer};
 use crate::store::{Charge, StoreFuture};
 use crate::{Decision, Key, Limit, Quota, StoreError};
 
@@ -27,6 +28,8 @@ pub(crate) struct LayerCheck {
     pub(crate) cost: u64,
     /// The caller's own quota, if it has one (`Policy::quota_from`).
     pub(crate) quota: Option<Quota>,
+    /// Whether the policy rejects this caller when over its limit (else shadow mode).
+    pub(crate) enforced: bool,
 }
 
 /// What the Tower layer asks of the limiter: decisions by limit index, owned futures.
@@ -63,32 +66,39 @@ impl Limiter {
     }
 
     /// Decides `checks` all-or-nothing under `set`: synchronously on the memory store,
-    /// else through a `'static` future that owns what it needs.
-    pub(crate) fn decide(&self, set: &Arc<Set>, checks: &[LayerCheck]) -> Pending {
+    /// else through a `'static` future that owns what it needs. The store's answer
+    /// stops `timer`.
+    pub(crate) fn decide(
+        &self,
+        set: &Arc<Set>,
+        checks: &[LayerCheck],
+        (metrics, timer): (&StoreMetrics, StoreTimer),
+    ) -> Pending {
         if let Some(memory) = self.memory() {
             // The memory store called directly, as `Limiter::check` does.
-            return Pending::Ready(
-                if let [
-                    LayerCheck {
-                        index,
-                        key,
-                        cost,
-                        quota,
-                    },
-                ] = checks
-                {
-                    self.under_quota(&set.limits[*index], *quota, |limit| {
-                        vec![memory.decide_now(&Charge {
-                            limit,
-                            key,
-                            cost: *cost,
-                        })]
-                    })
-                } else {
-                    self.limits_of(set, checks)
-                        .map(|limits| memory.decide_all(&charges(checks, &limits)))
+            let answer = if let [
+                LayerCheck {
+                    index,
+                    key,
+                    cost,
+                    quota,
+                    ..
                 },
-            );
+            ] = checks
+            {
+                self.under_quota(&set.limits[*index], *quota, |limit| {
+                    vec![memory.decide_now(&Charge {
+                        limit,
+                        key,
+                        cost: *cost,
+                    })]
+                })
+            } else {
+                self.limits_of(set, checks)
+                    .map(|limits| memory.decide_all(&charges(checks, &limits)))
+            };
+            metrics.stop(timer);
+            return Pending::Ready(answer);
         }
         let store = &**self.store();
         // First with borrowed arguments: a store that decides in memory answers ready.
@@ -98,6 +108,7 @@ impl Limiter {
                 key,
                 cost,
                 quota,
+                ..
             },
         ] = checks
         {
@@ -124,18 +135,23 @@ impl Limiter {
         };
         match ready {
             Err(error) => return Pending::Ready(Err(error)),
-            Ok(Some(answer)) => return Pending::Ready(answer),
+            Ok(Some(answer)) => {
+                metrics.stop(timer);
+                return Pending::Ready(answer);
+            }
             // A future, never polled: nothing sent. Made again from owned arguments.
             Ok(None) => {}
         }
         let (limiter, store, owned) = (self.clone(), self.store().clone(), set.clone());
         let checks = checks.to_vec();
         let targets = targets(&checks);
+        let metrics = metrics.clone();
         let call: StoreFuture<'static, Vec<Decision>> = Box::pin(async move {
             let limits = limiter.limits_of(&owned, &checks)?;
             let charges = charges(&checks, &limits);
-            let decisions = store.decide(&charges).await?;
-            complete(decisions, charges.len())
+            let decisions = store.decide(&charges).await;
+            metrics.stop(timer);
+            complete(decisions?, charges.len())
         });
         Pending::Waiting(Taking::new(self.clone(), set.clone(), targets, call))
     }
@@ -147,12 +163,14 @@ impl Limiter {
         set: &Arc<Set>,
         check: &LayerCheck,
         max_wait: std::time::Duration,
+        (metrics, timer): (&StoreMetrics, StoreTimer),
     ) -> Pending {
         let LayerCheck {
             index,
             key,
             cost,
             quota,
+            ..
         } = *check;
         let store = &**self.store();
         let ready = self.under_quota(&set.limits[index], quota, |limit| {
@@ -165,10 +183,14 @@ impl Limiter {
         });
         match ready {
             Err(error) => return Pending::Ready(Err(error)),
-            Ok(Some(answer)) => return Pending::Ready(answer.map(|decision| vec![decision])),
+            Ok(Some(answer)) => {
+                metrics.stop(timer);
+                return Pending::Ready(answer.map(|decision| vec![decision]));
+            }
             Ok(None) => {}
         }
         let (limiter, store, owned) = (self.clone(), self.store().clone(), set.clone());
+        let metrics = metrics.clone();
         let call: StoreFuture<'static, Vec<Decision>> = Box::pin(async move {
             let limit = limiter.with_quota(&owned.limits[index], quota)?;
             let charge = Charge {
@@ -176,7 +198,9 @@ impl Limiter {
                 key: &key,
                 cost,
             };
-            Ok(vec![store.reserve(charge, max_wait).await?])
+            let decision = store.reserve(charge, max_wait).await;
+            metrics.stop(timer);
+            Ok(vec![decision?])
         });
         let targets = vec![(index, key)];
         Pending::Waiting(Taking::new(self.clone(), set.clone(), targets, call))

@@ -11,7 +11,7 @@
 //! `count_when` can refund what should not count.
 //!
 //! The files follow the request: `policy.rs`, `costs.rs` and `routes.rs` (what a
-//! request is charged), `layer.rs`, `shared.rs` and `fail_mode.rs` (options),
+//! request is charged), `rollout.rs` (which callers a policy enforces), `layer.rs`, `shared.rs` and `fail_mode.rs` (options),
 //! `service.rs` (the call), `future.rs` (awaiting the store, the hold, the inner
 //! service), `context.rs` (what becomes of the request once decided, and of its
 //! response), `refunds.rs`, `few.rs` (a request's checks, inline for one policy),
@@ -36,6 +36,7 @@ mod limiter_calls;
 mod policy;
 mod refunds;
 mod rejection;
+mod rollout;
 mod routes;
 mod scope;
 mod service;
@@ -52,4 +53,5 @@ pub use headers::{HeaderStyle, ResetFormat};
 pub use layer::RateLimitLayer;
 pub use policy::{MissingKey, Policy};
 pub use rejection::{RejectReason, Rejection, RejectionInfo};
+pub use rollout::Rollout;
 pub use service::RateLimit;

@@ -22,6 +22,7 @@ use crate::layer::in_flight_entry::Claim;
 use crate::layer::limiter_calls::{LayerCheck, Pending};
 use crate::layer::rejection::{RejectReason, RejectionInfo};
 use crate::layer::shared::Shared;
+use crate::observe::{self, Outcome};
 
 /// Rate limiting around an inner service; built by [`RateLimitLayer`](crate::RateLimitLayer).
 ///
@@ -148,9 +149,15 @@ where
             }
             match policy.key_of(&parts) {
                 Some(key) => {
+                    let enforced = !shared.shadow && policy.enforces(&key);
                     // A running request takes a slot whatever it costs.
                     if let Some(max) = policy.get_in_flight() {
-                        claims.push(Claim { index, key, max });
+                        claims.push(Claim {
+                            index,
+                            key,
+                            max,
+                            shadow: !enforced,
+                        });
                     }
                     let cost = policy.cost_of(&parts);
                     // Free requests skip the store entirely.
@@ -160,16 +167,26 @@ where
                             key,
                             cost: u64::from(cost),
                             quota: policy.quota_of(&parts),
+                            enforced,
                         });
                     }
                 }
                 None if policy.missing_key() == MissingKey::Reject => {
-                    missing_key = Some(policy.quota().period());
+                    // Without a key there is no fingerprint: only a policy that
+                    // enforces every caller rejects it.
+                    let enforced = !shared.shadow && policy.get_rollout().enforces_all();
+                    let outcome = if enforced {
+                        missing_key = Some(policy.quota().period());
+                        Outcome::Rejected
+                    } else {
+                        Outcome::ShadowRejected
+                    };
+                    observe::refused(&view.metrics[index], policy.name(), outcome, None);
                 }
                 None => {}
             }
         }
-        if let Some(period) = missing_key.filter(|_| !shared.shadow) {
+        if let Some(period) = missing_key {
             let info = RejectionInfo {
                 reason: RejectReason::MissingKey,
                 decisions: Vec::new(),

@@ -14,6 +14,7 @@ use crate::layer::limiter_calls::{LayerCheck, Pending};
 use crate::layer::rejection::Rejection;
 use crate::layer::slot_lines::SlotLines;
 use crate::limiter::{Set, Taken};
+use crate::observe::{Held, Operation, PolicyMetrics, StoreMetrics};
 use crate::{Key, Limiter, Policy};
 
 /// A request predicate of `allow` / `deny`.
@@ -35,7 +36,13 @@ pub(crate) struct Shared {
     pub(crate) view: Arc<ArcSwap<View>>,
     pub(crate) rejection: Rejection,
     pub(crate) fail_mode: FailMode,
+    /// Shadow mode for every policy, whatever its own rollout.
     pub(crate) shadow: bool,
+    /// An admitted caller left with less than this share of its capacity counts as
+    /// near its limit (`tollgate_near_limit_total`).
+    pub(crate) near_limit: f64,
+    /// The store's metric handles: call latency, requests let through on failure.
+    pub(crate) store_metrics: StoreMetrics,
     /// Whether admitted requests carry their [`Decisions`](crate::layer::Decisions).
     pub(crate) decisions_extension: bool,
     pub(crate) allow: Vec<Arc<Predicate>>,
@@ -110,15 +117,23 @@ pub(crate) struct View {
     pub(crate) paired: Arc<Paired>,
     pub(crate) set: Arc<Set>,
     pub(crate) headers: HeaderPlan,
+    /// Each policy's metric handles, in the policies' order.
+    pub(crate) metrics: Box<[PolicyMetrics]>,
 }
 
 impl View {
     pub(crate) fn new(style: HeaderStyle, paired: Arc<Paired>) -> Self {
         let headers = HeaderPlan::new(style, &paired.policies);
+        let metrics = paired
+            .policies
+            .iter()
+            .map(|policy| PolicyMetrics::new(policy.name()))
+            .collect();
         Self {
             set: Arc::clone(&paired.set),
             paired,
             headers,
+            metrics,
         }
     }
 
@@ -139,9 +154,22 @@ impl Shared {
         if let [check] = checks
             && let Some(max_wait) = self.wait_of(&view.policies()[check.index])
         {
-            return self.limiter.decide_waiting(&view.set, check, max_wait);
+            let timer = self.store_metrics.start(Operation::Reserve);
+            return self.limiter.decide_waiting(
+                &view.set,
+                check,
+                max_wait,
+                (&self.store_metrics, timer),
+            );
         }
-        self.limiter.decide(&view.set, checks)
+        self.decide_now(view, checks)
+    }
+
+    /// The all-or-nothing decision for `checks` under `view`, never waiting.
+    pub(crate) fn decide_now(&self, view: &View, checks: &[LayerCheck]) -> Pending {
+        let timer = self.store_metrics.start(Operation::Decide);
+        self.limiter
+            .decide(&view.set, checks, (&self.store_metrics, timer))
     }
 
     /// The set to decide a request under, paired with its rules: the layer's
@@ -204,12 +232,14 @@ pub(crate) struct HeldSlot {
     per_key: Arc<Mutex<HeldPerKey>>,
     holder: Holder,
     charge: Option<Taken>,
+    /// Counts the request in `tollgate_held` while it is held.
+    _metrics: Held,
 }
 
 impl HeldSlot {
     /// A place for a request of `holder`, if fewer than `shared.max_held` are taken
     /// and fewer than `shared.max_held_per_key` by `holder`.
-    pub(crate) fn take(shared: &Shared, holder: Holder) -> Option<Self> {
+    pub(crate) fn take(shared: &Shared, holder: Holder, metrics: &PolicyMetrics) -> Option<Self> {
         // The per-key count and the total change together under the map's lock: a
         // held request is rare next to a decision, and waits far longer than this.
         let mut per_key = shared
@@ -234,6 +264,7 @@ impl HeldSlot {
             per_key: shared.held_per_key.clone(),
             holder,
             charge: None,
+            _metrics: metrics.held(),
         })
     }
 

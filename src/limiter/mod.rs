@@ -45,7 +45,7 @@ use crate::{ConfigError, Limit, MemoryStore, StoreError, StoreErrorKind};
 /// # tokio::runtime::Builder::new_current_thread().build()?.block_on(async {
 /// let limiter = Limiter::builder()
 ///     .limit(Limit::new("per-user", Quota::per_minute(2))?.algorithm(Algorithm::FixedWindow))
-///     .limit(Limit::new("global", Quota::per_second(1000))?)
+///     .limit(Limit::new("global", Quota::per_hour(1000))?)
 ///     .build()?;
 /// let alice = Key::from("alice");
 /// let all = Key::from("");

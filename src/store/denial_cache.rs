@@ -166,10 +166,11 @@ impl DenialCache {
             denials.map.remove(&id);
             return None;
         }
-        cached
-            .denial
-            .covers(now, charge.cost)
-            .then(|| cached.denial.repeat(now, charge.limit))
+        if !cached.denial.covers(now, charge.cost) {
+            return None;
+        }
+        crate::observe::denial_cache_hit();
+        Some(cached.denial.repeat(now, charge.limit))
     }
 
     /// The local answer to an all-or-nothing batch at `now`: `None` unless some

@@ -31,6 +31,7 @@ mod plans;
 #[cfg(feature = "config")]
 mod recipes;
 mod reload;
+mod rollout;
 #[cfg(feature = "redis")]
 mod shared_redis;
 mod tower_stack;

@@ -97,6 +97,7 @@ impl<S: Store> LeasedStore<S> {
                     decision.remaining,
                     self.inner.max_lease_us,
                 );
+                crate::observe::lease_slice();
                 decision.remaining = (decision.remaining + (charged - cost)).min(decision.capacity);
                 decision.receipt = lease.issue(cost);
                 entry.lease = Some(lease);

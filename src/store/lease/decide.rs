@@ -43,6 +43,7 @@ impl Entry {
             return Err(None);
         };
         let delay = lease.spend(now, charge.cost).map_err(Some)?;
+        crate::observe::lease_hit();
         let receipt = lease.issue(charge.cost);
         Ok(Decision {
             delay: Duration::from_micros(delay),

@@ -71,6 +71,7 @@ impl<S: Store> LeasedStore<S> {
             cost: unused,
         };
         self.inner.store.refund_charge(charge, receipt).await?;
+        crate::observe::lease_units_returned(unused);
         Ok(unused)
     }
 

@@ -536,6 +536,19 @@ fn write(shard: &RwLock<Shard>) -> RwLockWriteGuard<'_, Shard> {
     shard.write().unwrap_or_else(PoisonError::into_inner)
 }
 
+impl Drop for Inner {
+    fn drop(&mut self) {
+        // The process's gauges count this store's states no more.
+        for shard in &mut self.shards {
+            let shard = shard.0.get_mut().unwrap_or_else(PoisonError::into_inner);
+            crate::observe::memory_changed(
+                -shard.len().cast_signed(),
+                -shard.bytes().cast_signed(),
+            );
+        }
+    }
+}
+
 impl Default for MemoryStore {
     fn default() -> Self {
         Self::new()

@@ -121,6 +121,7 @@ impl Shard {
             name.bytes += TABLE_BYTES;
         }
         self.bytes += TABLE_BYTES;
+        crate::observe::memory_changed(0, TABLE_BYTES.cast_signed());
         Some(index)
     }
 
@@ -189,6 +190,10 @@ impl Shard {
         }
         self.entries -= table.len();
         self.bytes -= table.bytes + TABLE_BYTES;
+        crate::observe::memory_changed(
+            -table.len().cast_signed(),
+            -(table.bytes + TABLE_BYTES).cast_signed(),
+        );
     }
 
     /// Counts `entries` more states and `bytes` more bytes in table `index`, its name
@@ -203,6 +208,7 @@ impl Shard {
         }
         self.entries = self.entries.saturating_add_signed(entries);
         self.bytes = self.bytes.saturating_add_signed(bytes);
+        crate::observe::memory_changed(entries, bytes);
     }
 
     /// The table of name `record` with the most bytes. At most
@@ -264,6 +270,7 @@ impl Shard {
             if !self.evict_one(victim, None, now) {
                 break;
             }
+            crate::observe::memory_evicted(crate::observe::Eviction::Keys);
         }
     }
 
@@ -287,6 +294,7 @@ impl Shard {
             if !self.evict_one(index, Some(keep), now) {
                 break;
             }
+            crate::observe::memory_evicted(crate::observe::Eviction::Bytes);
         }
         while self.bytes > self.max_bytes {
             let victim = self
@@ -296,6 +304,7 @@ impl Shard {
             if !self.evict_one(victim, Some(keep), now) {
                 break;
             }
+            crate::observe::memory_evicted(crate::observe::Eviction::Bytes);
         }
     }
 
@@ -402,6 +411,7 @@ impl Shard {
         for id in unused {
             self.drop_table(id);
         }
+        let before = (self.entries, self.bytes);
         for table in &mut self.tables {
             table.stored = false;
         }
@@ -424,5 +434,11 @@ impl Shard {
             .iter()
             .map(|t| t.bytes + TABLE_BYTES)
             .sum::<usize>();
+        // drop_table reported the tables it dropped; this is what the sweep freed.
+        let (entries, bytes) = before;
+        crate::observe::memory_changed(
+            self.entries.cast_signed() - entries.cast_signed(),
+            self.bytes.cast_signed() - bytes.cast_signed(),
+        );
     }
 }

@@ -1,83 +1,26 @@
-//! Logs and metrics of the layer's decisions and of penalties, in one place. Compiled to nothing
-//! without the `tracing` and `metrics` features. Never records keys: they are API
-//! tokens and client addresses.
+//! Rare events, logged and counted: store errors, penalty boxes tripped, refunds and
+//! in-flight slot records that failed, rate-limit headers over their bound.
 
-#[cfg(feature = "layer")]
-use crate::Decision;
-#[cfg(any(feature = "layer", feature = "redis"))]
 use crate::StoreError;
 
-/// What became of a request the policies were checked for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[cfg(feature = "layer")]
-pub(crate) enum Outcome {
-    Allowed,
-    Rejected,
-    ShadowRejected,
-    /// Admitted with a delay, rejected: the layer held as many as it may.
-    QueueFull,
-    /// As `QueueFull`, in shadow mode: passed on at once instead.
-    ShadowQueueFull,
-}
-
-#[cfg(feature = "layer")]
-impl Outcome {
-    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
-    fn label(self) -> &'static str {
-        match self {
-            Self::Allowed => "allowed",
-            Self::Rejected => "rejected",
-            Self::ShadowRejected => "shadow_rejected",
-            Self::QueueFull => "queue_full",
-            Self::ShadowQueueFull => "shadow_queue_full",
-        }
-    }
-}
-
-/// Records the outcome of one request under each of its decisions' policies.
-#[cfg_attr(
-    not(any(feature = "tracing", feature = "metrics")),
-    allow(unused_variables)
-)]
-#[cfg(feature = "layer")]
-pub(crate) fn decided(decisions: &[Decision], outcome: Outcome) {
+/// Counts a failed store call by its kind (`tollgate_store_errors_total`).
+#[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
+pub(crate) fn store_error(error: &StoreError) {
     #[cfg(feature = "metrics")]
-    for d in decisions {
-        metrics::counter!("tollgate_requests_total", "policy" => d.limit, "outcome" => outcome.label())
-            .increment(1);
-    }
-    #[cfg(feature = "tracing")]
-    match outcome {
-        Outcome::Allowed => {}
-        Outcome::Rejected => {
-            for d in decisions.iter().filter(|d| !d.allowed) {
-                tracing::debug!(target: "tollgate", policy = d.limit, retry_after_ms = d.retry_after.map(|r| r.as_millis() as u64), "request rejected");
-            }
+    {
+        // The kind's name, a handful of values: registered per error, which is rare.
+        let kind = error.kind().to_string();
+        let names = super::metric_names();
+        let key = |name: &'static str| {
+            metrics::counter!(name, "kind" => kind.clone()).increment(1);
+        };
+        if names.prometheus() {
+            key(super::catalogue::STORE_ERRORS.name);
         }
-        Outcome::ShadowRejected => {
-            for d in decisions.iter().filter(|d| !d.allowed) {
-                tracing::info!(target: "tollgate", policy = d.limit, "request would have been rejected (shadow mode)");
-            }
-        }
-        Outcome::QueueFull => {
-            tracing::debug!(target: "tollgate", "request rejected: the layer holds as many delayed requests as it may");
-        }
-        Outcome::ShadowQueueFull => {
-            tracing::info!(target: "tollgate", "request would have been rejected: the layer holds as many delayed requests as it may (shadow mode)");
+        if names.open_telemetry() {
+            key(super::catalogue::STORE_ERRORS.open_telemetry_name);
         }
     }
-}
-
-/// Records a store failure and what the layer did about it.
-// `failing_open` only goes into the `tracing` event: `metrics` alone counts the kind.
-#[cfg_attr(not(feature = "tracing"), allow(unused_variables))]
-#[cfg(feature = "layer")]
-pub(crate) fn store_failed(error: &StoreError, failing_open: bool) {
-    #[cfg(feature = "metrics")]
-    metrics::counter!("tollgate_store_errors_total", "kind" => error.kind().to_string())
-        .increment(1);
-    #[cfg(feature = "tracing")]
-    tracing::warn!(target: "tollgate", %error, fail_open = failing_open, "rate-limit store failed");
 }
 
 /// Records a refund that could not be applied.
@@ -86,9 +29,7 @@ pub(crate) fn store_failed(error: &StoreError, failing_open: bool) {
     allow(unused_variables)
 )]
 pub(crate) fn refund_failed(error: &crate::StoreError) {
-    #[cfg(feature = "metrics")]
-    metrics::counter!("tollgate_store_errors_total", "kind" => error.kind().to_string())
-        .increment(1);
+    store_error(error);
     #[cfg(feature = "tracing")]
     tracing::warn!(target: "tollgate", %error, "rate-limit refund failed");
 }
@@ -101,9 +42,7 @@ pub(crate) fn refund_failed(error: &crate::StoreError) {
 /// store: it expires by itself within its TTL.
 #[cfg(feature = "redis")]
 pub(crate) fn slot_record_failed(error: &StoreError) {
-    #[cfg(feature = "metrics")]
-    metrics::counter!("tollgate_store_errors_total", "kind" => error.kind().to_string())
-        .increment(1);
+    store_error(error);
     #[cfg(feature = "tracing")]
     tracing::warn!(target: "tollgate", %error, "in-flight slot record release or renewal failed");
 }
@@ -123,7 +62,7 @@ pub(crate) fn headers_too_long(error: &crate::ConfigError) {
 #[cfg_attr(not(feature = "tracing"), allow(unused_variables))]
 pub(crate) fn penalty_tripped(policy: &'static str, block_for: std::time::Duration) {
     #[cfg(feature = "metrics")]
-    metrics::counter!("tollgate_penalties_total", "policy" => policy).increment(1);
+    super::names::counter(&super::catalogue::PENALTIES, &[("policy", policy)]).increment(1);
     #[cfg(feature = "tracing")]
     tracing::info!(target: "tollgate", policy, block_for_ms = u64::try_from(block_for.as_millis()).unwrap_or(u64::MAX), "penalty box tripped: key blocked");
 }
