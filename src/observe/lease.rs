@@ -24,8 +24,8 @@ pub(crate) fn lease_units_returned(units: u64) {
     }
 }
 
-/// A denial answered by the denial cache.
-#[cfg(feature = "redis")]
+/// A denial answered by a denial cache (the Redis store's, or a `Fallback`'s blocks
+/// seen on its primary).
 pub(crate) fn denial_cache_hit() {
     #[cfg(feature = "metrics")]
     super::names::emit!(counter, "tollgate_denial_cache_hits_total", "rate_limit.denial_cache.hits"; increment(1));

@@ -44,9 +44,7 @@ pub use names::{MetricNames, metric_names, set_metric_names};
 
 #[cfg(feature = "layer")]
 pub(crate) use decisions::{Outcome, decided, refused};
-#[cfg(feature = "redis")]
-pub(crate) use lease::denial_cache_hit;
-pub(crate) use lease::{lease_hit, lease_slice, lease_units_returned};
+pub(crate) use lease::{denial_cache_hit, lease_hit, lease_slice, lease_units_returned};
 #[cfg(feature = "layer")]
 pub(crate) use logs::headers_too_long;
 #[cfg(feature = "redis")]
