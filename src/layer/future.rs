@@ -138,7 +138,7 @@ where
         S: Clone,
     {
         Self::settled(
-            RequestContext::new(shared, view, checks, grpc),
+            RequestContext::new(shared, view, checks, Claims::new(), grpc),
             service,
             request,
             result,
@@ -186,16 +186,17 @@ where
     where
         S: Clone,
     {
-        let mut context = RequestContext::new(shared.clone(), view, checks, grpc);
+        let mut context = RequestContext::new(shared.clone(), view, checks, claims, grpc);
         // In wait mode, a request that finds no slot free waits for one.
-        let wait = claims
+        let wait = context
+            .claims()
             .iter()
             .map(|claim| shared.wait_of(&context.view().policies()[claim.index]))
             .collect::<Option<Vec<_>>>()
             .and_then(|waits| waits.into_iter().min());
         match shared.limiter.enter(
             &context.view().set,
-            &claims,
+            context.claims(),
             wait,
             &shared.slot_lines,
             (shared.max_held, shared.max_held_per_key),
@@ -206,7 +207,7 @@ where
                 }
                 let state = match context.decide() {
                     None => State::Calling {
-                        future: service.call(request),
+                        future: service.call(context.unchecked(request)),
                     },
                     Some(Pending::Ready(result)) => {
                         return Self::settled(context, service, request, result);
@@ -249,7 +250,13 @@ where
                 service: Some(service),
                 request: Some(request),
             },
-            context: Some(RequestContext::new(shared, view, checks, grpc)),
+            context: Some(RequestContext::new(
+                shared,
+                view,
+                checks,
+                Claims::new(),
+                grpc,
+            )),
         }
     }
 }
@@ -302,7 +309,7 @@ where
                         },
                         None => match context.decide() {
                             None => State::Calling {
-                                future: service.call(request),
+                                future: service.call(context.unchecked(request)),
                             },
                             Some(Pending::Ready(result)) => {
                                 State::next(context.settle(request, result), service)

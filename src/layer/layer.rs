@@ -106,19 +106,21 @@ impl RateLimitLayer {
     /// # Ok::<(), tollgate::ConfigError>(())
     /// ```
     pub fn new(limiter: Limiter) -> Self {
-        Self::with_rules(limiter, &[])
+        Self::with_rules(limiter, &[], false)
     }
 
     /// A layer over `limiter` whose limits take their request rules from `rules` by
-    /// name (checked by the caller).
-    pub(super) fn with_rules(limiter: Limiter, rules: &[Policy]) -> Self {
+    /// name (checked by the caller); `partition_keys` as
+    /// [`LayerBuilder::partition_keys`].
+    pub(super) fn with_rules(limiter: Limiter, rules: &[Policy], partition_keys: bool) -> Self {
         let style = HeaderStyle::default();
-        let paired = Arc::new(Paired::new(limiter.snapshot(), rules));
-        let view = View::new(style, Arc::clone(&paired));
+        let paired = Arc::new(Paired::new(limiter.snapshot(), rules, partition_keys));
+        let view = View::new(style, partition_keys, Arc::clone(&paired));
         Self {
             shared: Arc::new(Shared {
                 limiter,
                 style,
+                partition_keys,
                 paired: Arc::new(ArcSwap::new(paired)),
                 reloading: Arc::default(),
                 view: Arc::new(ArcSwap::from_pointee(view)),
@@ -187,7 +189,11 @@ impl RateLimitLayer {
     /// ```
     pub fn reload(&self, policies: impl IntoIterator<Item = Policy>) -> Result<(), ConfigError> {
         let policies: Vec<Policy> = policies.into_iter().collect();
-        validate(&policies, &**self.shared.limiter.store())?;
+        validate(
+            &policies,
+            &**self.shared.limiter.store(),
+            self.shared.partition_keys,
+        )?;
         let shared = &self.shared;
         let _one_at_a_time = shared
             .reloading
@@ -198,11 +204,26 @@ impl RateLimitLayer {
         // The pairing first, the limiter's set after: in between, requests find the
         // pairing's set newer than the limiter's and decide under the pairing, whole
         // (see `Shared::paired`); operators' calls see the old set until the install.
-        shared
-            .paired
-            .store(Arc::new(Paired::new(Arc::clone(&set), &policies)));
+        shared.paired.store(Arc::new(Paired::new(
+            Arc::clone(&set),
+            &policies,
+            shared.partition_keys,
+        )));
         shared.limiter.install(&set);
         Ok(())
+    }
+
+    /// Whether the draft-11 headers carry partition keys (see
+    /// [`LayerBuilder::partition_keys`]).
+    ///
+    /// ```
+    /// use tollgate::{Policy, Quota, RateLimitLayer};
+    /// let layer = RateLimitLayer::builder().policy(Policy::new("api", Quota::per_second(5))?).build()?;
+    /// assert!(!layer.get_partition_keys());
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    pub fn get_partition_keys(&self) -> bool {
+        self.shared.partition_keys
     }
 
     fn shared(&mut self) -> &mut Shared {
@@ -221,7 +242,11 @@ impl RateLimitLayer {
     pub fn headers(mut self, style: HeaderStyle) -> Self {
         let shared = self.shared();
         shared.style = style;
-        shared.view = Arc::new(ArcSwap::from_pointee(View::new(style, shared.paired())));
+        shared.view = Arc::new(ArcSwap::from_pointee(View::new(
+            style,
+            shared.partition_keys,
+            shared.paired(),
+        )));
         self
     }
 
@@ -454,6 +479,7 @@ impl fmt::Debug for RateLimitLayer {
             .field("fail_mode", &self.shared.fail_mode)
             .field("shadow", &self.shared.shadow)
             .field("decisions_extension", &self.shared.decisions_extension)
+            .field("partition_keys", &self.shared.partition_keys)
             .field("max_held", &self.shared.max_held)
             .field("max_held_per_key", &self.shared.max_held_per_key)
             .finish_non_exhaustive()

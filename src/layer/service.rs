@@ -6,22 +6,24 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
+use http::request::Parts;
 use http::{Request, Response};
 use http_body::Body;
 use tower_layer::Layer;
 use tower_service::Service;
 
 use crate::Limiter;
-use crate::layer::MissingKey;
 use crate::layer::RateLimitBody;
 use crate::layer::context::rejection;
 use crate::layer::few::{Checks, Claims};
 use crate::layer::future::{ResponseFuture, take_ready};
 use crate::layer::grpc::grpc_flavour;
+use crate::layer::headers::Report;
 use crate::layer::in_flight_entry::Claim;
 use crate::layer::limiter_calls::{LayerCheck, Pending};
 use crate::layer::rejection::{RejectReason, RejectionInfo};
 use crate::layer::shared::Shared;
+use crate::layer::{Decisions, MissingKey};
 
 /// Rate limiting around an inner service; built by [`RateLimitLayer`](crate::RateLimitLayer).
 ///
@@ -131,10 +133,16 @@ where
                 decisions: Vec::new(),
                 retry_after: None,
             };
-            return ResponseFuture::answered(rejection(shared, &shared.view(), grpc, &info, &[]));
+            return ResponseFuture::answered(rejection(
+                shared,
+                &shared.view(),
+                grpc,
+                &info,
+                Report::default(),
+            ));
         }
         if shared.allow.iter().any(|allow| allow(&parts)) {
-            return ResponseFuture::unlimited(self.inner.call(Request::from_parts(parts, body)));
+            return ResponseFuture::unlimited(self.inner.call(unchecked(shared, parts, body)));
         }
 
         // One set of policies decides the whole request, even across a reload.
@@ -172,7 +180,16 @@ where
                 decisions: Vec::new(),
                 retry_after: Some(period.max(Duration::from_secs(1))),
             };
-            return ResponseFuture::answered(rejection(shared, &view, grpc, &info, &[]));
+            return ResponseFuture::answered(rejection(
+                shared,
+                &view,
+                grpc,
+                &info,
+                Report::default(),
+            ));
+        }
+        if claims.is_empty() && checks.is_empty() {
+            return ResponseFuture::unlimited(self.inner.call(unchecked(shared, parts, body)));
         }
         let request = Request::from_parts(parts, body);
         if !claims.is_empty() {
@@ -184,9 +201,6 @@ where
                 (checks, claims),
                 grpc,
             );
-        }
-        if checks.is_empty() {
-            return ResponseFuture::unlimited(self.inner.call(request));
         }
         // The memory store decides here and now: an admitted request goes straight to
         // the inner service. Only a request that waits (a remote store, a leaky-bucket
@@ -212,4 +226,13 @@ where
             ),
         }
     }
+}
+
+/// A request no policy checks (allowed, or every policy skipped or free), passed on
+/// with empty [`Decisions`](crate::layer::Decisions) unless the layer leaves them out.
+fn unchecked<ReqBody>(shared: &Shared, mut parts: Parts, body: ReqBody) -> Request<ReqBody> {
+    if shared.decisions_extension {
+        Decisions::record_none(&mut parts.extensions);
+    }
+    Request::from_parts(parts, body)
 }

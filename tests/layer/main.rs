@@ -27,4 +27,5 @@ mod plans;
 mod reload;
 #[cfg(feature = "redis")]
 mod shared_redis;
+mod standards;
 mod tower_stack;
