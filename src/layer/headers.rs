@@ -1,5 +1,15 @@
 //! Rate-limit response headers: every header name the layer writes, in one place,
 //! and the styles that write them from decisions.
+//!
+//! The default style follows [draft-ietf-httpapi-ratelimit-headers-11] (an IETF
+//! Internet-Draft of the HTTPAPI working group, not yet an RFC): `RateLimit-Policy` and
+//! `RateLimit` are Structured Field Lists ([RFC 9651]) of one member per policy, each
+//! named by an SF String, with the draft's parameters `q`, `qu`, `w` (the policy) and
+//! `r`, `t` (its state), and `pk` when partition keys are on. The tests read every
+//! style back with an independent SF parser (the `sfv` crate).
+//!
+//! [draft-ietf-httpapi-ratelimit-headers-11]: https://datatracker.ietf.org/doc/draft-ietf-httpapi-ratelimit-headers/11/
+//! [RFC 9651]: https://www.rfc-editor.org/rfc/rfc9651
 
 use crate::time::ceil_secs;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -71,8 +81,18 @@ pub const MAX_HEADERS_LEN: usize = 2048;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 #[non_exhaustive]
 pub enum HeaderStyle {
-    /// draft-ietf-httpapi-ratelimit-headers-11: `RateLimit-Policy: "api";q=100;w=60`
-    /// and `RateLimit: "api";r=37;t=12`, one list member per policy.
+    /// [draft-ietf-httpapi-ratelimit-headers-11]: `RateLimit-Policy: "api";q=100;w=60`
+    /// and `RateLimit: "api";r=37;t=12`, one list member per policy (RFC 9651
+    /// Structured Field Lists). A policy's in-flight bound is a member of
+    /// `RateLimit-Policy` of its own, a quota of concurrent requests without a window:
+    /// `"uploads";q=4;qu="concurrent-requests"` (it has no `RateLimit` member: `r` is
+    /// required, and no store reports how many slots are free). With
+    /// [`partition_keys`](crate::layer::LayerBuilder::partition_keys), every member
+    /// ends with `;pk=:<the key's fingerprint, base64>:`. Each list is appended as a
+    /// field line of its own, so that the lines of a tollgate layer inside this one
+    /// read as one list with its members.
+    ///
+    /// [draft-ietf-httpapi-ratelimit-headers-11]: https://datatracker.ietf.org/doc/draft-ietf-httpapi-ratelimit-headers/11/
     #[default]
     Draft11,
     /// draft-06: `RateLimit-Limit`, `RateLimit-Remaining`, `RateLimit-Reset` for the

@@ -11,6 +11,7 @@
 
 mod broken_store;
 mod cancel;
+mod client_ip_sources;
 #[cfg(feature = "config")]
 mod config;
 mod costs;
