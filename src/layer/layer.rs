@@ -44,6 +44,37 @@ use crate::{ConfigError, Limiter, Policy};
 /// # Ok::<(), tollgate::ConfigError>(())
 /// ```
 ///
+/// # Per-route limits
+///
+/// A layer limits whatever it wraps. For one route alone, wrap that route: axum's
+/// `route_layer` (on a `MethodRouter`, or on a `Router` for the routes added before
+/// it) runs the layer only for requests that matched, so a 404 costs nothing. Under a
+/// router-wide layer, both count the route's requests: the outer layer decides first
+/// (and has charged a request the inner one then rejects), the handler's
+/// [`Decisions`](crate::layer::Decisions) hold the outer layer's decisions then the
+/// inner's, and the response's draft-11 headers list both.
+///
+/// ```
+/// use axum::{Router, routing::get};
+/// use tollgate::{Policy, Quota, RateLimitLayer, key};
+///
+/// let everyone = RateLimitLayer::builder()
+///     .policy(Policy::new("api", Quota::per_minute(100))?.key(key::peer_ip()))
+///     .build()?;
+/// let exports = RateLimitLayer::builder()
+///     .policy(Policy::new("export", Quota::per_hour(10))?.key(key::peer_ip()))
+///     .build()?;
+/// let app: Router = Router::new()
+///     .route("/export", get(|| async { "exported" }).route_layer(exports)) // this route only
+///     .route("/", get(|| async { "hello" }))
+///     .layer(everyone); // every route
+/// # Ok::<(), tollgate::ConfigError>(())
+/// ```
+///
+/// `examples/per_handler.rs` runs this, with a handler that checks a
+/// [`Limiter`] of its own once it knows the cost, and answers a denial with
+/// [`Rejection::reject`](crate::layer::Rejection::reject).
+///
 /// # Deployment caveat
 ///
 /// Keys are only as trustworthy as their source. Behind a proxy, use
