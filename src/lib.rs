@@ -155,6 +155,13 @@
 // every item behind a feature carries a badge naming it. Stable builds never see this.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+// The README's Rust blocks, compiled and run as doc tests so that they cannot drift
+// from the API. With every feature (`full`): they use Redis, the limits file and
+// tower_governor's layer beside ours. A block that must not run (a server) is `no_run`.
+#[cfg(all(doctest, feature = "full"))]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
+
 mod algorithm;
 pub mod clock;
 #[cfg(feature = "config")]

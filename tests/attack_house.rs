@@ -788,8 +788,12 @@ fn remaining(reply: &Reply, name: &str) -> u64 {
 }
 
 const POLICY_A: &str = r#""api";q=1000;w=60, "global";q=1000000;w=60"#;
-const POLICY_B: &str = r#""api";q=2000;w=60, "daily";q=1000000;w=86400"#;
+// B's in-flight bound is advertised after its quotas (draft-11's concurrency quota).
+const POLICY_B: &str =
+    r#""api";q=2000;w=60, "daily";q=1000000;w=86400, "api";q=1000;qu="concurrent-requests""#;
 const POLICY_C: &str = r#""api";q=3000;w=60"#;
+/// C's limit re-paired with B's rules: B's in-flight bound is advertised too.
+const POLICY_C_B_RULES: &str = r#""api";q=3000;w=60, "api";q=1000;qu="concurrent-requests""#;
 
 /// Which set's limits decided `reply`, checking that the rules agree where they can
 /// be known: under A's limits with A's rules a fresh user has r = 999; a tenant charge
@@ -812,6 +816,11 @@ fn decided_by(reply: &Reply) -> char {
         POLICY_C => {
             // C's limit with A's rules (a fresh user) or B's (the tenant, cost 2).
             assert!(api == 2_999 || (3_000 - api).is_multiple_of(2), "{reply:?}");
+            'C'
+        }
+        POLICY_C_B_RULES => {
+            // C's limit with B's rules: the tenant, cost 2.
+            assert!((3_000 - api).is_multiple_of(2), "{reply:?}");
             'C'
         }
         other => panic!("a policy header of no set: {other:?} in {reply:?}"),

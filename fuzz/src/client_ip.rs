@@ -1,11 +1,14 @@
-//! `Forwarded` / `X-Forwarded-For` / `X-Real-IP` parsing and client-IP selection.
+//! `Forwarded` / `X-Forwarded-For` / `X-Real-IP` parsing, the one-address headers of
+//! CDNs and meshes (`CF-Connecting-IP`, `True-Client-IP`, `Fly-Client-IP`,
+//! `CloudFront-Viewer-Address`, `X-Envoy-External-Address`), and client-IP selection.
 //!
 //! Input, one item per line:
 //!
 //! ```text
 //! 10.0.0.2                      the TCP peer (an IP address; anything else: 192.0.2.1)
 //! 10.0.0.0/8,::1 header=xff v6=56   trusted proxies: "none", "loopback", "private"
-//!                               or a comma-separated list; optional header= and v6=
+//!                               or a comma-separated list; optional header= (xff,
+//!                               forwarded, real-ip, or any header's name) and v6=
 //! x-forwarded-for: 6.6.6.6, 1.2.3.4    then header lines, raw bytes after ": "
 //! ```
 //!
@@ -21,7 +24,16 @@ use tollgate::Key;
 use tollgate::key::TrustedProxies;
 use tollgate::key::{self, ProxyHeader};
 
-const FORWARDING: [&str; 3] = ["forwarded", "x-forwarded-for", "x-real-ip"];
+const FORWARDING: [&str; 8] = [
+    "forwarded",
+    "x-forwarded-for",
+    "x-real-ip",
+    "cf-connecting-ip",
+    "true-client-ip",
+    "fly-client-ip",
+    "cloudfront-viewer-address",
+    "x-envoy-external-address",
+];
 
 pub fn check(data: &[u8]) {
     let mut lines = data.split(|&b| b == b'\n');
@@ -97,7 +109,7 @@ fn proxies(line: &str) -> TrustedProxies {
             let header = match header {
                 "forwarded" => ProxyHeader::Forwarded,
                 "xff" => ProxyHeader::XForwardedFor,
-                _ => ProxyHeader::XRealIp,
+                name => ProxyHeader::from_name(name).unwrap_or(ProxyHeader::XRealIp),
             };
             proxies = proxies.header(header);
         } else if let Some(bits) = word.strip_prefix("v6=").and_then(|b| b.parse().ok()) {
@@ -122,7 +134,7 @@ fn key_of(ip: IpAddr, v6_prefix: u8) -> Key {
 }
 
 /// Every address written in the forwarding headers (a superset of what a walk may
-/// pick): the values split at every separator any of the three headers uses.
+/// pick): the values split at every separator any of the headers uses.
 fn addresses_in(parts: &Parts, only: Option<ProxyHeader>) -> Vec<IpAddr> {
     let mut found = Vec::new();
     for name in FORWARDING {
@@ -130,6 +142,14 @@ fn addresses_in(parts: &Parts, only: Option<ProxyHeader>) -> Vec<IpAddr> {
             continue;
         }
         for value in parts.headers.get_all(name) {
+            // An unbracketed IPv6 address with a port: the token above parses whole.
+            if let Some((host, _)) = std::str::from_utf8(value.as_bytes())
+                .ok()
+                .and_then(|text| text.trim().rsplit_once(':'))
+                && let Ok(ip) = host.parse::<IpAddr>()
+            {
+                found.push(ip);
+            }
             for token in value
                 .as_bytes()
                 .split(|b| b",;=\"[] \t".contains(b))
@@ -151,7 +171,9 @@ fn address(token: &str) -> Option<IpAddr> {
     if let Ok(addr) = token.parse::<SocketAddr>() {
         return Some(addr.ip());
     }
-    // `192.0.2.1:_obfuscated` (RFC 7239 ports may be obfuscated).
+    // `192.0.2.1:_obfuscated` (RFC 7239 ports may be obfuscated), and
+    // CloudFront-Viewer-Address's unbracketed `2001:db8::1:443` (the last group is the
+    // port, so the whole token parses as another IPv6 address: tried first above).
     let (host, _) = token.rsplit_once(':')?;
-    host.parse::<Ipv4Addr>().ok().map(IpAddr::V4)
+    host.parse::<IpAddr>().ok()
 }

@@ -5,7 +5,9 @@
 //!
 //! ```text
 //! style draft11             draft11 (default), draft06, legacy, legacy-epoch
-//! policy api<TAB>100/min<TAB>gcra<TAB>20   name, quota, algorithm, burst ("-": none)
+//! pk                        partition keys on (draft-11's `pk` on every member)
+//! policy api<TAB>100/min<TAB>gcra<TAB>20<TAB>4   name, quota, algorithm, burst ("-":
+//!                           none), and optionally an in-flight bound
 //! at 1700000000000000       set the clock (µs since the epoch; may go backwards)
 //! wait 1500000              advance the clock (µs)
 //! req 1                     send a request costing 1 to every policy
@@ -13,9 +15,11 @@
 //!
 //! The requests go through a real `RateLimitLayer` around a `tower::service_fn`.
 //! Properties: no panic; every limited response's headers parse as the style's
-//! Structured Fields, with one list member per policy, in order, each with exactly
-//! the documented parameters, and values that agree with the policy and with the
-//! decisions the inner service was handed.
+//! Structured Fields, with one list member per policy, in order (in draft-11, then one
+//! `qu="concurrent-requests"` member per in-flight bound), each with exactly the
+//! documented parameters, and values that agree with the policy and with the
+//! decisions the inner service was handed; with partition keys, every draft-11 member
+//! ends with a `pk` that is the 16-byte fingerprint of the request's key.
 
 use std::cell::RefCell;
 use std::convert::Infallible;
@@ -50,11 +54,20 @@ struct Shown {
     limit: u64,
     capacity: u64,
     window_secs: u64,
+    in_flight: Option<u32>,
+}
+
+/// What the headers of one run must show besides the policies.
+#[derive(Clone, Copy)]
+struct Options {
+    style: HeaderStyle,
+    partition_keys: bool,
 }
 
 pub fn check(data: &[u8]) {
     let clock = ManualClock::new(START);
     let mut style = HeaderStyle::Draft11;
+    let mut partition_keys = false;
     let mut policies = Vec::new();
     let mut steps = Vec::new();
     for line in crate::lines(data) {
@@ -68,6 +81,7 @@ pub fn check(data: &[u8]) {
                     _ => HeaderStyle::Draft11,
                 };
             }
+            "pk" => partition_keys = true,
             "policy" => policies.extend(policy(rest)),
             "at" | "wait" | "req" => {
                 if let Ok(n) = rest.trim().parse::<u64>() {
@@ -92,11 +106,17 @@ pub fn check(data: &[u8]) {
                 _ => p.quota().limit(),
             },
             window_secs: ceil_secs(p.quota().period()).max(1),
+            in_flight: p.get_in_flight(),
         })
         .collect();
+    let options = Options {
+        style,
+        partition_keys,
+    };
     let Ok(layer) = RateLimitLayer::builder()
         .policies(policies)
         .store(MemoryStore::with_clock(clock.clone()))
+        .partition_keys(partition_keys)
         .build()
     else {
         return;
@@ -126,7 +146,7 @@ pub fn check(data: &[u8]) {
                         .block_on(service.clone().oneshot(request))
                         .unwrap_or_else(|never| match never {});
                     let decisions = handed.lock().unwrap_or_else(PoisonError::into_inner).take();
-                    check_response(style, &shown, cost, &response, decisions.as_ref());
+                    check_response(options, &shown, cost, &response, decisions.as_ref());
                 }
             }
         }
@@ -155,7 +175,10 @@ fn policy(spec: &str) -> Option<Policy> {
     if let Some(burst) = fields.next().and_then(|b| b.parse().ok()) {
         quota = quota.with_burst(burst).ok()?;
     }
-    let policy = Policy::new(name, quota).ok()?.algorithm(algorithm);
+    let mut policy = Policy::new(name, quota).ok()?.algorithm(algorithm);
+    if let Some(max) = fields.next().and_then(|n| n.parse().ok()) {
+        policy = policy.in_flight(max).ok()?;
+    }
     Some(policy.costs(|parts: &http::request::Parts| {
         parts
             .headers
@@ -170,7 +193,7 @@ fn ceil_secs(d: Duration) -> u64 {
 }
 
 fn check_response(
-    style: HeaderStyle,
+    options: Options,
     shown: &[Shown],
     cost: u32,
     response: &Response<tollgate::layer::RateLimitBody<String>>,
@@ -189,16 +212,29 @@ fn check_response(
             .expect("Retry-After is seconds");
         assert!(secs >= 1, "Retry-After: {secs}");
     }
+    let style = options.style;
     if cost == 0 {
-        // Free for every policy: nothing was checked, so nothing is described.
+        // Free for every policy: no rate was checked, so none is described; only the
+        // in-flight bounds (draft-11), which every request takes a slot of.
         assert_eq!(status, StatusCode::OK);
-        for name in [
-            "ratelimit",
-            "ratelimit-policy",
-            "ratelimit-limit",
-            "x-ratelimit-limit",
-        ] {
+        for name in ["ratelimit", "ratelimit-limit", "x-ratelimit-limit"] {
             assert!(!headers.contains_key(name), "{name} on a free request");
+        }
+        let bounds = shown.iter().filter(|s| s.in_flight.is_some()).count();
+        if style == HeaderStyle::Draft11 && bounds > 0 {
+            let policy = list(headers, "ratelimit-policy");
+            assert_eq!(policy.len(), bounds);
+            for (member, shown) in policy
+                .iter()
+                .zip(shown.iter().filter(|s| s.in_flight.is_some()))
+            {
+                check_in_flight_member(item_of(member), shown, options.partition_keys);
+            }
+        } else {
+            assert!(
+                !headers.contains_key("ratelimit-policy"),
+                "a policy header on a free request"
+            );
         }
         return;
     }
@@ -207,7 +243,7 @@ fn check_response(
         assert_eq!(decisions.len(), shown.len());
     }
     match style {
-        HeaderStyle::Draft11 => check_draft11(headers, shown, decisions),
+        HeaderStyle::Draft11 => check_draft11(headers, shown, decisions, options.partition_keys),
         HeaderStyle::Draft06 => {
             let policy = list(headers, "ratelimit-policy");
             assert_eq!(policy.len(), shown.len());
@@ -242,21 +278,84 @@ fn check_response(
     }
 }
 
-fn check_draft11(headers: &HeaderMap, shown: &[Shown], decisions: Option<&Decisions>) {
+/// The SF String a policy is named by.
+fn sf_name(shown: &Shown) -> BareItem {
+    BareItem::String(
+        sfv::StringRef::from_str(&shown.name)
+            .expect("printable ASCII")
+            .to_owned(),
+    )
+}
+
+/// A policy's in-flight member: `"name";q=<max>;qu="concurrent-requests"`, and `pk`.
+fn check_in_flight_member(member: &Item, shown: &Shown, partition_keys: bool) {
+    assert_eq!(member.bare_item, sf_name(shown), "in-flight member");
+    let expected: &[&str] = if partition_keys {
+        &["q", "qu", "pk"]
+    } else {
+        &["q", "qu"]
+    };
+    assert_eq!(param_names(member), expected);
+    assert_eq!(
+        member.params.get("q"),
+        Some(&BareItem::Integer(int(u64::from(
+            shown.in_flight.expect("an in-flight bound")
+        ))))
+    );
+    assert_eq!(
+        member
+            .params
+            .get("qu")
+            .and_then(BareItem::as_string)
+            .map(sfv::StringRef::as_str),
+        Some("concurrent-requests")
+    );
+    check_pk(member, partition_keys);
+}
+
+/// With partition keys, the member's `pk` is the request's key (every policy here is
+/// keyed globally): 16 bytes, the global key's fingerprint.
+fn check_pk(member: &Item, partition_keys: bool) {
+    let pk = member.params.get("pk");
+    if !partition_keys {
+        assert!(pk.is_none(), "pk while partition keys are off");
+        return;
+    }
+    let bytes = pk
+        .and_then(BareItem::as_byte_sequence)
+        .expect("pk is a Byte Sequence");
+    let global = tollgate::key::global()
+        .extract(&http::Request::new(()).into_parts().0)
+        .expect("the global key");
+    assert_eq!(bytes, global.fingerprint());
+}
+
+fn check_draft11(
+    headers: &HeaderMap,
+    shown: &[Shown],
+    decisions: Option<&Decisions>,
+    partition_keys: bool,
+) {
     let policy = list(headers, "ratelimit-policy");
     let state = list(headers, "ratelimit");
-    assert_eq!(policy.len(), shown.len());
+    let bounds: Vec<&Shown> = shown.iter().filter(|s| s.in_flight.is_some()).collect();
+    assert_eq!(policy.len(), shown.len() + bounds.len());
     assert_eq!(state.len(), shown.len());
+    for (member, shown) in policy[shown.len()..].iter().zip(bounds) {
+        check_in_flight_member(item_of(member), shown, partition_keys);
+    }
+    let (policy_params, state_params): (&[&str], &[&str]) = if partition_keys {
+        (&["q", "w", "pk"], &["r", "t", "pk"])
+    } else {
+        (&["q", "w"], &["r", "t"])
+    };
     for (i, shown) in shown.iter().enumerate() {
-        let name = BareItem::String(
-            sfv::StringRef::from_str(&shown.name)
-                .expect("printable ASCII")
-                .to_owned(),
-        );
+        let name = sf_name(shown);
 
         let member = item_of(&policy[i]);
         assert_eq!(member.bare_item, name, "policy member {i}");
-        assert_eq!(param_names(member), ["q", "w"]);
+        assert_eq!(param_names(member), policy_params);
+        check_pk(member, partition_keys);
         assert_eq!(
             member.params.get("q"),
             Some(&BareItem::Integer(int(shown.limit)))
@@ -268,7 +367,8 @@ fn check_draft11(headers: &HeaderMap, shown: &[Shown], decisions: Option<&Decisi
 
         let member = item_of(&state[i]);
         assert_eq!(member.bare_item, name, "state member {i}");
-        assert_eq!(param_names(member), ["r", "t"]);
+        assert_eq!(param_names(member), state_params);
+        check_pk(member, partition_keys);
         let r = param_u64(member, "r");
         let t = param_u64(member, "t");
         assert!(

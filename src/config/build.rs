@@ -14,8 +14,8 @@ use toml::Spanned;
 use super::PlanName;
 use super::place::Text;
 use super::schema::{LimitSpec, PlanSpec};
-use crate::key::TrustedProxies;
 use crate::key::{self, Extractor};
+use crate::key::{ProxyHeader, TrustedProxies};
 use crate::layer::{Costs, MissingKey};
 use crate::{Algorithm, ConfigError, Limit, Policy, Quota};
 
@@ -211,6 +211,17 @@ fn extractor(text: &Text<'_>, spec: &LimitSpec) -> Result<Extractor, ConfigError
             proxies.span(),
         ));
     }
+    if let Some(header) = &spec.proxy_header
+        && name != "client_ip"
+    {
+        return Err(at(
+            ConfigError::new(format!(
+                "proxy_header applies only to key \"client_ip\" (this limit's key is \"{}\")",
+                name.escape_debug()
+            )),
+            header.span(),
+        ));
+    }
     let key_span = || spec.key.as_ref().map_or(0..0, Spanned::span);
     Ok(match name {
         "global" => key::global(),
@@ -225,8 +236,12 @@ fn extractor(text: &Text<'_>, spec: &LimitSpec) -> Result<Extractor, ConfigError
             for entry in entries {
                 TrustedProxies::new([entry.get_ref()]).map_err(|e| at(e, entry.span()))?;
             }
-            let proxies = TrustedProxies::new(entries.iter().map(Spanned::get_ref))
+            let mut proxies = TrustedProxies::new(entries.iter().map(Spanned::get_ref))
                 .map_err(|e| at(e, key_span()))?;
+            if let Some(header) = &spec.proxy_header {
+                proxies = proxies
+                    .header(proxy_header(header.get_ref()).map_err(|e| at(e, header.span()))?);
+            }
             key::client_ip(proxies)
         }
         other => match other.strip_prefix("header:") {
@@ -242,6 +257,21 @@ fn extractor(text: &Text<'_>, spec: &LimitSpec) -> Result<Extractor, ConfigError
                 ));
             }
         },
+    })
+}
+
+/// The forwarding header `proxy_header` names, in any case.
+fn proxy_header(name: &str) -> Result<ProxyHeader, ConfigError> {
+    ProxyHeader::from_name(name).ok_or_else(|| {
+        let known: Vec<String> = ProxyHeader::KNOWN
+            .iter()
+            .map(|header| format!("\"{}\"", header.name()))
+            .collect();
+        ConfigError::new(format!(
+            "unknown proxy_header \"{}\": expected one of {}",
+            name.escape_debug(),
+            known.join(", ")
+        ))
     })
 }
 

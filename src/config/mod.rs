@@ -24,6 +24,7 @@
 //! | `max_delay` | the longest a `leaky_bucket` request is held: `"500ms"`, `"2s"`, `"1min"` | one period |
 //! | `key` | whose usage is counted: `"global"`, `"peer_ip"`, `"client_ip"`, `"header:<name>"`, `"matched_path"` (see [`key`](crate::key)) | `"global"` |
 //! | `trusted_proxies` | with `key = "client_ip"`: the proxies' addresses and networks, `["10.0.0.0/8", "::1"]` | none |
+//! | `proxy_header` | with `key = "client_ip"`: the one forwarding header believed ([`TrustedProxies::header`](crate::key::TrustedProxies::header)), by its name in any case: `"forwarded"`, `"x-forwarded-for"`, `"x-real-ip"`, `"cf-connecting-ip"`, `"true-client-ip"`, `"fly-client-ip"`, `"cloudfront-viewer-address"`, `"x-envoy-external-address"` | the first three, which must agree |
 //! | `on_missing_key` | `"skip"` or `"reject"` a request the key finds nothing for ([`MissingKey`](crate::layer::MissingKey)) | `"skip"` |
 //! | `[limit.costs]` | `"<METHOD> <route>" = cost` (method `*`: any), and `default = cost` (see [`Costs`](crate::layer::Costs)) | every request costs 1 |
 //! | `plan_from` | where a request's plan name is: `"header:<name>"`, or `"extension"` (a [`PlanName`] in the request extensions) | |

@@ -29,6 +29,8 @@ pub(super) struct LimitSpec {
     pub(super) max_delay: Option<Spanned<String>>,
     pub(super) key: Option<Spanned<String>>,
     pub(super) trusted_proxies: Option<Spanned<Vec<Spanned<String>>>>,
+    /// The one forwarding header `client_ip` believes (`TrustedProxies::header`).
+    pub(super) proxy_header: Option<Spanned<String>>,
     pub(super) on_missing_key: Option<Spanned<String>>,
     /// `"METHOD /template" = cost`, plus `default = cost`.
     pub(super) costs: Option<BTreeMap<Spanned<String>, Spanned<u32>>>,

@@ -1,5 +1,6 @@
-//! Reading forwarding headers (`Forwarded`, `X-Forwarded-For`, `X-Real-IP`) as chains
-//! of hops, and walking them from the right.
+//! Reading forwarding headers (`Forwarded`, `X-Forwarded-For`, `X-Real-IP`, and the
+//! one-address headers of CDNs and meshes) as chains of hops, and walking them from the
+//! right.
 //!
 //! Everything here reads attacker-controlled bytes: no allocation that grows with the
 //! input, no panic, and an unreadable hop stops the walk rather than guessing.
@@ -13,11 +14,28 @@ use super::ip::canonical;
 
 /// A forwarding header [`client_ip`](super::client_ip) can believe.
 ///
+/// The first three are the general ones, read together (and required to agree)
+/// unless [`TrustedProxies::header`](super::TrustedProxies::header) picks one. The
+/// other five are written by one CDN, proxy or mesh each and hold one address, the
+/// client as that edge saw it; they are read only when picked with
+/// [`TrustedProxies::header`](super::TrustedProxies::header), and, like the others,
+/// only from a TCP peer in the trusted list.
+///
+/// A one-address header says nothing of the hops before the edge that wrote it: trust
+/// it only from peers that receive nothing but that edge's traffic, or that remove
+/// the header from anything else. Trusting the CDN's published egress ranges, when
+/// it connects to you directly, is that; trusting a proxy of yours that also takes
+/// traffic around the CDN is not, since a client that goes around can then write any
+/// address into the header.
+///
 /// ```
 /// use tollgate::key::ProxyHeader;
 /// assert_eq!(ProxyHeader::XForwardedFor.name(), "x-forwarded-for");
 /// assert_eq!(ProxyHeader::Forwarded.name(), "forwarded");
 /// assert_eq!(ProxyHeader::XRealIp.name(), "x-real-ip");
+/// assert_eq!(ProxyHeader::CfConnectingIp.name(), "cf-connecting-ip");
+/// assert_eq!(ProxyHeader::from_name("CloudFront-Viewer-Address"), Some(ProxyHeader::CloudFrontViewerAddress));
+/// assert_eq!(ProxyHeader::from_name("x-client-ip"), None);
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
@@ -28,13 +46,43 @@ pub enum ProxyHeader {
     XForwardedFor,
     /// `X-Real-IP`: a single address.
     XRealIp,
+    /// `CF-Connecting-IP`: the client's address, written by Cloudflare.
+    CfConnectingIp,
+    /// `True-Client-IP`: the client's address, written by Cloudflare (Enterprise) and
+    /// Akamai.
+    TrueClientIp,
+    /// `Fly-Client-IP`: the client's address, written by Fly.io's proxy.
+    FlyClientIp,
+    /// `CloudFront-Viewer-Address`: the client's address and source port, written by
+    /// AWS's CDN (when an origin request policy adds it): `198.51.100.10:46532`,
+    /// and IPv6 without brackets, `2001:db8::8a2e:370:7334:46532` (the last group is
+    /// the port; `[2001:db8::1]:46532` is read too). A value without a port cannot be
+    /// read.
+    CloudFrontViewerAddress,
+    /// `X-Envoy-External-Address`: the client's address, written by Envoy (Istio and
+    /// other meshes) when it trusts the hops before it.
+    XEnvoyExternalAddress,
 }
 
 impl ProxyHeader {
+    /// The headers read by default, which must agree.
     pub(crate) const ALL: [ProxyHeader; 3] = [
         ProxyHeader::Forwarded,
         ProxyHeader::XForwardedFor,
         ProxyHeader::XRealIp,
+    ];
+
+    /// Every header there is, for [`from_name`](ProxyHeader::from_name) and its
+    /// callers' error messages.
+    pub(crate) const KNOWN: [ProxyHeader; 8] = [
+        ProxyHeader::Forwarded,
+        ProxyHeader::XForwardedFor,
+        ProxyHeader::XRealIp,
+        ProxyHeader::CfConnectingIp,
+        ProxyHeader::TrueClientIp,
+        ProxyHeader::FlyClientIp,
+        ProxyHeader::CloudFrontViewerAddress,
+        ProxyHeader::XEnvoyExternalAddress,
     ];
 
     /// The header's name, lowercase.
@@ -43,14 +91,31 @@ impl ProxyHeader {
             Self::Forwarded => "forwarded",
             Self::XForwardedFor => "x-forwarded-for",
             Self::XRealIp => "x-real-ip",
+            Self::CfConnectingIp => "cf-connecting-ip",
+            Self::TrueClientIp => "true-client-ip",
+            Self::FlyClientIp => "fly-client-ip",
+            Self::CloudFrontViewerAddress => "cloudfront-viewer-address",
+            Self::XEnvoyExternalAddress => "x-envoy-external-address",
         }
+    }
+
+    /// The header named `name`, in any case (header names are case-insensitive);
+    /// `None` for a header `client_ip` cannot read.
+    ///
+    /// ```
+    /// use tollgate::key::ProxyHeader;
+    /// assert_eq!(ProxyHeader::from_name("Fly-Client-IP"), Some(ProxyHeader::FlyClientIp));
+    /// ```
+    pub fn from_name(name: &str) -> Option<Self> {
+        Self::KNOWN
+            .into_iter()
+            .find(|header| header.name().eq_ignore_ascii_case(name.trim()))
     }
 
     fn header_name(self) -> HeaderName {
         match self {
             Self::Forwarded => FORWARDED,
-            Self::XForwardedFor => HeaderName::from_static("x-forwarded-for"),
-            Self::XRealIp => HeaderName::from_static("x-real-ip"),
+            other => HeaderName::from_static(other.name()),
         }
     }
 }
@@ -116,14 +181,23 @@ pub(crate) fn client(
             }
             address
         }
-        ProxyHeader::XRealIp => {
+        ProxyHeader::XRealIp
+        | ProxyHeader::CfConnectingIp
+        | ProxyHeader::TrueClientIp
+        | ProxyHeader::FlyClientIp
+        | ProxyHeader::XEnvoyExternalAddress
+        | ProxyHeader::CloudFrontViewerAddress => {
             let first = lines.next()?;
             if lines.next().is_some() {
                 // Two "single" addresses: not something a proxy writes. Unreadable.
                 return Some(peer);
             }
             hops.push(first.as_bytes());
-            address
+            if header == ProxyHeader::CloudFrontViewerAddress {
+                viewer_address
+            } else {
+                address
+            }
         }
     };
     if hops.pushed == 0 {
@@ -262,9 +336,47 @@ fn address(hop: &[u8]) -> Option<IpAddr> {
         .map(IpAddr::V6)
 }
 
+/// A `CloudFront-Viewer-Address` value: `IPv4:port`, unbracketed `IPv6:port` (the
+/// last group is the port, which AWS always sends), or `[IPv6]:port`.
+fn viewer_address(hop: &[u8]) -> Option<IpAddr> {
+    let text = std::str::from_utf8(hop).ok()?;
+    if let Ok(addr) = text.parse::<SocketAddr>() {
+        return Some(addr.ip());
+    }
+    let (ip, port) = text.rsplit_once(':')?;
+    if port.is_empty() || port.len() > 5 || !port.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    port.parse::<u16>().ok()?;
+    ip.parse::<Ipv6Addr>().ok().map(IpAddr::V6)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn reads_cloudfront_viewer_addresses() {
+        assert_eq!(
+            viewer_address(b"198.51.100.10:46532"),
+            Some(ip("198.51.100.10"))
+        );
+        assert_eq!(
+            viewer_address(b"2001:db8::8a2e:370:7334:46532"),
+            Some(ip("2001:db8::8a2e:370:7334"))
+        );
+        assert_eq!(
+            viewer_address(b"[2001:db8::1]:443"),
+            Some(ip("2001:db8::1"))
+        );
+        // No port, a port out of range, a sign, garbage: unreadable.
+        assert_eq!(viewer_address(b"198.51.100.10"), None);
+        assert_eq!(viewer_address(b"2001:db8::1:99999"), None);
+        assert_eq!(viewer_address(b"2001:db8::1:+80"), None);
+        assert_eq!(viewer_address(b"2001:db8::1:"), None);
+        assert_eq!(viewer_address(b"unknown:80"), None);
+        assert_eq!(viewer_address(b"\xff:80"), None);
+    }
 
     fn ip(s: &str) -> IpAddr {
         s.parse().expect("valid literal")

@@ -20,9 +20,10 @@ const DEFAULT_IPV6_PREFIX: u8 = 64;
 /// addresses become keys.
 ///
 /// A request whose TCP peer is in this list came through one of your proxies, so the
-/// headers it added (`Forwarded`, `X-Forwarded-For`, `X-Real-IP`) say who its client
-/// was. A request from any other peer is keyed by the peer itself: its headers are
-/// whatever the caller chose to send.
+/// headers it added (`Forwarded`, `X-Forwarded-For`, `X-Real-IP`, or the one
+/// [`header`](TrustedProxies::header) picks, such as a CDN's `CF-Connecting-IP`) say
+/// who its client was. A request from any other peer is keyed by the peer itself: its
+/// headers are whatever the caller chose to send.
 ///
 /// Entries are IP addresses (`"192.168.1.7"`, `"::1"`) or CIDR networks
 /// (`"10.0.0.0/8"`, `"2001:db8::/32"`). IPv4-mapped IPv6 addresses (`::ffff:10.1.2.3`)
@@ -165,8 +166,12 @@ impl TrustedProxies {
 
     /// Believes only `header`, ignoring the other forwarding headers.
     ///
-    /// Recommended whenever you know which header your proxies write: by default all
-    /// three are read and must agree (see [`client_ip`]).
+    /// Recommended whenever you know which header your proxies write: by default
+    /// `Forwarded`, `X-Forwarded-For` and `X-Real-IP` are read and must agree (see
+    /// [`client_ip`]). The headers of one CDN or mesh (`CF-Connecting-IP`,
+    /// `True-Client-IP`, `Fly-Client-IP`, `CloudFront-Viewer-Address`,
+    /// `X-Envoy-External-Address`) are read only when chosen here; see
+    /// [`ProxyHeader`] for when a one-address header can be trusted.
     ///
     /// ```
     /// use tollgate::key::ProxyHeader;
@@ -174,6 +179,12 @@ impl TrustedProxies {
     /// let nginx = TrustedProxies::loopback().header(ProxyHeader::XForwardedFor);
     /// assert_eq!(nginx.only_header(), Some(ProxyHeader::XForwardedFor));
     /// assert_eq!(TrustedProxies::loopback().only_header(), None);
+    ///
+    /// // Behind Cloudflare, which connects from its published ranges.
+    /// let cloudflare = TrustedProxies::new(["173.245.48.0/20", "2400:cb00::/32"])?
+    ///     .header(ProxyHeader::CfConnectingIp);
+    /// assert_eq!(cloudflare.only_header(), Some(ProxyHeader::CfConnectingIp));
+    /// # Ok::<(), tollgate::ConfigError>(())
     /// ```
     #[must_use]
     pub fn header(mut self, header: ProxyHeader) -> Self {
@@ -381,7 +392,12 @@ fn peer_ip_by(v6_prefix: u8) -> Extractor {
 ///   optional port, quoted `"[IPv6]"` with an optional port;
 /// - `X-Forwarded-For`: a comma-separated list of addresses (ports and brackets
 ///   tolerated);
-/// - `X-Real-IP`: one address (several lines of it cannot be read).
+/// - `X-Real-IP`: one address (several lines of it cannot be read);
+/// - chosen with [`TrustedProxies::header`] only, one address each, written by one
+///   CDN, proxy or mesh (see [`ProxyHeader`]): `CF-Connecting-IP` (Cloudflare),
+///   `True-Client-IP` (Cloudflare Enterprise, Akamai), `Fly-Client-IP` (Fly.io),
+///   `CloudFront-Viewer-Address` (AWS: `address:port`),
+///   `X-Envoy-External-Address` (Envoy, Istio).
 ///
 /// **Which header wins.** With [`TrustedProxies::header`] only that header is read.
 /// Otherwise none wins by rank: each header present gives a client by the walk

@@ -26,6 +26,7 @@ pub struct LayerBuilder {
     policies: Vec<Policy>,
     limiter: LimiterBuilder,
     hooks: Hooks,
+    partition_keys: bool,
 }
 
 impl LayerBuilder {
@@ -113,6 +114,40 @@ impl LayerBuilder {
         self
     }
 
+    /// Adds each member's partition key to the draft-11 headers (default: off), the
+    /// `pk` parameter of [draft-ietf-httpapi-ratelimit-headers-11] §3.1.4 and §4.1.3:
+    /// `RateLimit: "api";r=37;t=12;pk=:hJ5rSFpNOtcyGSx+lxuNag==:`, and the same on the
+    /// member's `RateLimit-Policy` entry.
+    ///
+    /// The value is the caller's [`Key`](crate::Key) fingerprint (16 bytes, a
+    /// Structured Field Byte Sequence, RFC 9651 §3.3.5), never the raw key: the
+    /// SipHash-2-4 of the API key, user or address the key was made from. It tells a
+    /// client which quota partition a response counted (two API keys of one client
+    /// get two partitions), and is the same in every process, as the state it names
+    /// is. A fingerprint cannot be turned back into a long secret such as an API
+    /// token; one of a small space, such as an IPv4 address, can be found by trying
+    /// each address, so with keys from client addresses `pk` tells whoever reads the
+    /// response (the client, and anything logging responses on the way) no more than
+    /// the client's address. Each `pk` adds 30 bytes per member, counted in
+    /// [`MAX_HEADERS_LEN`](crate::layer::headers::MAX_HEADERS_LEN). The other
+    /// [`HeaderStyle`](crate::layer::HeaderStyle)s have no `pk`.
+    ///
+    /// [draft-ietf-httpapi-ratelimit-headers-11]: https://datatracker.ietf.org/doc/draft-ietf-httpapi-ratelimit-headers/11/
+    ///
+    /// ```
+    /// use tollgate::{Policy, Quota, RateLimitLayer, key};
+    /// let layer = RateLimitLayer::builder()
+    ///     .policy(Policy::new("api", Quota::per_minute(100))?.key(key::header("x-api-key")?))
+    ///     .partition_keys(true)
+    ///     .build()?;
+    /// assert!(layer.get_partition_keys());
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    pub fn partition_keys(mut self, on: bool) -> Self {
+        self.partition_keys = on;
+        self
+    }
+
     /// Checks every policy and builds the limiter and the layer.
     ///
     /// Fails as [`LimiterBuilder::build`](crate::LimiterBuilder::build) does for the
@@ -135,20 +170,27 @@ impl LayerBuilder {
         let policies = self.hooks.apply(self.policies)?;
         let limits = policies.iter().map(|p| p.limit().clone());
         let limiter = self.limiter.limits(limits).build()?;
-        validate(&policies, &**limiter.store())?;
-        Ok(RateLimitLayer::with_rules(limiter, &policies).with_hooks(self.hooks))
+        validate(&policies, &**limiter.store(), self.partition_keys)?;
+        Ok(
+            RateLimitLayer::with_rules(limiter, &policies, self.partition_keys)
+                .with_hooks(self.hooks),
+        )
     }
 }
 
 /// The layer's own checks of `policies` for `store`: each policy's rules, the size of
 /// the headers they make, and slots for the in-flight ones. (The limiter checks the
 /// limits.)
-pub(super) fn validate(policies: &[Policy], store: &dyn Store) -> Result<(), ConfigError> {
+pub(super) fn validate(
+    policies: &[Policy],
+    store: &dyn Store,
+    partition_keys: bool,
+) -> Result<(), ConfigError> {
     for policy in policies {
         policy.validate()?;
     }
     // Every policy is one member of each header the layer writes.
-    check_size(policies)?;
+    check_size(policies, partition_keys)?;
     if let Some(policy) = policies.iter().find(|p| p.get_in_flight().is_some())
         && !store.supports_in_flight()
     {

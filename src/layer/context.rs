@@ -9,9 +9,9 @@ use http::{HeaderMap, Request, Response, StatusCode};
 
 use crate::layer::Decisions;
 use crate::layer::body::OnGrpcStatus;
-use crate::layer::few::{Checks, Few};
+use crate::layer::few::{Checks, Claims, Few};
 use crate::layer::grpc::{GrpcContentType, grpc_http_status, grpc_response};
-use crate::layer::headers::GRPC_STATUS;
+use crate::layer::headers::{GRPC_STATUS, Report};
 use crate::layer::in_flight_entry::Entry;
 use crate::layer::limiter_calls::{Pending, targets};
 use crate::layer::refunds::{refund_charges, refund_uncounted};
@@ -29,6 +29,9 @@ pub(crate) struct RequestContext {
     /// The policies (one set, even across a reload) and headers of this request.
     view: Arc<View>,
     checks: Checks,
+    /// The request's in-flight claims (empty for a request with no in-flight policy),
+    /// for the response headers.
+    claims: Claims,
     /// Decisions paired with their policy index, for the response headers.
     decisions: Few<(usize, Decision)>,
     grpc: Option<GrpcContentType>,
@@ -71,26 +74,24 @@ impl RequestContext {
         shared: Arc<Shared>,
         view: Arc<View>,
         checks: Checks,
+        claims: Claims,
         grpc: Option<GrpcContentType>,
     ) -> Self {
+        let claimed = claims.iter().map(|claim| claim.index).collect();
         Self {
             shared,
             view,
             checks,
+            claims,
             decisions: Few::new(),
             grpc,
             charged: false,
             slots: Vec::new(),
-            claimed: Few::new(),
+            claimed,
             first: None,
             redecided: false,
             running: Few::new(),
         }
-    }
-
-    /// Notes the policies whose in-flight slots the request asks for.
-    pub(super) fn claims(&mut self, indices: impl Iterator<Item = usize>) {
-        self.claimed = indices.collect();
     }
 
     /// The request is admitted: each of its policies counts it as running until it is
@@ -171,13 +172,38 @@ impl RequestContext {
             decisions: vec![refused],
             retry_after: Some(retry_after),
         };
-        Some(rejection(&self.shared, &self.view, self.grpc, &info, &[]))
+        // The in-flight bounds are advertised; no rate policy was decided.
+        let report = Report {
+            claims: &self.claims,
+            ..Report::default()
+        };
+        Some(rejection(
+            &self.shared,
+            &self.view,
+            self.grpc,
+            &info,
+            report,
+        ))
     }
 
     /// The rate decision for the request's checks; `None` when it has none (every
     /// policy limits only requests in flight, or costs nothing).
     pub(super) fn decide(&self) -> Option<Pending> {
         (!self.checks.is_empty()).then(|| self.shared.decide(&self.view, &self.checks))
+    }
+
+    /// What the response headers describe: the rate decisions and in-flight bounds.
+    fn report(&self) -> Report<'_> {
+        Report {
+            decisions: &self.decisions,
+            checks: &self.checks,
+            claims: &self.claims,
+        }
+    }
+
+    /// The request's in-flight claims.
+    pub(super) fn claims(&self) -> &Claims {
+        &self.claims
     }
 
     /// The set of policies this request is decided under.
@@ -286,7 +312,7 @@ impl RequestContext {
         let indices = self.checks.iter().map(|check| check.index);
         if self.shared.decisions_extension {
             self.decisions = indices.zip(decisions.iter().cloned()).collect();
-            request.extensions_mut().insert(Decisions(decisions));
+            Decisions::record(request.extensions_mut(), decisions);
         } else {
             self.decisions = indices.zip(decisions).collect();
         }
@@ -380,10 +406,19 @@ impl RequestContext {
         match self.fail(error) {
             None => {
                 self.admit();
-                Next::Call(request)
+                Next::Call(self.unchecked(request))
             }
             Some(response) => Next::Answer(response),
         }
+    }
+
+    /// A request passed on with no rate decision (its policies limit only requests in
+    /// flight, or the store failed open): its [`Decisions`] say so, empty.
+    pub(super) fn unchecked<ReqBody>(&self, mut request: Request<ReqBody>) -> Request<ReqBody> {
+        if self.shared.decisions_extension {
+            Decisions::record_none(request.extensions_mut());
+        }
+        request
     }
 
     /// The store failed: `None` to pass the request on (fail open), or the 503.
@@ -412,7 +447,13 @@ impl RequestContext {
             decisions: Vec::new(),
             retry_after: Some(Duration::from_secs(1)),
         };
-        Some(rejection(&self.shared, &self.view, self.grpc, &info, &[]))
+        Some(rejection(
+            &self.shared,
+            &self.view,
+            self.grpc,
+            &info,
+            Report::default(),
+        ))
     }
 
     /// The rejection of a request some policy denied; its body is never read.
@@ -429,12 +470,9 @@ impl RequestContext {
             .filter(|(check, d)| check.enforced && !d.allowed)
             .map(|(_, d)| d.retry_after)
             .try_fold(Duration::ZERO, |wait, retry| retry.map(|r| wait.max(r)));
-        let info = RejectionInfo {
-            reason: RejectReason::RateLimited,
-            decisions,
-            retry_after,
-        };
-        rejection(&self.shared, &self.view, self.grpc, &info, &self.decisions)
+        let mut info = RejectionInfo::rate_limited(decisions);
+        info.retry_after = retry_after;
+        rejection(&self.shared, &self.view, self.grpc, &info, self.report())
     }
 
     /// How long to hold an admitted request: its longest delay, each bounded by its
@@ -476,7 +514,7 @@ impl RequestContext {
             decisions,
             retry_after: Some(delay),
         };
-        rejection(&self.shared, &self.view, self.grpc, &info, &self.decisions)
+        rejection(&self.shared, &self.view, self.grpc, &info, self.report())
     }
 
     /// Gives back every charge of a request the store charged and the layer will not
@@ -513,7 +551,7 @@ impl RequestContext {
     /// Headers and refunds once the inner service has answered. For a gRPC response
     /// whose status comes in the trailers, returns the hook that settles refunds then.
     fn refunds_at_end(&self, headers: &mut HeaderMap, status: StatusCode) -> Option<OnGrpcStatus> {
-        self.view.headers.write(&self.decisions, headers);
+        self.view.headers.write(self.report(), headers);
         let policies = self.view.policies();
         // Only what the store charged can be refunded.
         if !self.charged
@@ -570,7 +608,7 @@ pub(crate) fn rejection(
     view: &View,
     grpc: Option<GrpcContentType>,
     info: &RejectionInfo,
-    decisions: &[(usize, Decision)],
+    report: Report<'_>,
 ) -> Response<Bytes> {
     let mut response = match grpc {
         Some(content_type) => grpc_response(info, content_type),
@@ -581,7 +619,7 @@ pub(crate) fn rejection(
             // A custom response keeps any rate-limit header it set itself.
             let mut response = shared.rejection.http_response(info);
             let mut headers = HeaderMap::new();
-            view.headers.write(decisions, &mut headers);
+            view.headers.write(report, &mut headers);
             for (name, value) in headers {
                 if let Some(name) = name {
                     response.headers_mut().entry(name).or_insert(value);
@@ -591,6 +629,6 @@ pub(crate) fn rejection(
         }
     };
     // The built-in rejections set no rate-limit header: write them straight in.
-    view.headers.write(decisions, response.headers_mut());
+    view.headers.write(report, response.headers_mut());
     response
 }

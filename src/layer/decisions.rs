@@ -8,19 +8,60 @@ use crate::Decision;
 /// request extensions for handlers (unless the layer was built with
 /// [`decisions_extension(false)`](crate::RateLimitLayer::decisions_extension)).
 ///
+/// Every request the layer passes on carries one: empty when no policy was checked
+/// (an [`allow`](crate::RateLimitLayer::allow)ed request, every policy skipped or free,
+/// only in-flight limits, a store that failed open). Behind two tollgate layers (a
+/// per-route layer inside a router-wide one), the inner layer's decisions follow the
+/// outer's in the same `Decisions`.
+///
+/// With the `axum` feature (on by default) it is an extractor: a handler takes
+/// `decisions: Decisions` as an argument, and a request without them (no layer in front
+/// of the handler, or the extension turned off) gets a 500 saying so; take
+/// `Option<Decisions>` to handle that case yourself. Any other stack reads it from the
+/// request extensions.
+///
 /// ```
+/// use axum::{Router, routing::get};
 /// use tollgate::layer::Decisions;
-/// async fn handler(decisions: Option<axum_like::Extension<Decisions>>) {
-///     if let Some(axum_like::Extension(decisions)) = decisions {
-///         for d in decisions.iter() {
-///             println!("{}: {} left", d.limit, d.remaining);
-///         }
-///     }
+/// use tollgate::{Policy, Quota, RateLimitLayer};
+///
+/// async fn handler(decisions: Decisions) -> String {
+///     decisions
+///         .iter()
+///         .map(|d| format!("{}: {} left", d.limit, d.remaining))
+///         .collect::<Vec<_>>()
+///         .join(", ")
 /// }
-/// # mod axum_like { #[derive(Clone)] pub struct Extension<T>(pub T); }
+///
+/// let layer = RateLimitLayer::builder().policy(Policy::new("api", Quota::per_minute(100))?).build()?;
+/// let app: Router = Router::new().route("/", get(handler)).layer(layer);
+/// # Ok::<(), tollgate::ConfigError>(())
 /// ```
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Decisions(pub(crate) Vec<Decision>);
+
+impl Decisions {
+    /// Puts `decisions` in `extensions`: after those of an outer tollgate layer when the
+    /// request already carries some (one lookup in the extensions map), else as the
+    /// request's `Decisions`.
+    pub(crate) fn record(extensions: &mut http::Extensions, decisions: Vec<Decision>) {
+        match extensions.get_mut::<Decisions>() {
+            Some(earlier) if earlier.0.is_empty() => earlier.0 = decisions,
+            Some(earlier) => earlier.0.extend(decisions),
+            None => {
+                extensions.insert(Decisions(decisions));
+            }
+        }
+    }
+
+    /// Marks a request the layer passes on without checking any policy: empty
+    /// `Decisions`, unless it carries some already.
+    pub(crate) fn record_none(extensions: &mut http::Extensions) {
+        if extensions.get::<Decisions>().is_none() {
+            extensions.insert(Decisions::default());
+        }
+    }
+}
 
 impl Decisions {
     /// The decision of the policy named `policy`, if it was checked.

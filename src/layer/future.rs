@@ -143,7 +143,7 @@ where
         S: Clone,
     {
         Self::settled(
-            RequestContext::new(shared, view, checks, grpc),
+            RequestContext::new(shared, view, checks, Claims::new(), grpc),
             service,
             request,
             result,
@@ -196,11 +196,11 @@ where
     where
         S: Clone,
     {
-        let mut context = RequestContext::new(shared.clone(), view, checks, grpc);
-        context.claims(claims.iter().map(|claim| claim.index));
+        let mut context = RequestContext::new(shared.clone(), view, checks, claims, grpc);
         // In wait mode, a request that finds no slot free waits for one (only for the
         // slots of enforced policies: a shadowed one never holds a request).
-        let wait = claims
+        let wait = context
+            .claims()
             .iter()
             .filter(|claim| !claim.shadow)
             .map(|claim| shared.wait_of(&context.view().policies()[claim.index]))
@@ -208,7 +208,7 @@ where
             .and_then(|waits| waits.into_iter().min());
         match shared.limiter.enter(
             &context.view().set,
-            &claims,
+            context.claims(),
             wait,
             &shared.slot_lines,
             (shared.max_held, shared.max_held_per_key),
@@ -220,7 +220,7 @@ where
                 }
                 let state = match context.decide() {
                     None => State::Calling {
-                        future: service.call(request),
+                        future: service.call(context.unchecked(request)),
                     },
                     Some(Pending::Ready(result)) => {
                         return Self::settled(context, service, request, result);
@@ -263,7 +263,13 @@ where
                 service: Some(service),
                 request: Some(request),
             },
-            context: Some(RequestContext::new(shared, view, checks, grpc)),
+            context: Some(RequestContext::new(
+                shared,
+                view,
+                checks,
+                Claims::new(),
+                grpc,
+            )),
         }
     }
 }
@@ -316,7 +322,7 @@ where
                         },
                         None => match context.decide() {
                             None => State::Calling {
-                                future: service.call(request),
+                                future: service.call(context.unchecked(request)),
                             },
                             Some(Pending::Ready(result)) => {
                                 State::next(context.settle(request, result), service)

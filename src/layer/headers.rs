@@ -1,5 +1,15 @@
 //! Rate-limit response headers: every header name the layer writes, in one place,
 //! and the styles that write them from decisions.
+//!
+//! The default style follows [draft-ietf-httpapi-ratelimit-headers-11] (an IETF
+//! Internet-Draft of the HTTPAPI working group, not yet an RFC): `RateLimit-Policy` and
+//! `RateLimit` are Structured Field Lists ([RFC 9651]) of one member per policy, each
+//! named by an SF String, with the draft's parameters `q`, `qu`, `w` (the policy) and
+//! `r`, `t` (its state), and `pk` when partition keys are on. The tests read every
+//! style back with an independent SF parser (the `sfv` crate).
+//!
+//! [draft-ietf-httpapi-ratelimit-headers-11]: https://datatracker.ietf.org/doc/draft-ietf-httpapi-ratelimit-headers/11/
+//! [RFC 9651]: https://www.rfc-editor.org/rfc/rfc9651
 
 use crate::time::ceil_secs;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -7,6 +17,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use bytes::Bytes;
 use http::header::{HeaderMap, HeaderName, HeaderValue, RETRY_AFTER};
 
+use crate::layer::in_flight_entry::Claim;
+use crate::layer::limiter_calls::LayerCheck;
+use crate::layer::partition_key::{PK_LEN, push_pk};
 use crate::{ConfigError, Decision, Policy, Quota};
 
 /// `RateLimit-Policy` (draft-11 and draft-06).
@@ -68,8 +81,18 @@ pub const MAX_HEADERS_LEN: usize = 2048;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 #[non_exhaustive]
 pub enum HeaderStyle {
-    /// draft-ietf-httpapi-ratelimit-headers-11: `RateLimit-Policy: "api";q=100;w=60`
-    /// and `RateLimit: "api";r=37;t=12`, one list member per policy.
+    /// [draft-ietf-httpapi-ratelimit-headers-11]: `RateLimit-Policy: "api";q=100;w=60`
+    /// and `RateLimit: "api";r=37;t=12`, one list member per policy (RFC 9651
+    /// Structured Field Lists). A policy's in-flight bound is a member of
+    /// `RateLimit-Policy` of its own, a quota of concurrent requests without a window:
+    /// `"uploads";q=4;qu="concurrent-requests"` (it has no `RateLimit` member: `r` is
+    /// required, and no store reports how many slots are free). With
+    /// [`partition_keys`](crate::layer::LayerBuilder::partition_keys), every member
+    /// ends with `;pk=:<the key's fingerprint, base64>:`. Each list is appended as a
+    /// field line of its own, so that the lines of a tollgate layer inside this one
+    /// read as one list with its members.
+    ///
+    /// [draft-ietf-httpapi-ratelimit-headers-11]: https://datatracker.ietf.org/doc/draft-ietf-httpapi-ratelimit-headers/11/
     #[default]
     Draft11,
     /// draft-06: `RateLimit-Limit`, `RateLimit-Remaining`, `RateLimit-Reset` for the
@@ -121,18 +144,46 @@ fn sf_string(name: &str) -> String {
     quoted
 }
 
+/// What one response's rate-limit headers describe.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Report<'a> {
+    /// The rate decisions, each with its policy's index in the limiter, paired in
+    /// order with `checks` (empty when the store failed or no rate policy applied).
+    pub(crate) decisions: &'a [(usize, Decision)],
+    /// The checks the decisions answer: their keys are the partition keys (`pk`).
+    pub(crate) checks: &'a [LayerCheck],
+    /// The request's in-flight claims: each one's bound is advertised (draft-11) with
+    /// `qu="concurrent-requests"`.
+    pub(crate) claims: &'a [Claim],
+}
+
+impl Report<'_> {
+    fn is_empty(&self) -> bool {
+        self.decisions.is_empty() && self.claims.is_empty()
+    }
+}
+
 /// The per-limiter parts of the headers, computed once when the layer is built.
 #[derive(Debug, Clone)]
 pub(crate) struct HeaderPlan {
     style: HeaderStyle,
+    /// Whether draft-11 members carry `pk` (never in the other styles).
+    partition_keys: bool,
     /// Per policy: its Structured-Field name (draft-11), in limiter order.
     names: Vec<String>,
-    /// Per policy: its `RateLimit-Policy` list member.
+    /// Per policy: its `RateLimit-Policy` list member for its quota.
     policy_members: Vec<String>,
+    /// Per policy: its in-flight member, `"name";q=<max>;qu="concurrent-requests"`
+    /// (draft-11, policies with an in-flight bound).
+    in_flight_members: Vec<Option<String>>,
     /// Per policy: the quota of that member; a caller with a quota of its own
     /// (`quota_from`) gets a member written for its quota instead.
     quotas: Vec<Quota>,
-    /// `RateLimit-Policy` when every policy was checked (the common case), built once.
+    /// The policies that charge a quota, and those with an in-flight member, in order.
+    rate_policies: Vec<usize>,
+    in_flight_policies: Vec<usize>,
+    /// `RateLimit-Policy` when every policy was checked (the common case), built once;
+    /// `None` with partition keys, which differ per request.
     all_policies: Option<HeaderValue>,
 }
 
@@ -146,23 +197,40 @@ fn policy_member(style: HeaderStyle, name: &str, quota: Quota) -> String {
     }
 }
 
+/// A policy's in-flight bound as a draft-11 `RateLimit-Policy` member: a quota of
+/// concurrent requests, which has no window.
+fn in_flight_member(name: &str, max: u32) -> String {
+    format!("{name};q={max};qu=\"concurrent-requests\"")
+}
+
 /// The longest the draft-11 header lines of `policies` can be, in bytes: the
-/// `RateLimit-Policy` line exactly, the `RateLimit` line with `r` and `t` at the most
-/// digits a `u64` takes.
-fn longest_headers(policies: &[Policy]) -> usize {
+/// `RateLimit-Policy` line exactly (`pk` included when on), the `RateLimit` line with
+/// `r` and `t` at the most digits a `u64` takes.
+fn longest_headers(policies: &[Policy], partition_keys: bool) -> usize {
     const LINE: usize = ": \r\n".len();
     const U64_DIGITS: usize = 20;
-    let separators = 2 * policies.len().saturating_sub(1);
-    let (mut policy_len, mut state_len) = (separators, separators);
+    let pk = if partition_keys { PK_LEN } else { 0 };
+    let (mut policy_len, mut state_len) = (0, 0);
+    let (mut policy_members, mut state_members) = (0_usize, 0_usize);
     for policy in policies {
         let name = sf_string(policy.name());
-        policy_len += policy_member(HeaderStyle::Draft11, &name, policy.quota()).len();
-        if policy.has_quota_from() {
-            // A caller's own quota may state `q` and `w` with up to a u64's digits.
-            policy_len += 2 * U64_DIGITS;
+        if policy.has_rate() {
+            policy_len += policy_member(HeaderStyle::Draft11, &name, policy.quota()).len() + pk;
+            if policy.has_quota_from() {
+                // A caller's own quota may state `q` and `w` with up to a u64's digits.
+                policy_len += 2 * U64_DIGITS;
+            }
+            state_len += name.len() + ";r=;t=".len() + 2 * U64_DIGITS + pk;
+            policy_members += 1;
+            state_members += 1;
         }
-        state_len += name.len() + ";r=;t=".len() + 2 * U64_DIGITS;
+        if let Some(max) = policy.get_in_flight() {
+            policy_len += in_flight_member(&name, max).len() + pk;
+            policy_members += 1;
+        }
     }
+    policy_len += 2 * policy_members.saturating_sub(1);
+    state_len += 2 * state_members.saturating_sub(1);
     RATELIMIT_POLICY.as_str().len()
         + LINE
         + policy_len
@@ -173,8 +241,8 @@ fn longest_headers(policies: &[Policy]) -> usize {
 
 /// Refuses `policies` whose headers could take more than [`MAX_HEADERS_LEN`] bytes,
 /// naming them and the size.
-pub(crate) fn check_size(policies: &[Policy]) -> Result<(), ConfigError> {
-    let len = longest_headers(policies);
+pub(crate) fn check_size(policies: &[Policy], partition_keys: bool) -> Result<(), ConfigError> {
+    let len = longest_headers(policies, partition_keys);
     if len <= MAX_HEADERS_LEN {
         return Ok(());
     }
@@ -190,119 +258,210 @@ pub(crate) fn check_size(policies: &[Policy]) -> Result<(), ConfigError> {
     )))
 }
 
+/// `", "` before every list member but the first.
+fn separate(value: &mut Vec<u8>) {
+    if !value.is_empty() {
+        value.extend_from_slice(b", ");
+    }
+}
+
 impl HeaderPlan {
-    pub(crate) fn new(style: HeaderStyle, policies: &[Policy]) -> Self {
+    pub(crate) fn new(style: HeaderStyle, policies: &[Policy], partition_keys: bool) -> Self {
+        let draft11 = style == HeaderStyle::Draft11;
         let names: Vec<String> = policies.iter().map(|p| sf_string(p.name())).collect();
         let policy_members: Vec<String> = policies
             .iter()
             .zip(&names)
             .map(|(p, name)| policy_member(style, name, p.quota()))
             .collect();
-        let all_policies = HeaderValue::try_from(policy_members.join(", ")).ok();
+        let in_flight_members: Vec<Option<String>> = policies
+            .iter()
+            .zip(&names)
+            .map(|(p, name)| {
+                p.get_in_flight()
+                    .filter(|_| draft11)
+                    .map(|max| in_flight_member(name, max))
+            })
+            .collect();
+        let rate_policies: Vec<usize> = (0..policies.len())
+            .filter(|&i| policies[i].has_rate())
+            .collect();
+        let in_flight_policies: Vec<usize> = (0..policies.len())
+            .filter(|&i| in_flight_members[i].is_some())
+            .collect();
+        let partition_keys = partition_keys && draft11;
+        let all_policies = if partition_keys {
+            None
+        } else {
+            let members: Vec<&str> = rate_policies
+                .iter()
+                .map(|&i| policy_members[i].as_str())
+                .chain(in_flight_members.iter().flatten().map(String::as_str))
+                .collect();
+            HeaderValue::try_from(members.join(", ")).ok()
+        };
         Self {
             style,
+            partition_keys,
             names,
             policy_members,
+            in_flight_members,
             quotas: policies.iter().map(Policy::quota).collect(),
+            rate_policies,
+            in_flight_policies,
             all_policies,
         }
     }
 
-    /// The `RateLimit-Policy` value for `decisions`.
-    fn policy_header(&self, decisions: &[(usize, Decision)]) -> Option<HeaderValue> {
-        if decisions
+    /// The `RateLimit-Policy` value for `report`: a member per rate decision (for the
+    /// caller's own quota when it has one), then one per in-flight bound (draft-11).
+    fn policy_header(&self, report: Report<'_>) -> Option<HeaderValue> {
+        let Report {
+            decisions,
+            checks,
+            claims,
+        } = report;
+        let own_quota = decisions
             .iter()
-            .any(|(index, d)| d.quota != self.quotas[*index])
-        {
-            // A caller's own quota: its members are written for it.
-            let members: Vec<String> = decisions
+            .any(|(index, d)| d.quota != self.quotas[*index]);
+        let in_flight = || {
+            claims
                 .iter()
-                .map(|(index, d)| policy_member(self.style, &self.names[*index], d.quota))
-                .collect();
-            return HeaderValue::try_from(members.join(", ")).ok();
-        }
-        let everyone = decisions.len() == self.policy_members.len()
+                .filter(|claim| self.in_flight_members[claim.index].is_some())
+        };
+        let everyone = !own_quota
             && decisions
                 .iter()
-                .enumerate()
-                .all(|(i, (index, _))| i == *index);
-        if everyone {
-            return self.all_policies.clone();
+                .map(|(index, _)| *index)
+                .eq(self.rate_policies.iter().copied())
+            && in_flight()
+                .map(|claim| claim.index)
+                .eq(self.in_flight_policies.iter().copied());
+        if everyone && let Some(all) = &self.all_policies {
+            return Some(all.clone());
         }
-        let members: Vec<&str> = decisions
-            .iter()
-            .map(|(index, _)| self.policy_members[*index].as_str())
-            .collect();
-        HeaderValue::try_from(members.join(", ")).ok()
+        let mut value = Vec::with_capacity(64 * (decisions.len() + claims.len()));
+        for (n, (index, d)) in decisions.iter().enumerate() {
+            separate(&mut value);
+            if d.quota == self.quotas[*index] {
+                value.extend_from_slice(self.policy_members[*index].as_bytes());
+            } else {
+                // A caller's own quota: its member is written for it.
+                let member = policy_member(self.style, &self.names[*index], d.quota);
+                value.extend_from_slice(member.as_bytes());
+            }
+            if self.partition_keys
+                && let Some(check) = checks.get(n)
+            {
+                push_pk(&mut value, &check.key);
+            }
+        }
+        for claim in in_flight() {
+            if let Some(member) = &self.in_flight_members[claim.index] {
+                separate(&mut value);
+                value.extend_from_slice(member.as_bytes());
+                if self.partition_keys {
+                    push_pk(&mut value, &claim.key);
+                }
+            }
+        }
+        if value.is_empty() {
+            return None;
+        }
+        HeaderValue::from_maybe_shared(Bytes::from(value)).ok()
     }
 
-    /// The `RateLimit` members of `decisions` (at least one). Sized first: the value is
-    /// then one exact-size allocation, which the header keeps as it is.
-    fn draft11_members(&self, decisions: &[(usize, Decision)]) -> Vec<u8> {
-        let members = decisions.iter().map(|(index, d)| {
+    /// The `RateLimit` members of `report`'s decisions (at least one). Sized first:
+    /// the value is then one exact-size allocation, which the header keeps as it is.
+    fn draft11_members(&self, report: Report<'_>) -> Vec<u8> {
+        let pk = if self.partition_keys { PK_LEN } else { 0 };
+        let members = report.decisions.iter().map(|(index, d)| {
             let name = self.names[*index].as_bytes();
             (name, d.remaining, ceil_secs(until_quota(d)))
         });
         let len = members
             .clone()
-            .map(|(name, r, t)| name.len() + digits(r) + digits(t) + 8)
+            .map(|(name, r, t)| name.len() + digits(r) + digits(t) + 8 + pk)
             .sum::<usize>()
             - 2;
         let mut state = Vec::with_capacity(len);
-        for (name, r, t) in members {
-            if !state.is_empty() {
-                state.extend_from_slice(b", ");
-            }
+        for (n, (name, r, t)) in members.enumerate() {
+            separate(&mut state);
             state.extend_from_slice(name);
             state.extend_from_slice(b";r=");
             state.extend_from_slice(itoa::Buffer::new().format(r).as_bytes());
             state.extend_from_slice(b";t=");
             state.extend_from_slice(itoa::Buffer::new().format(t).as_bytes());
+            if self.partition_keys {
+                // Always one check per decision; a pk short of one leaves `len` unmet,
+                // never the header wrong.
+                if let Some(check) = report.checks.get(n) {
+                    push_pk(&mut state, &check.key);
+                }
+            }
         }
-        debug_assert_eq!(state.len(), len);
+        debug_assert!(state.len() <= len);
         state
     }
 
-    /// Writes the style's headers for `decisions`, each paired with the index of its
-    /// policy in the limiter. A limit that was not evaluated (a cached denial of
-    /// another decided the request, see [`Decision::evaluated`]) is left out: nothing
-    /// is known of where its key stands, and `r=0` would read as exhausted.
-    pub(crate) fn write(&self, decisions: &[(usize, Decision)], headers: &mut HeaderMap) {
-        if decisions.iter().any(|(_, d)| !d.evaluated()) {
-            let evaluated: Vec<(usize, Decision)> = decisions
-                .iter()
-                .filter(|(_, d)| d.evaluated())
-                .cloned()
-                .collect();
-            return self.write(&evaluated, headers);
-        }
-        if decisions.is_empty() {
-            return;
-        }
-        match self.style {
-            HeaderStyle::None => {}
-            HeaderStyle::Draft11 => {
-                let state = self.draft11_members(decisions);
-                if let Some(policy) = self.policy_header(decisions) {
-                    headers.insert(RATELIMIT_POLICY, policy);
-                }
-                // Names are printable ASCII and the rest are digits and separators, so
-                // this cannot fail; if it ever did, leaving the header out is the safe
-                // answer.
-                if let Ok(state) = HeaderValue::from_maybe_shared(Bytes::from(state)) {
-                    headers.insert(RATELIMIT, state);
+    /// Writes the style's headers for `report`. The draft-11 lists are appended as
+    /// field lines of their own (RFC 9651 §3.1: a List may be split over several
+    /// lines), so that a tollgate layer around another (a router-wide layer outside a
+    /// per-route one) adds its members to the inner one's instead of replacing them.
+    /// A limit that was not evaluated (a cached denial of another decided the
+    /// request, see [`Decision::evaluated`]) is left out: nothing is known of where
+    /// its key stands, and `r=0` would read as exhausted.
+    pub(crate) fn write(&self, report: Report<'_>, headers: &mut HeaderMap) {
+        if report.decisions.iter().any(|(_, d)| !d.evaluated()) {
+            let paired = report.checks.len() == report.decisions.len();
+            let (mut decisions, mut checks) = (Vec::new(), Vec::new());
+            for (i, (index, decision)) in report.decisions.iter().enumerate() {
+                if decision.evaluated() {
+                    decisions.push((*index, decision.clone()));
+                    if paired {
+                        checks.push(report.checks[i]);
+                    }
                 }
             }
-            HeaderStyle::Draft06 => {
+            let evaluated = Report {
+                decisions: &decisions,
+                checks: if paired { &checks } else { report.checks },
+                claims: report.claims,
+            };
+            return self.write(evaluated, headers);
+        }
+        if report.is_empty() {
+            return;
+        }
+        let decisions = report.decisions;
+        match self.style {
+            HeaderStyle::Draft11 => {
+                if let Some(policy) = self.policy_header(report) {
+                    headers.append(RATELIMIT_POLICY, policy);
+                }
+                if decisions.is_empty() {
+                    // Only in-flight bounds: the stores do not say how many slots are
+                    // free, and `r` is required, so there is no `RateLimit` member.
+                    return;
+                }
+                let state = self.draft11_members(report);
+                // Names are printable ASCII and the rest are digits, separators and
+                // base64, so this cannot fail; if it ever did, leaving the header out is
+                // the safe answer.
+                if let Ok(state) = HeaderValue::from_maybe_shared(Bytes::from(state)) {
+                    headers.append(RATELIMIT, state);
+                }
+            }
+            HeaderStyle::Draft06 if !decisions.is_empty() => {
                 let tightest = tightest(decisions);
                 insert_number(headers, RATELIMIT_LIMIT, tightest.capacity);
                 insert_number(headers, RATELIMIT_REMAINING, tightest.remaining);
                 insert_number(headers, RATELIMIT_RESET, ceil_secs(until_quota(tightest)));
-                if let Some(policy) = self.policy_header(decisions) {
+                if let Some(policy) = self.policy_header(report) {
                     headers.insert(RATELIMIT_POLICY, policy);
                 }
             }
-            HeaderStyle::Legacy(format) => {
+            HeaderStyle::Legacy(format) if !decisions.is_empty() => {
                 let tightest = tightest(decisions);
                 let reset = match format {
                     ResetFormat::Seconds => ceil_secs(until_quota(tightest)),
@@ -317,6 +476,8 @@ impl HeaderPlan {
                 insert_number(headers, X_RATELIMIT_REMAINING, tightest.remaining);
                 insert_number(headers, X_RATELIMIT_RESET, reset);
             }
+            // Draft-06 and legacy headers describe rate decisions only.
+            HeaderStyle::Draft06 | HeaderStyle::Legacy(_) | HeaderStyle::None => {}
         }
     }
 }

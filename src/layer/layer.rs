@@ -45,6 +45,37 @@ use crate::{ConfigError, Limiter, Policy};
 /// # Ok::<(), tollgate::ConfigError>(())
 /// ```
 ///
+/// # Per-route limits
+///
+/// A layer limits whatever it wraps. For one route alone, wrap that route: axum's
+/// `route_layer` (on a `MethodRouter`, or on a `Router` for the routes added before
+/// it) runs the layer only for requests that matched, so a 404 costs nothing. Under a
+/// router-wide layer, both count the route's requests: the outer layer decides first
+/// (and has charged a request the inner one then rejects), the handler's
+/// [`Decisions`](crate::layer::Decisions) hold the outer layer's decisions then the
+/// inner's, and the response's draft-11 headers list both.
+///
+/// ```
+/// use axum::{Router, routing::get};
+/// use tollgate::{Policy, Quota, RateLimitLayer, key};
+///
+/// let everyone = RateLimitLayer::builder()
+///     .policy(Policy::new("api", Quota::per_minute(100))?.key(key::peer_ip()))
+///     .build()?;
+/// let exports = RateLimitLayer::builder()
+///     .policy(Policy::new("export", Quota::per_hour(10))?.key(key::peer_ip()))
+///     .build()?;
+/// let app: Router = Router::new()
+///     .route("/export", get(|| async { "exported" }).route_layer(exports)) // this route only
+///     .route("/", get(|| async { "hello" }))
+///     .layer(everyone); // every route
+/// # Ok::<(), tollgate::ConfigError>(())
+/// ```
+///
+/// `examples/per_handler.rs` runs this, with a handler that checks a
+/// [`Limiter`] of its own once it knows the cost, and answers a denial with
+/// [`Rejection::reject`](crate::layer::Rejection::reject).
+///
 /// # Deployment caveat
 ///
 /// Keys are only as trustworthy as their source. Behind a proxy, use
@@ -115,15 +146,16 @@ impl RateLimitLayer {
     /// # Ok::<(), tollgate::ConfigError>(())
     /// ```
     pub fn new(limiter: Limiter) -> Self {
-        Self::with_rules(limiter, &[])
+        Self::with_rules(limiter, &[], false)
     }
 
     /// A layer over `limiter` whose limits take their request rules from `rules` by
-    /// name (checked by the caller).
-    pub(super) fn with_rules(limiter: Limiter, rules: &[Policy]) -> Self {
+    /// name (checked by the caller); `partition_keys` as
+    /// [`LayerBuilder::partition_keys`].
+    pub(super) fn with_rules(limiter: Limiter, rules: &[Policy], partition_keys: bool) -> Self {
         let style = HeaderStyle::default();
-        let paired = Arc::new(Paired::new(limiter.snapshot(), rules));
-        let view = View::new(style, Arc::clone(&paired));
+        let paired = Arc::new(Paired::new(limiter.snapshot(), rules, partition_keys));
+        let view = View::new(style, partition_keys, Arc::clone(&paired));
         let store_metrics = StoreMetrics::new(&**limiter.store());
         Self {
             shared: Arc::new(Shared {
@@ -131,6 +163,7 @@ impl RateLimitLayer {
                 near_limit: Self::DEFAULT_NEAR_LIMIT,
                 store_metrics,
                 style,
+                partition_keys,
                 paired: Arc::new(ArcSwap::new(paired)),
                 reloading: Arc::default(),
                 view: Arc::new(ArcSwap::from_pointee(view)),
@@ -206,7 +239,11 @@ impl RateLimitLayer {
     /// ```
     pub fn reload(&self, policies: impl IntoIterator<Item = Policy>) -> Result<(), ConfigError> {
         let policies = self.shared.hooks.apply(policies.into_iter().collect())?;
-        validate(&policies, &**self.shared.limiter.store())?;
+        validate(
+            &policies,
+            &**self.shared.limiter.store(),
+            self.shared.partition_keys,
+        )?;
         let shared = &self.shared;
         let _one_at_a_time = shared
             .reloading
@@ -217,11 +254,26 @@ impl RateLimitLayer {
         // The pairing first, the limiter's set after: in between, requests find the
         // pairing's set newer than the limiter's and decide under the pairing, whole
         // (see `Shared::paired`); operators' calls see the old set until the install.
-        shared
-            .paired
-            .store(Arc::new(Paired::new(Arc::clone(&set), &policies)));
+        shared.paired.store(Arc::new(Paired::new(
+            Arc::clone(&set),
+            &policies,
+            shared.partition_keys,
+        )));
         shared.limiter.install(&set);
         Ok(())
+    }
+
+    /// Whether the draft-11 headers carry partition keys (see
+    /// [`LayerBuilder::partition_keys`]).
+    ///
+    /// ```
+    /// use tollgate::{Policy, Quota, RateLimitLayer};
+    /// let layer = RateLimitLayer::builder().policy(Policy::new("api", Quota::per_second(5))?).build()?;
+    /// assert!(!layer.get_partition_keys());
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    pub fn get_partition_keys(&self) -> bool {
+        self.shared.partition_keys
     }
 
     fn shared(&mut self) -> &mut Shared {
@@ -240,7 +292,11 @@ impl RateLimitLayer {
     pub fn headers(mut self, style: HeaderStyle) -> Self {
         let shared = self.shared();
         shared.style = style;
-        shared.view = Arc::new(ArcSwap::from_pointee(View::new(style, shared.paired())));
+        shared.view = Arc::new(ArcSwap::from_pointee(View::new(
+            style,
+            shared.partition_keys,
+            shared.paired(),
+        )));
         self
     }
 
@@ -503,6 +559,7 @@ impl fmt::Debug for RateLimitLayer {
             .field("shadow", &self.shared.shadow)
             .field("near_limit", &self.shared.near_limit)
             .field("decisions_extension", &self.shared.decisions_extension)
+            .field("partition_keys", &self.shared.partition_keys)
             .field("max_held", &self.shared.max_held)
             .field("max_held_per_key", &self.shared.max_held_per_key)
             .finish_non_exhaustive()

@@ -15,14 +15,17 @@
 //! `service.rs` (the call), `future.rs` (awaiting the store, the hold, the inner
 //! service), `context.rs` (what becomes of the request once decided, and of its
 //! response), `refunds.rs`, `few.rs` (a request's checks, inline for one policy),
-//! `rejection.rs` and `grpc.rs` (the layer's own answers, HTTP and gRPC), `headers.rs`
-//! (what every response says), `decisions.rs` and `body.rs`.
+//! `rejection.rs`, `problem.rs` and `grpc.rs` (the layer's own answers, HTTP, RFC 9457
+//! problem details and gRPC), `headers.rs` (what every response says), `decisions.rs`,
+//! `extract.rs` (axum's extractor and responses) and `body.rs`.
 
 mod body;
 mod builder;
 mod context;
 mod costs;
 mod decisions;
+#[cfg(feature = "axum")]
+mod extract;
 mod fail_mode;
 mod few;
 mod future;
@@ -33,7 +36,9 @@ mod in_flight_entry;
 #[allow(clippy::module_inception)]
 mod layer;
 mod limiter_calls;
+mod partition_key;
 mod policy;
+mod problem;
 mod refunds;
 mod rejection;
 mod rollout;
@@ -47,11 +52,15 @@ pub use body::RateLimitBody;
 pub use builder::LayerBuilder;
 pub use costs::Costs;
 pub use decisions::Decisions;
+#[cfg(feature = "axum")]
+#[cfg_attr(docsrs, doc(cfg(feature = "axum")))]
+pub use extract::MissingDecisions;
 pub use fail_mode::FailMode;
 pub use future::ResponseFuture;
 pub use headers::{HeaderStyle, ResetFormat};
 pub use layer::RateLimitLayer;
 pub use policy::{MissingKey, Policy};
-pub use rejection::{RejectReason, Rejection, RejectionInfo};
+pub use problem::ProblemType;
+pub use rejection::{RejectReason, Rejected, Rejection, RejectionInfo};
 pub use rollout::Rollout;
 pub use service::RateLimit;

@@ -11,6 +11,7 @@ use http::{Response, StatusCode};
 
 use crate::Decision;
 use crate::layer::headers::{digits, write_retry_after};
+use crate::layer::problem;
 use crate::time::ceil_secs;
 
 /// Why the layer answered a request itself.
@@ -104,6 +105,44 @@ pub struct RejectionInfo {
 }
 
 impl RejectionInfo {
+    /// The rejection of a request that `decisions` denied (a policy, or several, said
+    /// no): what a handler that checks a [`Limiter`](crate::Limiter) itself hands to
+    /// [`Rejection::reject`] to answer as the layer would. It may be retried after
+    /// the longest wait of the denying decisions; not at all when one of them can never
+    /// admit it (its `retry_after` is `None`: the cost exceeds the capacity).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::layer::{RejectReason, RejectionInfo};
+    /// use tollgate::{Key, Limit, Limiter, Quota};
+    /// # tokio::runtime::Builder::new_current_thread().build()?.block_on(async {
+    /// let limiter = Limiter::builder().limit(Limit::new("export", Quota::per_hour(1))?).build()?;
+    /// let caller = Key::from("alice");
+    /// limiter.check("export", &caller, 1).await?;
+    /// let denied = limiter.check("export", &caller, 1).await?;
+    /// let info = RejectionInfo::rate_limited(vec![denied]);
+    /// assert_eq!(info.reason, RejectReason::RateLimited);
+    /// assert!(info.retry_after.is_some_and(|wait| wait <= Duration::from_secs(3600)));
+    /// assert_eq!(info.denied_by().collect::<Vec<_>>(), ["export"]);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// # })?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn rate_limited(decisions: Vec<Decision>) -> Self {
+        // A denial whose cost can never fit has no retry time: say so rather than
+        // invite a retry that cannot succeed.
+        let retry_after = decisions
+            .iter()
+            .filter(|d| !d.allowed)
+            .map(|d| d.retry_after)
+            .try_fold(Duration::ZERO, |wait, retry| retry.map(|r| wait.max(r)));
+        Self {
+            reason: RejectReason::RateLimited,
+            decisions,
+            retry_after,
+        }
+    }
+
     /// Names of the policies that denied the request.
     ///
     /// ```
@@ -155,7 +194,25 @@ pub enum Rejection {
     Text,
     /// `application/json`: `{"error": "...", "message": "...", "retry_after": 3, "policies": [...]}`.
     Json,
-    /// RFC 9457 `application/problem+json`.
+    /// RFC 9457 `application/problem+json`, with the problem types of
+    /// [draft-ietf-httpapi-ratelimit-headers-11] §5 (see [`ProblemType`]):
+    ///
+    /// ```json
+    /// {"type":"https://iana.org/assignments/http-problem-types#quota-exceeded",
+    ///  "title":"Quota Exceeded","status":429,"detail":"rate limit exceeded",
+    ///  "retry_after":30,"violated-policies":["api"]}
+    /// ```
+    ///
+    /// `#abnormal-usage-detected` when a denying policy has the key blocked (a
+    /// penalty or an operator's block), `#temporary-reduced-capacity` for a store
+    /// failure under [`FailMode::Closed`](crate::layer::FailMode::Closed) (503) and for a
+    /// full [`max_held`](crate::RateLimitLayer::max_held), `about:blank` for a
+    /// [`deny`](crate::RateLimitLayer::deny)ed request or a missing key. `retry_after`
+    /// (whole seconds, or `null`) is this crate's extension member, beside the
+    /// `Retry-After` header.
+    ///
+    /// [draft-ietf-httpapi-ratelimit-headers-11]: https://datatracker.ietf.org/doc/draft-ietf-httpapi-ratelimit-headers/11/
+    /// [`ProblemType`]: crate::layer::ProblemType
     Problem,
     /// Your own response.
     Custom(Arc<CustomFn>),
@@ -168,6 +225,32 @@ impl Rejection {
         F: Fn(&RejectionInfo) -> Response<Bytes> + Send + Sync + 'static,
     {
         Self::Custom(Arc::new(build))
+    }
+
+    /// The response the layer would send for `info`, with `Retry-After` (the
+    /// rate-limit headers are the layer's to add): for a handler that checks a
+    /// [`Limiter`](crate::Limiter) itself and answers a denial as the layer does. With
+    /// the `axum` feature, [`Rejected`] is an `IntoResponse`.
+    ///
+    /// ```
+    /// use tollgate::layer::{Rejection, RejectionInfo};
+    /// # tokio::runtime::Builder::new_current_thread().build()?.block_on(async {
+    /// # let limiter = tollgate::Limiter::builder().limit(tollgate::Limit::new("export", tollgate::Quota::per_hour(1))?).build()?;
+    /// # let caller = tollgate::Key::from("alice");
+    /// # limiter.check("export", &caller, 1).await?;
+    /// let decision = limiter.check("export", &caller, 1).await?;
+    /// if !decision.allowed {
+    ///     let rejected = Rejection::Problem.reject(&RejectionInfo::rate_limited(vec![decision]));
+    ///     let response = http::Response::from(rejected);
+    ///     assert_eq!(response.status(), http::StatusCode::TOO_MANY_REQUESTS);
+    ///     assert!(response.headers().contains_key(http::header::RETRY_AFTER));
+    /// }
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// # })?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn reject(&self, info: &RejectionInfo) -> Rejected {
+        Rejected(self.http_response(info))
     }
 
     /// The HTTP response for `info`; rate-limit headers are added by the caller.
@@ -197,25 +280,18 @@ impl Rejection {
                 (TEXT_PLAIN, body)
             }
             Self::Json => {
-                let body = format!(
-                    r#"{{"error":"{}","message":"{}","retry_after":{},"policies":[{}]}}"#,
+                let mut body = format!(
+                    r#"{{"error":"{}","message":"{}","retry_after":{},"policies":"#,
                     info.reason.code(),
                     info.reason.message(info.retry_after),
                     retry.map_or_else(|| "null".to_string(), |s| s.to_string()),
-                    json_names(info)
                 );
+                problem::push_json_array(&mut body, info.denied_by());
+                body.push('}');
                 (APPLICATION_JSON, Bytes::from(body))
             }
             Self::Problem => {
-                let status = info.reason.status();
-                let body = format!(
-                    r#"{{"type":"about:blank","title":"{}","status":{},"detail":"{}","retry_after":{},"policies":[{}]}}"#,
-                    status.canonical_reason().unwrap_or("Error"),
-                    status.as_u16(),
-                    info.reason.message(info.retry_after),
-                    retry.map_or_else(|| "null".to_string(), |s| s.to_string()),
-                    json_names(info)
-                );
+                let body = problem::body(info, info.reason.status(), retry);
                 (APPLICATION_PROBLEM_JSON, Bytes::from(body))
             }
         };
@@ -224,6 +300,26 @@ impl Rejection {
         response.headers_mut().insert(CONTENT_TYPE, content_type);
         add_retry_after(response.headers_mut(), info);
         response
+    }
+}
+
+/// A rejection's HTTP response, made by [`Rejection::reject`]: an
+/// `http::Response<Bytes>` (through `From`), and with the `axum` feature an
+/// `axum::response::IntoResponse`, so that a handler can return
+/// `Result<_, Rejected>`.
+///
+/// ```
+/// use tollgate::layer::{RejectReason, Rejection, RejectionInfo};
+/// let rejected = Rejection::Json.reject(&RejectionInfo::rate_limited(Vec::new()));
+/// let response: http::Response<bytes::Bytes> = rejected.into();
+/// assert_eq!(response.headers()["content-type"], "application/json");
+/// ```
+#[derive(Debug)]
+pub struct Rejected(pub(crate) Response<Bytes>);
+
+impl From<Rejected> for Response<Bytes> {
+    fn from(rejected: Rejected) -> Self {
+        rejected.0
     }
 }
 
@@ -245,15 +341,6 @@ where
     fn from(build: F) -> Self {
         Self::custom(build)
     }
-}
-
-/// Policy names as JSON strings (names are printable ASCII: only `"` and `\` need
-/// escaping).
-fn json_names(info: &RejectionInfo) -> String {
-    info.denied_by()
-        .map(|name| format!("\"{}\"", name.replace('\\', "\\\\").replace('"', "\\\"")))
-        .collect::<Vec<_>>()
-        .join(",")
 }
 
 fn add_retry_after(headers: &mut HeaderMap, info: &RejectionInfo) {

@@ -6,22 +6,24 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
+use http::request::Parts;
 use http::{Request, Response};
 use http_body::Body;
 use tower_layer::Layer;
 use tower_service::Service;
 
 use crate::Limiter;
-use crate::layer::MissingKey;
 use crate::layer::RateLimitBody;
 use crate::layer::context::rejection;
 use crate::layer::few::{Checks, Claims};
 use crate::layer::future::{ResponseFuture, take_ready};
 use crate::layer::grpc::grpc_flavour;
+use crate::layer::headers::Report;
 use crate::layer::in_flight_entry::Claim;
 use crate::layer::limiter_calls::{LayerCheck, Pending};
 use crate::layer::rejection::{RejectReason, RejectionInfo};
-use crate::layer::shared::Shared;
+use crate::layer::shared::{Shared, View};
+use crate::layer::{Decisions, MissingKey};
 use crate::observe::{self, Outcome};
 
 /// Rate limiting around an inner service; built by [`RateLimitLayer`](crate::RateLimitLayer).
@@ -132,67 +134,37 @@ where
                 decisions: Vec::new(),
                 retry_after: None,
             };
-            return ResponseFuture::answered(rejection(shared, &shared.view(), grpc, &info, &[]));
+            return ResponseFuture::answered(rejection(
+                shared,
+                &shared.view(),
+                grpc,
+                &info,
+                Report::default(),
+            ));
         }
         if shared.allow.iter().any(|allow| allow(&parts)) {
-            return ResponseFuture::unlimited(self.inner.call(Request::from_parts(parts, body)));
+            return ResponseFuture::unlimited(self.inner.call(unchecked(shared, parts, body)));
         }
 
         // One set of policies decides the whole request, even across a reload.
         let view = shared.view();
-        let mut checks = Checks::new();
-        let mut claims = Claims::new();
-        let mut missing_key = None;
-        for (index, policy) in view.policies().iter().enumerate() {
-            if !policy.applies_to(&parts) {
-                continue;
-            }
-            match policy.key_of(&parts) {
-                Some(key) => {
-                    let enforced = !shared.shadow && policy.enforces(&key);
-                    // A running request takes a slot whatever it costs.
-                    if let Some(max) = policy.get_in_flight() {
-                        claims.push(Claim {
-                            index,
-                            key,
-                            max,
-                            shadow: !enforced,
-                        });
-                    }
-                    let cost = policy.cost_of(&parts);
-                    // Free requests skip the store entirely.
-                    if cost > 0 && policy.has_rate() {
-                        checks.push(LayerCheck {
-                            index,
-                            key,
-                            cost: u64::from(cost),
-                            quota: policy.quota_of(&parts),
-                            enforced,
-                        });
-                    }
-                }
-                None if policy.missing_key() == MissingKey::Reject => {
-                    // Without a key there is no fingerprint: only a policy that
-                    // enforces every caller rejects it.
-                    let enforced = !shared.shadow && policy.get_rollout().enforces_all();
-                    let outcome = if enforced {
-                        missing_key = Some(policy.quota().period());
-                        Outcome::Rejected
-                    } else {
-                        Outcome::ShadowRejected
-                    };
-                    observe::refused(&view.metrics[index], policy.name(), outcome, None);
-                }
-                None => {}
-            }
-        }
+        let (checks, claims, missing_key) = gather(shared, &view, &parts);
         if let Some(period) = missing_key {
             let info = RejectionInfo {
                 reason: RejectReason::MissingKey,
                 decisions: Vec::new(),
                 retry_after: Some(period.max(Duration::from_secs(1))),
             };
-            return ResponseFuture::answered(rejection(shared, &view, grpc, &info, &[]));
+            return ResponseFuture::answered(rejection(
+                shared,
+                &view,
+                grpc,
+                &info,
+                Report::default(),
+            ));
+        }
+        if claims.is_empty() && checks.is_empty() {
+            return ResponseFuture::unlimited(self.inner.call(unchecked(shared, parts, body)));
         }
         let request = Request::from_parts(parts, body);
         if !claims.is_empty() {
@@ -204,9 +176,6 @@ where
                 (checks, claims),
                 grpc,
             );
-        }
-        if checks.is_empty() {
-            return ResponseFuture::unlimited(self.inner.call(request));
         }
         // The memory store decides here and now: an admitted request goes straight to
         // the inner service. Only a request that waits (a remote store, a leaky-bucket
@@ -232,4 +201,67 @@ where
             ),
         }
     }
+}
+
+/// A request no policy checks (allowed, or every policy skipped or free), passed on
+/// with empty [`Decisions`](crate::layer::Decisions) unless the layer leaves them out.
+fn unchecked<ReqBody>(shared: &Shared, mut parts: Parts, body: ReqBody) -> Request<ReqBody> {
+    if shared.decisions_extension {
+        Decisions::record_none(&mut parts.extensions);
+    }
+    Request::from_parts(parts, body)
+}
+
+/// What a request asks of each policy that applies to it: its rate checks, its
+/// in-flight claims, and the period of an enforced policy that rejects it for having
+/// no key.
+#[inline]
+fn gather(shared: &Shared, view: &View, parts: &Parts) -> (Checks, Claims, Option<Duration>) {
+    let mut checks = Checks::new();
+    let mut claims = Claims::new();
+    let mut missing_key = None;
+    for (index, policy) in view.policies().iter().enumerate() {
+        if !policy.applies_to(parts) {
+            continue;
+        }
+        match policy.key_of(parts) {
+            Some(key) => {
+                let enforced = !shared.shadow && policy.enforces(&key);
+                // A running request takes a slot whatever it costs.
+                if let Some(max) = policy.get_in_flight() {
+                    claims.push(Claim {
+                        index,
+                        key,
+                        max,
+                        shadow: !enforced,
+                    });
+                }
+                let cost = policy.cost_of(parts);
+                // Free requests skip the store entirely.
+                if cost > 0 && policy.has_rate() {
+                    checks.push(LayerCheck {
+                        index,
+                        key,
+                        cost: u64::from(cost),
+                        quota: policy.quota_of(parts),
+                        enforced,
+                    });
+                }
+            }
+            None if policy.missing_key() == MissingKey::Reject => {
+                // Without a key there is no fingerprint: only a policy that
+                // enforces every caller rejects it.
+                let enforced = !shared.shadow && policy.get_rollout().enforces_all();
+                let outcome = if enforced {
+                    missing_key = Some(policy.quota().period());
+                    Outcome::Rejected
+                } else {
+                    Outcome::ShadowRejected
+                };
+                observe::refused(&view.metrics[index], policy.name(), outcome, None);
+            }
+            None => {}
+        }
+    }
+    (checks, claims, missing_key)
 }

@@ -25,6 +25,8 @@ pub(crate) type Predicate = dyn Fn(&Parts) -> bool + Send + Sync;
 pub(crate) struct Shared {
     pub(crate) limiter: Limiter,
     pub(crate) style: HeaderStyle,
+    /// Whether draft-11 headers carry each member's partition key (`pk`).
+    pub(crate) partition_keys: bool,
     /// The limiter's current limits paired with the layer's request rules (see
     /// [`Paired`]). Shared by every clone of the layer, replaced whole by
     /// [`reload`](crate::RateLimitLayer::reload).
@@ -83,8 +85,8 @@ pub(crate) struct Paired {
 
 impl Paired {
     /// Pairs each limit of `set` with the rules of the policy of its name in `rules`,
-    /// or the default rules.
-    pub(crate) fn new(set: Arc<Set>, rules: &[Policy]) -> Self {
+    /// or the default rules; `partition_keys` for the size of the headers they make.
+    pub(crate) fn new(set: Arc<Set>, rules: &[Policy], partition_keys: bool) -> Self {
         let policies: Vec<Policy> = set
             .limits
             .iter()
@@ -95,7 +97,7 @@ impl Paired {
                 },
             )
             .collect();
-        if let Err(error) = crate::layer::headers::check_size(&policies) {
+        if let Err(error) = crate::layer::headers::check_size(&policies, partition_keys) {
             crate::observe::headers_too_long(&error);
         }
         Self { set, policies }
@@ -122,8 +124,8 @@ pub(crate) struct View {
 }
 
 impl View {
-    pub(crate) fn new(style: HeaderStyle, paired: Arc<Paired>) -> Self {
-        let headers = HeaderPlan::new(style, &paired.policies);
+    pub(crate) fn new(style: HeaderStyle, partition_keys: bool, paired: Arc<Paired>) -> Self {
+        let headers = HeaderPlan::new(style, &paired.policies, partition_keys);
         let metrics = paired
             .policies
             .iter()
@@ -192,7 +194,11 @@ impl Shared {
         if paired.serves(&current_set) {
             return paired;
         }
-        let repaired = Arc::new(Paired::new(current_set, &paired.policies));
+        let repaired = Arc::new(Paired::new(
+            current_set,
+            &paired.policies,
+            self.partition_keys,
+        ));
         // Only over the pairing it was made from: a layer reload that stored a newer
         // one meanwhile keeps it.
         let _ = self.paired.compare_and_swap(&paired, Arc::clone(&repaired));
@@ -216,7 +222,7 @@ impl Shared {
         if Arc::ptr_eq(&cached.paired, &paired) {
             return cached;
         }
-        let view = Arc::new(View::new(self.style, paired));
+        let view = Arc::new(View::new(self.style, self.partition_keys, paired));
         self.view.store(Arc::clone(&view));
         view
     }

@@ -395,7 +395,12 @@ async fn json_and_problem_rejections() {
     assert_eq!(reply.header("content-type"), "application/problem+json");
     let problem: serde_json::Value = serde_json::from_str(&reply.body).expect("json");
     assert_eq!(problem["status"], 429);
-    assert_eq!(problem["title"], "Too Many Requests");
+    assert_eq!(
+        problem["type"],
+        "https://iana.org/assignments/http-problem-types#quota-exceeded"
+    );
+    assert_eq!(problem["title"], "Quota Exceeded");
+    assert_eq!(problem["violated-policies"][0], "api");
     assert_eq!(reply.header("retry-after"), "60");
 
     let custom =

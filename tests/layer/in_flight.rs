@@ -51,7 +51,7 @@ async fn every_way_a_request_ends_gives_its_slot_back() {
 }
 
 #[tokio::test]
-async fn a_policy_with_a_quota_limits_both_and_its_headers_show_only_the_quota() {
+async fn a_policy_with_a_quota_limits_both_and_its_headers_show_both() {
     let policy = Policy::new("api", Quota::per_minute(1000))
         .expect("policy")
         .in_flight(3)
@@ -61,7 +61,12 @@ async fn a_policy_with_a_quota_limits_both_and_its_headers_show_only_the_quota()
     let running = app.fill(3).await;
     app.assert_refused().await;
     for reply in app.finish(running).await {
-        assert_eq!(reply.header("ratelimit-policy"), r#""api";q=1000;w=60"#);
+        // The quota, then the in-flight bound (draft-11's `qu="concurrent-requests"`);
+        // only the quota has a `RateLimit` member (no store says how many slots are free).
+        assert_eq!(
+            reply.header("ratelimit-policy"),
+            r#""api";q=1000;w=60, "api";q=3;qu="concurrent-requests""#
+        );
         assert!(
             reply.header("ratelimit").starts_with(r#""api";r=99"#),
             "{reply:?}"

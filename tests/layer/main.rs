@@ -9,8 +9,10 @@
 //! `cargo test --test layer grpc::`. Helpers only these tests use live here
 //! ([`broken_store`], [`grpc_server`], [`outage_store`], `shared_redis`); shared ones in `tests/support/`.
 
+mod axum_conventions;
 mod broken_store;
 mod cancel;
+mod client_ip_sources;
 #[cfg(feature = "config")]
 mod config;
 mod costs;
@@ -34,4 +36,5 @@ mod reload;
 mod rollout;
 #[cfg(feature = "redis")]
 mod shared_redis;
+mod standards;
 mod tower_stack;

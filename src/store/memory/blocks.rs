@@ -106,7 +106,7 @@ impl Records {
 
     /// Adds an empty record for `key`, which has none (no bound checked here: the
     /// shard decides whether there is room).
-    pub(super) fn insert(&mut self, key: Hashed<'_>, hasher: RandomState) -> &mut Record {
+    pub(super) fn insert(&mut self, key: Hashed<'_>, hasher: &RandomState) -> &mut Record {
         self.records
             .insert_unique(
                 key.hash,

@@ -29,7 +29,7 @@ impl InFlightTable {
     pub(super) fn new(shards: usize, hasher: RandomState) -> Self {
         Self {
             shards: (0..shards)
-                .map(|_| Mutex::new(HashMap::with_hasher(hasher)))
+                .map(|_| Mutex::new(HashMap::with_hasher(hasher.clone())))
                 .collect(),
             hasher,
         }

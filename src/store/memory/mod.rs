@@ -280,7 +280,13 @@ impl MemoryStore {
         let bytes_per_shard = max_bytes / shard_count;
         let hasher = RandomState::default();
         let shards = (0..shard_count)
-            .map(|_| Padded(RwLock::new(Shard::new(per_shard, bytes_per_shard, hasher))))
+            .map(|_| {
+                Padded(RwLock::new(Shard::new(
+                    per_shard,
+                    bytes_per_shard,
+                    hasher.clone(),
+                )))
+            })
             .collect();
         Self {
             inner: Arc::new(Inner {
@@ -288,7 +294,7 @@ impl MemoryStore {
                 shards,
                 max_keys,
                 max_bytes,
-                hasher,
+                hasher: hasher.clone(),
                 in_flight: Arc::new(InFlightTable::new(shard_count, hasher)),
             }),
         }

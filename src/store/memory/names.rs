@@ -382,9 +382,13 @@ impl Shard {
                     return None;
                 }
             }
-            let hasher = self.hasher;
             self.records += 1;
-            return Some(self.names.get_mut(&record)?.records.insert(key, hasher));
+            return Some(
+                self.names
+                    .get_mut(&record)?
+                    .records
+                    .insert(key, &self.hasher),
+            );
         }
         self.names.get_mut(&record)?.records.get_mut(key)
     }

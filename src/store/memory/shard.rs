@@ -96,8 +96,8 @@ impl Shard {
         Self {
             tables: Vec::new(),
             ids: Vec::new(),
-            index: HashMap::with_hasher(hasher),
-            names: HashMap::with_hasher(hasher),
+            index: HashMap::with_hasher(hasher.clone()),
+            names: HashMap::with_hasher(hasher.clone()),
             capacity,
             max_bytes,
             entries: 0,
@@ -261,7 +261,7 @@ impl Shard {
             return self.no_table(limit);
         };
         self.make_room_for_one(index, floor);
-        let hasher = self.hasher;
+        let hasher = self.hasher.clone();
         let table = &mut self.tables[index];
         let (verdict, bytes) = with_rule!(&mut table.states, |map, R| {
             let (verdict, state) = evaluate_fresh::<R>(params, at, cost, true);
