@@ -16,6 +16,7 @@
 //! body on memory, Redis and the cluster in turn, and the rest share its helpers. Its
 //! memory and HTTP tests also run in builds without the `redis` feature.
 
+mod acl;
 mod cancel;
 mod clock_faults;
 mod conformance;

@@ -330,6 +330,19 @@ fn parse_version(text: &str) -> Option<ServerVersion> {
     })
 }
 
+/// `redis-cli -p <port> --user <user> --pass <password> <args>`: a command as an ACL
+/// user.
+pub fn cli_as(port: u16, user: &str, password: &str, args: &[&str]) -> String {
+    let out = Command::new("redis-cli")
+        .arg("-p")
+        .arg(port.to_string())
+        .args(["--user", user, "--pass", password, "--no-auth-warning"])
+        .args(args)
+        .output()
+        .expect("run redis-cli");
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
 /// One server shared by every test of a test binary (each test uses its own prefix).
 pub fn shared_server() -> &'static RedisServer {
     static SERVER: OnceLock<RedisServer> = OnceLock::new();
