@@ -382,3 +382,25 @@ pub fn script_calls(port: u16) -> u64 {
         .filter_map(|calls| calls.parse::<u64>().ok())
         .sum()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn versions_are_read_from_every_servers_banner() {
+        let redis = parse_version("Redis server v=7.0.15 sha=00000000:0 malloc=jemalloc-5.3.0");
+        assert_eq!(
+            redis,
+            Some(ServerVersion {
+                valkey: false,
+                version: (7, 0, 15)
+            })
+        );
+        let old = parse_version("Redis server v=6.2.14 sha=40305114:0 malloc=libc bits=64");
+        assert!(!old.is_some_and(ServerVersion::has_functions));
+        let valkey = parse_version("Valkey server v=8.0.1 sha=00000000:0 malloc=jemalloc-5.3.0");
+        assert!(valkey.is_some_and(|v| v.valkey && v.has_functions()));
+        assert_eq!(parse_version("no version here"), None);
+    }
+}
