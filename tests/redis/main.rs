@@ -1,7 +1,9 @@
 //! `RedisStore` on real `redis-server` processes: the same answers as the memory store,
 //! faults, the function library, the server's own clock jumping, the denial
 //! cache, exactness under contention (with and without quota leases), in-flight leases,
-//! the leaky bucket's bound on delays, refunds, settles and the scenario tables.
+//! the leaky bucket's bound on delays, refunds, settles and the scenario tables; every
+//! way to build the store (URL, `ConnectionManager`, deadpool pool), and the store as
+//! an ACL user allowed only what it needs.
 //!
 //! One test binary: `cargo test --all-features --test redis`, or one module of it,
 //! e.g. `cargo test --all-features --test redis faults::`. Tests that need a plain
@@ -14,9 +16,11 @@
 //! body on memory, Redis and the cluster in turn, and the rest share its helpers. Its
 //! memory and HTTP tests also run in builds without the `redis` feature.
 
+mod acl;
 mod cancel;
 mod clock_faults;
 mod conformance;
+mod connections;
 mod denial_cache;
 mod exactness;
 mod faults;

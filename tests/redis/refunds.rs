@@ -704,10 +704,14 @@ async fn a_refund_for_a_stopped_redis_primary_is_dropped_and_the_insurance_store
     server.resume();
     // Back on Redis, which still counts its charge. The calls that timed out while it
     // was stopped had reached its socket: a timeout's outcome is unknown, and the
-    // store keeps a connection that is only slow, so they may run now, in order (the
-    // refund of 2, then the probe's charge of 1 that the memory store answered).
+    // store keeps a connection that is only slow, so each may run now: the refund of
+    // 2 (when its script was loaded there: on Redis 6.2 the decision loaded it, where
+    // Redis 7 decided through the function library and the refund's `EVALSHA` finds
+    // no script) and the probe's charge of 1 that the memory store answered (when it
+    // was sent before the store gave up on the connection). Nothing else.
     let back = limiter.check("api", &alice, 0).await?.remaining;
-    assert!(back == 3 || back == 4, "redis counts {back} left");
+    let outcomes = [3, 3 + 2, 3 - 1, 3 + 2 - 1];
+    assert!(outcomes.contains(&back), "redis counts {back} left");
     assert!(fallback.serving_primary());
     // The memory store's charge is refunded there, not on Redis; Redis' on Redis.
     limiter.refund_charge(&on_insurance, &alice, 1).await?;

@@ -12,6 +12,13 @@
 //! memory store, the `Store` trait); whatever needs a feature stays in the binaries,
 //! behind that feature.
 //!
+//! # Which server
+//!
+//! The tests start `redis-server` from `PATH`, or the binary `TOLLGATE_REDIS_SERVER`
+//! names (`valkey-server`, an older `redis-server`): `scripts/test` runs the same test
+//! binaries on every server of its matrix this way
+//! ([`redis_server::server_binary`], [`redis_server::server_version`]).
+//!
 //! # One server per binary
 //!
 //! [`redis_server::shared_server`] and [`redis_cluster::shared_cluster`] start one

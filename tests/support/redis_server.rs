@@ -1,6 +1,12 @@
 //! Private `redis-server` processes for tests: an ephemeral port, a temporary
 //! directory, no persistence, killed on drop. Never the server on 6379.
 //!
+//! The server binary is `redis-server` from `PATH` unless `TOLLGATE_REDIS_SERVER`
+//! names another (a path to `valkey-server`, or to an older `redis-server`): the
+//! same test binaries run against every server of the matrix in `scripts/test`
+//! without being rebuilt. [`server_version`] says which one a test got, for the
+//! few tests whose expectations depend on it (functions need Redis 7).
+//!
 //! Each server runs under a small `sh` watchdog that holds a pipe from the test
 //! process: when the test process exits, even without running destructors (servers
 //! kept in statics), the pipe closes and the watchdog kills its server.
@@ -86,7 +92,10 @@ impl RedisServer {
             }
             server.kill();
         }
-        panic!("redis-server did not start (is it installed? scripts/test installs it)");
+        panic!(
+            "{} did not start (is it installed? scripts/test installs it)",
+            server_binary()
+        );
     }
 
     /// Starts the server on `self.port`; false if it does not answer within 10 s.
@@ -99,7 +108,7 @@ impl RedisServer {
             args.extend(self.envs.iter().map(|(k, v)| format!("{k}={v}")));
         }
         args.extend([
-            "redis-server".into(),
+            server_binary().to_owned(),
             "--port".into(),
             port,
             "--bind".into(),
@@ -261,6 +270,79 @@ pub fn cli(port: u16, args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).trim().to_owned()
 }
 
+/// The environment variable that names the server binary the tests start.
+pub const SERVER_VARIABLE: &str = "TOLLGATE_REDIS_SERVER";
+
+/// The server binary the tests start: `TOLLGATE_REDIS_SERVER`, or `redis-server`.
+pub fn server_binary() -> &'static str {
+    static BINARY: OnceLock<String> = OnceLock::new();
+    BINARY.get_or_init(|| {
+        std::env::var(SERVER_VARIABLE)
+            .ok()
+            .filter(|path| !path.is_empty())
+            .unwrap_or_else(|| "redis-server".to_owned())
+    })
+}
+
+/// Which server the tests start and its version, read once from `--version`
+/// (`Redis server v=7.0.15 …`, `Valkey server v=9.1.2 …`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ServerVersion {
+    /// Valkey rather than Redis.
+    pub valkey: bool,
+    /// (major, minor, patch).
+    pub version: (u32, u32, u32),
+}
+
+impl ServerVersion {
+    /// Whether the server has Redis Functions (`FUNCTION LOAD`, `FCALL`): Redis 7
+    /// and later, every Valkey.
+    pub fn has_functions(self) -> bool {
+        self.valkey || self.version.0 >= 7
+    }
+}
+
+/// The version of [`server_binary`].
+pub fn server_version() -> ServerVersion {
+    static VERSION: OnceLock<ServerVersion> = OnceLock::new();
+    *VERSION.get_or_init(|| {
+        let out = Command::new(server_binary())
+            .arg("--version")
+            .output()
+            .unwrap_or_else(|e| panic!("run {} --version: {e}", server_binary()));
+        parse_version(&String::from_utf8_lossy(&out.stdout))
+            .unwrap_or_else(|| panic!("{} --version: no version in its output", server_binary()))
+    })
+}
+
+/// Reads `<Name> server v=<major>.<minor>.<patch> …`.
+fn parse_version(text: &str) -> Option<ServerVersion> {
+    let number = text.split_whitespace().find_map(|w| w.strip_prefix("v="))?;
+    let mut parts = number.split('.').map(|p| p.parse::<u32>().ok());
+    let version = (
+        parts.next()??,
+        parts.next()??,
+        parts.next().flatten().unwrap_or(0),
+    );
+    Some(ServerVersion {
+        valkey: text.trim_start().to_ascii_lowercase().starts_with("valkey"),
+        version,
+    })
+}
+
+/// `redis-cli -p <port> --user <user> --pass <password> <args>`: a command as an ACL
+/// user.
+pub fn cli_as(port: u16, user: &str, password: &str, args: &[&str]) -> String {
+    let out = Command::new("redis-cli")
+        .arg("-p")
+        .arg(port.to_string())
+        .args(["--user", user, "--pass", password, "--no-auth-warning"])
+        .args(args)
+        .output()
+        .expect("run redis-cli");
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
 /// One server shared by every test of a test binary (each test uses its own prefix).
 pub fn shared_server() -> &'static RedisServer {
     static SERVER: OnceLock<RedisServer> = OnceLock::new();
@@ -299,4 +381,26 @@ pub fn script_calls(port: u16) -> u64 {
         })
         .filter_map(|calls| calls.parse::<u64>().ok())
         .sum()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn versions_are_read_from_every_servers_banner() {
+        let redis = parse_version("Redis server v=7.0.15 sha=00000000:0 malloc=jemalloc-5.3.0");
+        assert_eq!(
+            redis,
+            Some(ServerVersion {
+                valkey: false,
+                version: (7, 0, 15)
+            })
+        );
+        let old = parse_version("Redis server v=6.2.14 sha=40305114:0 malloc=libc bits=64");
+        assert!(!old.is_some_and(ServerVersion::has_functions));
+        let valkey = parse_version("Valkey server v=8.0.1 sha=00000000:0 malloc=jemalloc-5.3.0");
+        assert!(valkey.is_some_and(|v| v.valkey && v.has_functions()));
+        assert_eq!(parse_version("no version here"), None);
+    }
 }

@@ -2,7 +2,7 @@
 //! a time), the function library or the script, a deadline over all of it, the
 //! verdicts read back, and what a failure says about the connection.
 
-use deadpool_redis::redis::RedisError;
+use redis::RedisError;
 use tokio::time::{Instant, timeout_at};
 
 use super::RedisStore;

@@ -1,4 +1,5 @@
-//! One shared, multiplexed connection per store, taken from the user's pool.
+//! One shared, multiplexed connection per store, made from a URL or the user's pool,
+//! or the user's own `ConnectionManager` or cluster connection (see `source.rs`).
 //!
 //! A multiplexed connection pipelines every concurrent call over one socket, so the
 //! store keeps one and clones it per call instead of checking a connection out of the
@@ -127,7 +128,7 @@ impl Connections {
     }
 
     pub(super) fn is_cluster(&self) -> bool {
-        matches!(self.source, Source::Cluster(_))
+        self.source.is_cluster()
     }
 
     /// The shared connection; without one, waits for a connect (starting one if none
@@ -266,7 +267,11 @@ impl Connections {
         let recent = current
             .last_attempt
             .is_some_and(|at| at.elapsed() < MIN_AGE);
-        if current.generation == checkout.generation && !current.connecting && !recent {
+        if current.generation == checkout.generation
+            && !current.connecting
+            && !recent
+            && self.source.makes_connections()
+        {
             self.start_connect(&mut current);
         }
     }

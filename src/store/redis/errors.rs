@@ -5,8 +5,14 @@
 //! `CLUSTERDOWN`, `READONLY`, `OOM`, …) each come back as an error of their kind,
 //! never as a panic; only an error that breaks the socket (or a cluster that is down)
 //! drops the connection, every other error reply proves it alive.
+//!
+//! Redis 6.2 wraps an error a script's `redis.call` raised in an `ERR Error running
+//! script …: -READONLY …` reply where Redis 7 and Valkey pass the inner code on: the
+//! inner code decides the kind either way ([`script_inner_code`]). A server whose
+//! scripting is unavailable to the store (an ACL without `EVALSHA`, a server without
+//! Lua) gets an error that says so and names what the store needs.
 
-use deadpool_redis::redis::{ErrorKind, RedisError, ServerErrorKind};
+use redis::{ErrorKind, RedisError, ServerErrorKind};
 
 use crate::{StoreError, StoreErrorKind};
 
@@ -31,6 +37,51 @@ pub(super) fn breaks_connection(err: &RedisError) -> bool {
         )
 }
 
+/// The codes of a server that is up but not serving now: a later call may succeed.
+const NOT_SERVING: [&str; 9] = [
+    "LOADING",
+    "CLUSTERDOWN",
+    "READONLY",
+    "TRYAGAIN",
+    "MASTERDOWN",
+    "OOM",
+    "BUSY",
+    "MISCONF",
+    "NOREPLICAS",
+];
+
+/// The code of the error a script's `redis.call` raised, as Redis 6.2 reports it
+/// inside its own: `ERR Error running script (call to f_…): @user_script:1:
+/// @user_script: 1: -READONLY You can't write against a read only replica.`
+fn script_inner_code(err: &RedisError) -> Option<&str> {
+    if err.code() != Some("ERR") {
+        return None;
+    }
+    let detail = err.detail()?;
+    if !detail.starts_with("Error running script") {
+        return None;
+    }
+    let (_, inner) = detail.split_once(": -")?;
+    inner.split_whitespace().next()
+}
+
+/// Whether the server refused the store's scripting itself: `EVALSHA`, `SCRIPT LOAD`
+/// or a command the script runs forbidden by an ACL (`NOPERM`), or a server without
+/// them (`ERR unknown command`).
+fn scripting_refused(err: &RedisError) -> bool {
+    match err.code() {
+        Some("NOPERM") => true,
+        Some("ERR") => err.detail().is_some_and(|d| {
+            let d = d.to_ascii_lowercase();
+            d.starts_with("unknown command")
+                && ["evalsha", "script", "eval"]
+                    .iter()
+                    .any(|c| d.contains(&format!("'{c}'")) || d.contains(&format!("`{c}`")))
+        }),
+        _ => false,
+    }
+}
+
 /// Maps a Redis error to a [`StoreError`] of the right kind.
 pub(super) fn store_error(err: RedisError) -> StoreError {
     let kind = if err.is_timeout() {
@@ -52,20 +103,33 @@ pub(super) fn store_error(err: RedisError) -> StoreError {
                 | ServerErrorKind::MasterDown,
             ) => StoreErrorKind::Unavailable,
             // Out of memory (`noeviction`), busy with a long script, refusing writes
-            // after a failed save or without enough replicas: up but not serving either.
-            _ if matches!(err.code(), Some("OOM" | "BUSY" | "MISCONF" | "NOREPLICAS")) => {
+            // after a failed save or without enough replicas: up but not serving either;
+            // so is a script whose own call was refused so (Redis 6.2).
+            _ if err
+                .code()
+                .into_iter()
+                .chain(script_inner_code(&err))
+                .any(|code| NOT_SERVING.contains(&code)) =>
+            {
                 StoreErrorKind::Unavailable
             }
             _ => StoreErrorKind::Protocol,
         }
     };
-    let message = match err.code() {
-        Some(code) => format!("redis answered {code}"),
-        None => format!("redis call failed ({:?})", err.kind()),
+    let message = match (err.code(), script_inner_code(&err)) {
+        (Some(code), _) if scripting_refused(&err) => format!(
+            "redis answered {code}: the store cannot run its Lua here; it needs EVALSHA, \
+             SCRIPT LOAD and the commands its scripts run on the prefix's keys (see the \
+             README's ACL rules); FCALL and FUNCTION LOAD are optional"
+        ),
+        (Some(code), Some(inner)) => format!("redis answered {code} ({inner} in the script)"),
+        (Some(code), None) => format!("redis answered {code}"),
+        (None, _) => format!("redis call failed ({:?})", err.kind()),
     };
     StoreError::new(kind, message).with_source(err)
 }
 
+#[cfg(feature = "deadpool")]
 pub(super) fn pool_error(err: deadpool_redis::PoolError) -> StoreError {
     match err {
         deadpool_redis::PoolError::Backend(err) => store_error(err),
@@ -79,6 +143,7 @@ pub(super) fn pool_error(err: deadpool_redis::PoolError) -> StoreError {
     }
 }
 
+#[cfg(feature = "deadpool")]
 pub(super) fn cluster_pool_error(err: deadpool_redis::cluster::PoolError) -> StoreError {
     match err {
         deadpool_redis::cluster::PoolError::Backend(err) => store_error(err),
@@ -95,7 +160,7 @@ pub(super) fn cluster_pool_error(err: deadpool_redis::cluster::PoolError) -> Sto
 /// tests of every file that maps errors).
 #[cfg(test)]
 pub(super) fn error_reply(line: &str) -> RedisError {
-    use deadpool_redis::redis::{Value, parse_redis_value};
+    use redis::{Value, parse_redis_value};
     let bytes = format!("-{line}\r\n");
     match parse_redis_value(bytes.as_bytes()).and_then(Value::extract_error) {
         Err(err) => err,
@@ -105,7 +170,7 @@ pub(super) fn error_reply(line: &str) -> RedisError {
 
 #[cfg(test)]
 mod tests {
-    use deadpool_redis::redis::{Value, from_redis_value};
+    use redis::{Value, from_redis_value};
 
     use super::error_reply as reply;
     use super::*;
@@ -131,6 +196,46 @@ mod tests {
                 "{err}"
             );
         }
+    }
+
+    #[test]
+    fn a_script_refused_so_on_redis_6_is_unavailable_too() {
+        // Redis 6.2 wraps the inner error in its own ERR; Redis 7 passes it on.
+        for inner in [
+            "READONLY You can't write against a read only replica.",
+            "OOM command not allowed when used memory > 'maxmemory'.",
+        ] {
+            let line = format!(
+                "ERR Error running script (call to f_7569): @user_script:1: @user_script: 1: -{inner}"
+            );
+            let err = store_error(reply(&line));
+            assert_eq!(err.kind(), StoreErrorKind::Unavailable, "{line}: {err}");
+            let code = inner.split(' ').next().unwrap_or_default();
+            assert!(
+                err.to_string().contains(&format!("({code} in the script)")),
+                "{err}"
+            );
+        }
+        // A script's own failure stays a protocol error.
+        let boom = "ERR Error running script (call to f_0123): @user_script:1: boom -x";
+        assert_eq!(store_error(reply(boom)).kind(), StoreErrorKind::Protocol);
+    }
+
+    #[test]
+    fn a_server_that_will_not_run_scripts_says_what_the_store_needs() {
+        for line in [
+            "NOPERM this user has no permissions to run the 'evalsha' command",
+            "NOPERM User u has no permissions to run the 'evalsha' command",
+            "ERR unknown command 'EVALSHA', with args beginning with: ",
+            "ERR unknown command `evalsha`, with args beginning with: `bf38`, ",
+            "ERR unknown command 'SCRIPT', with args beginning with: 'LOAD' ",
+        ] {
+            let err = store_error(reply(line));
+            assert_eq!(err.kind(), StoreErrorKind::Protocol, "{line}");
+            assert!(err.to_string().contains("EVALSHA, SCRIPT LOAD"), "{err}");
+        }
+        let other = store_error(reply("ERR unknown command 'FOO'"));
+        assert!(!other.to_string().contains("EVALSHA"), "{other}");
     }
 
     #[test]

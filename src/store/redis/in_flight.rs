@@ -21,7 +21,7 @@
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::{Arc, LazyLock};
 
-use deadpool_redis::redis::{self, Script};
+use redis::Script;
 use tokio::runtime::Handle;
 use tokio::time::Instant;
 

@@ -124,8 +124,14 @@ pub(crate) const MAX_BLOCK: Duration = crate::Penalty::MAX_DENIAL;
 /// replaced one at a time, and denials are answered locally for up to
 /// [`denial_cache_max_age`](RedisStore::denial_cache_max_age).
 ///
-/// Build it from a URL or a pool ([`from_url`](RedisStore::from_url),
-/// [`from_cluster_urls`](RedisStore::from_cluster_urls)); tune it with
+/// Build it from a URL ([`from_url`](RedisStore::from_url),
+/// [`from_cluster_urls`](RedisStore::from_cluster_urls)), from the redis-rs connection
+/// you already have ([`from_connection_manager`](RedisStore::from_connection_manager),
+/// [`from_cluster_connection`](RedisStore::from_cluster_connection)) or, with the
+/// `deadpool` feature, from a deadpool-redis pool (`from_pool`, `from_cluster_pool`).
+/// It runs on Redis 6.2 and later and on Valkey (on Redis 6.2, without functions,
+/// every call is a script); the README lists the servers tested and the ACL rules
+/// the store needs. Tune it with
 /// [`prefix`](RedisStore::prefix), [`deadline`](RedisStore::deadline),
 /// [`denial_cache`](RedisStore::denial_cache), [`functions`](RedisStore::functions) and
 /// [`in_flight_ttl`](RedisStore::in_flight_ttl); find a caller's keys with

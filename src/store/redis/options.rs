@@ -1,5 +1,5 @@
-//! Building a [`RedisStore`]: where its connections come from (a pool, a URL, a
-//! cluster's seed nodes) and its settings (clock, prefix, deadline, denial cache,
+//! Building a [`RedisStore`]: where its connections come from (a URL, a cluster's
+//! seed nodes, your `ConnectionManager` or cluster connection, a deadpool pool) and its settings (clock, prefix, deadline, denial cache,
 //! functions, in-flight slot record TTL), each with its getter.
 //!
 //! Settings are `#[must_use]` setters returning the store; those that can be wrong
@@ -10,12 +10,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use deadpool_redis::Runtime;
-
 use super::connection::Connections;
 use super::function::Functions;
 use super::slot_records::SlotRecords;
-use super::source::{Source, pool_for_url};
+use super::source::Source;
 use super::{RedisStore, keys};
 use crate::ConfigError;
 use crate::clock::Clock;
@@ -51,29 +49,15 @@ impl RedisStore {
         }
     }
 
-    /// A store on a standalone Redis reached through `pool`.
+    /// A store on the standalone Redis at `url` (`redis://[user:password@]host[:port][/db]`,
+    /// `rediss://` with redis-rs's TLS features). Nothing connects until the first
+    /// call. A wildcard host (`0.0.0.0`, `::`) is refused: name the server's own
+    /// address.
     ///
-    /// The store takes one multiplexed connection from the pool and shares it among
-    /// all calls (concurrent calls are pipelined on it); it takes another, one connect
-    /// at a time, when that one breaks or goes silent. The store's
-    /// [`deadline`](RedisStore::deadline) bounds each call: the response timeout that
-    /// redis-rs gives the pool's connections (500 ms by default) is lifted on the
-    /// connection the store takes, which no longer goes back to the pool.
-    ///
-    /// ```no_run
-    /// use deadpool_redis::{Config, Runtime};
-    /// let pool = Config::from_url("redis://127.0.0.1:6379").create_pool(Some(Runtime::Tokio1))?;
-    /// let store = tollgate::RedisStore::from_pool(pool);
-    /// assert!(!store.is_cluster());
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn from_pool(pool: deadpool_redis::Pool) -> Self {
-        Self::new(Source::Standalone(pool))
-    }
-
-    /// A store on the standalone Redis at `url` (`redis://[user:password@]host[:port][/db]`).
-    /// Nothing connects until the first call. A wildcard host (`0.0.0.0`, `::`) is
-    /// refused: name the server's own address.
+    /// The store makes one multiplexed connection and shares it among all calls
+    /// (concurrent calls are pipelined on it); it makes another, one connect at a
+    /// time, when that one breaks or goes silent. Its
+    /// [`deadline`](RedisStore::deadline) alone bounds each call.
     ///
     /// ```
     /// let store = tollgate::RedisStore::from_url("redis://127.0.0.1:6379")?;
@@ -83,25 +67,39 @@ impl RedisStore {
     /// # Ok::<(), tollgate::ConfigError>(())
     /// ```
     pub fn from_url(url: &str) -> Result<Self, ConfigError> {
-        let pool = pool_for_url(url).map_err(|e| {
+        let client = redis::Client::open(url).map_err(|e| {
             // The URL may hold a password: say what is wrong, not what was given.
             ConfigError::new(format!("invalid redis url: {e}"))
         })?;
-        Ok(Self::from_pool(pool))
+        Ok(Self::new(Source::Url(client)))
     }
 
-    /// A store on a Redis Cluster reached through `pool`.
+    /// A store on the connection manager you already use: redis-rs's
+    /// [`ConnectionManager`](redis::aio::ConnectionManager), a multiplexed connection
+    /// that reconnects by itself. The store shares it (every call is pipelined on it,
+    /// beside yours) and leaves its reconnecting to it: when its socket breaks, the
+    /// manager reconnects with the retries and backoff it was built with.
+    ///
+    /// Each call is still bounded by the store's [`deadline`](RedisStore::deadline).
+    /// The manager's own response timeout (redis-rs's default: 500 ms) applies too,
+    /// so a deadline longer than it is cut short by it; build the manager with
+    /// `ConnectionManagerConfig::set_response_timeout(None)` to leave the bound to
+    /// the store. A connection that goes silent without breaking (a network
+    /// partition) is the manager's to notice: the store, which did not make it,
+    /// makes no other.
     ///
     /// ```no_run
-    /// use deadpool_redis::{Runtime, cluster::Config};
-    /// let urls = vec!["redis://127.0.0.1:7000".to_owned(), "redis://127.0.0.1:7001".to_owned()];
-    /// let pool = Config::from_urls(urls).create_pool(Some(Runtime::Tokio1))?;
-    /// let store = tollgate::RedisStore::from_cluster_pool(pool);
-    /// assert!(store.is_cluster());
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// use redis::aio::ConnectionManager;
+    /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+    /// let client = redis::Client::open("redis://127.0.0.1:6379")?;
+    /// let manager = ConnectionManager::new(client).await?;
+    /// let store = tollgate::RedisStore::from_connection_manager(manager);
+    /// assert!(!store.is_cluster());
+    /// # Ok(())
+    /// # }
     /// ```
-    pub fn from_cluster_pool(pool: deadpool_redis::cluster::Pool) -> Self {
-        Self::new(Source::Cluster(pool))
+    pub fn from_connection_manager(manager: redis::aio::ConnectionManager) -> Self {
+        Self::new(Source::Manager(manager))
     }
 
     /// A store on the Redis Cluster with these seed nodes (any subset of the cluster's
@@ -123,10 +121,72 @@ impl RedisStore {
                 "a redis cluster store needs at least one node url",
             ));
         }
-        let pool = deadpool_redis::cluster::Config::from_urls(urls)
-            .create_pool(Some(Runtime::Tokio1))
+        let client = redis::cluster::ClusterClient::new(urls)
             .map_err(|e| ConfigError::new(format!("invalid redis cluster url: {e}")))?;
-        Ok(Self::from_cluster_pool(pool))
+        Ok(Self::new(Source::ClusterUrls(Box::new(client))))
+    }
+
+    /// A store on the cluster connection you already use: redis-rs's
+    /// [`ClusterConnection`](redis::cluster_async::ClusterConnection). The store shares
+    /// it and leaves its reconnecting and slot refreshes to redis-rs (each node's
+    /// connection is made again when it breaks, and a `MOVED` refreshes the slot
+    /// map). Each call is bounded by the store's [`deadline`](RedisStore::deadline),
+    /// and by the connection's own response timeout if shorter. A store built
+    /// [`from_cluster_urls`](RedisStore::from_cluster_urls) does one thing more: after
+    /// a node goes silent it makes a new connection beside the old, with a fresh slot
+    /// map; with your connection it cannot.
+    ///
+    /// ```no_run
+    /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+    /// let client = redis::cluster::ClusterClient::new(vec!["redis://127.0.0.1:7000"])?;
+    /// let connection = client.get_async_connection().await?;
+    /// let store = tollgate::RedisStore::from_cluster_connection(connection);
+    /// assert!(store.is_cluster());
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn from_cluster_connection(connection: redis::cluster_async::ClusterConnection) -> Self {
+        Self::new(Source::Cluster(connection))
+    }
+
+    /// A store on a standalone Redis reached through a deadpool-redis `pool`
+    /// (feature `deadpool`).
+    ///
+    /// The store takes one multiplexed connection from the pool and shares it among
+    /// all calls; it takes another, one connect at a time, when that one breaks or
+    /// goes silent. The store's [`deadline`](RedisStore::deadline) bounds each call:
+    /// the response timeout that redis-rs gives the pool's connections (500 ms by
+    /// default) is lifted on the connection the store takes, which no longer goes
+    /// back to the pool.
+    ///
+    /// ```no_run
+    /// use deadpool_redis::{Config, Runtime};
+    /// let pool = Config::from_url("redis://127.0.0.1:6379").create_pool(Some(Runtime::Tokio1))?;
+    /// let store = tollgate::RedisStore::from_pool(pool);
+    /// assert!(!store.is_cluster());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    #[cfg(feature = "deadpool")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "deadpool")))]
+    pub fn from_pool(pool: deadpool_redis::Pool) -> Self {
+        Self::new(Source::Pool(pool))
+    }
+
+    /// A store on a Redis Cluster reached through a deadpool-redis `pool` (feature
+    /// `deadpool`).
+    ///
+    /// ```no_run
+    /// use deadpool_redis::{Runtime, cluster::Config};
+    /// let urls = vec!["redis://127.0.0.1:7000".to_owned(), "redis://127.0.0.1:7001".to_owned()];
+    /// let pool = Config::from_urls(urls).create_pool(Some(Runtime::Tokio1))?;
+    /// let store = tollgate::RedisStore::from_cluster_pool(pool);
+    /// assert!(store.is_cluster());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    #[cfg(feature = "deadpool")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "deadpool")))]
+    pub fn from_cluster_pool(pool: deadpool_redis::cluster::Pool) -> Self {
+        Self::new(Source::ClusterPool(pool))
     }
 
     /// Reads time from `clock` instead of the server's `TIME` (tests, conformance,

@@ -23,8 +23,8 @@ use std::collections::HashMap;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Arc, LazyLock};
 
-use deadpool_redis::redis::Script;
-use deadpool_redis::redis::cluster_routing::Slot;
+use redis::Script;
+use redis::cluster_routing::Slot;
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
