@@ -73,6 +73,15 @@ pub struct Decision {
     /// `retry_after` and `reset_after`; `None` when the key is not blocked. A blocked
     /// key denies every request, even a cost-0 check (a peek says `allowed: false`).
     pub blocked_for: Option<Duration>,
+    /// The trips in a row of the limit's [`Penalty`](crate::Penalty) that the key's
+    /// record remembers ([`Penalty::remember`](crate::Penalty::remember)), this
+    /// decision's own trip included: the next trip's block is
+    /// [`Penalty::next_block`](crate::Penalty::next_block) of it (or ask
+    /// [`Limiter::offences`](crate::Limiter::offences)). 0 when the penalty remembers
+    /// none, and in a decision made without reading the key's record (spent from a
+    /// [`LeasedStore`](crate::store::LeasedStore)'s lease, or one a limit of a
+    /// [`check_all`](crate::Limiter::check_all) was not evaluated for).
+    pub trips: u32,
     /// What this decision charged, for taking it back later; `None` when it charged
     /// nothing.
     pub(crate) receipt: Option<Receipt>,
@@ -138,6 +147,7 @@ impl PartialEq for Decision {
             limit,
             quota,
             blocked_for,
+            trips,
             receipt: _,
         } = self;
         *allowed == other.allowed
@@ -149,6 +159,7 @@ impl PartialEq for Decision {
             && *limit == other.limit
             && *quota == other.quota
             && *blocked_for == other.blocked_for
+            && *trips == other.trips
     }
 }
 

@@ -98,6 +98,7 @@ impl RequestContext {
             limit: policy.name(),
             quota: policy.quota(),
             blocked_for: None,
+            trips: 0,
             receipt: None,
         };
         if self.shared.shadow {

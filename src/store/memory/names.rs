@@ -157,6 +157,7 @@ impl Shard {
             receipt: None,
             blocked_us: None,
             tripped: false,
+            trips: 0,
         }
     }
 
