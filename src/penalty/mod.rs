@@ -18,6 +18,8 @@ use escalation::Escalation;
 pub(crate) use escalation::MAX_STEPS;
 pub use offences::Offences;
 pub(crate) use record::OffenceRecord;
+#[cfg(feature = "config")]
+pub(crate) use validate::Culprit;
 
 /// A penalty box: the `n`-th rejection of a key within a window blocks the key for a
 /// while. Set on a limit with [`Limit::penalty`](crate::Limit::penalty).

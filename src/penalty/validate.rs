@@ -8,106 +8,200 @@ use super::{MAX_STEPS, Penalty};
 use crate::ConfigError;
 use crate::time::micros_up;
 
+/// Which option of a [`Penalty`] a problem is with, so that the TOML file can point
+/// at its value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(not(feature = "config"), allow(dead_code))]
+pub(crate) enum Culprit {
+    After,
+    Within,
+    BlockFor,
+    /// The list of escalation blocks as a whole.
+    Escalate,
+    /// One escalation block, counted from 0.
+    Step(usize),
+    Factor,
+    Cap,
+    Remember,
+    /// Something missing: the penalty as a whole.
+    Whole,
+}
+
 impl Penalty {
     /// Refuses what the penalty could not mean; the message names the limit.
     pub(crate) fn validate(&self, limit: &str) -> Result<(), ConfigError> {
         match self.problem() {
-            Some(why) => Err(ConfigError::new(format!(
-                "invalid penalty of limit \"{limit}\": {why}"
-            ))),
+            Some((_, why)) => Err(Self::invalid(limit, &why)),
             None => Ok(()),
         }
     }
 
-    /// The first thing wrong with the penalty, if any.
-    fn problem(&self) -> Option<String> {
-        let e = &self.escalation;
-        let max_us = micros_up(Penalty::MAX_DENIAL);
-        let too_long = |d: Duration| d > Penalty::MAX_DENIAL;
+    /// The error for a penalty of `limit` with problem `why`.
+    pub(crate) fn invalid(limit: &str, why: &str) -> ConfigError {
+        ConfigError::new(format!("invalid penalty of limit \"{limit}\": {why}"))
+    }
+
+    /// The first thing wrong with the penalty, if any, and which option it is with.
+    pub(crate) fn problem(&self) -> Option<(Culprit, String)> {
+        self.problem_with_counts()
+            .or_else(|| self.problem_with_steps())
+            .or_else(|| self.problem_with_growth())
+            .or_else(|| self.problem_with_memory())
+    }
+
+    /// `after`, `within` and `block_for`.
+    fn problem_with_counts(&self) -> Option<(Culprit, String)> {
         if self.after == 0 {
-            return Some("Penalty::after(0): at least 1 rejection must trip it".to_owned());
+            return Some((
+                Culprit::After,
+                "Penalty::after(0): at least 1 rejection must trip it".to_owned(),
+            ));
         }
         if self.within.is_zero() && self.after > 1 {
-            return Some(format!(
-                "Penalty::after({}) counts rejections within a window: set Penalty::within",
-                self.after
+            return Some((
+                Culprit::Whole,
+                format!(
+                    "Penalty::after({}) counts rejections within a window: set Penalty::within",
+                    self.after
+                ),
             ));
         }
         if self.block_for.is_zero() {
-            return Some("a zero block: set Penalty::block_for".to_owned());
-        }
-        if too_long(self.within) || too_long(self.block_for) {
-            return Some(format!(
-                "window {:?} or block {:?} longer than 100 years",
-                self.within, self.block_for
+            return Some((
+                Culprit::BlockFor,
+                "a zero block: set Penalty::block_for".to_owned(),
             ));
         }
+        let culprit = if too_long(self.within) {
+            Culprit::Within
+        } else if too_long(self.block_for) {
+            Culprit::BlockFor
+        } else {
+            return None;
+        };
+        Some((
+            culprit,
+            format!(
+                "window {:?} or block {:?} longer than 100 years",
+                self.within, self.block_for
+            ),
+        ))
+    }
+
+    /// `escalate`: at most [`MAX_STEPS`], none longer than 100 years, none shorter
+    /// than the block before it.
+    fn problem_with_steps(&self) -> Option<(Culprit, String)> {
+        let e = &self.escalation;
         if e.given > MAX_STEPS {
-            return Some(format!(
-                "Penalty::escalate with {} blocks: at most {MAX_STEPS}; grow longer with \
-                 Penalty::escalate_by",
-                e.given
+            return Some((
+                Culprit::Escalate,
+                format!(
+                    "Penalty::escalate with {} blocks: at most {MAX_STEPS}; grow longer with \
+                     Penalty::escalate_by",
+                    e.given
+                ),
             ));
         }
         let mut before = self.block_us();
         for (i, &step) in e.steps().iter().enumerate() {
-            if step > max_us {
-                return Some(format!(
-                    "escalation block {} ({:?}) longer than 100 years",
-                    i + 1,
-                    Duration::from_micros(step)
+            let step_d = Duration::from_micros(step);
+            if step > micros_up(Penalty::MAX_DENIAL) {
+                return Some((
+                    Culprit::Step(i),
+                    format!(
+                        "escalation block {} ({step_d:?}) longer than 100 years",
+                        i + 1
+                    ),
                 ));
             }
             if step < before {
-                return Some(format!(
-                    "escalation block {} ({:?}) is shorter than the block before it ({:?}): \
-                     blocks must not shrink",
-                    i + 1,
-                    Duration::from_micros(step),
-                    Duration::from_micros(before)
+                return Some((
+                    Culprit::Step(i),
+                    format!(
+                        "escalation block {} ({step_d:?}) is shorter than the block before it \
+                         ({:?}): blocks must not shrink",
+                        i + 1,
+                        Duration::from_micros(before)
+                    ),
                 ));
             }
             before = step;
         }
-        if e.factor > 0 {
-            if e.factor < 2 {
-                return Some(format!(
+        None
+    }
+
+    /// `escalate_by`: a factor of at least 2, a cap from the last block to 100 years.
+    fn problem_with_growth(&self) -> Option<(Culprit, String)> {
+        let e = &self.escalation;
+        if e.factor == 0 {
+            return None;
+        }
+        if e.factor < 2 {
+            return Some((
+                Culprit::Factor,
+                format!(
                     "Penalty::escalate_by({}, ..): a factor below 2 never grows the block; \
                      leave escalate_by out to repeat the last block",
                     e.factor
-                ));
-            }
-            if too_long(e.cap) {
-                return Some(format!("escalation cap {:?} longer than 100 years", e.cap));
-            }
-            if e.cap_us() < before {
-                return Some(format!(
+                ),
+            ));
+        }
+        if too_long(e.cap) {
+            return Some((
+                Culprit::Cap,
+                format!("escalation cap {:?} longer than 100 years", e.cap),
+            ));
+        }
+        let last = e.steps().last().copied().unwrap_or(self.block_us());
+        if e.cap_us() < last {
+            return Some((
+                Culprit::Cap,
+                format!(
                     "escalation cap {:?} is shorter than the block before it ({:?})",
                     e.cap,
-                    Duration::from_micros(before)
-                ));
-            }
-        }
-        if e.grows() && e.remember.is_zero() {
-            return Some(
-                "escalating blocks need Penalty::remember: how long a trip is remembered"
-                    .to_owned(),
-            );
-        }
-        if too_long(e.remember) {
-            return Some(format!("remember {:?} longer than 100 years", e.remember));
-        }
-        let longest = e.longest_us(self.block_us());
-        if !e.remember.is_zero() && e.remember_us() <= longest {
-            return Some(format!(
-                "remember {:?} is not longer than the longest block ({:?}): the next trip \
-                 comes after a block ends, so no trip would be remembered by then",
-                e.remember,
-                Duration::from_micros(longest)
+                    Duration::from_micros(last)
+                ),
             ));
         }
         None
     }
+
+    /// `remember`: set when the block grows, at most 100 years, and longer than the
+    /// longest block.
+    fn problem_with_memory(&self) -> Option<(Culprit, String)> {
+        let e = &self.escalation;
+        if e.grows() && e.remember.is_zero() {
+            return Some((
+                Culprit::Whole,
+                "escalating blocks need Penalty::remember: how long a trip is remembered"
+                    .to_owned(),
+            ));
+        }
+        if too_long(e.remember) {
+            return Some((
+                Culprit::Remember,
+                format!("remember {:?} longer than 100 years", e.remember),
+            ));
+        }
+        let longest = e.longest_us(self.block_us());
+        if !e.remember.is_zero() && e.remember_us() <= longest {
+            return Some((
+                Culprit::Remember,
+                format!(
+                    "remember {:?} is not longer than the longest block ({:?}): the next trip \
+                     comes after a block ends, so no trip would be remembered by then",
+                    e.remember,
+                    Duration::from_micros(longest)
+                ),
+            ));
+        }
+        None
+    }
+}
+
+/// Longer than any denial lasts.
+fn too_long(d: Duration) -> bool {
+    d > Penalty::MAX_DENIAL
 }
 
 #[cfg(test)]
