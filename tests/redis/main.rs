@@ -18,6 +18,7 @@ mod cancel;
 mod clock_faults;
 mod conformance;
 mod denial_cache;
+mod escalation;
 mod exactness;
 mod faults;
 mod functions;
