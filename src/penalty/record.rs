@@ -8,7 +8,7 @@ use super::Penalty;
 /// the memory store keeps in the caller's record, and the Redis store in the record
 /// key `<prefix>:<limit>:{<fingerprint>}:b` as
 /// "`<blocked_until> <count> <first_at> <queue_until>`", the trips in its suffix
-/// (`' t<trips>:<tripped_at>'`; a record without them has none).
+/// (`' t<trips>:<tripped_at>:<remembered_until>'`; a record without them has none).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) struct OffenceRecord {
     /// Denied while `now < blocked_until`.
@@ -22,6 +22,11 @@ pub(crate) struct OffenceRecord {
     pub(crate) trips: u32,
     /// When the latest of them tripped.
     pub(crate) tripped_at: u64,
+    /// Until when they may be remembered: the latest trip's instant plus the
+    /// penalty's `remember` at that trip. A reload that lengthens `remember` does not
+    /// move it (the Redis record lives that long, not longer), so both stores forget
+    /// at the same instant however their records expire.
+    pub(crate) remembered_until: u64,
 }
 
 impl OffenceRecord {
@@ -31,11 +36,14 @@ impl OffenceRecord {
     }
 
     /// The trips `penalty` still remembers at `now`: 0 once its `remember` has passed
-    /// since the latest (or without a penalty that remembers). Read with the penalty
-    /// of now, so a reload that shortens `remember` reaches every key at once.
+    /// since the latest (or without a penalty that remembers), or the `remember` of
+    /// the latest trip's own penalty. Read with the penalty of now, so a reload that
+    /// shortens `remember` reaches every key at once; one that lengthens it keeps the
+    /// trips no longer than they were to be kept.
     pub(crate) fn remembered(&self, penalty: Option<&Penalty>, now: u64) -> u32 {
         let remember = penalty.map_or(0, |p| p.escalation.remember_us());
-        if self.trips > 0 && now < self.tripped_at.saturating_add(remember) {
+        let kept = now < self.tripped_at.saturating_add(remember) && now < self.remembered_until;
+        if self.trips > 0 && kept {
             self.trips
         } else {
             0
@@ -65,7 +73,11 @@ impl OffenceRecord {
             (trips, escalation.block_of(penalty.block_us(), trips))
         };
         self.trips = trips;
-        self.tripped_at = if trips == 0 { 0 } else { now };
+        (self.tripped_at, self.remembered_until) = if trips == 0 {
+            (0, 0)
+        } else {
+            (now, now.saturating_add(escalation.remember_us()))
+        };
         self.blocked_until = now.saturating_add(block);
         self.count = 0;
         self.first_at = 0;
@@ -79,20 +91,24 @@ impl OffenceRecord {
             blocked_until: until,
             trips: self.trips,
             tripped_at: self.tripped_at,
+            remembered_until: self.remembered_until,
             ..Self::default()
         };
     }
 
     /// The instant from which the record says nothing under `penalty` (no block, no
-    /// window open, no trip remembered), so a store may drop it.
+    /// window open, no trip that may be remembered), so a store may drop it.
     pub(crate) fn idle_at(&self, penalty: Option<&Penalty>) -> u64 {
         let window_end = match penalty {
             Some(p) if self.count > 0 => self.first_at.saturating_add(p.within_us()),
             _ => 0,
         };
-        let trips_end = match penalty {
-            Some(p) if self.trips > 0 => self.tripped_at.saturating_add(p.escalation.remember_us()),
-            _ => 0,
+        // The trips may matter until they were to be kept, whatever `penalty` says
+        // now: a reload may lengthen `remember` again.
+        let trips_end = if self.trips > 0 {
+            self.remembered_until
+        } else {
+            0
         };
         self.blocked_until.max(window_end).max(trips_end)
     }
@@ -152,5 +168,10 @@ mod tests {
         // An operator's block keeps the trips.
         o.block_until(0);
         assert_eq!(o.remembered(Some(&p), 1_300), 1);
+        // A longer memory (a reload) keeps them no longer than they were to be kept.
+        let longer = p.remember(Duration::from_millis(1));
+        assert_eq!(o.remembered(Some(&longer), 1_349), 1);
+        assert_eq!(o.remembered(Some(&longer), 1_350), 0);
+        assert_eq!(o.idle_at(Some(&longer)), 1_350);
     }
 }

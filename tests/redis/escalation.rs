@@ -133,10 +133,114 @@ async fn a_record_written_before_trips_existed_reads_as_none() -> TestResult {
     assert_eq!(
         text,
         format!(
-            "{} 0 0 0 t2:{} r{base_us}",
+            "{} 0 0 0 t2:{}:{} r{base_us}",
             base_us + 11_000_000,
-            base_us + 6_000_000
+            base_us + 6_000_000,
+            base_us + 66_000_000
         )
     );
+    Ok(())
+}
+
+/// The penalties a walk reloads between: explicit steps, a factor, both, none.
+fn walk_penalty(which: u64) -> Penalty {
+    let s = Duration::from_secs;
+    let base = Penalty::after(2).within(s(3)).block_for(s(1));
+    match which % 4 {
+        0 => base.escalate(&[s(2), s(4)]).remember(s(30)),
+        1 => base.escalate_by(3, s(20)).remember(s(25)),
+        2 => base.escalate(&[s(2)]).escalate_by(2, s(16)).remember(s(60)),
+        _ => base,
+    }
+}
+
+/// What a walk compares of a decision: everything it says of blocks and trips.
+fn said(d: &tollgate::Decision) -> (bool, Option<Duration>, Option<Duration>, u32) {
+    (d.allowed, d.blocked_for, d.retry_after, d.trips)
+}
+
+/// Random walks of checks (several callers, plans over another period), peeks,
+/// operators' blocks and lifts, resets and reloads of the escalation, at random
+/// instants: the memory store and Redis agree on every block, wait and trip.
+#[tokio::test]
+async fn memory_and_redis_agree_on_random_walks_of_escalating_penalties() -> TestResult {
+    for (a, algorithm) in (1_u64..).zip(support::every_algorithm(4)) {
+        for seed in 1..=6_u64 {
+            let clock = ManualClock::new(BASE);
+            let limit = |which| -> Result<Limit, tollgate::ConfigError> {
+                Ok(Limit::new("walk", Quota::per_second(2))?
+                    .algorithm(algorithm)
+                    .penalty(walk_penalty(which)))
+            };
+            let memory = Limiter::builder()
+                .limit(limit(0)?)
+                .store(MemoryStore::with_clock(clock.clone()))
+                .build()?;
+            let redis_store = RedisStore::from_url(&shared_server().url())?
+                .prefix(&unique_prefix("escalation-walk"))
+                .denial_cache(0)
+                .deadline(Duration::from_secs(5))?
+                .with_clock(clock.clone());
+            let redis = Limiter::builder()
+                .limit(limit(0)?)
+                .store(redis_store)
+                .build()?;
+            let keys = [Key::from("a"), Key::from("b")];
+            let plan = Quota::per_minute(20);
+            let mut rng = support::rng::Rng(seed * 0x9e37_79b9 + a);
+            for step in 0..300 {
+                clock.advance(Duration::from_millis(rng.below(700)));
+                let key = &keys[rng.below(2) as usize];
+                let what = rng.below(100);
+                let context = format!("{algorithm} seed {seed} step {step} op {what}");
+                let (m, r) = match what {
+                    0..=59 => (
+                        memory.check("walk", key, 1).await?,
+                        redis.check("walk", key, 1).await?,
+                    ),
+                    60..=69 => (
+                        memory.check_with("walk", key, 1, plan).await?,
+                        redis.check_with("walk", key, 1, plan).await?,
+                    ),
+                    70..=79 => {
+                        let (mo, ro) = (
+                            memory.offences("walk", key).await?,
+                            redis.offences("walk", key).await?,
+                        );
+                        assert_eq!(mo, ro, "{context}");
+                        (
+                            memory.peek("walk", key).await?,
+                            redis.peek("walk", key).await?,
+                        )
+                    }
+                    80..=85 => {
+                        let d = Duration::from_millis(rng.below(3) * 1_500);
+                        (
+                            memory.block("walk", key, d).await?,
+                            redis.block("walk", key, d).await?,
+                        )
+                    }
+                    86..=89 => {
+                        memory.reset("walk", key).await?;
+                        redis.reset("walk", key).await?;
+                        (
+                            memory.peek("walk", key).await?,
+                            redis.peek("walk", key).await?,
+                        )
+                    }
+                    _ => {
+                        let which = rng.below(4);
+                        memory.reload([limit(which)?])?;
+                        redis.reload([limit(which)?])?;
+                        (
+                            memory.peek("walk", key).await?,
+                            redis.peek("walk", key).await?,
+                        )
+                    }
+                };
+                assert_eq!(said(&m), said(&r), "{context}");
+            }
+        }
+    }
     Ok(())
 }

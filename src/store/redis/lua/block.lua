@@ -23,8 +23,9 @@
 -- (its writers: `pb_write`, evalsha_batch.lua's reset and block, gcra/steps.lua's
 -- `gcra_refund_place`): "<blocked_until> <count> <first_at> <queue_until>", then its
 -- suffix, in this order and each optional:
---   ' t<trips>:<tripped_at>'      the penalty's trips in a row, the latest at this
---                                 instant (`pb_offend`; a record without it has none)
+--   ' t<trips>:<at>:<until>'      the penalty's trips in a row, the latest at <at>,
+--                                 kept until <until> (`pb_offend`; a record without
+--                                 it has none)
 --   ' r<reset_at>'                an operator's reset at this instant (evalsha_batch.lua,
 --                                 mode 'x'): a receipt decided by then gives nothing back
 --   ' <till>/<at>/<cost>,...'     the places given back out of order, parked until the
@@ -38,13 +39,14 @@ local function pb_parse(v)
   return tonumber(u), tonumber(c), tonumber(f), tonumber(q), rest
 end
 
--- The trips a suffix records and the instant of the latest (0, 0: none).
+-- The trips a suffix records, the instant of the latest and until when they are
+-- kept (0, 0, 0: none).
 local function pb_trips(rest)
-  local n, at = string.match(rest, ' t(%d+):(%d+)')
+  local n, at, kept = string.match(rest, ' t(%d+):(%d+):(%d+)')
   if not n then
-    return 0, 0
+    return 0, 0, 0
   end
-  return tonumber(n), tonumber(at)
+  return tonumber(n), tonumber(at), tonumber(kept)
 end
 
 -- The instant of the operator's reset a suffix records (nil: none).
@@ -63,7 +65,7 @@ end
 
 -- The suffix's text for `reset_at` (nil: none), `parked` and the trips (nil or 0:
 -- none), as the functions above read them.
-local function pb_suffix(reset_at, parked, trips, tripped_at)
+local function pb_suffix(reset_at, parked, trips, tripped_at, kept)
   local out = {}
   for _, x in ipairs(parked) do
     out[#out + 1] = string.format('%.0f/%.0f/%.0f', x.till, x.at, x.cost)
@@ -76,7 +78,7 @@ local function pb_suffix(reset_at, parked, trips, tripped_at)
     tail = string.format(' r%.0f', reset_at) .. tail
   end
   if trips and trips > 0 then
-    tail = string.format(' t%.0f:%.0f', trips, tripped_at) .. tail
+    tail = string.format(' t%.0f:%.0f:%.0f', trips, tripped_at, kept) .. tail
   end
   return tail
 end
@@ -154,13 +156,13 @@ end
 
 -- The trips remembered at `now` of a record whose suffix is `rest`, under the
 -- escalation of the charge at args[i..] (OffenceRecord::remembered): 0 once its
--- `remember` has passed since the latest.
+-- `remember` has passed since the latest, or they are past their keeping.
 local function pb_remembered(args, i, rest, now)
   if rest == '' then
     return 0
   end
-  local trips, at = pb_trips(rest)
-  if trips == 0 then
+  local trips, at, kept = pb_trips(rest)
+  if trips == 0 or now >= kept then
     return 0
   end
   local e = pb_escalation(args, i)
@@ -229,10 +231,14 @@ local function pb_offend(keys, now, args, i, v, c, f, q, rest)
     block = pb_block_of(block, e, trips)
     idle = math.max(now + block, now + e[1])
   end
+  local kept = now
+  if e then
+    kept = now + e[1]
+  end
   if rest ~= '' then
-    rest = pb_suffix(pb_reset_at(rest), pb_parked(rest), trips, now)
+    rest = pb_suffix(pb_reset_at(rest), pb_parked(rest), trips, now, kept)
   elseif trips > 0 then
-    rest = pb_suffix(nil, {}, trips, now)
+    rest = pb_suffix(nil, {}, trips, now, kept)
   end
   pb_write(keys, now + block, 0, 0, q, idle, now, base, rest)
   return pb_blocked(block, true, trips)
