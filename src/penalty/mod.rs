@@ -243,8 +243,8 @@ impl Penalty {
     /// trips ([`Decision::trips`](crate::Decision::trips)).
     ///
     /// The caller's record keeps the trips that long, on every store; a reload that
-    /// shortens `window` reaches every key at once, one that lengthens it keeps the
-    /// trips still held.
+    /// shortens `window` reaches every key at once, one that lengthens it never keeps
+    /// a trip longer than the `remember` it tripped under.
     ///
     /// ```
     /// use std::time::Duration;

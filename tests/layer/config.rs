@@ -676,7 +676,7 @@ fn an_escalating_penalty_reads_as_the_builder_makes_it() -> Result<(), Box<dyn s
 [[limit]]
 name = "login"
 quota = "5/min"
-penalty = { after = 3, within = "1min", block_for = "2min", escalate = ["5min", "10min"], escalate_by = { factor = 2, cap = "1h" }, remember = "1d" }
+penalty = { after = 5, within = "1min", block_for = "2min", escalate = ["5min", "10min"], escalate_by = { factor = 2, cap = "1h" }, remember = "1d" }
 
 [[limit]]
 name = "api"
@@ -686,7 +686,8 @@ penalty = { after = 1, block_for = "1min", remember = "2min" }
     )?
     .into_policies();
     let min = |m: u64| Duration::from_secs(60 * m);
-    let login = Penalty::after(3)
+    // The README's ("Operating limits").
+    let login = Penalty::after(5)
         .within(min(1))
         .block_for(min(2))
         .escalate(&[min(5), min(10)])
