@@ -340,6 +340,30 @@ mod tests {
     }
 
     #[test]
+    fn a_decision_is_no_larger_for_its_trips() {
+        // `trips` sits in the padding beside `allowed`: a decision as it was before
+        // it, field by field, is as large (decisions are made and moved on every
+        // request).
+        #[allow(dead_code)]
+        struct Before {
+            allowed: bool,
+            capacity: u64,
+            remaining: u64,
+            reset_after: std::time::Duration,
+            retry_after: Option<std::time::Duration>,
+            delay: std::time::Duration,
+            limit: &'static str,
+            quota: crate::Quota,
+            blocked_for: Option<std::time::Duration>,
+            receipt: Option<Receipt>,
+        }
+        assert_eq!(
+            std::mem::size_of::<super::Decision>(),
+            std::mem::size_of::<Before>()
+        );
+    }
+
+    #[test]
     fn nothing_charged_has_no_receipt() {
         assert_eq!(Receipt::new(1, 2, 0), None);
     }
