@@ -244,3 +244,52 @@ async fn memory_and_redis_agree_on_random_walks_of_escalating_penalties() -> Tes
     }
     Ok(())
 }
+
+/// `calls=` of one command in `INFO commandstats` of `server` (0 when never called).
+fn calls(server: &support::redis_server::RedisServer, command: &str) -> u64 {
+    let stats = server.cli(&["INFO", "commandstats"]);
+    stats
+        .lines()
+        .find(|l| l.starts_with(&format!("cmdstat_{command}:")))
+        .and_then(|l| l.split([':', ',']).find_map(|f| f.strip_prefix("calls=")))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// Every decision of an escalating penalty, trips included, is one call: an `FCALL`
+/// of the library (the escalation its second argument), or one `EVALSHA` without it.
+#[tokio::test]
+async fn an_escalating_trip_is_decided_in_one_call() -> TestResult {
+    for functions in [true, false] {
+        let server = support::redis_server::RedisServer::start();
+        let clock = ManualClock::new(BASE);
+        let store = RedisStore::from_url(&server.url())?
+            .denial_cache(0)
+            .functions(functions)
+            .deadline(Duration::from_secs(5))?
+            .with_clock(clock.clone());
+        let penalty = Penalty::after(1)
+            .block_for(Duration::from_secs(1))
+            .escalate_by(2, Duration::from_secs(8))
+            .remember(Duration::from_secs(60));
+        let limiter = Limiter::builder()
+            .limit(Limit::new("login", Quota::per_hour(1))?.penalty(penalty))
+            .store(store)
+            .build()?;
+        let key = Key::from("mallory");
+        // The first call loads the library (or the script) first.
+        assert!(limiter.check("login", &key, 1).await?.allowed);
+        let command = if functions { "fcall" } else { "evalsha" };
+        let before = calls(&server, command);
+        for (trip, block) in [(1, 1), (2, 2), (3, 4), (4, 8), (5, 8)] {
+            let d = limiter.check("login", &key, 1).await?;
+            assert_eq!(
+                (d.blocked_for, d.trips),
+                (Some(Duration::from_secs(block)), trip)
+            );
+            clock.advance(Duration::from_secs(block));
+        }
+        assert_eq!(calls(&server, command), before + 5, "{command}");
+    }
+    Ok(())
+}
