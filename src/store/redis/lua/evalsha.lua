@@ -64,7 +64,7 @@
 
 -- The common call, one charge decided, packed in one argument (lean.lua; a second is
 -- the escalation): decided before anything else is read.
-if #ARGV <= 2 then
+if #ARGV == 1 or #ARGV == 2 then
   local reply = lean_call(KEYS, ARGV[1], ARGV[2])
   if reply then
     return reply

@@ -10,7 +10,7 @@
 -- name.
 
 local function call(keys, args)
-  if #args <= 2 then
+  if #args == 1 or #args == 2 then
     local reply = lean_call(keys, args[1], args[2])
     if reply then
       return reply
