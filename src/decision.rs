@@ -73,6 +73,15 @@ pub struct Decision {
     /// `retry_after` and `reset_after`; `None` when the key is not blocked. A blocked
     /// key denies every request, even a cost-0 check (a peek says `allowed: false`).
     pub blocked_for: Option<Duration>,
+    /// The trips in a row of the limit's [`Penalty`](crate::Penalty) that the key's
+    /// record remembers ([`Penalty::remember`](crate::Penalty::remember)), this
+    /// decision's own trip included: the next trip's block is
+    /// [`Penalty::next_block`](crate::Penalty::next_block) of it (or ask
+    /// [`Limiter::offences`](crate::Limiter::offences)). 0 when the penalty remembers
+    /// none, and in a decision made without reading the key's record (spent from a
+    /// [`LeasedStore`](crate::store::LeasedStore)'s lease, or one a limit of a
+    /// [`check_all`](crate::Limiter::check_all) was not evaluated for).
+    pub trips: u32,
     /// What this decision charged, for taking it back later; `None` when it charged
     /// nothing.
     pub(crate) receipt: Option<Receipt>,
@@ -138,6 +147,7 @@ impl PartialEq for Decision {
             limit,
             quota,
             blocked_for,
+            trips,
             receipt: _,
         } = self;
         *allowed == other.allowed
@@ -149,6 +159,7 @@ impl PartialEq for Decision {
             && *limit == other.limit
             && *quota == other.quota
             && *blocked_for == other.blocked_for
+            && *trips == other.trips
     }
 }
 
@@ -326,6 +337,30 @@ mod tests {
             receipt = receipt.routed(true);
         }
         assert_eq!(receipt.unrouted(), None);
+    }
+
+    #[test]
+    fn a_decision_is_no_larger_for_its_trips() {
+        // `trips` sits in the padding beside `allowed`: a decision as it was before
+        // it, field by field, is as large (decisions are made and moved on every
+        // request).
+        #[allow(dead_code)]
+        struct Before {
+            allowed: bool,
+            capacity: u64,
+            remaining: u64,
+            reset_after: std::time::Duration,
+            retry_after: Option<std::time::Duration>,
+            delay: std::time::Duration,
+            limit: &'static str,
+            quota: crate::Quota,
+            blocked_for: Option<std::time::Duration>,
+            receipt: Option<Receipt>,
+        }
+        assert_eq!(
+            std::mem::size_of::<super::Decision>(),
+            std::mem::size_of::<Before>()
+        );
     }
 
     #[test]

@@ -125,7 +125,9 @@
 //!   once or a future.
 //! - **block**: a denial of every request of a key under a limit for a while, set by an
 //!   operator ([`Limiter::block`]) or by a penalty.
-//! - **penalty**: a [`Penalty`], the rule that blocks a key whose rejections pile up.
+//! - **penalty**: a [`Penalty`], the rule that blocks a key whose rejections pile up;
+//!   each time it does is a **trip**, and trips it remembers make the next block
+//!   longer (escalation).
 //! - **denial cache**: the Redis store's local memory of recent denials
 //!   (`RedisStore::denial_cache`), which answers a key known to be denied without a
 //!   round trip; it caches any denial, not only blocks.

@@ -215,6 +215,12 @@ impl Limit {
         self.penalty
     }
 
+    /// The limit's penalty box, if it has one, without copying it.
+    #[inline]
+    pub(crate) fn penalty_box(&self) -> Option<&Penalty> {
+        self.penalty.as_ref()
+    }
+
     /// Derives the parameters (and the table they key) from quota, algorithm and
     /// delay bound.
     fn derive(&mut self) {

@@ -228,6 +228,8 @@ pub(crate) struct Verdict {
     pub(crate) blocked_us: Option<u64>,
     /// Whether this very decision tripped the key's penalty box.
     pub(crate) tripped: bool,
+    /// The penalty trips the key's record remembers (see `Decision::trips`).
+    pub(crate) trips: u32,
 }
 
 impl Verdict {
@@ -243,7 +245,14 @@ impl Verdict {
             receipt: None,
             blocked_us: Some(left_us),
             tripped,
+            trips: 0,
         }
+    }
+
+    /// The same verdict, with `trips` remembered.
+    #[inline]
+    pub(crate) fn with_trips(self, trips: u32) -> Self {
+        Self { trips, ..self }
     }
 }
 
@@ -394,6 +403,7 @@ pub(crate) fn report<R: Rule>(
         },
         blocked_us: None,
         tripped: false,
+        trips: 0,
     }
 }
 

@@ -32,7 +32,7 @@
 //! | `routes` | the requests the limit applies to, `["POST /login", "* /admin/{*rest}"]` (see [`Policy::on_route`]); others are not limited, looked at or answered for by it | every request |
 //! | `count_when` | the response statuses that count, codes or classes: `[401, 403]`, `["5xx"]` (see [`Policy::count_when`]); the others are given back | every response |
 //! | `fallback_for` | the name of another limit: this one applies only to requests that limit's `key` finds nothing for, e.g. a smaller per-IP quota for callers without an API key (see [`Policy::unless_key`]) | |
-//! | `penalty` | a penalty box, `{ after = 5, within = "1min", block_for = "10min" }`; `within` only when `after` > 1 (see [`Penalty`](crate::Penalty)) | none |
+//! | `penalty` | a penalty box, `{ after = 5, within = "1min", block_for = "10min" }`; `within` only when `after` > 1 (see [`Penalty`](crate::Penalty)). To block repeat offenders longer: `escalate = ["30min", "2h"]` (the blocks of the 2nd, 3rd, … trips; [`Penalty::escalate`](crate::Penalty::escalate)) and/or `escalate_by = { factor = 2, cap = "1d" }` ([`Penalty::escalate_by`](crate::Penalty::escalate_by)), with `remember = "1d"`, how long a trip is remembered ([`Penalty::remember`](crate::Penalty::remember)) | none |
 //! | `enforce` | the share of callers the limit rejects when over it, from `0` to `1` (`0.1`: a stable one in ten, by key fingerprint; the rest in shadow mode; see [`Policy::enforce`]) | `1` |
 //! | `shadow` | `true`: shadow mode for every caller (`enforce = 0`); not with `enforce` | `false` |
 //!

@@ -1,6 +1,6 @@
 //! The request rules a `[[limit]]` may add beyond its quota and key: the routes it
 //! applies to (`routes`), the responses that count (`count_when`) and its penalty box
-//! (`penalty`), each through the same method a program calls, each mistake placed at
+//! (`penalty`, with its escalation), each through the same method a program calls, each mistake placed at
 //! its value.
 
 use std::ops::Range;
@@ -11,6 +11,7 @@ use toml::Spanned;
 use super::build::{duration, method_and_template};
 use super::place::Text;
 use super::schema::{LimitSpec, PenaltySpec};
+use crate::penalty::Culprit;
 use crate::{ConfigError, Penalty, Policy};
 
 /// `policy` with the routes, counted statuses and penalty `spec` gives it.
@@ -138,23 +139,58 @@ fn penalty(
     if let Some(within) = &table.within {
         penalty = penalty.within(read(within)?);
     }
-    // Placed at the value that is wrong: the count, the window, else the block.
-    penalty.validate(limit).map_err(|error| {
-        let span = if *table.after.get_ref() == 0 {
-            table.after.span()
-        } else if penalty.get_within().is_zero() && *table.after.get_ref() > 1 {
-            spec.span()
-        } else if let Some(within) = table
-            .within
-            .as_ref()
-            .filter(|w| duration(w.get_ref()).is_ok_and(|d| d > Penalty::MAX_DENIAL))
-        {
-            within.span()
-        } else {
-            table.block_for.span()
+    if let Some(steps) = &table.escalate {
+        if steps.get_ref().is_empty() {
+            return Err(at(
+                ConfigError::new(
+                    "escalate = []: list the blocks of the 2nd, 3rd, … trips, e.g. \
+                     [\"30min\", \"2h\"], or leave escalate out",
+                ),
+                steps.span(),
+            ));
+        }
+        let blocks = steps
+            .get_ref()
+            .iter()
+            .map(read)
+            .collect::<Result<Vec<_>, _>>()?;
+        penalty = penalty.escalate(&blocks);
+    }
+    if let Some(growth) = &table.escalate_by {
+        let growth = growth.get_ref();
+        penalty = penalty.escalate_by(*growth.factor.get_ref(), read(&growth.cap)?);
+    }
+    if let Some(remember) = &table.remember {
+        penalty = penalty.remember(read(remember)?);
+    }
+    // Placed at the value that is wrong (the whole table for one that is missing).
+    if let Some((culprit, why)) = penalty.problem() {
+        let span = match culprit {
+            Culprit::After => Some(table.after.span()),
+            Culprit::Within => table.within.as_ref().map(Spanned::span),
+            Culprit::BlockFor => Some(table.block_for.span()),
+            Culprit::Escalate => table.escalate.as_ref().map(Spanned::span),
+            Culprit::Step(i) => table
+                .escalate
+                .as_ref()
+                .and_then(|steps| steps.get_ref().get(i))
+                .map(Spanned::span),
+            Culprit::Factor => table
+                .escalate_by
+                .as_ref()
+                .map(|growth| growth.get_ref().factor.span()),
+            Culprit::Cap => table
+                .escalate_by
+                .as_ref()
+                .map(|growth| growth.get_ref().cap.span()),
+            Culprit::Remember => table.remember.as_ref().map(Spanned::span),
+            Culprit::Whole => None,
         };
-        at(error, span)
-    })?;
+        return Err(at(
+            Penalty::invalid(limit, &why),
+            span.unwrap_or_else(|| spec.span()),
+        ));
+    }
     Ok(penalty)
 }
 

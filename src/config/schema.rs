@@ -48,13 +48,27 @@ pub(super) struct LimitSpec {
     pub(super) shadow: Option<Spanned<bool>>,
 }
 
-/// `penalty = { after = 5, within = "1min", block_for = "10min" }`.
+/// `penalty = { after = 5, within = "1min", block_for = "10min" }`, and to escalate,
+/// `escalate = ["30min", "2h"]`, `escalate_by = { factor = 2, cap = "1d" }`,
+/// `remember = "1d"`.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct PenaltySpec {
     pub(super) after: Spanned<u32>,
     pub(super) within: Option<Spanned<String>>,
     pub(super) block_for: Spanned<String>,
+    /// The blocks of the 2nd, 3rd, … remembered trips.
+    pub(super) escalate: Option<Spanned<Vec<Spanned<String>>>>,
+    pub(super) escalate_by: Option<Spanned<EscalateBySpec>>,
+    pub(super) remember: Option<Spanned<String>>,
+}
+
+/// `escalate_by = { factor = 2, cap = "1h" }`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct EscalateBySpec {
+    pub(super) factor: Spanned<u32>,
+    pub(super) cap: Spanned<String>,
 }
 
 /// A share written as a float (`0.1`) or an integer (`0`, `1`): TOML keeps the two

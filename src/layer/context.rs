@@ -159,6 +159,7 @@ impl RequestContext {
             limit: policy.name(),
             quota: policy.quota(),
             blocked_for: None,
+            trips: 0,
             receipt: None,
         };
         observe::refused(

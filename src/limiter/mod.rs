@@ -1,10 +1,12 @@
 //! The limiter: [`Limiter`] (named limits over one store, with all-or-nothing checks
-//! across several limits), its [`LimiterBuilder`], and [`CheckEntry`], one line of a
-//! [`check_all`](Limiter::check_all).
+//! across several limits), its [`LimiterBuilder`], [`CheckEntry`], one line of a
+//! [`check_all`](Limiter::check_all), and [`Offences`], where a key stands with a
+//! penalty ([`Limiter::offences`]).
 //!
 //! The files: `mod.rs` (the type, its current set and reloads), `check.rs` (`check`,
 //! `check_with`, `check_all` and the check future), `wait.rs` (reservations and
-//! waiting), `operations.rs` (refunds, `peek`, `reset`, `block`, `penalize`),
+//! waiting), `operations.rs` (refunds, `peek`, `offences`, `reset`, `block`,
+//! `penalize`),
 //! `settle.rs` (a charge moved from its estimate to its actual cost),
 //! `caller_limits.rs` (limits derived for callers' quotas), `give_back.rs` (what a
 //! call took, given back when its caller leaves), `set.rs`, `builder.rs`, `entry.rs`.
@@ -19,6 +21,7 @@ mod set;
 mod settle;
 mod wait;
 
+pub use crate::penalty::Offences;
 pub(crate) use crate::store::complete;
 pub use builder::LimiterBuilder;
 use caller_limits::CallerLimits;

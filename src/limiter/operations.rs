@@ -1,10 +1,11 @@
 //! What operators (and handlers) do to one key: refunds, by receipt or of the newest
-//! charges, and `peek`, `reset`, `block`, `penalize`. Each goes to the store through
+//! charges, and `peek`, `offences`, `reset`, `block`, `penalize`. Each goes to the store through
 //! the trait, under the current set.
 
 use std::time::Duration;
 
 use super::{Limiter, Set, unknown_limit};
+use crate::penalty::Offences;
 use crate::store::Charge;
 use crate::{Decision, Key, Limit, StoreError};
 
@@ -131,6 +132,33 @@ impl Limiter {
     pub async fn peek(&self, limit: &str, key: &Key) -> Result<Decision, StoreError> {
         let limit = Self::find(&self.snapshot(), limit)?;
         self.inner.store.peek(&limit, key).await
+    }
+
+    /// Where `key` stands with `limit`'s [`Penalty`](crate::Penalty): its block, the
+    /// trips the penalty remembers and the block its next trip gets. One
+    /// [`peek`](Limiter::peek): nothing is charged (on Redis, one round trip).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{Key, Limit, Limiter, Penalty, Quota};
+    /// # tokio::runtime::Builder::new_current_thread().build()?.block_on(async {
+    /// let min = |m: u64| Duration::from_secs(60 * m);
+    /// let limiter = Limiter::builder()
+    ///     .limit(Limit::new("login", Quota::per_minute(1))?.penalty(
+    ///         Penalty::after(1).block_for(min(2)).escalate_by(2, min(30)).remember(min(60)),
+    ///     ))
+    ///     .build()?;
+    /// let key = Key::from("mallory");
+    /// let o = limiter.offences("login", &key).await?;
+    /// assert_eq!((o.trips, o.blocked_for, o.next_block), (0, None, Some(min(2))));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// # })?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub async fn offences(&self, limit: &str, key: &Key) -> Result<Offences, StoreError> {
+        let limit = Self::find(&self.snapshot(), limit)?;
+        let peeked = self.inner.store.peek(&limit, key).await?;
+        Ok(Offences::of(&peeked, limit.penalty_box()))
     }
 
     /// Makes `key` idle again under `limit`: its usage is forgotten, its block lifted

@@ -27,6 +27,8 @@ pub(crate) struct Denial {
     /// The key itself is blocked (an operator's block, a tripped penalty): every cost
     /// is denied, and the answer says so.
     blocked: bool,
+    /// The penalty trips the store's answer reported, repeated as they were.
+    trips: u32,
 }
 
 impl Denial {
@@ -45,6 +47,7 @@ impl Denial {
             remaining: denied.remaining,
             reset_at: sent.saturating_add(crate::time::micros(denied.reset_after)),
             blocked,
+            trips: denied.trips,
         })
     }
 
@@ -74,6 +77,7 @@ impl Denial {
                 receipt: None,
                 blocked_us: self.blocked.then_some(left),
                 tripped: false,
+                trips: self.trips,
             },
         )
     }
@@ -98,6 +102,7 @@ mod tests {
             quota: Quota::per_second(10),
             receipt: None,
             blocked_for: blocked.then_some(retry),
+            trips: 0,
         }
     }
 

@@ -258,6 +258,7 @@ fn not_evaluated(charge: &Charge<'_>) -> Decision {
             receipt: None,
             blocked_us: None,
             tripped: false,
+            trips: 0,
         },
     );
     unknown.capacity = 0;
@@ -285,6 +286,7 @@ mod tests {
             quota: crate::Quota::per_second(1),
             receipt: None,
             blocked_for: None,
+            trips: 0,
         }
     }
 

@@ -401,6 +401,7 @@ pub(crate) fn decision(limit: &Limit, verdict: Verdict) -> Decision {
         quota: limit.quota(),
         receipt: verdict.receipt,
         blocked_for,
+        trips: verdict.trips,
     }
 }
 

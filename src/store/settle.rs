@@ -70,6 +70,7 @@ pub(crate) fn standing(
         receipt,
         blocked_us,
         tripped: false,
+        trips: state.trips,
     };
     super::decision(limit, verdict)
 }

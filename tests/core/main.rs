@@ -1,6 +1,7 @@
 //! The core, without HTTP and without Redis: quotas, keys, the limiter, every algorithm
 //! on the memory store (hand-computed scenario tables, property-tested bounds, clock
-//! faults, concurrency) and what floods of keys can make the store forget.
+//! faults, concurrency), escalating penalties through the decorators, and what floods
+//! of keys can make the store forget.
 //!
 //! One test binary: `cargo test --test core`, or one module of it, e.g.
 //! `cargo test --test core eviction::`.
@@ -10,6 +11,7 @@ mod cancel;
 mod clock_faults;
 mod concurrency;
 mod conformance;
+mod escalation;
 mod eviction;
 mod extremes;
 mod key;

@@ -10,7 +10,7 @@ use http::request::Parts;
 use tollgate::config::{Limits, PlanName};
 use tollgate::key::TrustedProxies;
 use tollgate::layer::{Costs, MissingKey};
-use tollgate::{Algorithm, Policy, Quota, key};
+use tollgate::{Algorithm, Penalty, Policy, Quota, key};
 
 /// `(what, file, line, column, text the message must quote)`.
 type Case = (&'static str, &'static str, usize, usize, &'static str);
@@ -347,6 +347,83 @@ const MALFORMED: &[Case] = &[
         "`block`",
     ),
     (
+        "penalty escalation that shrinks",
+        "[[limit]]\nname = \"api\"\nquota = \"1/s\"\npenalty = { after = 1, block_for = \"10min\", escalate = [\"30min\", \"5min\"], remember = \"1d\" }\n",
+        4,
+        66,
+        "escalation block 2 (300s) is shorter",
+    ),
+    (
+        "penalty escalation misspelt",
+        "[[limit]]\nname = \"api\"\nquota = \"1/s\"\npenalty = { after = 1, block_for = \"10min\", escalate = [\"an hour\"], remember = \"1d\" }\n",
+        4,
+        57,
+        "invalid duration \"an hour\"",
+    ),
+    (
+        "penalty escalation empty",
+        "[[limit]]\nname = \"api\"\nquota = \"1/s\"\npenalty = { after = 1, block_for = \"10min\", escalate = [], remember = \"1d\" }\n",
+        4,
+        56,
+        "escalate = []",
+    ),
+    (
+        "penalty escalation of more than 8 blocks",
+        "[[limit]]\nname = \"api\"\nquota = \"1/s\"\npenalty = { after = 1, block_for = \"1min\", escalate = [\"1min\", \"1min\", \"1min\", \"1min\", \"1min\", \"1min\", \"1min\", \"1min\", \"1min\"], remember = \"1d\" }\n",
+        4,
+        55,
+        "at most 8",
+    ),
+    (
+        "penalty growth by a factor of 1",
+        "[[limit]]\nname = \"api\"\nquota = \"1/s\"\npenalty = { after = 1, block_for = \"10min\", escalate_by = { factor = 1, cap = \"1h\" }, remember = \"1d\" }\n",
+        4,
+        70,
+        "a factor below 2",
+    ),
+    (
+        "penalty growth capped below its block",
+        "[[limit]]\nname = \"api\"\nquota = \"1/s\"\npenalty = { after = 1, block_for = \"10min\", escalate_by = { factor = 2, cap = \"5min\" }, remember = \"1d\" }\n",
+        4,
+        79,
+        "escalation cap 300s is shorter",
+    ),
+    (
+        "penalty growth with an unknown key",
+        "[[limit]]\nname = \"api\"\nquota = \"1/s\"\npenalty = { after = 1, block_for = \"10min\", escalate_by = { factor = 2, max = \"1h\" }, remember = \"1d\" }\n",
+        4,
+        73,
+        "`max`",
+    ),
+    (
+        "penalty escalation without remember",
+        "[[limit]]\nname = \"api\"\nquota = \"1/s\"\npenalty = { after = 1, block_for = \"10min\", escalate = [\"1h\"] }\n",
+        4,
+        11,
+        "need Penalty::remember",
+    ),
+    (
+        "penalty remembered no longer than its longest block",
+        "[[limit]]\nname = \"api\"\nquota = \"1/s\"\npenalty = { after = 1, block_for = \"10min\", escalate_by = { factor = 2, cap = \"1d\" }, remember = \"1d\" }\n",
+        4,
+        98,
+        "not longer than the longest block",
+    ),
+    (
+        "penalty remember misspelt",
+        "[[limit]]\nname = \"api\"\nquota = \"1/s\"\npenalty = { after = 1, block_for = \"10min\", remember = \"forever\" }\n",
+        4,
+        56,
+        "invalid duration \"forever\"",
+    ),
+    (
+        "penalty remembered past a century",
+        "[[limit]]\nname = \"api\"\nquota = \"1/s\"\npenalty = { after = 1, block_for = \"10min\", remember = \"36501d\" }\n",
+        4,
+        56,
+        "longer than 100 years",
+    ),
+    (
         "fallback for an unknown limit",
         "[[limit]]\nname = \"ip\"\nquota = \"1/s\"\nfallback_for = \"per-key\"\n",
         4,
@@ -589,6 +666,42 @@ fn a_file_reads_into_the_limits_the_builder_makes() -> Result<(), Box<dyn std::e
     tollgate::RateLimitLayer::builder()
         .policies(from_file)
         .build()?;
+    Ok(())
+}
+
+#[test]
+fn an_escalating_penalty_reads_as_the_builder_makes_it() -> Result<(), Box<dyn std::error::Error>> {
+    let file = Limits::from_toml(
+        r#"
+[[limit]]
+name = "login"
+quota = "5/min"
+penalty = { after = 5, within = "1min", block_for = "2min", escalate = ["5min", "10min"], escalate_by = { factor = 2, cap = "1h" }, remember = "1d" }
+
+[[limit]]
+name = "api"
+quota = "100/min"
+penalty = { after = 1, block_for = "1min", remember = "2min" }
+"#,
+    )?
+    .into_policies();
+    let min = |m: u64| Duration::from_secs(60 * m);
+    // The README's ("Operating limits").
+    let login = Penalty::after(5)
+        .within(min(1))
+        .block_for(min(2))
+        .escalate(&[min(5), min(10)])
+        .escalate_by(2, min(60))
+        .remember(min(24 * 60));
+    let api = Penalty::after(1).block_for(min(1)).remember(min(2));
+    assert_eq!(file[0].limit().get_penalty(), Some(login));
+    assert_eq!(file[1].limit().get_penalty(), Some(api));
+    // 2, 5, 10, then doubling up to the hour.
+    let blocks: Vec<Duration> = (0..7).map(|trips| login.next_block(trips)).collect();
+    assert_eq!(
+        blocks,
+        [min(2), min(5), min(10), min(20), min(40), min(60), min(60)]
+    );
     Ok(())
 }
 

@@ -1,6 +1,7 @@
 //! The Tower layer: over real TCP in a real axum server, a real tonic server and a
 //! plain `tower` + hyper stack, each with a real client; cost tables and key
-//! extractors over request heads; per-caller quotas from plans (`quota_from`); the
+//! extractors over request heads; per-caller quotas from plans (`quota_from`);
+//! escalating penalties (`escalation`); the
 //! edges a hostile caller or a failing store reaches (a few of them on a Redis store:
 //! one private `redis-server` for this binary, started by the first test that needs
 //! it); reloads of the layer and of its limiter under requests.
@@ -16,6 +17,7 @@ mod client_ip_sources;
 #[cfg(feature = "config")]
 mod config;
 mod costs;
+mod escalation;
 #[cfg(feature = "redis")]
 mod failover;
 mod grpc;

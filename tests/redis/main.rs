@@ -22,6 +22,7 @@ mod clock_faults;
 mod conformance;
 mod connections;
 mod denial_cache;
+mod escalation;
 mod exactness;
 mod faults;
 mod functions;

@@ -28,6 +28,8 @@
 //! (`late_refunds.rs`, `quota_changes.rs`, `operations.rs`, `penalty.rs`,
 //! `settle.rs`); the step
 //! constructors the tables are written with stay here, the runner is `runner.rs`.
+//! Escalating penalties have tables of their own, each run on every algorithm
+//! (`escalation.rs`, its runner `escalation_runner.rs`).
 
 // The per-algorithm tables: edges, refunds and a clock that goes back.
 mod fixed_window;
@@ -38,6 +40,8 @@ mod sliding_window_counters;
 mod sliding_window_log;
 mod token_bucket;
 // One semantic across every algorithm.
+mod escalation;
+mod escalation_runner;
 mod late_refunds;
 mod operations;
 mod penalty;
@@ -49,6 +53,8 @@ use std::time::Duration;
 
 use tollgate::Algorithm;
 
+pub use self::escalation::*;
+pub use self::escalation_runner::run_escalation;
 pub use self::fixed_window::*;
 pub use self::gcra::*;
 pub use self::late_refunds::*;
@@ -457,6 +463,29 @@ macro_rules! scenario_tests {
             leaky_bucket_settles_its_place_unless_a_later_one_is_queued
                 => LEAKY_BUCKET_SETTLE,
         );
+        $crate::scenario_tests!(@escalation $make_store;
+            escalating_penalty_blocks_for_each_step_forgets_after_remember_and_on_reset
+                => ESCALATION_STEPS,
+            escalating_penalty_grows_by_its_factor_up_to_its_cap
+                => ESCALATION_FACTOR,
+            escalating_penalty_follows_a_reload_that_changes_it_mid_way
+                => ESCALATION_RELOAD,
+            escalating_penalty_reaches_its_cap_from_the_extremes_without_overflow
+                => ESCALATION_EXTREMES,
+        );
+    };
+    (@escalation $make_store:expr; $($test:ident => $scenario:ident,)*) => {
+        $(
+            /// Every algorithm, in turn (see `scenarios/escalation.rs`).
+            #[tokio::test]
+            async fn $test() -> Result<(), Box<dyn std::error::Error>> {
+                $crate::scenarios::run_escalation(
+                    &$crate::scenarios::$scenario,
+                    $make_store,
+                )
+                .await
+            }
+        )*
     };
     (@each $make_store:expr; $($(#[$attr:meta])* $test:ident => $scenario:ident,)*) => {
         $(

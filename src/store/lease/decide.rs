@@ -225,6 +225,7 @@ pub(super) fn lease_decision(
         limit: limit.name(),
         quota: limit.quota(),
         blocked_for: None,
+        trips: 0,
         receipt,
     }
 }

@@ -1,5 +1,5 @@
-//! One limit name's records in a shard: a caller's block, penalty count and queue of
-//! reservations, one record per (limit name, key), whatever quota, period or
+//! One limit name's records in a shard: a caller's block, penalty count and trips, and
+//! queue of reservations, one record per (limit name, key), whatever quota, period or
 //! algorithm the key is decided under.
 //!
 //! Records live apart from the rate states because every rate state is typed by its
@@ -11,8 +11,9 @@
 //! not a block that has not ended (an operator's or a penalty's), not a queue of
 //! reservations still ahead of the clock (its charges run ahead of the clock in the
 //! key's state, and a request that does not wait must still be answered from behind
-//! it). Only a record that says nothing any more, or a mere count of rejections,
-//! makes room; when none is there, the caller (see `Shard::record_for`) refuses to
+//! it). Only a record that says nothing any more, a mere count of rejections, or
+//! remembered penalty trips (the fewest first: losing them only makes the key's next
+//! block the first one again) makes room; when none is there, the caller (see `Shard::record_for`) refuses to
 //! make a new record rather than lift an existing one.
 
 use std::hash::BuildHasher;
@@ -25,15 +26,15 @@ use crate::Key;
 use crate::Limit;
 use crate::algorithm::Verdict;
 use crate::decision::Receipt;
-use crate::penalty::Offences;
+use crate::penalty::OffenceRecord;
 
 /// How many records an eviction compares (as for rate states, see `eviction.rs`).
 const SAMPLE: usize = 16;
 
-/// One key's block, count and queue under one limit name.
+/// One key's block, count, trips and queue under one limit name.
 pub(super) struct Record {
     key: Key,
-    pub(super) offences: Offences,
+    pub(super) offences: OffenceRecord,
     /// From then on the record says nothing: dropped by sweeps and evicted first.
     pub(super) expires_at: u64,
     /// The instant the key's latest reservation proceeds at (`Limiter::reserve`): the
@@ -59,8 +60,14 @@ pub(super) struct Record {
 pub(super) const MAX_PARKED: usize = 64;
 
 impl Record {
+    /// The penalty trips the record remembers under `limit`'s penalty at `now`.
+    #[inline]
+    pub(super) fn trips(&self, limit: &Limit, now: u64) -> u32 {
+        self.offences.remembered(limit.penalty_box(), now)
+    }
+
     /// Whether losing the record at `now` would lift nothing: no block running, no
-    /// reservation pending (a count of rejections may go).
+    /// reservation pending (a count of rejections or remembered trips may go).
     fn evictable(&self, now: u64) -> bool {
         self.expires_at <= now
             || (self.offences.blocked_until <= now && self.queue_until <= now && self.reset_at == 0)
@@ -112,7 +119,7 @@ impl Records {
                 key.hash,
                 Record {
                     key: *key.key,
-                    offences: Offences::default(),
+                    offences: OffenceRecord::default(),
                     expires_at: 0,
                     queue_until: 0,
                     parked: Vec::new(),
@@ -133,15 +140,22 @@ impl Records {
 
     /// Evicts one record that lifts nothing (see [`Record::evictable`]): of a random
     /// sample, the one whose loss forgives the least (said nothing any more, then the
-    /// lowest count). False when the sample holds none: only blocks and pending
+    /// fewest trips remembered, then the lowest count). False when the sample holds none: only blocks and pending
     /// reservations, which are never evicted.
     pub(super) fn evict_one(&mut self, now: u64, rng: &mut fastrand::Rng) -> bool {
         let buckets = self.records.num_buckets();
         if self.records.is_empty() || buckets == 0 {
             return false;
         }
-        // Greatest first: said nothing any more; then the lowest count.
-        let score = |r: &Record| (r.expires_at <= now, u32::MAX - r.offences.count);
+        // Greatest first: said nothing any more; then the fewest trips; then the lowest
+        // count.
+        let score = |r: &Record| {
+            (
+                r.expires_at <= now,
+                u32::MAX - r.offences.trips,
+                u32::MAX - r.offences.count,
+            )
+        };
         let mut best: Option<(_, usize)> = None;
         let mut consider = |index: usize, records: &HashTable<Record>| -> bool {
             match records.get_bucket(index) {
@@ -197,10 +211,18 @@ impl Shard {
     }
 
     /// The answer for `key` under `limit` at `now` if the key is blocked (under any
-    /// quota, period or algorithm of the limit's name).
+    /// quota, period or algorithm of the limit's name), with its remembered trips.
     #[inline]
     pub(super) fn blocked(&self, limit: &Limit, key: Hashed<'_>, now: u64) -> Option<Verdict> {
-        let left = self.record_of(limit, key)?.offences.blocked_for(now)?;
-        Some(Verdict::blocked(left, false))
+        let record = self.record_of(limit, key)?;
+        let left = record.offences.blocked_for(now)?;
+        Some(Verdict::blocked(left, false).with_trips(record.trips(limit, now)))
+    }
+
+    /// The penalty trips `key`'s record remembers under `limit` at `now`.
+    #[inline]
+    pub(super) fn trips_of(&self, limit: &Limit, key: Hashed<'_>, now: u64) -> u32 {
+        self.record_of(limit, key)
+            .map_or(0, |record| record.trips(limit, now))
     }
 }

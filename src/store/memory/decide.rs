@@ -166,10 +166,10 @@ impl MemoryStore {
                 .enumerate()
                 .map(|(i, verdict)| {
                     let c = &charges[i];
-                    match c.limit.get_penalty() {
+                    match c.limit.penalty_box() {
                         Some(penalty) if is_offence(c, &verdict) => {
                             let guard = order.binary_search(&shard_of[i]).unwrap_or_default();
-                            guards[guard].offend(c.limit, keys[i], now, &penalty, verdict)
+                            guards[guard].offend(c.limit, keys[i], now, penalty, verdict)
                         }
                         _ => verdict,
                     }
@@ -204,12 +204,15 @@ impl MemoryStore {
         let hashed = self.hashed(key);
         let now = self.now();
         let duration_us = micros_up(duration);
-        write(self.shard(hashed)).block(limit, hashed, now, duration_us);
+        let trips = write(self.shard(hashed)).block(limit, hashed, now, duration_us);
         if duration_us == 0 {
             return self.peek_now(limit, key);
         }
         // Answered at the instant of the block, as the Redis store answers.
-        decision(limit, Verdict::blocked(duration_us, false))
+        decision(
+            limit,
+            Verdict::blocked(duration_us, false).with_trips(trips),
+        )
     }
 
     /// Reserves `charge.cost` within `max_wait` (see [`Store::reserve`]).
@@ -270,9 +273,9 @@ fn offended(
     now: u64,
     verdict: Verdict,
 ) -> Verdict {
-    match charge.limit.get_penalty() {
+    match charge.limit.penalty_box() {
         Some(penalty) if is_offence(charge, &verdict) => {
-            write(shard).offend(charge.limit, key, now, &penalty, verdict)
+            write(shard).offend(charge.limit, key, now, penalty, verdict)
         }
         _ => verdict,
     }

@@ -158,6 +158,7 @@ impl Shard {
             receipt: None,
             blocked_us: None,
             tripped: false,
+            trips: 0,
         }
     }
 

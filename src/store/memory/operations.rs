@@ -21,7 +21,7 @@ use crate::algorithm::{
     token_bucket::TokenBucket,
 };
 use crate::decision::Receipt;
-use crate::penalty::{Offences, Penalty};
+use crate::penalty::Penalty;
 
 fn refund_in<R: Rule, C: Cell<State = R::State>>(
     map: &mut Map<C>,
@@ -73,40 +73,50 @@ impl Shard {
         let tripped = record.offences.offend(penalty, now);
         record.expires_at = record
             .offences
-            .idle_at(penalty.within_us())
+            .idle_at(Some(penalty))
             .max(record.queue_until)
             .max(record.reset_until);
-        if tripped {
-            Verdict::blocked(penalty.block_us(), true)
-        } else {
-            verdict
+        match tripped {
+            Some(block_us) => Verdict::blocked(block_us, true).with_trips(record.trips(limit, now)),
+            None => verdict,
         }
     }
 
     /// Blocks `key` under `limit`'s name (every quota, period and algorithm of it) for
     /// `duration_us` from `now`, replacing its block and its count; 0 lifts the block
-    /// (a pending queue of reservations stays).
+    /// (a pending queue of reservations stays). The key's penalty trips stay: only a
+    /// reset forgets them. Returns the trips remembered.
     ///
     /// An operator's block is always stored: it may evict a record that lifts nothing,
     /// and goes past the name's share of records when there is none (operators are not
     /// attackers; their blocks number what they block).
-    pub(crate) fn block(&mut self, limit: &Limit, key: Hashed<'_>, now: u64, duration_us: u64) {
-        if duration_us == 0 {
-            if let Some(record) = self.record_mut(limit, key) {
-                record.offences = Offences::default();
-                record.expires_at = record.queue_until.max(record.reset_until);
-            }
-            return;
-        }
-        if let Some(record) = self.record_for(limit, key, now, Claim::Operator) {
-            let until = now.saturating_add(duration_us);
-            record.offences = Offences {
-                blocked_until: until,
-                count: 0,
-                first_at: 0,
-            };
-            record.expires_at = until.max(record.queue_until).max(record.reset_until);
-        }
+    pub(crate) fn block(
+        &mut self,
+        limit: &Limit,
+        key: Hashed<'_>,
+        now: u64,
+        duration_us: u64,
+    ) -> u32 {
+        let record = if duration_us == 0 {
+            self.record_mut(limit, key)
+        } else {
+            self.record_for(limit, key, now, Claim::Operator)
+        };
+        let Some(record) = record else {
+            return 0;
+        };
+        let until = if duration_us == 0 {
+            0
+        } else {
+            now.saturating_add(duration_us)
+        };
+        record.offences.block_until(until);
+        record.expires_at = record
+            .offences
+            .idle_at(limit.penalty_box())
+            .max(record.queue_until)
+            .max(record.reset_until);
+        record.trips(limit, now)
     }
 
     /// Makes `key` idle under `limit`'s name: its record (block, count, queue) and
@@ -197,7 +207,8 @@ impl Shard {
                 }
             }
         }
-        self.blocked(limit, key, now).unwrap_or(verdict)
+        self.blocked(limit, key, now)
+            .unwrap_or_else(|| verdict.with_trips(self.trips_of(limit, key, now)))
     }
 
     /// Charges `cost` to `key`'s state under `limit` (its own table only) at `now`

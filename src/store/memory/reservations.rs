@@ -33,6 +33,19 @@ impl Shard {
         cost: u64,
         max_wait_us: u64,
     ) -> Verdict {
+        let verdict = self.reserve_behind_records(limit, key, now, cost, max_wait_us);
+        verdict.with_trips(self.trips_of(limit, key, now))
+    }
+
+    /// [`reserve`](Shard::reserve) without the trips.
+    fn reserve_behind_records(
+        &mut self,
+        limit: &Limit,
+        key: Hashed<'_>,
+        now: u64,
+        cost: u64,
+        max_wait_us: u64,
+    ) -> Verdict {
         let floor = self.advance_and_sweep(now);
         if let Some(blocked) = self.blocked(limit, key, now) {
             return blocked;

@@ -49,6 +49,6 @@ impl super::shard::Shard {
         }
         let (state, _) = self.force(limit, key, now, plan.extra);
         let blocked_us = self.blocked(limit, key, now).and_then(|v| v.blocked_us);
-        (state, blocked_us)
+        (state.with_trips(self.trips_of(limit, key, now)), blocked_us)
     }
 }

@@ -163,16 +163,18 @@ impl Shard {
         }
         // One look at the key's record (none in the common case, no record at all):
         // a block answers, a queue of reservations needs the write lock.
+        let mut trips = 0;
         if let Some(record) = self.record_of(limit, key) {
+            trips = record.trips(limit, now);
             if let Some(left) = record.offences.blocked_for(now) {
-                return Some(Verdict::blocked(left, false));
+                return Some(Verdict::blocked(left, false).with_trips(trips));
             }
             if record.queue_until > now {
                 return None;
             }
         }
         let table = &self.tables[self.index_of(limit.table())?];
-        match &table.states {
+        let verdict = match &table.states {
             States::Gcra(map) => {
                 evaluate_atomic::<Gcra>(map, limit.params(), key, (now, floor), cost)
             }
@@ -180,7 +182,8 @@ impl Shard {
                 evaluate_atomic::<LeakyBucket>(map, limit.params(), key, (now, floor), cost)
             }
             _ => None,
-        }
+        };
+        verdict.map(|v| v.with_trips(trips))
     }
 
     /// Decides `cost` for `key` under `limit` at `now`, with the write lock held.
@@ -189,6 +192,22 @@ impl Shard {
     /// stores it, and only then is room made, so a request that is denied (or peeks)
     /// never evicts anything (and never makes a table).
     pub(crate) fn evaluate(
+        &mut self,
+        limit: &Limit,
+        key: Hashed<'_>,
+        now: u64,
+        cost: u64,
+        charge: bool,
+    ) -> Verdict {
+        let verdict = self.evaluate_behind_records(limit, key, now, cost, charge);
+        if self.records == 0 {
+            return verdict;
+        }
+        verdict.with_trips(self.trips_of(limit, key, now))
+    }
+
+    /// [`evaluate`](Shard::evaluate) without the trips.
+    fn evaluate_behind_records(
         &mut self,
         limit: &Limit,
         key: Hashed<'_>,

@@ -63,7 +63,7 @@ impl RedisStore {
             for (charge, decision) in charges.iter().zip(decisions) {
                 // A limit with a penalty box must see its rejections to count them:
                 // only its blocks are answered locally.
-                let counted = charge.limit.get_penalty().is_some();
+                let counted = charge.limit.penalty_box().is_some();
                 if !decision.allowed && (decision.blocked_for.is_some() || !counted) {
                     cache.record(charge, sent, decision);
                 }

@@ -261,13 +261,17 @@ impl Call {
 
     /// ARGV: the clock, the mode, then [`arg::PER_CHARGE`](wire::arg::PER_CHARGE) per charge
     /// ([`arg::PER_REFUND`](wire::arg::PER_REFUND) with a receipt), then a reservation's longest wait; one
-    /// charge decided: the whole call packed in one argument (see lean.lua).
+    /// charge decided: the whole call packed in one argument (see lean.lua), and the
+    /// penalty's escalation in a second when it has one.
     fn write_args(&self, out: &mut impl Args) {
         if let [charge @ ChargeArgs { receipt: None, .. }] = self.charges.as_slice()
             && self.mode.in_library()
         {
             let (packed, len) = self.packed(charge);
             out.push(&packed[..len]);
+            if !charge.escalation.is_empty() {
+                out.push(charge.escalation.as_str());
+            }
             return;
         }
         match self.at {
@@ -310,7 +314,7 @@ impl Call {
         };
         let mode = u64::from(self.mode != Mode::Acquire) + 2 * charge.reads as u64;
         let place = charge.algorithm.code() as u64 + 1;
-        let (all_numbers, _) = charge.numbers();
+        let all_numbers = charge.numbers();
         let numbers = match &all_numbers[..NUMBERS] {
             [head @ .., 0, 0, 0] => head,
             all => all,

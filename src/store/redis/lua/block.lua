@@ -12,7 +12,7 @@
 -- A charge's penalty is its arguments i+10 .. i+12 (see evalsha.lua): the rejections
 -- that trip the box (0: no box), the window and the block (µs); i+13 says when it
 -- reads the record (0: by its state's mark; 1: always; 2: always, and the base state's
--- key comes before the record's).
+-- key comes before the record's); i+14 is the escalation ('' for none; `pb_escalation`).
 --
 -- The record is read only when the state's mark (prelude.lua) says it may exist or
 -- the key has no state, or when i+13 says always: `pb_write` marks the state whenever
@@ -23,16 +23,30 @@
 -- (its writers: `pb_write`, evalsha_batch.lua's reset and block, gcra/steps.lua's
 -- `gcra_refund_place`): "<blocked_until> <count> <first_at> <queue_until>", then its
 -- suffix, in this order and each optional:
+--   ' t<trips>:<at>:<until>'      the penalty's trips in a row, the latest at <at>,
+--                                 kept until <until> (`pb_offend`; a record without
+--                                 it has none)
 --   ' r<reset_at>'                an operator's reset at this instant (evalsha_batch.lua,
 --                                 mode 'x'): a receipt decided by then gives nothing back
 --   ' <till>/<at>/<cost>,...'     the places given back out of order, parked until the
 --                                 places after them are (gcra/steps.lua)
 -- A writer that does not change the suffix passes it back to `pb_write` as it read it.
 
--- The record's four numbers and its suffix, from the record's text `v`.
+-- The record's four numbers and its suffix, from the record's text `v`. (The five
+-- functions: `pb_parse`, `pb_trips`, `pb_reset_at`, `pb_parked`, `pb_suffix`.)
 local function pb_parse(v)
   local u, c, f, q, rest = string.match(v, '^(%S+) (%S+) (%S+) (%S+)(.*)$')
   return tonumber(u), tonumber(c), tonumber(f), tonumber(q), rest
+end
+
+-- The trips a suffix records, the instant of the latest and until when they are
+-- kept (0, 0, 0: none).
+local function pb_trips(rest)
+  local n, at, kept = string.match(rest, ' t(%d+):(%d+):(%d+)')
+  if not n then
+    return 0, 0, 0
+  end
+  return tonumber(n), tonumber(at), tonumber(kept)
 end
 
 -- The instant of the operator's reset a suffix records (nil: none).
@@ -49,9 +63,9 @@ local function pb_parked(rest)
   return parked
 end
 
--- The suffix's text for `reset_at` (nil: none) and `parked` (as the two above read
--- them).
-local function pb_suffix(reset_at, parked)
+-- The suffix's text for `reset_at` (nil: none), `parked` and the trips (nil or 0:
+-- none), as the functions above read them.
+local function pb_suffix(reset_at, parked, trips, tripped_at, kept)
   local out = {}
   for _, x in ipairs(parked) do
     out[#out + 1] = string.format('%.0f/%.0f/%.0f', x.till, x.at, x.cost)
@@ -62,6 +76,9 @@ local function pb_suffix(reset_at, parked)
   end
   if reset_at then
     tail = string.format(' r%.0f', reset_at) .. tail
+  end
+  if trips and trips > 0 then
+    tail = string.format(' t%.0f:%.0f:%.0f', trips, tripped_at, kept) .. tail
   end
   return tail
 end
@@ -104,8 +121,9 @@ end
 -- state, and `base` when given, are marked, so that decisions read the record.
 local function pb_write(keys, u, c, f, q, idle_at, now, base, rest)
   local px = ttl_ms(math.max(idle_at, q), now)
-  if rest and pb_reset_at(rest) then
-    -- A reset's instant (evalsha_batch.lua, mode 'x') lives as long as it was given.
+  if rest and (pb_reset_at(rest) or string.find(rest, ' t', 1, true)) then
+    -- A reset's instant (evalsha_batch.lua, mode 'x') and remembered trips
+    -- (`pb_offend`) live as long as they were given.
     px = math.max(px, redis.call('PTTL', keys[#keys]))
   end
   redis.call('SET', keys[#keys], pb_text(u, c, f, q, rest or ''), 'PX', px)
@@ -116,13 +134,77 @@ local function pb_write(keys, u, c, f, q, idle_at, now, base, rest)
 end
 
 -- A blocked key's verdict (Verdict::blocked): denied, nothing left, both waits the
--- block's end; then the block (µs left) and whether this call tripped it.
-local function pb_blocked(left, tripped)
-  return { 0, 0, left, left, 0, left, tripped and 1 or 0, 0 }
+-- block's end; then the block (µs left), whether this call tripped it and the trips
+-- remembered.
+local function pb_blocked(left, tripped, trips)
+  return { 0, 0, left, left, 0, left, tripped and 1 or 0, trips or 0, 0 }
 end
 
--- Counts the rejection `v` of the charge at args[i..], whose record read (c, f)
--- (Offences::offend): the blocked verdict when it trips the box, else `v`.
+-- The escalation of the charge at args[i..] (i+14, `Escalation::wire`): { remember,
+-- factor, cap, step, ... } in µs; nil when no trip is remembered.
+local function pb_escalation(args, i)
+  local text = args[i + 14]
+  if not text or text == '' then
+    return nil
+  end
+  local e = {}
+  for x in string.gmatch(text, '%d+') do
+    e[#e + 1] = tonumber(x)
+  end
+  return e
+end
+
+-- The trips remembered at `now` of a record whose suffix is `rest`, under the
+-- escalation of the charge at args[i..] (OffenceRecord::remembered): 0 once its
+-- `remember` has passed since the latest, or they are past their keeping.
+local function pb_remembered(args, i, rest, now)
+  if rest == '' then
+    return 0
+  end
+  local trips, at, kept = pb_trips(rest)
+  if trips == 0 or now >= kept then
+    return 0
+  end
+  local e = pb_escalation(args, i)
+  if not e or now >= at + e[1] then
+    return 0
+  end
+  return trips
+end
+
+-- The block (µs) of the `n`-th remembered trip under escalation `e`, the first
+-- `first` (Escalation::block_of): the steps, then the last repeated, or grown by the
+-- factor up to the cap. A product past 2^53 is inexact, but above every cap (below
+-- 2^52): the cap, as Rust's saturating product gives.
+local function pb_block_of(first, e, n)
+  if not e or n <= 1 then
+    return first
+  end
+  local steps = #e - 3
+  if n - 1 <= steps then
+    return e[3 + n - 1]
+  end
+  local block = first
+  if steps > 0 then
+    block = e[3 + steps]
+  end
+  local factor, cap = e[2], e[3]
+  if factor >= 2 then
+    local more = n - 1 - steps
+    while more > 0 and block > 0 and block < cap do
+      block = math.min(cap, block * factor)
+      more = more - 1
+    end
+  end
+  return block
+end
+
+-- The most trips a record counts (u32::MAX): more stay there.
+local MAX_TRIPS = 4294967295
+
+-- Counts the rejection `v` of the charge at args[i..], whose record read (c, f, q,
+-- rest) (OffenceRecord::offend): the blocked verdict when it trips the box, with the
+-- block of its trip, else `v` (whose v[8] already holds the trips remembered).
 local function pb_offend(keys, now, args, i, v, c, f, q, rest)
   -- A call without a penalty box may leave its three arguments out (evalsha.lua).
   local n = tonumber(args[i + 10] or 0)
@@ -140,9 +222,26 @@ local function pb_offend(keys, now, args, i, v, c, f, q, rest)
     pb_write(keys, 0, c, f, q, f + within, now, base, rest)
     return v
   end
-  -- Tripped: blocked from now, and the count starts again.
-  pb_write(keys, now + block, 0, 0, q, now + block, now, base, rest)
-  return pb_blocked(block, true)
+  -- Tripped: blocked from now for its trip's block, and the count starts again. The
+  -- suffix is written anew with the trips (none when the penalty remembers none).
+  local e = pb_escalation(args, i)
+  local trips, idle = 0, now + block
+  if e then
+    trips = math.min(pb_remembered(args, i, rest, now) + 1, MAX_TRIPS)
+    block = pb_block_of(block, e, trips)
+    idle = math.max(now + block, now + e[1])
+  end
+  local kept = now
+  if e then
+    kept = now + e[1]
+  end
+  if rest ~= '' then
+    rest = pb_suffix(pb_reset_at(rest), pb_parked(rest), trips, now, kept)
+  elseif trips > 0 then
+    rest = pb_suffix(nil, {}, trips, now, kept)
+  end
+  pb_write(keys, now + block, 0, 0, q, idle, now, base, rest)
+  return pb_blocked(block, true, trips)
 end
 
 -- One charge at args[i..] decided behind its block: a blocked key is denied without
@@ -155,10 +254,12 @@ end
 local function guarded(keys, now, args, i, charge, count)
   local state, mark_byte = read_state(keys[1])
   local u, c, f, q, record, rest = 0, 0, 0, 0, false, ''
+  local trips = 0
   if not state or mark_byte == MARK_BYTE or args[i + 13] + 0 > 0 then
     u, c, f, q, record, rest = pb_read(keys)
+    trips = pb_remembered(args, i, rest, now)
     if u > now then
-      return pb_blocked(u - now, false)
+      return pb_blocked(u - now, false, trips)
     end
   end
   local mark = record and MARKED or UNMARKED
@@ -175,10 +276,11 @@ local function guarded(keys, now, args, i, charge, count)
     elseif b[4] >= 0 then
       retry = b[4] + lead
     end
-    v = { 0, b[2], b[3] + lead, retry, 0, -1, 0, 0 }
+    v = { 0, b[2], b[3] + lead, retry, 0, -1, 0, 0, 0 }
   else
     v = D[args[i]](keys, now, args, i, charge, false, state, mark)
   end
+  v[8] = trips
   if count and v[1] == 0 then
     return pb_offend(keys, now, args, i, v, c, f, q, rest)
   end
@@ -198,8 +300,9 @@ end
 -- delay is the wait. Beyond `max_wait`, a denial that charges nothing.
 local function reserve(keys, now, args, i, max_wait)
   local u, c, f, q, _, parked = pb_read(keys)
+  local trips = pb_remembered(args, i, parked, now)
   if u > now then
-    return pb_blocked(u - now, false)
+    return pb_blocked(u - now, false, trips)
   end
   local first = math.max(now, q)
   local b = decide_fresh(keys, first, args, i, false)
@@ -207,7 +310,7 @@ local function reserve(keys, now, args, i, max_wait)
   local at = first
   if b[1] == 0 then
     if b[4] < 0 then
-      return { 0, b[2], b[3] + lead, -1, 0, -1, 0, 0 }
+      return { 0, b[2], b[3] + lead, -1, 0, -1, 0, trips, 0 }
     end
     at = first + b[4]
   end
@@ -225,7 +328,7 @@ local function reserve(keys, now, args, i, max_wait)
     if before then
       redis.call('SET', keys[1], before, 'KEEPTTL')
     end
-    return { 0, b[2], b[3] + lead, served - now, 0, -1, 0, 0 }
+    return { 0, b[2], b[3] + lead, served - now, 0, -1, 0, trips, 0 }
   end
   -- Charged at its place: keys must live until then on the server's clock too.
   local saved = ttl_lead
@@ -246,6 +349,6 @@ local function reserve(keys, now, args, i, max_wait)
       v[4] = v[4] + ahead
     end
   end
-  v[6], v[7] = -1, 0
+  v[6], v[7], v[8] = -1, 0, trips
   return v
 end

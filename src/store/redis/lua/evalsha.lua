@@ -18,7 +18,7 @@
 --          'p' penalize: charge `cost` whether or not it fits, 's' settle one charge
 --          by its receipt: give back `give_back` of it, then charge `cost` (the
 --          extra) whether or not it fits
--- ARGV[3..] the charges, 14 arguments each (16 with 'c', 17 with 's'). For a charge whose first
+-- ARGV[3..] the charges, 15 arguments each (17 with 'c', 18 with 's'). For a charge whose first
 -- argument is ARGV[i] (every `decide` reads its charge as `args[i + <offset>]`):
 --   i+0   algorithm        its name (`D` and `A` are indexed by it)
 --   i+1   cost
@@ -32,9 +32,12 @@
 --   i+13  reads            when the decision reads the caller's record (0: by its
 --                          state's mark; 1: always; 2: always, and the base state's
 --                          key is passed)
---   i+14  receipt_at       'c' and 's' only: the instant the charge was decided at, µs
---   i+15  receipt_until    'c' and 's' only: its reset instant, µs
---   i+16  give_back        's' only: how much of the charge to give back by its receipt
+--   i+14  escalation       text: "<remember> <factor> <cap> <step>...", µs, how the
+--                          penalty's block grows with the trips it remembers; ''
+--                          when it remembers none (block.lua's `pb_escalation`)
+--   i+15  receipt_at       'c' and 's' only: the instant the charge was decided at, µs
+--   i+16  receipt_until    'c' and 's' only: its reset instant, µs
+--   i+17  give_back        's' only: how much of the charge to give back by its receipt
 --
 -- KEYS: each charge's keys in order: its state, the log's sorted set for
 -- sliding_window_log, the base state (with reads 2), then the caller's record
@@ -42,7 +45,7 @@
 -- (algorithm, period) the store knows for the limit, its own first, all with the one
 -- record.
 --
--- Returns 7 integers per charge ('r', 'c' and 'x': none; 'k' and 'p': one per state,
+-- Returns 8 integers per charge ('r', 'c' and 'x': none; 'k' and 'p': one per state,
 -- the first the limit's own; 's': its state's own verdict, as a peek reads it, with
 -- the key's block in v[6] only), durations, never timestamps (prelude.lua's `verdict`
 -- builds them):
@@ -53,15 +56,16 @@
 --   v[5]  delay            µs
 --   v[6]  blocked_for      µs, -1 when not blocked
 --   v[7]  tripped          1 when this call tripped the penalty box
+--   v[8]  trips            the penalty's trips the key's record remembers
 -- then the instant the script decided at (µs), from which the client carries its
 -- floor and a charge's receipt its instants. A call of one charge decided gets the
--- same eight packed in one string, little-endian 64-bit integers (prelude.lua's
+-- same nine packed in one string, little-endian 64-bit integers (prelude.lua's
 -- `packed_reply`).
 
--- The common call, one charge decided, packed in one argument (lean.lua): decided
--- before anything else is read.
-if #ARGV == 1 then
-  local reply = lean_call(KEYS, ARGV[1])
+-- The common call, one charge decided, packed in one argument (lean.lua; a second is
+-- the escalation): decided before anything else is read.
+if #ARGV == 1 or #ARGV == 2 then
+  local reply = lean_call(KEYS, ARGV[1], ARGV[2])
   if reply then
     return reply
   end
@@ -72,7 +76,7 @@ end
 -- before the first charge, and each charge's count (a refund of charges: with its
 -- receipt; a settle: with its receipt and give-back): wire.rs
 -- `arg::{PER_CHARGE, PER_REFUND, PER_SETTLE}`, tested against this line.
-local BEFORE_CHARGES, PER_CHARGE, PER_REFUND, PER_SETTLE = 2, 14, 16, 17
+local BEFORE_CHARGES, PER_CHARGE, PER_REFUND, PER_SETTLE = 2, 15, 17, 18
 
 local now = decision_clock(ARGV[1])
 local mode = ARGV[2]
@@ -83,13 +87,13 @@ local first_arg = BEFORE_CHARGES + 1
 if #ARGV == first_arg + PER_CHARGE and mode == 'w' and D[ARGV[first_arg]] then
   -- A reservation (Limiter::reserve): one charge, its max wait (µs) last.
   local v = reserve(KEYS, now, ARGV, first_arg, tonumber(ARGV[#ARGV]))
-  v[8] = now
+  v[9] = now
   return v
 end
 
 if #ARGV == BEFORE_CHARGES + PER_CHARGE and (mode == 'a' or mode == 'd')
   and D[ARGV[first_arg]] then
   local v = guarded(KEYS, now, ARGV, first_arg, mode == 'a', mode == 'a')
-  v[8] = now
+  v[9] = now
   return v
 end

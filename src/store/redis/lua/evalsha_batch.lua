@@ -54,10 +54,10 @@ for i = first_arg, #ARGV, stride do
   }
   if mode == 'c' or mode == 's' then
     -- The receipt: when the charge was decided and its reset instant.
-    charges[#charges].receipt = { at = tonumber(ARGV[i + 14]), till = tonumber(ARGV[i + 15]) }
+    charges[#charges].receipt = { at = tonumber(ARGV[i + 15]), till = tonumber(ARGV[i + 16]) }
   end
   if mode == 's' then
-    charges[#charges].give_back = tonumber(ARGV[i + 16])
+    charges[#charges].give_back = tonumber(ARGV[i + 17])
   end
 end
 
@@ -112,10 +112,10 @@ local function refund(c, amount, receipt)
 end
 
 local out = {}
--- Seven integers per verdict (its eighth slot is the single call's instant).
+-- Eight integers per verdict (its ninth slot is the single call's instant).
 local function emit(verdicts)
   for _, v in ipairs(verdicts) do
-    for j = 1, 7 do
+    for j = 1, 8 do
       out[#out + 1] = v[j]
     end
   end
@@ -154,20 +154,22 @@ elseif mode == 'x' then
   end
 elseif mode == 'k' then
   -- An operator's block: replaces the caller's block and its count, in the one record
-  -- every charge (each a state of the key) shares; every state is marked.
+  -- every charge (each a state of the key) shares; every state is marked. The trips
+  -- stay (only a reset forgets them), in the suffix, as long as they were to live.
   local first = charges[1]
   local _, _, _, q, record, parked = pb_read(first.keys)
+  local trips = pb_remembered(ARGV, first.argi, parked, now)
   if first.cost > 0 then
     pb_write(first.keys, now + first.cost, 0, 0, q, now + first.cost, now, nil, parked)
     for _, c in ipairs(charges) do
       pb_mark(c.keys[1])
-      emit({ pb_blocked(first.cost, false) })
+      emit({ pb_blocked(first.cost, false, trips) })
     end
   else
-    -- Lifted: the block and the count go, a queue of reservations stays (the memory
-    -- store's `block(0)`): its places are still taken.
-    if record and (q > now or pb_reset_at(parked)) then
-      -- Kept as long as it was to live: a queue's places, a reset's instant.
+    -- Lifted: the block and the count go, a queue of reservations and the trips stay
+    -- (the memory store's `block(0)`): its places are still taken.
+    if record and (q > now or pb_reset_at(parked) or pb_trips(parked) > 0) then
+      -- Kept as long as it was to live: a queue's places, a reset's instant, trips.
       redis.call('SET', first.keys[#first.keys], pb_text(0, 0, 0, q, parked), 'KEEPTTL')
     else
       redis.call('DEL', first.keys[#first.keys])
@@ -181,10 +183,11 @@ elseif mode == 'p' then
   -- own verdict is the state after the charge, without a delay to wait).
   for _, c in ipairs(charges) do
     local v = decide_fresh(c.keys, now, with_cost(c, c.cost), 1, c.cost > 0, true)
-    v[5], v[6], v[7] = 0, -1, 0
-    local u = pb_read(c.keys)
+    local u, _, _, _, _, rest = pb_read(c.keys)
+    local trips = pb_remembered(ARGV, c.argi, rest, now)
+    v[5], v[6], v[7], v[8] = 0, -1, 0, trips
     if u > now then
-      v = pb_blocked(u - now, false)
+      v = pb_blocked(u - now, false, trips)
     end
     emit({ v })
   end
@@ -199,8 +202,8 @@ elseif mode == 's' then
     refund(c, c.give_back, c.receipt)
   end
   local v = decide_fresh(c.keys, now, with_cost(c, c.cost), 1, c.cost > 0, true)
-  v[5], v[6], v[7] = 0, -1, 0
-  local u = pb_read(c.keys)
+  local u, _, _, _, _, rest = pb_read(c.keys)
+  v[5], v[6], v[7], v[8] = 0, -1, 0, pb_remembered(ARGV, c.argi, rest, now)
   if u > now then
     v[6] = u - now
   end

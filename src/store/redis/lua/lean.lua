@@ -11,6 +11,8 @@
 --   4  the algorithm: its place in `LEAN_ALGORITHMS` (`Algorithm::code` + 1)
 --   5.. the charge's numbers as evalsha.lua lists them from i+1: cost, limit, period,
 --      capacity, five parameters, and the penalty box's three when it has one.
+-- A penalty that escalates sends its escalation (evalsha.lua's i+14, text) as a second
+-- argument.
 
 -- `Algorithm::ALL`'s names in its order (a unit test in script/wire.rs compares them).
 local LEAN_ALGORITHMS = { 'fixed_window', 'sliding_window', 'sliding_window_counters',
@@ -20,9 +22,9 @@ local LEAN_ALGORITHMS = { 'fixed_window', 'sliding_window', 'sliding_window_coun
 -- a function library's load runs without the string library.)
 local LEAN_FORMATS = { [13] = '<ddddddddddddd', [16] = '<dddddddddddddddd' }
 
--- The reply of the call `packed` on `keys` (`packed_reply`), or nil when `packed` is
--- not such a call.
-local function lean_call(keys, packed)
+-- The reply of the call `packed` (with `escalation`, or nil) on `keys`
+-- (`packed_reply`), or nil when `packed` is not such a call.
+local function lean_call(keys, packed, escalation)
   local n = #packed / 8
   local format = LEAN_FORMATS[n]
   if not format then
@@ -40,10 +42,12 @@ local function lean_call(keys, packed)
   local dry = math.fmod(mode, 2)
   local acquire = dry == 0
   -- The charge at index 4, laid out as the other calls lay theirs out: its
-  -- algorithm's name, then its numbers, and when it reads the record at 4 + 13.
+  -- algorithm's name, then its numbers, when it reads the record at 4 + 13 and its
+  -- escalation at 4 + 14.
   args[4] = name
   args[17] = (mode - dry) / 2
+  args[18] = escalation
   local v = guarded(keys, now, args, 4, acquire, acquire)
-  v[8] = now
+  v[9] = now
   return packed_reply(v)
 end

@@ -48,12 +48,13 @@ end
 -- check and the decision; `decide_fresh` reads it for the other callers).
 local D = {}
 
--- The reply of a call of one charge decided: its verdict's seven integers and the
--- instant decided at (`v[8]`), packed as little-endian 64-bit integers in one string,
+-- The reply of a call of one charge decided: its verdict's eight integers and the
+-- instant decided at (`v[9]`), packed as little-endian 64-bit integers in one string,
 -- which Redis sends as it is (an array of integers costs it a conversion each, and
 -- the client a parse each).
 local function packed_reply(v)
-  return struct.pack('<i8i8i8i8i8i8i8i8', v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8])
+  return struct.pack('<i8i8i8i8i8i8i8i8i8', v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8],
+    v[9])
 end
 
 -- Arguments arrive as strings: `args[j] + 0` converts one (Lua's own coercion) at half
@@ -79,11 +80,12 @@ local function ceil_div(a, b)
   return q
 end
 
--- A decision as the store reads it back (evalsha.lua's `v[1]` to `v[7]`): allowed (1
+-- A decision as the store reads it back (evalsha.lua's `v[1]` to `v[8]`): allowed (1
 -- or 0), remaining, reset, retry, delay, blocked_for (-1: not blocked), tripped (0),
--- and a slot for the instant decided at, so that the reply's table is sized once.
+-- trips (0; block.lua's `guarded` sets them), and a slot for the instant decided at,
+-- so that the reply's table is sized once.
 local function verdict(allowed, remaining, reset, retry, delay)
-  return { allowed and 1 or 0, remaining, reset, retry, delay, -1, 0, 0 }
+  return { allowed and 1 or 0, remaining, reset, retry, delay, -1, 0, 0, 0 }
 end
 
 -- Keys outlive the instant they become idle by this much, so that state still

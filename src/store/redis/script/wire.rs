@@ -32,16 +32,20 @@ pub(super) mod arg {
     pub(in crate::store::redis::script) const PENALTY_BLOCK: usize = 12;
     /// When the decision reads the caller's record ([`Reads`](super::Reads)).
     pub(in crate::store::redis::script) const READS: usize = 13;
+    /// The penalty's escalation, as text (`Penalty::escalation_wire`): how its block
+    /// grows with the trips it remembers; empty when it remembers none. The last of
+    /// a charge's own arguments.
+    pub(in crate::store::redis::script) const ESCALATION: usize = 14;
     /// A refund of charges or a settle only (`Mode::RefundCharges`, `Mode::Settle`):
     /// the receipt's two instants.
-    pub(in crate::store::redis::script) const RECEIPT_AT: usize = 14;
-    pub(in crate::store::redis::script) const RECEIPT_UNTIL: usize = 15;
+    pub(in crate::store::redis::script) const RECEIPT_AT: usize = 15;
+    pub(in crate::store::redis::script) const RECEIPT_UNTIL: usize = 16;
     /// A settle only: what its charge gives back by the receipt (its cost is the
     /// extra).
-    pub(in crate::store::redis::script) const GIVE_BACK: usize = 16;
+    pub(in crate::store::redis::script) const GIVE_BACK: usize = 17;
     /// Arguments per charge, per charge of a refund of charges, and per settle.
     /// (Before the first charge come two: the clock and the mode, `Call::write_args`.)
-    pub(in crate::store::redis::script) const PER_CHARGE: usize = READS + 1;
+    pub(in crate::store::redis::script) const PER_CHARGE: usize = ESCALATION + 1;
     pub(in crate::store::redis::script) const PER_REFUND: usize = RECEIPT_UNTIL + 1;
     pub(in crate::store::redis::script) const PER_SETTLE: usize = GIVE_BACK + 1;
 }
@@ -64,8 +68,10 @@ pub(super) mod reply {
     pub(in crate::store::redis::script) const BLOCKED_FOR: usize = 5;
     /// 1 when this call tripped the penalty box.
     pub(in crate::store::redis::script) const TRIPPED: usize = 6;
+    /// The penalty's trips the key's record remembers.
+    pub(in crate::store::redis::script) const TRIPS: usize = 7;
     /// Integers per verdict.
-    pub(in crate::store::redis::script) const PER_VERDICT: usize = 7;
+    pub(in crate::store::redis::script) const PER_VERDICT: usize = 8;
 }
 
 /// One charge's arguments, as [`arg`] lays them out.
@@ -83,10 +89,16 @@ pub(super) struct ChargeArgs {
     /// The penalty box's rejections, window and block (µs); zeros for none.
     pub(super) penalty: [u64; 3],
     pub(super) reads: Reads,
+    /// The penalty's escalation ([`arg::ESCALATION`]); empty for none.
+    pub(super) escalation: String,
     pub(super) receipt: Option<Receipt>,
     /// A settle's give-back by the receipt (which it needs).
     pub(super) give_back: Option<u64>,
 }
+
+// The text after the numbers, then the receipt's: `ChargeArgs::write` writes them in
+// this order.
+const _: () = assert!(arg::ESCALATION == arg::READS + 1 && arg::RECEIPT_AT == arg::PER_CHARGE);
 
 /// The numbers of a charge that the packed call sends: from [`arg::COST`] to
 /// [`arg::PENALTY_BLOCK`].
@@ -95,9 +107,13 @@ pub(super) const NUMBERS: usize = arg::READS - arg::COST;
 impl ChargeArgs {
     pub(super) fn new(charge: &Charge<'_>, reads: Reads, receipt: Option<Receipt>) -> Self {
         let p = charge.limit.params();
-        let penalty = charge.limit.get_penalty().map_or([0; 3], |p| {
+        let box_ = charge.limit.penalty_box();
+        let penalty = box_.map_or([0; 3], |p| {
             [u64::from(p.get_after()), p.within_us(), p.block_us()]
         });
+        let escalation = box_
+            .map(crate::Penalty::escalation_wire)
+            .unwrap_or_default();
         let params = match p.algorithm {
             Algorithm::SlidingWindowCounters { .. } => [p.buckets, p.bucket_us, 0, 0, 0],
             Algorithm::TokenBucket => [p.units_per_token, p.units_per_us, 0, 0, 0],
@@ -121,18 +137,17 @@ impl ChargeArgs {
             params,
             penalty,
             reads,
+            escalation,
             receipt,
             give_back: None,
         }
     }
 
-    /// The numbers after the algorithm's name, each at its [`arg`] offset less the
-    /// name's, and how many of them the call sends: through [`arg::READS`], with a
-    /// receipt through [`arg::RECEIPT_UNTIL`], with a give-back too through
-    /// [`arg::GIVE_BACK`].
-    pub(super) fn numbers(&self) -> ([u64; arg::PER_SETTLE - 1], usize) {
+    /// The numbers after the algorithm's name, from [`arg::COST`] through
+    /// [`arg::READS`], each at its [`arg`] offset less the name's.
+    pub(super) fn numbers(&self) -> [u64; arg::READS] {
         let at = |offset: usize| offset - (arg::ALGORITHM + 1);
-        let mut n = [0; arg::PER_SETTLE - 1];
+        let mut n = [0; arg::READS];
         n[at(arg::COST)] = self.cost;
         n[at(arg::LIMIT)] = self.limit;
         n[at(arg::PERIOD)] = self.period_us;
@@ -142,27 +157,37 @@ impl ChargeArgs {
         n[at(arg::PENALTY_WITHIN)] = self.penalty[1];
         n[at(arg::PENALTY_BLOCK)] = self.penalty[2];
         n[at(arg::READS)] = self.reads as u64;
-        let count = match (self.receipt, self.give_back) {
-            (Some(receipt), give_back) => {
-                n[at(arg::RECEIPT_AT)] = receipt.at_us();
-                n[at(arg::RECEIPT_UNTIL)] = receipt.until_us();
-                if let Some(give_back) = give_back {
-                    n[at(arg::GIVE_BACK)] = give_back;
-                    arg::PER_SETTLE
-                } else {
-                    arg::PER_REFUND
-                }
-            }
-            (None, _) => arg::PER_CHARGE,
+        n
+    }
+
+    /// The numbers after the escalation, each at its [`arg`] offset less
+    /// [`arg::RECEIPT_AT`]'s, and how many the call sends: none without a receipt,
+    /// the receipt's two, with a give-back three.
+    fn receipt_numbers(&self) -> ([u64; arg::PER_SETTLE - arg::RECEIPT_AT], usize) {
+        let mut n = [0; arg::PER_SETTLE - arg::RECEIPT_AT];
+        let Some(receipt) = self.receipt else {
+            return (n, 0);
         };
-        (n, count - 1)
+        n[0] = receipt.at_us();
+        n[arg::RECEIPT_UNTIL - arg::RECEIPT_AT] = receipt.until_us();
+        match self.give_back {
+            Some(give_back) => {
+                n[arg::GIVE_BACK - arg::RECEIPT_AT] = give_back;
+                (n, arg::PER_SETTLE - arg::RECEIPT_AT)
+            }
+            None => (n, arg::PER_REFUND - arg::RECEIPT_AT),
+        }
     }
 
     /// The charge's arguments as text, in [`arg`]'s order.
     pub(super) fn write(&self, out: &mut impl Args) {
         out.push(self.algorithm.name());
-        let (numbers, count) = self.numbers();
-        for &n in &numbers[..count] {
+        for n in self.numbers() {
+            out.push(n);
+        }
+        out.push(self.escalation.as_str());
+        let (receipt, count) = self.receipt_numbers();
+        for &n in &receipt[..count] {
             out.push(n);
         }
     }
@@ -257,6 +282,7 @@ pub(in crate::store::redis) fn verdicts(
                 receipt: None,
                 blocked_us: optional(v[reply::BLOCKED_FOR])?,
                 tripped: v[reply::TRIPPED] == 1,
+                trips: u32::try_from(non_negative(v[reply::TRIPS])?).unwrap_or(u32::MAX),
             })
         })
         .collect::<Result<_, _>>()?;
@@ -293,6 +319,7 @@ mod tests {
             (arg::PENALTY_WITHIN, "penalty_within"),
             (arg::PENALTY_BLOCK, "penalty_block"),
             (arg::READS, "reads"),
+            (arg::ESCALATION, "escalation"),
             (arg::RECEIPT_AT, "receipt_at"),
             (arg::RECEIPT_UNTIL, "receipt_until"),
             (arg::GIVE_BACK, "give_back"),
@@ -317,6 +344,7 @@ mod tests {
             (reply::DELAY, "delay"),
             (reply::BLOCKED_FOR, "blocked_for"),
             (reply::TRIPPED, "tripped"),
+            (reply::TRIPS, "trips"),
         ];
         // Lua counts from 1.
         let expected: Vec<_> = replies
@@ -362,11 +390,14 @@ mod tests {
                 arg::PENALTY_WITHIN,
                 arg::PENALTY_BLOCK,
                 arg::READS,
+                arg::ESCALATION,
             ],
         );
         // lean.lua lays the packed charge out from its fourth number, the algorithm's.
         let lean_reads = format!("args[{}] = (mode - dry) / 2", 4 + arg::READS);
         assert!(lua::LEAN.contains(&lean_reads), "{lean_reads}");
+        let lean_escalation = format!("args[{}] = escalation", 4 + arg::ESCALATION);
+        assert!(lua::LEAN.contains(&lean_escalation), "{lean_escalation}");
     }
 
     #[test]
@@ -394,8 +425,17 @@ mod tests {
         assert!(lua::LEAN.contains(&formats), "{formats}");
     }
 
+    /// The arguments a call writes, as text.
+    impl Args for Vec<String> {
+        fn push<T: ToRedisArgs>(&mut self, arg: T) {
+            for bytes in arg.to_redis_args() {
+                Vec::push(self, String::from_utf8(bytes).expect("text"));
+            }
+        }
+    }
+
     #[test]
-    fn a_charge_writes_its_numbers_at_their_offsets() {
+    fn a_charge_writes_its_arguments_at_their_offsets() {
         let args = ChargeArgs {
             algorithm: Algorithm::Gcra,
             cost: 1,
@@ -405,26 +445,36 @@ mod tests {
             params: [5, 6, 7, 8, 9],
             penalty: [10, 11, 12],
             reads: Reads::AlwaysMarkingBase,
-            receipt: Receipt::new(14, 15, 1),
-            give_back: Some(16),
+            escalation: "14 0 0".to_owned(),
+            receipt: Receipt::new(15, 16, 1),
+            give_back: Some(17),
         };
-        let (numbers, count) = args.numbers();
-        assert_eq!(count, arg::PER_SETTLE - 1);
-        assert_eq!(numbers[arg::READS - 1], 2);
-        for (i, n) in numbers.iter().enumerate() {
-            if i + 1 != arg::READS {
-                assert_eq!(*n, (i + 1) as u64);
+        let mut written: Vec<String> = Vec::new();
+        args.write(&mut written);
+        assert_eq!(written.len(), arg::PER_SETTLE);
+        assert_eq!(written[arg::ALGORITHM], "gcra");
+        assert_eq!(written[arg::READS], "2");
+        assert_eq!(written[arg::ESCALATION], "14 0 0");
+        for (i, text) in written.iter().enumerate() {
+            if ![arg::ALGORITHM, arg::READS, arg::ESCALATION].contains(&i) {
+                assert_eq!(*text, i.to_string());
             }
         }
         let refund = ChargeArgs {
             give_back: None,
             ..args
         };
-        assert_eq!(refund.numbers().1, arg::PER_REFUND - 1);
+        let mut written: Vec<String> = Vec::new();
+        refund.write(&mut written);
+        assert_eq!(written.len(), arg::PER_REFUND);
         let charge = ChargeArgs {
             receipt: None,
+            escalation: String::new(),
             ..refund
         };
-        assert_eq!(charge.numbers().1, arg::PER_CHARGE - 1);
+        let mut written: Vec<String> = Vec::new();
+        charge.write(&mut written);
+        assert_eq!(written.len(), arg::PER_CHARGE);
+        assert_eq!(written[arg::ESCALATION], "");
     }
 }

@@ -55,9 +55,9 @@ local function gcra_refund_place(keys, p, s, amount, r, ahead_us, ahead_ns, v)
   end
   local parked = pb_parked(rest)
   local function save()
-    -- An operator's reset's instant (evalsha_batch.lua, mode 'x') stays.
-    redis.call('SET', keys[#keys], pb_text(u, c, f, q, pb_suffix(pb_reset_at(rest), parked)),
-      'KEEPTTL')
+    -- An operator's reset's instant (evalsha_batch.lua, mode 'x') and the trips stay.
+    redis.call('SET', keys[#keys],
+      pb_text(u, c, f, q, pb_suffix(pb_reset_at(rest), parked, pb_trips(rest))), 'KEEPTTL')
   end
   local ahead = not ns_le(s.a, s.b, now + ahead_us, ahead_ns)
   if ahead and r.till ~= ns_ceil_us(s.a, s.b) then
