@@ -33,6 +33,7 @@ mod in_flight_entry;
 #[allow(clippy::module_inception)]
 mod layer;
 mod limiter_calls;
+mod meter;
 mod policy;
 mod refunds;
 mod rejection;
@@ -40,8 +41,10 @@ mod rollout;
 mod routes;
 mod scope;
 mod service;
+mod settles;
 mod shared;
 mod slot_lines;
+mod unit;
 
 pub use body::RateLimitBody;
 pub use builder::LayerBuilder;
@@ -51,7 +54,9 @@ pub use fail_mode::FailMode;
 pub use future::ResponseFuture;
 pub use headers::{HeaderStyle, ResetFormat};
 pub use layer::RateLimitLayer;
+pub use meter::Meter;
 pub use policy::{MissingKey, Policy};
 pub use rejection::{RejectReason, Rejection, RejectionInfo};
 pub use rollout::Rollout;
 pub use service::RateLimit;
+pub use unit::Unit;

@@ -34,6 +34,19 @@ pub(crate) fn refund_failed(error: &crate::StoreError) {
     tracing::warn!(target: "tollgate", %error, "rate-limit refund failed");
 }
 
+/// Records a settle (a metered request's charge moved to its actual) that could not
+/// be applied: the estimate stands. The response it belonged to is untouched.
+#[cfg(feature = "layer")]
+#[cfg_attr(
+    not(any(feature = "tracing", feature = "metrics")),
+    allow(unused_variables)
+)]
+pub(crate) fn settle_failed(error: &crate::StoreError) {
+    store_error(error);
+    #[cfg(feature = "tracing")]
+    tracing::warn!(target: "tollgate", %error, "rate-limit settle failed: the estimate stands");
+}
+
 #[cfg_attr(
     not(any(feature = "tracing", feature = "metrics")),
     allow(unused_variables)

@@ -49,6 +49,8 @@ pub(crate) use lease::denial_cache_hit;
 pub(crate) use lease::{lease_hit, lease_slice, lease_units_returned};
 #[cfg(feature = "layer")]
 pub(crate) use logs::headers_too_long;
+#[cfg(feature = "layer")]
+pub(crate) use logs::settle_failed;
 #[cfg(feature = "redis")]
 pub(crate) use logs::slot_record_failed;
 pub(crate) use logs::{penalty_tripped, refund_failed};

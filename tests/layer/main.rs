@@ -24,6 +24,7 @@ mod honest_headers;
 mod http;
 mod in_flight;
 mod key_extractors;
+mod metered;
 mod operations;
 mod outage_store;
 mod outbound;
@@ -34,4 +35,5 @@ mod reload;
 mod rollout;
 #[cfg(feature = "redis")]
 mod shared_redis;
+mod streaming;
 mod tower_stack;
