@@ -9,6 +9,7 @@ use http::{HeaderMap, Request, Response, StatusCode};
 
 use crate::layer::Decisions;
 use crate::layer::body::OnGrpcStatus;
+use crate::layer::byte_account::{ByteMeters, ByteMetersExtension};
 use crate::layer::few::{Checks, Few};
 use crate::layer::grpc::{GrpcContentType, grpc_http_status, grpc_response};
 use crate::layer::headers::GRPC_STATUS;
@@ -55,6 +56,9 @@ pub(crate) struct RequestContext {
     /// The request's metered charges, settled when the response body ends, or when
     /// this context is dropped first (the response never came).
     metering: Option<CloseOnDrop>,
+    /// The request's byte-metered policies, until the response: to tell whether a
+    /// `MeterBytes` layer counted the bodies.
+    bytes: Option<Arc<ByteMeters>>,
 }
 
 /// What to do with a request once the store has answered.
@@ -91,6 +95,7 @@ impl RequestContext {
             redecided: false,
             running: Few::new(),
             metering: None,
+            bytes: None,
         }
     }
 
@@ -306,7 +311,7 @@ impl RequestContext {
     }
 
     /// Gives an admitted request of a metered policy its [`Meter`](crate::layer::Meter),
-    /// in its extensions.
+    /// and one of a byte-metered policy its byte meters, in its extensions.
     fn meter<ReqBody>(&mut self, request: &mut Request<ReqBody>, decisions: &[Decision]) {
         let charges = self
             .checks
@@ -316,6 +321,13 @@ impl RequestContext {
         if let Some(metering) = Metering::new(&self.shared, &self.view, charges) {
             request.extensions_mut().insert(metering.meter());
             self.metering = Some(CloseOnDrop(metering));
+        }
+        let charges = self.checks.iter().copied().zip(decisions.iter().cloned());
+        if let Some(meters) = ByteMeters::new(&self.shared, &self.view, self.grpc, charges) {
+            request
+                .extensions_mut()
+                .insert(ByteMetersExtension(meters.clone()));
+            self.bytes = Some(meters);
         }
     }
 
@@ -527,6 +539,11 @@ impl RequestContext {
         }
         // Written after the refunds and settles the store answered at once.
         self.view.headers.write(&self.decisions, &mut head.headers);
+        if let Some(bytes) = self.bytes.take()
+            && !bytes.attached()
+        {
+            observe::bytes_not_metered();
+        }
         if self.slots.is_empty() && self.metering.is_none() {
             return on_status;
         }

@@ -134,6 +134,8 @@ pub(crate) struct HeaderPlan {
     quotas: Vec<Quota>,
     /// `RateLimit-Policy` when every policy was checked (the common case), built once.
     all_policies: Option<HeaderValue>,
+    /// Per policy: its `qu` parameter, if its unit is not requests.
+    units: Vec<&'static str>,
 }
 
 /// A policy's `RateLimit-Policy` list member in `style`; `name` is its
@@ -143,6 +145,15 @@ fn policy_member(style: HeaderStyle, name: &str, quota: Quota) -> String {
     match style {
         HeaderStyle::Draft06 => format!("{};w={window}", quota.limit()),
         _ => format!("{name};q={};w={window}", quota.limit()),
+    }
+}
+
+/// The draft-11 `qu` parameter of a policy whose quota does not count requests
+/// (`;qu="content-bytes"`), or nothing.
+fn unit_parameter(style: HeaderStyle, policy: &Policy) -> &'static str {
+    match (style, policy.get_unit()) {
+        (HeaderStyle::Draft11, crate::layer::Unit::ContentBytes) => ";qu=\"content-bytes\"",
+        _ => "",
     }
 }
 
@@ -156,7 +167,8 @@ fn longest_headers(policies: &[Policy]) -> usize {
     let (mut policy_len, mut state_len) = (separators, separators);
     for policy in policies {
         let name = sf_string(policy.name());
-        policy_len += policy_member(HeaderStyle::Draft11, &name, policy.quota()).len();
+        policy_len += policy_member(HeaderStyle::Draft11, &name, policy.quota()).len()
+            + unit_parameter(HeaderStyle::Draft11, policy).len();
         if policy.has_quota_from() {
             // A caller's own quota may state `q` and `w` with up to a u64's digits.
             policy_len += 2 * U64_DIGITS;
@@ -193,10 +205,12 @@ pub(crate) fn check_size(policies: &[Policy]) -> Result<(), ConfigError> {
 impl HeaderPlan {
     pub(crate) fn new(style: HeaderStyle, policies: &[Policy]) -> Self {
         let names: Vec<String> = policies.iter().map(|p| sf_string(p.name())).collect();
+        let units: Vec<&'static str> = policies.iter().map(|p| unit_parameter(style, p)).collect();
         let policy_members: Vec<String> = policies
             .iter()
             .zip(&names)
-            .map(|(p, name)| policy_member(style, name, p.quota()))
+            .zip(&units)
+            .map(|((p, name), unit)| policy_member(style, name, p.quota()) + unit)
             .collect();
         let all_policies = HeaderValue::try_from(policy_members.join(", ")).ok();
         Self {
@@ -205,6 +219,7 @@ impl HeaderPlan {
             policy_members,
             quotas: policies.iter().map(Policy::quota).collect(),
             all_policies,
+            units,
         }
     }
 
@@ -217,7 +232,9 @@ impl HeaderPlan {
             // A caller's own quota: its members are written for it.
             let members: Vec<String> = decisions
                 .iter()
-                .map(|(index, d)| policy_member(self.style, &self.names[*index], d.quota))
+                .map(|(index, d)| {
+                    policy_member(self.style, &self.names[*index], d.quota) + self.units[*index]
+                })
                 .collect();
             return HeaderValue::try_from(members.join(", ")).ok();
         }

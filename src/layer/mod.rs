@@ -20,6 +20,8 @@
 
 mod body;
 mod builder;
+mod byte_account;
+mod bytes;
 mod context;
 mod costs;
 mod decisions;
@@ -34,6 +36,7 @@ mod in_flight_entry;
 mod layer;
 mod limiter_calls;
 mod meter;
+mod metered_body;
 mod policy;
 mod refunds;
 mod rejection;
@@ -48,6 +51,7 @@ mod unit;
 
 pub use body::RateLimitBody;
 pub use builder::LayerBuilder;
+pub use bytes::{MapRequestBody, MeterBytes, MeteredBytes, MeteredBytesFuture, Unchanged};
 pub use costs::Costs;
 pub use decisions::Decisions;
 pub use fail_mode::FailMode;
@@ -55,6 +59,7 @@ pub use future::ResponseFuture;
 pub use headers::{HeaderStyle, ResetFormat};
 pub use layer::RateLimitLayer;
 pub use meter::Meter;
+pub use metered_body::{BytesRateLimited, MeteredBody, MeteredBodyError};
 pub use policy::{MissingKey, Policy};
 pub use rejection::{RejectReason, Rejection, RejectionInfo};
 pub use rollout::Rollout;

@@ -10,6 +10,7 @@
 //! ([`broken_store`], [`grpc_server`], [`outage_store`], `shared_redis`); shared ones in `tests/support/`.
 
 mod broken_store;
+mod bytes;
 mod cancel;
 #[cfg(feature = "config")]
 mod config;
