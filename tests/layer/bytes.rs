@@ -549,3 +549,56 @@ fn a_byte_policy_states_its_unit() {
     let plain = MeteredBody::new(Full::new(Bytes::from("x")));
     assert_eq!(http_body::Body::size_hint(&plain).exact(), Some(1));
 }
+
+// ---------------------------------------------------------------------------------------
+// On Redis: every frame's charge is a store call on the wire.
+// ---------------------------------------------------------------------------------------
+
+#[cfg(feature = "redis")]
+#[tokio::test]
+async fn on_redis_an_upload_is_charged_frame_by_frame_and_cut_off_at_its_window() {
+    use tollgate::Algorithm;
+    use tollgate::clock::ManualClock;
+    // 1 MiB an hour in fixed windows, at a frozen instant: nothing refills, so the
+    // counts are exact whatever the timing.
+    let clock = ManualClock::new(Duration::from_secs(1_699_920_000));
+    let store = crate::shared_redis::redis_store("bytes-upload", clock);
+    let policy = Policy::new("upload", Quota::per_hour(MIB))
+        .expect("policy")
+        .algorithm(Algorithm::FixedWindow)
+        .key(key::header("x-api-key").expect("header"))
+        .meter_request_bytes()
+        .wait(Duration::from_secs(2));
+    let layer = RateLimitLayer::builder()
+        .policy(policy)
+        .store(store)
+        .build()
+        .expect("layer");
+    let routes = Router::new()
+        .route("/upload", post(upload))
+        .with_state(Log::default())
+        .layer(MeterBytes::new().map_request_body(axum::body::Body::new))
+        .layer(layer.clone());
+    let server = Server::start(routes).await;
+    let first = send_upload(&server, "alice", 16 * KIB, 48).await;
+    assert_eq!(
+        (first.status, first.body.as_str()),
+        (StatusCode::OK, "786432")
+    );
+    let key = alice_key();
+    let left = |layer: RateLimitLayer| async move {
+        let peek = layer.limiter().peek("upload", &key).await.expect("peek");
+        peek.remaining
+    };
+    assert_eq!(left(layer.clone()).await, MIB - 768 * KIB);
+    // The rest of the window is 256 KiB: a 512 KiB upload is cut off there, and the
+    // store counts no more than the window holds.
+    let second = send_upload(&server, "alice", 16 * KIB, 32).await;
+    assert_eq!(
+        second.status,
+        StatusCode::TOO_MANY_REQUESTS,
+        "{}",
+        second.body
+    );
+    assert_eq!(left(layer.clone()).await, 0);
+}

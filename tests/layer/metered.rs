@@ -663,3 +663,85 @@ async fn many_requests_at_once_on_estimates_of_1_go_into_debt_and_are_refused_un
         StatusCode::OK
     );
 }
+
+// ---------------------------------------------------------------------------------------
+// On Redis: the settle runs in the background; the headers show the estimate.
+// ---------------------------------------------------------------------------------------
+
+#[cfg(feature = "redis")]
+#[tokio::test]
+async fn on_redis_a_stream_is_settled_in_the_background_and_its_headers_show_the_estimate() {
+    let clock = ManualClock::new(BASE);
+    let store = crate::shared_redis::redis_store("metered-sse", clock.clone());
+    let meters = Arc::default();
+    let routes = sse_routes(24, None, Arc::clone(&meters)).merge(reporting_routes());
+    let app = App::on(tokens(), routes, store, clock).await;
+    let reply = app.call("/sse", "alice", 1_000).await;
+    assert_eq!(reply.header("ratelimit"), r#""tokens";r=19000;t=3"#);
+    assert!(
+        reply.body.ends_with("data: {\"usage\":240}\n\n"),
+        "{}",
+        reply.body
+    );
+    wait_until("the settle on Redis", async || {
+        app.remaining("alice").await == TOKENS_PER_MINUTE - 240
+    })
+    .await;
+    // A report before the head is settled in the background too: on a remote store
+    // the headers show the standing after the estimate.
+    let reply = app.call("/report/25000", "bob", 100).await;
+    assert_eq!(reply.header("ratelimit"), r#""tokens";r=19900;t=1"#);
+    wait_until("bob's debt", async || {
+        app.peek("bob").await.reset_after == Duration::from_secs(75)
+    })
+    .await;
+    assert_eq!(
+        app.call("/never", "bob", 1).await.status,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+}
+
+#[cfg(feature = "redis")]
+#[tokio::test]
+async fn on_redis_a_client_that_leaves_mid_stream_is_settled_with_what_was_reported() {
+    let clock = ManualClock::new(BASE);
+    let store = crate::shared_redis::redis_store("metered-leave", clock.clone());
+    let (step, meters) = (Arc::new(Notify::new()), Arc::default());
+    let routes = sse_routes(1_000, Some(step.clone()), Arc::clone(&meters));
+    let app = App::on(tokens(), routes, store, clock).await;
+    let response = app
+        .server
+        .open(request("/sse", "alice", 5_000))
+        .await
+        .expect("response");
+    let mut body = response.into_body();
+    for _ in 0..3 {
+        step.notify_one();
+        body.frame().await.expect("a frame").expect("data");
+    }
+    drop(body);
+    let meter = meters.lock().expect("meters")[0].clone();
+    wait_until("the meter closes", async || !meter.is_open()).await;
+    let reported = meter.reported("tokens").expect("reported");
+    assert!((30..=40).contains(&reported), "{reported}");
+    step.notify_waiters();
+    wait_until("the settle on Redis", async || {
+        app.remaining("alice").await == TOKENS_PER_MINUTE - reported
+    })
+    .await;
+}
+
+#[cfg(feature = "redis")]
+#[tokio::test]
+async fn on_redis_a_count_when_refund_leaves_the_headers_showing_the_charge() {
+    let clock = ManualClock::new(BASE);
+    let store = crate::shared_redis::redis_store("metered-refund", clock.clone());
+    let policy = tokens().count_when(|status| status.is_success());
+    let app = App::on(policy, reporting_routes(), store, clock).await;
+    let reply = app.call("/fail", "alice", 1_000).await;
+    assert_eq!(reply.header("ratelimit"), r#""tokens";r=19000;t=3"#);
+    wait_until("the refund on Redis", async || {
+        app.remaining("alice").await == TOKENS_PER_MINUTE
+    })
+    .await;
+}
