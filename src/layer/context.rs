@@ -406,15 +406,43 @@ impl RequestContext {
             })
     }
 
+    /// A decision for the policy at `index` that charged nothing and knows nothing of
+    /// the key (the store failed).
+    fn uncharged(&self, index: usize) -> Decision {
+        let policy = &self.view.policies()[index];
+        Decision {
+            allowed: true,
+            capacity: 0,
+            remaining: 0,
+            reset_after: Duration::ZERO,
+            retry_after: None,
+            delay: Duration::ZERO,
+            limit: policy.name(),
+            quota: policy.quota(),
+            blocked_for: None,
+            receipt: None,
+        }
+    }
+
     /// The store failed: pass the request on uncounted (fail open) or answer 503.
     fn store_failed<ReqBody>(
         &mut self,
-        request: Request<ReqBody>,
+        mut request: Request<ReqBody>,
         error: &StoreError,
     ) -> Next<ReqBody> {
         match self.fail(error) {
             None => {
                 self.admit();
+                if self.view.meters {
+                    // Charged nothing, so nothing will be settled: the meter is there
+                    // for the handlers that expect one.
+                    let uncharged: Vec<Decision> = self
+                        .checks
+                        .iter()
+                        .map(|check| self.uncharged(check.index))
+                        .collect();
+                    self.meter(&mut request, &uncharged);
+                }
                 Next::Call(request)
             }
             Some(response) => Next::Answer(response),
@@ -559,8 +587,10 @@ impl RequestContext {
             if let Some(metering) = &metering {
                 metering.0.refunded(status);
             }
-            drop(slots);
+            // Settled before the slots go back, so that on the memory store a request
+            // has posted its debt before the next one of its key can start.
             drop(metering);
+            drop(slots);
         }))
     }
 

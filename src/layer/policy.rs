@@ -429,16 +429,24 @@ impl Policy {
         self.key.extract(parts)
     }
 
-    /// What a request costs under this policy.
+    /// What a request costs under this policy: what its [`costs`](Policy::costs) say,
+    /// and at least 1 for a policy that is [`metered`](Policy::metered) or counts body
+    /// bytes: a cost of 0 is not sent to the store, and a request admitted without a
+    /// charge could not be settled (an estimate of 0 would buy any work for nothing).
     ///
     /// ```
     /// let policy = tollgate::Policy::new("api", tollgate::Quota::per_second(1))?;
     /// let (parts, _) = http::Request::get("/").body(())?.into_parts();
     /// assert_eq!(policy.cost_of(&parts), 1);
+    /// let free = policy.costs(|_: &http::request::Parts| 0);
+    /// assert_eq!(free.cost_of(&parts), 0);
+    /// assert_eq!(free.metered().cost_of(&parts), 1);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
+    #[inline]
     pub fn cost_of(&self, parts: &http::request::Parts) -> u32 {
-        self.costs.cost(parts)
+        let cost = self.costs.cost(parts);
+        if self.meters() { cost.max(1) } else { cost }
     }
 
     /// What this policy does with requests that have no key.

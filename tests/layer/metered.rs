@@ -527,6 +527,30 @@ async fn metering_rules_that_cannot_work_together_are_refused_at_build() {
     assert!(build(Policy::from(limit).metered()).is_ok());
 }
 
+#[tokio::test]
+async fn an_estimate_of_0_is_charged_1_and_settled_like_any_other() {
+    // A cost of 0 is free (never sent to the store): for a metered policy that would
+    // buy any work uncounted.
+    let app = App::start(tokens(), reporting_routes()).await;
+    let reply = app.call("/report/5000", "mallory", 0).await;
+    assert_eq!(reply.status, StatusCode::OK);
+    assert_eq!(reply.header("ratelimit"), r#""tokens";r=15000;t=15"#);
+    assert_eq!(app.remaining("mallory").await, 15_000);
+}
+
+#[tokio::test]
+async fn a_request_the_store_failed_open_for_still_finds_a_meter_that_settles_nothing() {
+    let clock = ManualClock::new(BASE);
+    let store = crate::outage_store::OutageStore::new(MemoryStore::with_clock(clock.clone()));
+    let app = App::on(tokens(), reporting_routes(), store.clone(), clock).await;
+    store.go_down();
+    let reply = app.call("/report/240", "alice", 1_000).await;
+    assert_eq!((reply.status, reply.body.as_str()), (StatusCode::OK, "ok"));
+    assert_eq!(reply.header("ratelimit"), "");
+    store.come_back();
+    assert_eq!(app.remaining("alice").await, TOKENS_PER_MINUTE);
+}
+
 // ---------------------------------------------------------------------------------------
 // The attacker: estimates of 1, many requests at once.
 // ---------------------------------------------------------------------------------------
