@@ -16,7 +16,10 @@
 //! service), `context.rs` (what becomes of the request once decided, and of its
 //! response), `refunds.rs`, `few.rs` (a request's checks, inline for one policy),
 //! `rejection.rs` and `grpc.rs` (the layer's own answers, HTTP and gRPC), `headers.rs`
-//! (what every response says), `decisions.rs` and `body.rs`.
+//! (what every response says), `decisions.rs` and `body.rs`. Metered policies:
+//! `meter.rs` (the [`Meter`] a handler reports the actual cost to) and `settles.rs`
+//! (settling it); bytes as the unit: `unit.rs`, `bytes.rs` (the [`MeterBytes`] layer),
+//! `metered_body.rs` and `byte_account.rs`.
 
 mod body;
 mod builder;
