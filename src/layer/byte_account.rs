@@ -99,7 +99,7 @@ impl ByteMeters {
                     request: policy.meters_request_bytes(),
                     response: policy.meters_response_bytes(),
                     capacity: capacity.max(1),
-                    wait: shared.wait_of(policy).unwrap_or(policy.quota().period()),
+                    wait: shared.wait_of(policy).unwrap_or(decision.quota.period()),
                     state: Mutex::new(Counted {
                         advance: Standing::new(check.index, check.key, decision, advance),
                         credit: advance,

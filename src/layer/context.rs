@@ -15,7 +15,7 @@ use crate::layer::grpc::{GrpcContentType, grpc_http_status, grpc_response};
 use crate::layer::headers::GRPC_STATUS;
 use crate::layer::in_flight_entry::Entry;
 use crate::layer::limiter_calls::{Pending, targets};
-use crate::layer::meter::{CloseOnDrop, Metering};
+use crate::layer::meter::{CloseOnDrop, Metering, Refunds};
 use crate::layer::refunds::{refund_charges, refund_uncounted};
 use crate::layer::rejection::{RejectReason, RejectionInfo};
 use crate::layer::settles::Standing;
@@ -555,7 +555,7 @@ impl RequestContext {
     /// refunds once a gRPC status arrives in the trailers, the request's in-flight
     /// slots, and its metering, settled when the body ends.
     pub(super) fn finish(&mut self, head: &mut http::response::Parts) -> Option<OnGrpcStatus> {
-        let (on_status, refunded) = self.refunds_at_end(&head.headers, head.status);
+        let (on_status, refunds) = self.refunds_at_end(&head.headers, head.status);
         if let Some(metering) = &self.metering {
             let reads_head = self
                 .checks
@@ -563,7 +563,7 @@ impl RequestContext {
                 .any(|check| self.view.policies()[check.index].reads_response());
             metering
                 .0
-                .head(reads_head.then_some(&*head), refunded, &mut self.decisions);
+                .head(reads_head.then_some(&*head), refunds, &mut self.decisions);
         }
         // Written after the refunds and settles the store answered at once.
         self.view.headers.write(&self.decisions, &mut head.headers);
@@ -594,14 +594,14 @@ impl RequestContext {
         }))
     }
 
-    /// Refunds once the inner service has answered with `status`: at once (with the
-    /// status they were decided by), or, for a gRPC response whose status comes in the
-    /// trailers, the hook that refunds then.
+    /// Refunds once the inner service has answered with `status`: at once, or, for a
+    /// gRPC response whose status comes in the trailers, through the hook returned,
+    /// which refunds then; with what became of them, for the metering.
     fn refunds_at_end(
         &mut self,
         headers: &HeaderMap,
         status: StatusCode,
-    ) -> (Option<OnGrpcStatus>, Option<StatusCode>) {
+    ) -> (Option<OnGrpcStatus>, Refunds) {
         let policies = self.view.policies();
         // Only what the store charged can be refunded.
         if !self.charged
@@ -610,7 +610,7 @@ impl RequestContext {
                 .iter()
                 .any(|check| policies[check.index].refunds_some_responses())
         {
-            return (None, None);
+            return (None, Refunds::None);
         }
         if self.grpc.is_none() {
             refund_uncounted(
@@ -620,7 +620,7 @@ impl RequestContext {
                 &mut self.decisions,
                 status,
             );
-            return (None, Some(status));
+            return (None, Refunds::Made(status));
         }
         // gRPC answers HTTP 200; its own status is in the headers of a trailers-only
         // response, else in the trailers at the end of the body.
@@ -633,14 +633,14 @@ impl RequestContext {
                 &mut self.decisions,
                 status,
             );
-            return (None, Some(status));
+            return (None, Refunds::Made(status));
         }
         let (shared, view, checks) = (self.shared.clone(), self.view.clone(), self.checks.clone());
         let mut decisions = self.decisions.clone();
         let hook: OnGrpcStatus = Box::new(move |status| {
             refund_uncounted(&shared, &view, &checks, &mut decisions, status);
         });
-        (Some(hook), None)
+        (Some(hook), Refunds::AtTrailers)
     }
 }
 

@@ -12,7 +12,10 @@ use crate::layer::shared::{Shared, View};
 
 /// The actual cost of a request, reported by the inner service for the request's
 /// [`metered`](crate::Policy::metered) policies: found in the request extensions of
-/// every request a metered policy admitted, cheap to clone, `Send + Sync`.
+/// every request a metered policy admitted (or let through uncounted when the store
+/// failed open: that meter settles nothing), cheap to clone, `Send + Sync`. A request
+/// no metered policy applied to has none (an `allow` predicate, a route the policy is
+/// not on): in axum, take `Option<Extension<Meter>>` where that can happen.
 ///
 /// A metered policy admits a request on an estimate (its [`costs`](crate::Policy::costs),
 /// e.g. the request's `max_tokens`) and settles the charge to the actual once the
@@ -273,20 +276,25 @@ impl Metering {
     /// settles to it for good; a figure already reported settles now if the store
     /// answers at once (a later report may still move it). The decisions in
     /// `decisions` that a settle moved are replaced by the settled ones, for the
-    /// headers. A policy whose `count_when` refunded the request (by the status in
-    /// `refunded`) is settled by that refund instead.
+    /// headers. A policy whose `count_when` refunded the request is settled by that
+    /// refund instead; one whose refund waits for a gRPC status in the trailers is
+    /// settled at the end, from its charge as it was made, which that refund names.
     pub(crate) fn head(
         &self,
         head: Option<&http::response::Parts>,
-        refunded: Option<StatusCode>,
+        refunds: Refunds,
         decisions: &mut [(usize, Decision)],
     ) {
         let mut lines = self.lines();
         for line in &mut lines.lines {
             let policy = &self.view.policies()[line.standing.index];
-            if refunded.is_some_and(|status| !policy.counts(status)) {
-                line.standing.done = true;
-                continue;
+            match refunds {
+                Refunds::Made(status) if !policy.counts(status) => {
+                    line.standing.done = true;
+                    continue;
+                }
+                Refunds::AtTrailers if policy.refunds_some_responses() => continue,
+                _ => {}
             }
             let from_head = head.and_then(|head| policy.actual_from_response(head));
             let when = if from_head.is_some() {
@@ -347,6 +355,17 @@ impl Metering {
             }
         }
     }
+}
+
+/// What became of a request's `count_when` refunds when its response head arrived.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Refunds {
+    /// None to make: nothing charged, or no policy refunds any status.
+    None,
+    /// Made (or sent) for the policies that do not count this status.
+    Made(StatusCode),
+    /// To make once a gRPC status arrives in the trailers.
+    AtTrailers,
 }
 
 /// Settles a request's metering when dropped: by the request context if the

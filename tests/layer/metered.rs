@@ -440,6 +440,101 @@ async fn a_plain_count_when_refund_shows_in_the_headers_on_the_memory_store() {
     );
 }
 
+/// A gRPC response body: one message, then the trailers with `grpc-status`.
+struct GrpcBody {
+    message: Option<Bytes>,
+    trailers: Option<http::HeaderMap>,
+}
+
+impl http_body::Body for GrpcBody {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Bytes>, Infallible>>> {
+        let frame = match self.message.take() {
+            Some(message) => Some(http_body::Frame::data(message)),
+            None => self.trailers.take().map(http_body::Frame::trailers),
+        };
+        std::task::Poll::Ready(frame.map(Ok))
+    }
+}
+
+/// A metered gRPC call reporting 500 tokens on an estimate of 1,000, answering
+/// `grpc_status` in its trailers; returns the headers and what "alice" has left.
+async fn grpc_call(grpc_status: &'static str) -> (http::HeaderMap, u64) {
+    use tower::{Service, ServiceExt};
+    // NOT_FOUND (5) is given back; any other status counts.
+    let policy = tokens().count_when(|status| status != StatusCode::NOT_FOUND);
+    let layer = RateLimitLayer::builder()
+        .policy(policy)
+        .store(MemoryStore::with_clock(ManualClock::new(BASE)))
+        .build()
+        .expect("layer");
+    let limiter = layer.limiter().clone();
+    let mut service = tower::ServiceBuilder::new()
+        .layer(layer.clone())
+        .service(tower::service_fn(move |request: Request<()>| async move {
+            request
+                .extensions()
+                .get::<Meter>()
+                .expect("a meter")
+                .report(500);
+            let mut trailers = http::HeaderMap::new();
+            trailers.insert("grpc-status", http::HeaderValue::from_static(grpc_status));
+            let body = GrpcBody {
+                message: Some(Bytes::from_static(b"\0\0\0\0\0")),
+                trailers: Some(trailers),
+            };
+            Ok::<_, Infallible>(http::Response::new(body))
+        }));
+    let request = Request::post("/pkg.Service/Method")
+        .header("content-type", "application/grpc")
+        .header("x-api-key", "alice")
+        .header("x-max-tokens", "1000")
+        .body(())
+        .expect("request");
+    let response = service
+        .ready()
+        .await
+        .expect("ready")
+        .call(request)
+        .await
+        .expect("response");
+    let (head, body) = response.into_parts();
+    body.collect().await.expect("the body");
+    let (parts, ()) = Request::get("/")
+        .header("x-api-key", "alice")
+        .body(())
+        .expect("request")
+        .into_parts();
+    let key = layer
+        .policy("tokens")
+        .and_then(|p| p.key_of(&parts))
+        .expect("a key");
+    let left = limiter.peek("tokens", &key).await.expect("peek").remaining;
+    (head.headers, left)
+}
+
+#[tokio::test]
+async fn a_grpc_status_in_the_trailers_refunds_or_settles_never_both() {
+    // The refund waits for the trailers: no settle before the headers.
+    let (headers, left) = grpc_call("5").await;
+    assert_eq!(headers["ratelimit"], r#""tokens";r=19000;t=3"#);
+    assert_eq!(
+        left, TOKENS_PER_MINUTE,
+        "NOT_FOUND: the charge given back, once"
+    );
+    let (_, left) = grpc_call("0").await;
+    assert_eq!(
+        left,
+        TOKENS_PER_MINUTE - 500,
+        "OK: settled to the 500 reported"
+    );
+}
+
 /// A memory store whose settles fail: every other call is the memory store's.
 #[derive(Debug, Clone)]
 struct SettlesFail(MemoryStore);
