@@ -9,13 +9,16 @@ use http::{HeaderMap, Request, Response, StatusCode};
 
 use crate::layer::Decisions;
 use crate::layer::body::OnGrpcStatus;
+use crate::layer::byte_account::{ByteMeters, ByteMetersExtension};
 use crate::layer::few::{Checks, Claims, Few};
 use crate::layer::grpc::{GrpcContentType, grpc_http_status, grpc_response};
 use crate::layer::headers::{GRPC_STATUS, Report};
 use crate::layer::in_flight_entry::Entry;
 use crate::layer::limiter_calls::{Pending, targets};
+use crate::layer::meter::{CloseOnDrop, Metering, Refunds};
 use crate::layer::refunds::{refund_charges, refund_uncounted};
 use crate::layer::rejection::{RejectReason, RejectionInfo};
+use crate::layer::settles::Standing;
 use crate::layer::shared::{HeldSlot, Holder, Shared, View};
 use crate::layer::{FailMode, Rejection};
 use crate::limiter::{Taken, Taking};
@@ -53,6 +56,12 @@ pub(crate) struct RequestContext {
     redecided: bool,
     /// The policies counting the request in `tollgate_in_flight` until it is answered.
     running: Few<usize>,
+    /// The request's metered charges, settled when the response body ends, or when
+    /// this context is dropped first (the response never came).
+    metering: Option<CloseOnDrop>,
+    /// The request's byte-metered policies, until the response: to tell whether a
+    /// `MeterBytes` layer counted the bodies.
+    bytes: Option<Arc<ByteMeters>>,
 }
 
 /// What to do with a request once the store has answered.
@@ -91,6 +100,8 @@ impl RequestContext {
             first: None,
             redecided: false,
             running: Few::new(),
+            metering: None,
+            bytes: None,
         }
     }
 
@@ -310,6 +321,9 @@ impl RequestContext {
             None,
         );
         self.admit();
+        if self.view.meters {
+            self.meter(&mut request, &decisions);
+        }
         let indices = self.checks.iter().map(|check| check.index);
         if self.shared.decisions_extension {
             self.decisions = indices.zip(decisions.iter().cloned()).collect();
@@ -320,6 +334,27 @@ impl RequestContext {
         match slot {
             Some(slot) => Next::Delay(delay, slot, request),
             None => Next::Call(request),
+        }
+    }
+
+    /// Gives an admitted request of a metered policy its [`Meter`](crate::layer::Meter),
+    /// and one of a byte-metered policy its byte meters, in its extensions.
+    fn meter<ReqBody>(&mut self, request: &mut Request<ReqBody>, decisions: &[Decision]) {
+        let charges = self
+            .checks
+            .iter()
+            .zip(decisions)
+            .map(|(check, d)| Standing::new(check.index, check.key, d.clone(), check.cost));
+        if let Some(metering) = Metering::new(&self.shared, &self.view, charges) {
+            request.extensions_mut().insert(metering.meter());
+            self.metering = Some(CloseOnDrop(metering));
+        }
+        let charges = self.checks.iter().copied().zip(decisions.iter().cloned());
+        if let Some(meters) = ByteMeters::new(&self.shared, &self.view, self.grpc, charges) {
+            request
+                .extensions_mut()
+                .insert(ByteMetersExtension(meters.clone()));
+            self.bytes = Some(meters);
         }
     }
 
@@ -398,6 +433,25 @@ impl RequestContext {
             })
     }
 
+    /// A decision for the policy at `index` that charged nothing and knows nothing of
+    /// the key (the store failed).
+    fn uncharged(&self, index: usize) -> Decision {
+        let policy = &self.view.policies()[index];
+        Decision {
+            allowed: true,
+            capacity: 0,
+            remaining: 0,
+            reset_after: Duration::ZERO,
+            retry_after: None,
+            delay: Duration::ZERO,
+            limit: policy.name(),
+            quota: policy.quota(),
+            blocked_for: None,
+            trips: 0,
+            receipt: None,
+        }
+    }
+
     /// The store failed: pass the request on uncounted (fail open) or answer 503.
     fn store_failed<ReqBody>(
         &mut self,
@@ -407,7 +461,18 @@ impl RequestContext {
         match self.fail(error) {
             None => {
                 self.admit();
-                Next::Call(self.unchecked(request))
+                let mut request = self.unchecked(request);
+                if self.view.meters {
+                    // Charged nothing, so nothing will be settled: the meter is there
+                    // for the handlers that expect one.
+                    let uncharged: Vec<Decision> = self
+                        .checks
+                        .iter()
+                        .map(|check| self.uncharged(check.index))
+                        .collect();
+                    self.meter(&mut request, &uncharged);
+                }
+                Next::Call(request)
             }
             Some(response) => Next::Answer(response),
         }
@@ -526,33 +591,58 @@ impl RequestContext {
         }
     }
 
-    /// Headers and refunds once the inner service has answered. Returns what the
-    /// response body holds until it ends: the hook that settles refunds once a gRPC
-    /// status arrives in the trailers, and the request's in-flight slots.
-    pub(super) fn finish(
-        &mut self,
-        headers: &mut HeaderMap,
-        status: StatusCode,
-    ) -> Option<OnGrpcStatus> {
-        let on_status = self.refunds_at_end(headers, status);
-        if self.slots.is_empty() {
+    /// Refunds, settles and headers once the inner service has answered with `head`.
+    /// Returns what the response body holds until it ends: the hook that settles
+    /// refunds once a gRPC status arrives in the trailers, the request's in-flight
+    /// slots, and its metering, settled when the body ends.
+    pub(super) fn finish(&mut self, head: &mut http::response::Parts) -> Option<OnGrpcStatus> {
+        let (on_status, refunds) = self.refunds_at_end(&head.headers, head.status);
+        if let Some(metering) = &self.metering {
+            let reads_head = self
+                .checks
+                .iter()
+                .any(|check| self.view.policies()[check.index].reads_response());
+            metering
+                .0
+                .head(reads_head.then_some(&*head), refunds, &mut self.decisions);
+        }
+        // Written after the refunds and settles the store answered at once.
+        self.view.headers.write(self.report(), &mut head.headers);
+        if let Some(bytes) = self.bytes.take()
+            && !bytes.attached()
+        {
+            observe::bytes_not_metered();
+        }
+        if self.slots.is_empty() && self.metering.is_none() {
             return on_status;
         }
         // The body drops this hook when it ends (or is dropped), and calls it when a
-        // gRPC status arrives, which is at its end too: either way the slots go back.
+        // gRPC status arrives, which is at its end too: either way the slots go back
+        // and the metering settles.
         let slots = std::mem::take(&mut self.slots);
+        let metering = self.metering.take();
         Some(Box::new(move |status| {
             if let Some(on_status) = on_status {
                 on_status(status);
             }
+            if let Some(metering) = &metering {
+                metering.0.refunded(status);
+            }
+            // Settled before the slots go back, so that on the memory store a request
+            // has posted its debt before the next one of its key can start.
+            drop(metering);
             drop(slots);
         }))
     }
 
-    /// Headers and refunds once the inner service has answered. For a gRPC response
-    /// whose status comes in the trailers, returns the hook that settles refunds then.
-    fn refunds_at_end(&self, headers: &mut HeaderMap, status: StatusCode) -> Option<OnGrpcStatus> {
-        self.view.headers.write(self.report(), headers);
+    /// Refunds once the inner service has answered with `status`: at once, or, for a
+    /// gRPC response whose status comes in the trailers, through the hook returned,
+    /// which refunds then; with what became of them, for the metering.
+    fn refunds_at_end(
+        &mut self,
+        headers: &HeaderMap,
+        status: StatusCode,
+    ) -> (Option<OnGrpcStatus>, Refunds) {
         let policies = self.view.policies();
         // Only what the store charged can be refunded.
         if !self.charged
@@ -561,35 +651,37 @@ impl RequestContext {
                 .iter()
                 .any(|check| policies[check.index].refunds_some_responses())
         {
-            return None;
+            return (None, Refunds::None);
         }
         if self.grpc.is_none() {
             refund_uncounted(
                 &self.shared,
                 &self.view,
                 &self.checks,
-                &self.decisions,
+                &mut self.decisions,
                 status,
             );
-            return None;
+            return (None, Refunds::Made(status));
         }
         // gRPC answers HTTP 200; its own status is in the headers of a trailers-only
         // response, else in the trailers at the end of the body.
         if let Some(code) = headers.get(GRPC_STATUS) {
+            let status = grpc_http_status(code.as_bytes());
             refund_uncounted(
                 &self.shared,
                 &self.view,
                 &self.checks,
-                &self.decisions,
-                grpc_http_status(code.as_bytes()),
+                &mut self.decisions,
+                status,
             );
-            return None;
+            return (None, Refunds::Made(status));
         }
         let (shared, view, checks) = (self.shared.clone(), self.view.clone(), self.checks.clone());
-        let decisions = self.decisions.clone();
-        Some(Box::new(move |status| {
-            refund_uncounted(&shared, &view, &checks, &decisions, status);
-        }))
+        let mut decisions = self.decisions.clone();
+        let hook: OnGrpcStatus = Box::new(move |status| {
+            refund_uncounted(&shared, &view, &checks, &mut decisions, status);
+        });
+        (Some(hook), Refunds::AtTrailers)
     }
 }
 

@@ -1,6 +1,6 @@
 //! [`Few`]: a request's checks and decisions, inline when there is one.
 
-use std::ops::Deref;
+use std::ops::{Deref, DerefMut};
 
 use crate::layer::in_flight_entry::Claim;
 use crate::layer::limiter_calls::LayerCheck;
@@ -37,6 +37,15 @@ impl<T> Deref for Few<T> {
     type Target = [T];
 
     fn deref(&self) -> &[T] {
+        match self {
+            Self::One(item) => item,
+            Self::Many(items) => items,
+        }
+    }
+}
+
+impl<T> DerefMut for Few<T> {
+    fn deref_mut(&mut self) -> &mut [T] {
         match self {
             Self::One(item) => item,
             Self::Many(items) => items,

@@ -352,18 +352,16 @@ where
                     }
                 }
                 StateProj::Calling { future } => {
-                    let mut response = ready!(future.poll(cx))?;
-                    let status = response.status();
+                    let (mut head, body) = ready!(future.poll(cx))?.into_parts();
                     let on_status = this
                         .context
                         .as_mut()
-                        .and_then(|context| context.finish(response.headers_mut(), status));
-                    return Poll::Ready(Ok(match on_status {
-                        Some(on_status) => {
-                            response.map(|body| RateLimitBody::watching(body, on_status))
-                        }
-                        None => response.map(RateLimitBody::inner),
-                    }));
+                        .and_then(|context| context.finish(&mut head));
+                    let body = match on_status {
+                        Some(on_status) => RateLimitBody::watching(body, on_status),
+                        None => RateLimitBody::inner(body),
+                    };
+                    return Poll::Ready(Ok(Response::from_parts(head, body)));
                 }
                 StateProj::Answered { response } => {
                     let response = response

@@ -185,6 +185,8 @@ pub(crate) struct HeaderPlan {
     /// `RateLimit-Policy` when every policy was checked (the common case), built once;
     /// `None` with partition keys, which differ per request.
     all_policies: Option<HeaderValue>,
+    /// Per policy: its `qu` parameter, if its unit is not requests.
+    units: Vec<&'static str>,
 }
 
 /// A policy's `RateLimit-Policy` list member in `style`; `name` is its
@@ -203,6 +205,15 @@ fn in_flight_member(name: &str, max: u32) -> String {
     format!("{name};q={max};qu=\"concurrent-requests\"")
 }
 
+/// The draft-11 `qu` parameter of a policy whose quota does not count requests
+/// (`;qu="content-bytes"`), or nothing.
+fn unit_parameter(style: HeaderStyle, policy: &Policy) -> &'static str {
+    match (style, policy.get_unit()) {
+        (HeaderStyle::Draft11, crate::layer::Unit::ContentBytes) => ";qu=\"content-bytes\"",
+        _ => "",
+    }
+}
+
 /// The longest the draft-11 header lines of `policies` can be, in bytes: the
 /// `RateLimit-Policy` line exactly (`pk` included when on), the `RateLimit` line with
 /// `r` and `t` at the most digits a `u64` takes.
@@ -215,7 +226,9 @@ fn longest_headers(policies: &[Policy], partition_keys: bool) -> usize {
     for policy in policies {
         let name = sf_string(policy.name());
         if policy.has_rate() {
-            policy_len += policy_member(HeaderStyle::Draft11, &name, policy.quota()).len() + pk;
+            policy_len += policy_member(HeaderStyle::Draft11, &name, policy.quota()).len()
+                + unit_parameter(HeaderStyle::Draft11, policy).len()
+                + pk;
             if policy.has_quota_from() {
                 // A caller's own quota may state `q` and `w` with up to a u64's digits.
                 policy_len += 2 * U64_DIGITS;
@@ -269,10 +282,12 @@ impl HeaderPlan {
     pub(crate) fn new(style: HeaderStyle, policies: &[Policy], partition_keys: bool) -> Self {
         let draft11 = style == HeaderStyle::Draft11;
         let names: Vec<String> = policies.iter().map(|p| sf_string(p.name())).collect();
+        let units: Vec<&'static str> = policies.iter().map(|p| unit_parameter(style, p)).collect();
         let policy_members: Vec<String> = policies
             .iter()
             .zip(&names)
-            .map(|(p, name)| policy_member(style, name, p.quota()))
+            .zip(&units)
+            .map(|((p, name), unit)| policy_member(style, name, p.quota()) + unit)
             .collect();
         let in_flight_members: Vec<Option<String>> = policies
             .iter()
@@ -310,6 +325,7 @@ impl HeaderPlan {
             rate_policies,
             in_flight_policies,
             all_policies,
+            units,
         }
     }
 
@@ -349,6 +365,7 @@ impl HeaderPlan {
                 // A caller's own quota: its member is written for it.
                 let member = policy_member(self.style, &self.names[*index], d.quota);
                 value.extend_from_slice(member.as_bytes());
+                value.extend_from_slice(self.units[*index].as_bytes());
             }
             if self.partition_keys
                 && let Some(check) = checks.get(n)

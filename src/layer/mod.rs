@@ -17,10 +17,15 @@
 //! response), `refunds.rs`, `few.rs` (a request's checks, inline for one policy),
 //! `rejection.rs`, `problem.rs` and `grpc.rs` (the layer's own answers, HTTP, RFC 9457
 //! problem details and gRPC), `headers.rs` (what every response says), `decisions.rs`,
-//! `extract.rs` (axum's extractor and responses) and `body.rs`.
+//! `extract.rs` (axum's extractor and responses) and `body.rs`. Metered policies:
+//! `meter.rs` (the [`Meter`] a handler reports the actual cost to) and `settles.rs`
+//! (settling it); bytes as the unit: `unit.rs`, `bytes.rs` (the [`MeterBytes`] layer),
+//! `metered_body.rs` and `byte_account.rs`.
 
 mod body;
 mod builder;
+mod byte_account;
+mod bytes;
 mod context;
 mod costs;
 mod decisions;
@@ -36,6 +41,8 @@ mod in_flight_entry;
 #[allow(clippy::module_inception)]
 mod layer;
 mod limiter_calls;
+mod meter;
+mod metered_body;
 mod partition_key;
 mod policy;
 mod problem;
@@ -45,11 +52,14 @@ mod rollout;
 mod routes;
 mod scope;
 mod service;
+mod settles;
 mod shared;
 mod slot_lines;
+mod unit;
 
 pub use body::RateLimitBody;
 pub use builder::LayerBuilder;
+pub use bytes::{MapRequestBody, MeterBytes, MeteredBytes, MeteredBytesFuture, Unchanged};
 pub use costs::Costs;
 pub use decisions::Decisions;
 #[cfg(feature = "axum")]
@@ -59,8 +69,11 @@ pub use fail_mode::FailMode;
 pub use future::ResponseFuture;
 pub use headers::{HeaderStyle, ResetFormat};
 pub use layer::RateLimitLayer;
+pub use meter::Meter;
+pub use metered_body::{BytesRateLimited, MeteredBody, MeteredBodyError};
 pub use policy::{MissingKey, Policy};
 pub use problem::ProblemType;
 pub use rejection::{RejectReason, Rejected, Rejection, RejectionInfo};
 pub use rollout::Rollout;
 pub use service::RateLimit;
+pub use unit::Unit;

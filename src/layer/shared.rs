@@ -121,6 +121,9 @@ pub(crate) struct View {
     pub(crate) headers: HeaderPlan,
     /// Each policy's metric handles, in the policies' order.
     pub(crate) metrics: Box<[PolicyMetrics]>,
+    /// Whether a policy is metered (settled to a reported actual, or counting body
+    /// bytes): only then does an admitted request get a meter.
+    pub(crate) meters: bool,
 }
 
 impl View {
@@ -131,11 +134,13 @@ impl View {
             .iter()
             .map(|policy| PolicyMetrics::new(policy.name()))
             .collect();
+        let meters = paired.policies.iter().any(Policy::meters);
         Self {
             set: Arc::clone(&paired.set),
             paired,
             headers,
             metrics,
+            meters,
         }
     }
 

@@ -1,7 +1,7 @@
 //! Giving back what a store call took, by the receipts of its decisions: from the
-//! layer (`count_when`, held-cap refunds, a held request whose caller left) and from a
-//! waiter that went away ([`Limiter::until_ready`]): at once on the memory store, in
-//! the background on another.
+//! layer (`count_when`, held-cap refunds, a held request whose caller left, settles of
+//! metered requests) and from a waiter that went away ([`Limiter::until_ready`]): at
+//! once on the memory store, in the background on another.
 //!
 //! One mechanism for every call that takes something for a caller who may leave: the
 //! call is a [`Taking`] from before it is sent, and what it took a [`Taken`] from the
@@ -60,6 +60,70 @@ impl Limiter {
             };
             store.refund_charge(charge, receipt).await
         }))
+    }
+}
+
+/// A settle the layer makes for a request: settled already (a store that answers at
+/// once: the memory store), or a future not sent yet, to run in the background with
+/// [`spawn_settle`] (a settle dropped on the wire may or may not have run, so nobody
+/// may cancel it) or to drop unsent.
+#[cfg(feature = "layer")]
+pub(crate) enum Settling {
+    Done(Result<Decision, StoreError>),
+    Later(StoreFuture<'static, Decision>),
+}
+
+#[cfg(feature = "layer")]
+impl Limiter {
+    /// Settles the charge of `receipt`, made to `key` under the limit at `index` of
+    /// `set` with `quota` (the decision's), to `actual`: at once on a store that
+    /// answers at once, else as a future, not sent, that owns what it needs.
+    pub(crate) fn settle_charge_later(
+        &self,
+        set: &Arc<Set>,
+        (index, key): (usize, Key),
+        receipt: Receipt,
+        quota: Quota,
+        actual: u64,
+    ) -> Settling {
+        let limit = match self.with_quota(&set.limits[index], Some(quota)) {
+            Ok(limit) => limit,
+            Err(error) => return Settling::Done(Err(error)),
+        };
+        let charge = Charge {
+            limit: &limit,
+            key: &key,
+            cost: actual,
+        };
+        match self.inner.store.settle(charge, receipt).into_ready() {
+            Ok(answer) => Settling::Done(answer),
+            // Not polled, so not sent: made again from owned arguments.
+            Err(_unsent) => {
+                let (limiter, store, set) = (self.clone(), self.inner.store.clone(), set.clone());
+                Settling::Later(Box::pin(async move {
+                    let limit = limiter.with_quota(&set.limits[index], Some(quota))?;
+                    let charge = Charge {
+                        limit: &limit,
+                        key: &key,
+                        cost: actual,
+                    };
+                    store.settle(charge, receipt).await
+                }))
+            }
+        }
+    }
+}
+
+/// Runs a remote settle to its end in the background: nobody waits for it, and no
+/// client that goes away can cancel it halfway; a failure is recorded.
+#[cfg(feature = "layer")]
+pub(crate) fn spawn_settle(settle: StoreFuture<'static, Decision>) {
+    if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+        runtime.spawn(async move {
+            if let Err(error) = settle.await {
+                crate::observe::settle_failed(&error);
+            }
+        });
     }
 }
 

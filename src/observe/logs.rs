@@ -34,6 +34,35 @@ pub(crate) fn refund_failed(error: &crate::StoreError) {
     tracing::warn!(target: "tollgate", %error, "rate-limit refund failed");
 }
 
+/// Records a settle (a metered request's charge moved to its actual) that could not
+/// be applied: the estimate stands. The response it belonged to is untouched.
+#[cfg(feature = "layer")]
+#[cfg_attr(
+    not(any(feature = "tracing", feature = "metrics")),
+    allow(unused_variables)
+)]
+pub(crate) fn settle_failed(error: &crate::StoreError) {
+    store_error(error);
+    #[cfg(feature = "tracing")]
+    tracing::warn!(target: "tollgate", %error, "rate-limit settle failed: the estimate stands");
+}
+
+/// Records, once per process, a request of a byte-metered policy that no
+/// `MeterBytes` layer counted: its bodies went through uncounted.
+#[cfg(feature = "layer")]
+pub(crate) fn bytes_not_metered() {
+    #[cfg(feature = "tracing")]
+    {
+        static WARNED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+        if !WARNED.swap(true, std::sync::atomic::Ordering::Relaxed) {
+            tracing::warn!(
+                target: "tollgate",
+                "a policy meters body bytes, and no MeterBytes layer inside the RateLimitLayer counts them: bodies go through uncounted"
+            );
+        }
+    }
+}
+
 #[cfg_attr(
     not(any(feature = "tracing", feature = "metrics")),
     allow(unused_variables)

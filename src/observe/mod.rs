@@ -49,6 +49,8 @@ pub(crate) use lease::{denial_cache_hit, lease_hit, lease_slice, lease_units_ret
 pub(crate) use logs::headers_too_long;
 #[cfg(feature = "redis")]
 pub(crate) use logs::slot_record_failed;
+#[cfg(feature = "layer")]
+pub(crate) use logs::{bytes_not_metered, settle_failed, store_error};
 pub(crate) use logs::{penalty_tripped, refund_failed};
 pub(crate) use memory::{Eviction, memory_changed, memory_evicted};
 #[cfg(feature = "layer")]

@@ -12,6 +12,7 @@
 
 mod axum_conventions;
 mod broken_store;
+mod bytes;
 mod cancel;
 mod client_ip_sources;
 #[cfg(feature = "config")]
@@ -28,6 +29,7 @@ mod honest_headers;
 mod http;
 mod in_flight;
 mod key_extractors;
+mod metered;
 mod operations;
 mod outage_store;
 mod outbound;
@@ -39,4 +41,5 @@ mod rollout;
 #[cfg(feature = "redis")]
 mod shared_redis;
 mod standards;
+mod streaming;
 mod tower_stack;
