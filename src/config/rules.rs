@@ -232,7 +232,10 @@ pub(super) fn fallbacks(
             }
         };
         let main = policies[main_index].clone();
-        let fallback = policies[index].clone().fallback_for(&main);
+        let fallback = policies[index]
+            .clone()
+            .fallback_for(&main)
+            .map_err(|e| text.place(e, &spec.fallback_for.as_ref().map_or(0..0, Spanned::span)))?;
         policies[index] = fallback;
     }
     Ok(policies)

@@ -51,6 +51,7 @@ impl Hooks {
                 )));
             }
         }
-        Ok(policies)
+        // A fallback follows its main policy's rules as the hooks left them.
+        super::scope::resolve_fallbacks(policies)
     }
 }

@@ -77,6 +77,9 @@ pub struct Policy {
     pub(super) scope: Option<Costs>,
     /// Applies only to requests this extractor finds no key for (see `scope.rs`).
     pub(super) unless_key: Option<Extractor>,
+    /// The policy this one stands in for (a file's `fallback_for`), by name: its key
+    /// and routes are read again whenever the set changes (see `scope.rs`).
+    pub(super) stands_in_for: Option<&'static str>,
     /// Which callers this policy rejects; the others it only watches.
     rollout: Rollout,
     /// How an admitted request's charge is settled to what it actually cost.
@@ -956,6 +959,7 @@ impl From<Limit> for Policy {
             wait: None,
             scope: None,
             unless_key: None,
+            stands_in_for: None,
             rollout: Rollout::ENFORCED,
             metering: MeterRules::default(),
         }

@@ -99,11 +99,38 @@ impl Policy {
                 .is_none_or(|other| other.extract(parts).is_none())
     }
 
-    /// Applies this policy only to requests `main` finds no key for (`main`'s key
-    /// extractor, as [`unless_key`](Policy::unless_key) takes it).
-    #[cfg(feature = "config")]
-    pub(crate) fn fallback_for(self, main: &Policy) -> Self {
-        self.unless_key(main.key.clone())
+    /// Makes this policy stand in for `main`: it applies only to the requests `main`
+    /// does not count — outside `main`'s routes, or without `main`'s key — so that
+    /// every caller is counted by exactly one of the two. Refused when `main` could
+    /// leave no request to it, or would reject those requests itself.
+    pub(crate) fn fallback_for(mut self, main: &Policy) -> Result<Self, ConfigError> {
+        let refuse = |why: &str| {
+            Err(ConfigError::new(format!(
+                "policy \"{}\" stands in for \"{}\", which {why}: it would never apply",
+                self.name(),
+                main.name()
+            )))
+        };
+        if main.missing_key() == super::MissingKey::Reject {
+            return refuse(
+                "rejects every request it finds no key for (on_missing_key = \"reject\")",
+            );
+        }
+        let (bare, ()) = http::Request::new(()).into_parts();
+        if main.applies_to(&bare) && main.key_of(&bare).is_some() {
+            return refuse(
+                "finds a key for every request, even one with no header (e.g. key = \"global\")",
+            );
+        }
+        let main_rules = main.clone();
+        self.stands_in_for = Some(main.name());
+        Ok(self.unless_key(Extractor::new(move |parts: &Parts| {
+            if main_rules.applies_to(parts) {
+                main_rules.key_of(parts)
+            } else {
+                None
+            }
+        })))
     }
 
     fn scoped(mut self, method: Option<Method>, template: &str) -> Result<Self, ConfigError> {
@@ -124,4 +151,22 @@ impl Policy {
         self.scope = Some(scope);
         Ok(self)
     }
+}
+
+/// Every policy of `policies` that stands in for another, attached again to that
+/// policy's rules as they are in this set (after hooks added rules in code).
+pub(crate) fn resolve_fallbacks(mut policies: Vec<Policy>) -> Result<Vec<Policy>, ConfigError> {
+    for index in 0..policies.len() {
+        let Some(main) = policies[index].stands_in_for else {
+            continue;
+        };
+        let Some(main) = policies.iter().find(|p| p.name() == main).cloned() else {
+            return Err(ConfigError::new(format!(
+                "policy \"{}\" stands in for \"{main}\", and this set has no policy of that name",
+                policies[index].name()
+            )));
+        };
+        policies[index] = policies[index].clone().fallback_for(&main)?;
+    }
+    Ok(policies)
 }

@@ -65,6 +65,11 @@ impl Limiter {
     /// limit a reload changed settles under the limit as it is now, with the quota the
     /// charge was made with (as [`refund_charge`](Limiter::refund_charge) does).
     ///
+    /// Settle a decision with the key it was made for: a receipt names a charge, not
+    /// its key, so a decision settled under another key gives that key back what it
+    /// never paid (as a `refund_charge` under another key would). The layer always
+    /// settles with the request's own key.
+    ///
     /// ```
     /// use std::time::Duration;
     /// use tollgate::{Key, Limit, Limiter, MemoryStore, Quota};

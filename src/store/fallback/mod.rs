@@ -36,6 +36,9 @@ use seen_blocks::SeenBlocks;
 /// at most 10,000 keys (the oldest seen leave first). A block this process never saw
 /// (the caller was blocked through another process, and has not asked this one since)
 /// is not known to it.
+/// Carried blocks are timed on this process's monotonic clock, not on a store's
+/// injected clock ([`ManualClock`](crate::clock::ManualClock)): in a simulation that
+/// advances the stores' clock, a carried block ends in real time.
 ///
 /// Refunds go where their charge went. A decision's [`Receipt`] records which store
 /// took the charge (through nested `Fallback`s too), and
