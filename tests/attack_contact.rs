@@ -1182,7 +1182,6 @@ mod fallback {
     /// a carried block ends when the stores' clock says it does, not later.
     #[tokio::test]
     #[ignore = "by design, documented on Fallback: a carried block is timed on the process's monotonic clock, not an injected store clock"]
-    #[ignore = "by design, documented on Fallback: a carried block is timed on the process's monotonic clock, not an injected store clock"]
     async fn a_carried_block_ends_when_its_time_is_up() -> TestResult {
         let clock = manual();
         let (primary, limiter) = flaky_fallback(&clock);

@@ -174,7 +174,7 @@ impl Shard {
             }
         }
         let table = &self.tables[self.index_of(limit.table())?];
-        let verdict = match &table.states {
+        let mut verdict = match &table.states {
             States::Gcra(map) => {
                 evaluate_atomic::<Gcra>(map, limit.params(), key, (now, floor), cost)
             }
@@ -183,7 +183,13 @@ impl Shard {
             }
             _ => None,
         };
-        verdict.map(|v| v.with_trips(trips))
+        // Written only when there are trips: the common answer is moved once, as is.
+        if trips != 0
+            && let Some(verdict) = &mut verdict
+        {
+            verdict.trips = trips;
+        }
+        verdict
     }
 
     /// Decides `cost` for `key` under `limit` at `now`, with the write lock held.
