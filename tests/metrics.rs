@@ -613,3 +613,56 @@ fn each_decision_has_a_span_naming_policy_outcome_and_rejecter_never_the_key() {
         }
     }
 }
+
+/// The log of a tripped penalty box names the key by its fingerprint (what an
+/// operator passes to `reset`), never the raw key.
+#[cfg(feature = "tracing")]
+#[test]
+fn a_tripped_penalty_box_is_logged_with_the_keys_fingerprint() {
+    let _alone = TRACING.blocking_write();
+    let spans = Arc::new(Spans::default());
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    tracing::subscriber::with_default(spans.clone(), || {
+        runtime.block_on(async {
+            let policy = per_user("boxed", Quota::per_minute(1)).penalty(
+                tollgate::Penalty::after(1).block_for(std::time::Duration::from_secs(600)),
+            );
+            let layer = RateLimitLayer::builder()
+                .policy(policy)
+                .store(MemoryStore::with_clock(ManualClock::new(BASE)))
+                .build()
+                .expect("layer");
+            let server = Server::start(app(layer)).await;
+            assert_eq!(send(&server, "mallory-secret").await.status, StatusCode::OK);
+            assert_eq!(
+                send(&server, "mallory-secret").await.status,
+                StatusCode::TOO_MANY_REQUESTS
+            );
+        });
+    });
+    let recorded = spans.spans.lock().unwrap_or_else(PoisonError::into_inner);
+    let fingerprint = format!("{:x}", Key::from("mallory-secret"));
+    let trips: Vec<&HashMap<String, String>> = recorded
+        .iter()
+        .filter(|(name, fields)| {
+            name == "event"
+                && fields
+                    .get("message")
+                    .is_some_and(|m| m.contains("penalty box tripped"))
+        })
+        .map(|(_, fields)| fields)
+        .collect();
+    assert_eq!(trips.len(), 1, "{recorded:?}");
+    assert_eq!(
+        trips[0].get("key.fingerprint").map(String::as_str),
+        Some(fingerprint.as_str())
+    );
+    for (_, fields) in recorded.iter() {
+        for value in fields.values() {
+            assert!(!value.contains("mallory-secret"), "the raw key: {fields:?}");
+        }
+    }
+}

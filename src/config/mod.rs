@@ -33,6 +33,11 @@
 //! | `count_when` | the response statuses that count, codes or classes: `[401, 403]`, `["5xx"]` (see [`Policy::count_when`]); the others are given back | every response |
 //! | `fallback_for` | the name of another limit: this one applies only to requests that limit's `key` finds nothing for, e.g. a smaller per-IP quota for callers without an API key (see [`Policy::unless_key`]) | |
 //! | `penalty` | a penalty box, `{ after = 5, within = "1min", block_for = "10min" }`; `within` only when `after` > 1 (see [`Penalty`](crate::Penalty)). To block repeat offenders longer: `escalate = ["30min", "2h"]` (the blocks of the 2nd, 3rd, … trips; [`Penalty::escalate`](crate::Penalty::escalate)) and/or `escalate_by = { factor = 2, cap = "1d" }` ([`Penalty::escalate_by`](crate::Penalty::escalate_by)), with `remember = "1d"`, how long a trip is remembered ([`Penalty::remember`](crate::Penalty::remember)) | none |
+//! | `in_flight` | at most this many requests of one key at once (see [`Policy::in_flight`]) | none |
+//! | `wait` | hold a request that will fit within this long instead of rejecting it, `"2s"` (see [`Policy::wait`]) | reject at once |
+//! | `metered` | `true`: settle each request to the actual its handler reports through its [`Meter`](crate::layer::Meter) (see [`Policy::metered`]) | `false` |
+//! | `max_actual` | the most one request is settled to (see [`Policy::max_actual`]) | none |
+//! | `meter` | bytes as the unit: `"request-bytes"` or `"response-bytes"` (see [`Policy::meter_request_bytes`]) | requests |
 //! | `enforce` | the share of callers the limit rejects when over it, from `0` to `1` (`0.1`: a stable one in ten, by key fingerprint; the rest in shadow mode; see [`Policy::enforce`]) | `1` |
 //! | `shadow` | `true`: shadow mode for every caller (`enforce = 0`); not with `enforce` | `false` |
 //!

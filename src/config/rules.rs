@@ -27,6 +27,7 @@ pub(super) fn apply(
     if let Some(statuses) = &spec.count_when {
         policy = count_when(text, policy, statuses)?;
     }
+    policy = work(text, policy, spec)?;
     if let Some(penalty) = &spec.penalty {
         let penalty = self::penalty(text, spec.name.get_ref(), penalty)?;
         policy = policy.penalty(penalty);
@@ -239,4 +240,41 @@ pub(super) fn fallbacks(
         policies[index] = fallback;
     }
     Ok(policies)
+}
+
+/// How the limit meets the work itself: requests at once (`in_flight`), holding
+/// instead of rejecting (`wait`), and metering (`metered`, `max_actual`, `meter`).
+fn work(text: &Text<'_>, mut policy: Policy, spec: &LimitSpec) -> Result<Policy, ConfigError> {
+    if let Some(max) = &spec.in_flight {
+        policy = policy
+            .in_flight(*max.get_ref())
+            .map_err(|e| text.place(e, &max.span()))?;
+    }
+    if let Some(wait) = &spec.wait {
+        policy = policy.wait(duration(wait.get_ref()).map_err(|e| text.place(e, &wait.span()))?);
+    }
+    if let Some(metered) = &spec.metered
+        && *metered.get_ref()
+    {
+        policy = policy.metered();
+    }
+    if let Some(max) = &spec.max_actual {
+        policy = policy.max_actual(*max.get_ref());
+    }
+    if let Some(unit) = &spec.meter {
+        policy = match unit.get_ref().as_str() {
+            "request-bytes" => policy.meter_request_bytes(),
+            "response-bytes" => policy.meter_response_bytes(),
+            other => {
+                return Err(text.place(
+                    ConfigError::new(format!(
+                        "invalid meter \"{}\": expected \"request-bytes\" or \"response-bytes\"",
+                        other.escape_debug()
+                    )),
+                    &unit.span(),
+                ));
+            }
+        };
+    }
+    Ok(policy)
 }

@@ -46,6 +46,16 @@ pub(super) struct LimitSpec {
     /// Rollout: the share of callers enforced (`0.1`), or shadow mode for all.
     pub(super) enforce: Option<Spanned<Share>>,
     pub(super) shadow: Option<Spanned<bool>>,
+    /// At most this many requests of one key at once.
+    pub(super) in_flight: Option<Spanned<u32>>,
+    /// Hold a request that will fit within this long instead of rejecting it.
+    pub(super) wait: Option<Spanned<String>>,
+    /// Settle each request to the actual its handler reports (`Meter`).
+    pub(super) metered: Option<Spanned<bool>>,
+    /// The most one request is settled to.
+    pub(super) max_actual: Option<Spanned<u64>>,
+    /// Bytes as the unit: `"request-bytes"` or `"response-bytes"`.
+    pub(super) meter: Option<Spanned<String>>,
 }
 
 /// `penalty = { after = 5, within = "1min", block_for = "10min" }`, and to escalate,

@@ -87,13 +87,18 @@ pub(crate) fn headers_too_long(error: &crate::ConfigError) {
 }
 
 /// Records a penalty box that a rejection of `policy` tripped: the key is blocked for
-/// `block_for`. The key itself is not recorded.
+/// `block_for`. The log names the key by its fingerprint (`Key::to_hex`, what an
+/// operator passes to `reset`), never the raw key.
 #[cfg_attr(not(feature = "tracing"), allow(unused_variables))]
-pub(crate) fn penalty_tripped(policy: &'static str, block_for: std::time::Duration) {
+pub(crate) fn penalty_tripped(
+    policy: &'static str,
+    key: Option<&crate::Key>,
+    block_for: std::time::Duration,
+) {
     #[cfg(feature = "metrics")]
     super::names::counter(&super::catalogue::PENALTIES, &[("policy", policy)]).increment(1);
     #[cfg(feature = "tracing")]
-    tracing::info!(target: "tollgate", policy, block_for_ms = u64::try_from(block_for.as_millis()).unwrap_or(u64::MAX), "penalty box tripped: key blocked");
+    tracing::info!(target: "tollgate", policy, key.fingerprint = key.map(crate::Key::to_hex), block_for_ms = u64::try_from(block_for.as_millis()).unwrap_or(u64::MAX), "penalty box tripped: key blocked");
 }
 
 #[cfg(all(test, feature = "metrics"))]

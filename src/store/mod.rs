@@ -383,12 +383,25 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
 }
 
 /// Builds the public decision from an algorithm's verdict.
+#[inline]
 pub(crate) fn decision(limit: &Limit, verdict: Verdict) -> Decision {
+    decided(limit, None, verdict)
+}
+
+/// Builds the public decision of `charge` from its verdict: a penalty trip is logged
+/// with the key's fingerprint, for an operator to act on.
+#[inline]
+pub(crate) fn charged(charge: &Charge<'_>, verdict: Verdict) -> Decision {
+    decided(charge.limit, Some(charge.key), verdict)
+}
+
+#[inline]
+fn decided(limit: &Limit, key: Option<&Key>, verdict: Verdict) -> Decision {
     let blocked_for = verdict.blocked_us.map(Duration::from_micros);
     if verdict.tripped {
         // Every store's verdicts become decisions here, once: the one place that
         // sees each penalty trip exactly once.
-        crate::observe::penalty_tripped(limit.name(), blocked_for.unwrap_or_default());
+        crate::observe::penalty_tripped(limit.name(), key, blocked_for.unwrap_or_default());
     }
     Decision {
         allowed: verdict.allowed,

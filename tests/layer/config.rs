@@ -444,6 +444,27 @@ const MALFORMED: &[Case] = &[
         16,
         "itself a fallback",
     ),
+    (
+        "in_flight 0",
+        "[[limit]]\nname = \"api\"\nquota = \"1/s\"\nin_flight = 0\n",
+        4,
+        13,
+        "invalid in_flight 0",
+    ),
+    (
+        "wait misspelt",
+        "[[limit]]\nname = \"api\"\nquota = \"1/s\"\nwait = \"two seconds\"\n",
+        4,
+        8,
+        "invalid duration \"two seconds\"",
+    ),
+    (
+        "meter misspelt",
+        "[[limit]]\nname = \"api\"\nquota = \"1/s\"\nmeter = \"bytes\"\n",
+        4,
+        9,
+        "invalid meter \"bytes\"",
+    ),
 ];
 
 #[test]

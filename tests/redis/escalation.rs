@@ -2,6 +2,7 @@
 //! on (a cached block repeats its trips), through a [`LeasedStore`] and through a
 //! [`Fallback`] whose primary is Redis; and a record written before trips existed
 //! reads as none.
+#![cfg(feature = "redis")]
 
 use std::time::Duration;
 

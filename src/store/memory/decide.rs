@@ -9,7 +9,7 @@ use super::shard::{Hashed, Shard};
 use super::{MemoryStore, read, write};
 use crate::algorithm::{Refund, Verdict};
 use crate::decision::Receipt;
-use crate::store::{Charge, InFlightSlot, Store, StoreCall, decision};
+use crate::store::{Charge, InFlightSlot, Store, StoreCall, charged, decision};
 use crate::time::micros_up;
 use crate::{Algorithm, ConfigError, Decision, Key, Limit};
 
@@ -110,7 +110,7 @@ impl MemoryStore {
             // Only a rejection can count in a penalty box: the common case skips it.
             return decision(limit, verdict);
         }
-        decision(limit, offended(shard, charge, key, now, verdict))
+        charged(&charge, offended(shard, charge, key, now, verdict))
     }
 
     /// Several charges, all-or-nothing, at one instant.
@@ -153,7 +153,7 @@ impl MemoryStore {
                     return charges
                         .iter()
                         .zip(denied)
-                        .map(|(c, v)| decision(c.limit, v))
+                        .map(|(c, v)| charged(c, v))
                         .collect();
                 }
                 admitted.push(verdict);
@@ -179,7 +179,7 @@ impl MemoryStore {
         charges
             .iter()
             .zip(verdicts)
-            .map(|(c, v)| decision(c.limit, v))
+            .map(|(c, v)| charged(c, v))
             .collect()
     }
 

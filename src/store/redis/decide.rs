@@ -18,7 +18,7 @@ use super::script::Mode;
 use super::{LUA_EXACT, RedisStore};
 use crate::algorithm::Verdict;
 use crate::decision::Receipt;
-use crate::store::{Charge, InFlightSlot, Store, StoreCall, decision};
+use crate::store::{Charge, InFlightSlot, Store, StoreCall, charged};
 use crate::{Algorithm, ConfigError, Decision, Key, Limit, StoreError};
 
 impl Store for RedisStore {
@@ -35,7 +35,7 @@ impl Store for RedisStore {
             let decisions: Vec<Decision> = charges
                 .iter()
                 .zip(verdicts)
-                .map(|(c, v)| decision(c.limit, v))
+                .map(|(c, v)| charged(c, v))
                 .collect();
             self.remember_denials(charges, sent, &decisions);
             Ok(decisions)
