@@ -110,7 +110,7 @@ impl MemoryStore {
             // Only a rejection can count in a penalty box: the common case skips it.
             return decision(limit, verdict);
         }
-        charged(&charge, offended(shard, charge, key, now, verdict))
+        charged(charge, offended(shard, charge, key, now, verdict))
     }
 
     /// Several charges, all-or-nothing, at one instant.
