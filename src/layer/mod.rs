@@ -10,11 +10,14 @@
 //! [`RateLimitBody`], which for gRPC also reads the status in the trailers so that
 //! `count_when` can refund what should not count.
 //!
-//! The files follow the request: `policy.rs`, `costs.rs` and `routes.rs` (what a
-//! request is charged), `rollout.rs` (which callers a policy enforces), `layer.rs`, `shared.rs` and `fail_mode.rs` (options),
+//! The files follow the request: `policy/`, `costs.rs` and `routes.rs` (what a
+//! request is charged; `policy/` has one file per group of rules: `metering.rs`,
+//! `rollout.rs`, `in_flight.rs` and `limit.rs`), `rollout.rs` (which callers a policy
+//! enforces), `layer.rs`, `shared.rs` and `fail_mode.rs` (options),
 //! `service.rs` (the call), `future.rs` (awaiting the store, the hold, the inner
-//! service), `context.rs` (what becomes of the request once decided, and of its
-//! response), `refunds.rs`, `few.rs` (a request's checks, inline for one policy),
+//! service), `context/` (what becomes of the request once decided, and of its
+//! response: `answers.rs`, the layer's own answers, and `finish.rs`, the response's
+//! refunds, settles and headers), `refunds.rs`, `few.rs` (a request's checks, inline for one policy),
 //! `rejection.rs`, `problem.rs` and `grpc.rs` (the layer's own answers, HTTP, RFC 9457
 //! problem details and gRPC), `headers.rs` (what every response says), `decisions.rs`,
 //! `extract.rs` (axum's extractor and responses) and `body.rs`. Metered policies:

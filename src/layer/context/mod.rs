@@ -5,27 +5,28 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::{HeaderMap, Request, Response, StatusCode};
+use http::{Request, Response};
 
 use crate::layer::Decisions;
-use crate::layer::body::OnGrpcStatus;
 use crate::layer::byte_account::{ByteMeters, ByteMetersExtension};
 use crate::layer::few::{Checks, Claims, Few};
-use crate::layer::grpc::{GrpcContentType, grpc_http_status, grpc_response};
-use crate::layer::headers::{GRPC_STATUS, Report};
+use crate::layer::grpc::GrpcContentType;
+use crate::layer::headers::Report;
 use crate::layer::in_flight_entry::Entry;
 use crate::layer::limiter_calls::{Pending, targets};
-use crate::layer::meter::{CloseOnDrop, Metering, Refunds};
-use crate::layer::refunds::{refund_charges, refund_uncounted};
+use crate::layer::meter::{CloseOnDrop, Metering};
 use crate::layer::rejection::{RejectReason, RejectionInfo};
 use crate::layer::settles::Standing;
 use crate::layer::shared::{HeldSlot, Holder, Shared, View};
-use crate::layer::{FailMode, Rejection};
 use crate::limiter::{Taken, Taking};
 use crate::observe::{self, Outcome};
 use crate::store::InFlightSlot;
 use crate::{Decision, Key, StoreError};
 
+mod answers;
+mod finish;
+
+pub(crate) use answers::rejection;
 /// What the future needs besides its state.
 pub(crate) struct RequestContext {
     shared: Arc<Shared>,
@@ -433,51 +434,6 @@ impl RequestContext {
             })
     }
 
-    /// A decision for the policy at `index` that charged nothing and knows nothing of
-    /// the key (the store failed).
-    fn uncharged(&self, index: usize) -> Decision {
-        let policy = &self.view.policies()[index];
-        Decision {
-            allowed: true,
-            capacity: 0,
-            remaining: 0,
-            reset_after: Duration::ZERO,
-            retry_after: None,
-            delay: Duration::ZERO,
-            limit: policy.name(),
-            quota: policy.quota(),
-            blocked_for: None,
-            trips: 0,
-            receipt: None,
-        }
-    }
-
-    /// The store failed: pass the request on uncounted (fail open) or answer 503.
-    fn store_failed<ReqBody>(
-        &mut self,
-        request: Request<ReqBody>,
-        error: &StoreError,
-    ) -> Next<ReqBody> {
-        match self.fail(error) {
-            None => {
-                self.admit();
-                let mut request = self.unchecked(request);
-                if self.view.meters {
-                    // Charged nothing, so nothing will be settled: the meter is there
-                    // for the handlers that expect one.
-                    let uncharged: Vec<Decision> = self
-                        .checks
-                        .iter()
-                        .map(|check| self.uncharged(check.index))
-                        .collect();
-                    self.meter(&mut request, &uncharged);
-                }
-                Next::Call(request)
-            }
-            Some(response) => Next::Answer(response),
-        }
-    }
-
     /// A request passed on with no rate decision (its policies limit only requests in
     /// flight, or the store failed open): its [`Decisions`] say so, empty.
     pub(super) fn unchecked<ReqBody>(&self, mut request: Request<ReqBody>) -> Request<ReqBody> {
@@ -485,60 +441,6 @@ impl RequestContext {
             Decisions::record_none(request.extensions_mut());
         }
         request
-    }
-
-    /// The store failed: `None` to pass the request on (fail open), or the 503.
-    fn fail(&self, error: &StoreError) -> Option<Response<Bytes>> {
-        let failing_open = self.shared.fail_mode == FailMode::Open;
-        self.shared.store_metrics.failed(error, failing_open);
-        let outcome = if failing_open {
-            Outcome::FailOpen
-        } else {
-            Outcome::FailClosed
-        };
-        for check in self.checks.iter() {
-            let policy = &self.view.policies()[check.index];
-            observe::refused(
-                &self.view.metrics[check.index],
-                policy.name(),
-                outcome,
-                Some(&check.key),
-            );
-        }
-        if failing_open {
-            return None;
-        }
-        let info = RejectionInfo {
-            reason: RejectReason::StoreUnavailable,
-            decisions: Vec::new(),
-            retry_after: Some(Duration::from_secs(1)),
-        };
-        Some(rejection(
-            &self.shared,
-            &self.view,
-            self.grpc,
-            &info,
-            Report::default(),
-        ))
-    }
-
-    /// The rejection of a request some policy denied; its body is never read.
-    fn rate_limited(&mut self, decisions: Vec<Decision>) -> Response<Bytes> {
-        let indices = self.checks.iter().map(|check| check.index);
-        self.decisions = indices.zip(decisions.iter().cloned()).collect();
-        // A denial whose cost can never fit has no retry time: say so rather than
-        // invite a retry that cannot succeed. Only the enforced denials say when: the
-        // shadowed ones would not stop a retry.
-        let retry_after = self
-            .checks
-            .iter()
-            .zip(&decisions)
-            .filter(|(check, d)| check.enforced && !d.allowed)
-            .map(|(_, d)| d.retry_after)
-            .try_fold(Duration::ZERO, |wait, retry| retry.map(|r| wait.max(r)));
-        let mut info = RejectionInfo::rate_limited(decisions);
-        info.retry_after = retry_after;
-        rejection(&self.shared, &self.view, self.grpc, &info, self.report())
     }
 
     /// How long to hold an admitted request: its longest delay, each bounded by its
@@ -567,122 +469,6 @@ impl RequestContext {
             .max()
             .unwrap_or_default()
     }
-
-    /// The rejection of a request admitted with `delay` when the layer holds as many
-    /// requests as it may; its charge is refunded. Its headers describe the state with
-    /// the charge (never more quota than there may be, should the refund fail).
-    fn queue_full(&mut self, decisions: Vec<Decision>, delay: Duration) -> Response<Bytes> {
-        self.refund_all(&decisions);
-        let indices = self.checks.iter().map(|check| check.index);
-        self.decisions = indices.zip(decisions.iter().cloned()).collect();
-        let info = RejectionInfo {
-            reason: RejectReason::QueueFull,
-            decisions,
-            retry_after: Some(delay),
-        };
-        rejection(&self.shared, &self.view, self.grpc, &info, self.report())
-    }
-
-    /// Gives back every charge of a request the store charged and the layer will not
-    /// hold after all.
-    fn refund_all(&mut self, decisions: &[Decision]) {
-        if std::mem::take(&mut self.charged) {
-            refund_charges(&self.shared, &self.view, &self.checks, decisions);
-        }
-    }
-
-    /// Refunds, settles and headers once the inner service has answered with `head`.
-    /// Returns what the response body holds until it ends: the hook that settles
-    /// refunds once a gRPC status arrives in the trailers, the request's in-flight
-    /// slots, and its metering, settled when the body ends.
-    pub(super) fn finish(&mut self, head: &mut http::response::Parts) -> Option<OnGrpcStatus> {
-        let (on_status, refunds) = self.refunds_at_end(&head.headers, head.status);
-        if let Some(metering) = &self.metering {
-            let reads_head = self
-                .checks
-                .iter()
-                .any(|check| self.view.policies()[check.index].reads_response());
-            metering
-                .0
-                .head(reads_head.then_some(&*head), refunds, &mut self.decisions);
-        }
-        // Written after the refunds and settles the store answered at once.
-        self.view.headers.write(self.report(), &mut head.headers);
-        if let Some(bytes) = self.bytes.take()
-            && !bytes.attached()
-        {
-            observe::bytes_not_metered();
-        }
-        if self.slots.is_empty() && self.metering.is_none() {
-            return on_status;
-        }
-        // The body drops this hook when it ends (or is dropped), and calls it when a
-        // gRPC status arrives, which is at its end too: either way the slots go back
-        // and the metering settles.
-        let slots = std::mem::take(&mut self.slots);
-        let metering = self.metering.take();
-        Some(Box::new(move |status| {
-            if let Some(on_status) = on_status {
-                on_status(status);
-            }
-            if let Some(metering) = &metering {
-                metering.0.refunded(status);
-            }
-            // Settled before the slots go back, so that on the memory store a request
-            // has posted its debt before the next one of its key can start.
-            drop(metering);
-            drop(slots);
-        }))
-    }
-
-    /// Refunds once the inner service has answered with `status`: at once, or, for a
-    /// gRPC response whose status comes in the trailers, through the hook returned,
-    /// which refunds then; with what became of them, for the metering.
-    fn refunds_at_end(
-        &mut self,
-        headers: &HeaderMap,
-        status: StatusCode,
-    ) -> (Option<OnGrpcStatus>, Refunds) {
-        let policies = self.view.policies();
-        // Only what the store charged can be refunded.
-        if !self.charged
-            || !self
-                .checks
-                .iter()
-                .any(|check| policies[check.index].refunds_some_responses())
-        {
-            return (None, Refunds::None);
-        }
-        if self.grpc.is_none() {
-            refund_uncounted(
-                &self.shared,
-                &self.view,
-                &self.checks,
-                &mut self.decisions,
-                status,
-            );
-            return (None, Refunds::Made(status));
-        }
-        // gRPC answers HTTP 200; its own status is in the headers of a trailers-only
-        // response, else in the trailers at the end of the body.
-        if let Some(code) = headers.get(GRPC_STATUS) {
-            let status = grpc_http_status(code.as_bytes());
-            refund_uncounted(
-                &self.shared,
-                &self.view,
-                &self.checks,
-                &mut self.decisions,
-                status,
-            );
-            return (None, Refunds::Made(status));
-        }
-        let (shared, view, checks) = (self.shared.clone(), self.view.clone(), self.checks.clone());
-        let mut decisions = self.decisions.clone();
-        let hook: OnGrpcStatus = Box::new(move |status| {
-            refund_uncounted(&shared, &view, &checks, &mut decisions, status);
-        });
-        (Some(hook), Refunds::AtTrailers)
-    }
 }
 
 impl Drop for RequestContext {
@@ -692,36 +478,4 @@ impl Drop for RequestContext {
             self.view.metrics[index].ended();
         }
     }
-}
-
-/// The layer's own response: gRPC status or the configured HTTP rejection, plus the
-/// rate-limit headers.
-pub(crate) fn rejection(
-    shared: &Shared,
-    view: &View,
-    grpc: Option<GrpcContentType>,
-    info: &RejectionInfo,
-    report: Report<'_>,
-) -> Response<Bytes> {
-    let mut response = match grpc {
-        Some(content_type) => grpc_response(info, content_type),
-        None if !matches!(shared.rejection, Rejection::Custom(_)) => {
-            shared.rejection.http_response(info)
-        }
-        None => {
-            // A custom response keeps any rate-limit header it set itself.
-            let mut response = shared.rejection.http_response(info);
-            let mut headers = HeaderMap::new();
-            view.headers.write(report, &mut headers);
-            for (name, value) in headers {
-                if let Some(name) = name {
-                    response.headers_mut().entry(name).or_insert(value);
-                }
-            }
-            return response;
-        }
-    };
-    // The built-in rejections set no rate-limit header: write them straight in.
-    view.headers.write(report, response.headers_mut());
-    response
 }
