@@ -88,6 +88,18 @@ async fn on_redis_a_shadowed_policy_serves_and_reports_what_enforcement_would() 
     .await;
 }
 
+#[cfg(feature = "redis")]
+#[tokio::test]
+async fn on_the_cluster_a_shadowed_policy_serves_and_reports_what_enforcement_would() {
+    use crate::shared_redis::cluster_store;
+    let clock = ManualClock::new(BASE);
+    shadow_then_enforced(
+        cluster_store("rollout-shadow", clock.clone()),
+        cluster_store("rollout-enforced", clock),
+    )
+    .await;
+}
+
 /// A shadowed and an enforced twin, the same requests: the shadowed one serves what
 /// the other rejects, with the same headers; then enforced, it rejects at once.
 async fn shadow_then_enforced(shadow_store: impl Store, enforced_store: impl Store) {
@@ -147,6 +159,13 @@ async fn the_enforced_policies_count_a_request_only_a_shadowed_one_would_reject(
 async fn on_redis_the_enforced_policies_count_a_request_only_a_shadowed_one_would_reject() {
     use crate::shared_redis::redis_store;
     enforced_beside_shadowed(redis_store("rollout-mixed", ManualClock::new(BASE))).await;
+}
+
+#[cfg(feature = "redis")]
+#[tokio::test]
+async fn on_the_cluster_the_enforced_policies_count_a_request_only_a_shadowed_one_would_reject() {
+    use crate::shared_redis::cluster_store;
+    enforced_beside_shadowed(cluster_store("rollout-mixed", ManualClock::new(BASE))).await;
 }
 
 async fn enforced_beside_shadowed(store: impl Store) {

@@ -18,3 +18,15 @@ pub(crate) fn redis_store(name: &str, clock: ManualClock) -> RedisStore {
         .expect("a deadline")
         .with_clock(clock)
 }
+
+/// A store on a three-master Redis Cluster shared by this binary (started by the first
+/// test that asks), its keys under a prefix made from `name`, deciding at `clock`'s
+/// instants.
+pub(crate) fn cluster_store(name: &str, clock: ManualClock) -> RedisStore {
+    RedisStore::from_cluster_urls(support::redis_cluster::shared_cluster().urls())
+        .expect("valid urls")
+        .prefix(&unique_prefix(name))
+        .deadline(Duration::from_secs(5))
+        .expect("a deadline")
+        .with_clock(clock)
+}
