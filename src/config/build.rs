@@ -286,8 +286,8 @@ fn costs(
             costs = costs.default(*cost.get_ref());
             Costs::new().default(*cost.get_ref())
         } else {
-            let (method, template) =
-                method_and_template(route.get_ref()).map_err(|e| text.place(e, &route.span()))?;
+            let (method, template) = method_and_template(route.get_ref(), "cost route")
+                .map_err(|e| text.place(e, &route.span()))?;
             let add = |costs: Costs| match &method {
                 Some(method) => costs.route(method.clone(), template, *cost.get_ref()),
                 None => costs.route_any(template, *cost.get_ref()),
@@ -304,10 +304,14 @@ fn costs(
 }
 
 /// `"POST /users"` → (POST, "/users"); `"* /admin/{*rest}"` → (any method, …).
-pub(super) fn method_and_template(route: &str) -> Result<(Option<Method>, &str), ConfigError> {
+/// `what` names the value in the error ("cost route", "route").
+pub(super) fn method_and_template<'a>(
+    route: &'a str,
+    what: &str,
+) -> Result<(Option<Method>, &'a str), ConfigError> {
     let invalid = |why: &str| {
         ConfigError::new(format!(
-            "invalid cost route \"{}\": {why}",
+            "invalid {what} \"{}\": {why}",
             route.escape_debug()
         ))
     };

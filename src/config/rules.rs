@@ -51,11 +51,7 @@ fn routes(
     }
     for route in routes.get_ref() {
         let at = |error: ConfigError| text.place(error, &route.span());
-        let (method, template) = method_and_template(route.get_ref())
-            .map_err(|e| {
-                ConfigError::new(e.message().replace("invalid cost route", "invalid route"))
-            })
-            .map_err(at)?;
+        let (method, template) = method_and_template(route.get_ref(), "route").map_err(at)?;
         policy = match method {
             Some(method) => policy.on_route(method, template),
             None => policy.on_route_any(template),

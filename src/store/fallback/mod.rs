@@ -234,7 +234,7 @@ impl<P: Store, I: Store> Store for Fallback<P, I> {
         }
         StoreCall::future(async move {
             if self.try_primary() {
-                let sent = self.seen.sent();
+                let sent = self.seen.now();
                 let replayed = self.replay_missed().await;
                 match replayed.and(self.primary.decide(charges).await) {
                     Ok(decisions) => {
@@ -402,7 +402,7 @@ impl<P: Store, I: Store> Store for Fallback<P, I> {
     fn reserve<'a>(&'a self, charge: Charge<'a>, max_wait: Duration) -> StoreCall<'a, Decision> {
         StoreCall::future(async move {
             if self.try_primary() {
-                let sent = self.seen.sent();
+                let sent = self.seen.now();
                 match self.primary.reserve(charge, max_wait).await {
                     Ok(decision) => {
                         self.primary_answered();

@@ -41,7 +41,9 @@ impl Default for SeenBlocks {
 }
 
 impl SeenBlocks {
-    fn now(&self) -> u64 {
+    /// The local instant now, in µs: pass it to [`note`](Self::note) as the instant a
+    /// call to the primary was sent.
+    pub(super) fn now(&self) -> u64 {
         crate::time::micros(self.epoch.elapsed())
     }
 
@@ -53,11 +55,6 @@ impl SeenBlocks {
                 self.cache.record(charge, sent, decision);
             }
         }
-    }
-
-    /// The local instant to pass to [`note`](Self::note) for a call sent now.
-    pub(super) fn sent(&self) -> u64 {
-        self.now()
     }
 
     /// The denial of a batch one of whose keys this process saw blocked, if any.
