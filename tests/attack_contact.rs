@@ -1333,6 +1333,18 @@ mod settle {
             .expect("limiter")
     }
 
+    /// One limiter per store, each on its own manual clock: the memory store and a
+    /// Redis store under a prefix of its own (`name`).
+    fn both_stores(name: &str, algorithm: Algorithm, quota: Quota) -> [(&'static str, Limiter); 2] {
+        [
+            (
+                "memory",
+                on(MemoryStore::with_clock(manual()), algorithm, quota),
+            ),
+            ("redis", on(redis(&manual(), name), algorithm, quota)),
+        ]
+    }
+
     async fn used(limiter: &Limiter, key: &Key) -> u64 {
         let peek = limiter.peek("l", key).await.expect("peek");
         peek.capacity - peek.remaining
@@ -1457,20 +1469,7 @@ mod settle {
     async fn settling_one_decision_twice_gives_back_at_most_its_charge_twice() -> TestResult {
         let mut measured = Vec::new();
         for algorithm in ALL {
-            for (store_name, limiter) in [
-                (
-                    "memory",
-                    on(
-                        MemoryStore::with_clock(manual()),
-                        algorithm,
-                        Quota::per_hour(100),
-                    ),
-                ),
-                (
-                    "redis",
-                    on(redis(&manual(), "twice"), algorithm, Quota::per_hour(100)),
-                ),
-            ] {
+            for (store_name, limiter) in both_stores("twice", algorithm, Quota::per_hour(100)) {
                 let k = Key::from("k");
                 assert!(limiter.check("l", &k, 30).await?.allowed);
                 let d = limiter.check("l", &k, 10).await?;
@@ -1495,20 +1494,7 @@ mod settle {
     #[tokio::test]
     async fn a_settle_from_before_a_reset_never_gives_back_the_fresh_quota() -> TestResult {
         for algorithm in ALL {
-            for (store_name, limiter) in [
-                (
-                    "memory",
-                    on(
-                        MemoryStore::with_clock(manual()),
-                        algorithm,
-                        Quota::per_hour(100),
-                    ),
-                ),
-                (
-                    "redis",
-                    on(redis(&manual(), "reset"), algorithm, Quota::per_hour(100)),
-                ),
-            ] {
+            for (store_name, limiter) in both_stores("reset", algorithm, Quota::per_hour(100)) {
                 let k = Key::from("k");
                 let d = limiter.check("l", &k, 10).await?;
                 limiter.reset("l", &k).await?;
@@ -1536,20 +1522,7 @@ mod settle {
     #[tokio::test]
     async fn a_zigzag_chain_never_gives_back_another_requests_charge() -> TestResult {
         for algorithm in ALL {
-            for (store_name, limiter) in [
-                (
-                    "memory",
-                    on(
-                        MemoryStore::with_clock(manual()),
-                        algorithm,
-                        Quota::per_hour(1000),
-                    ),
-                ),
-                (
-                    "redis",
-                    on(redis(&manual(), "zigzag"), algorithm, Quota::per_hour(1000)),
-                ),
-            ] {
+            for (store_name, limiter) in both_stores("zigzag", algorithm, Quota::per_hour(1000)) {
                 let k = Key::from("k");
                 assert!(limiter.check("l", &k, 100).await?.allowed);
                 let mut d = limiter.check("l", &k, 50).await?;
