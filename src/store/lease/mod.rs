@@ -65,6 +65,7 @@ mod builder;
 mod charge;
 mod decide;
 mod delegate;
+mod pass;
 mod returns;
 mod sizing;
 mod slice;

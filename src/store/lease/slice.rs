@@ -93,6 +93,9 @@ pub(super) struct Lease {
     pub(super) expires: u64,
     /// The store's `remaining` right after the slice charge.
     pub(super) remaining: u64,
+    /// Whether a request was decided from it here, beyond the one that charged it:
+    /// a lease that ends without serving one cost its machinery for nothing.
+    pub(super) served: bool,
 }
 
 impl Lease {
@@ -100,6 +103,30 @@ impl Lease {
     /// `answered`, whose store decision carried `receipt` and `remaining`; `used` of it
     /// already spent by the request that charged it.
     pub(super) fn new(
+        kind: Kind,
+        receipt: Receipt,
+        used: u64,
+        (sent, answered): (u64, u64),
+        remaining: u64,
+        max_lease_us: u64,
+    ) -> Self {
+        Self {
+            // Relaxed: only uniqueness matters.
+            id: NEXT_LEASE.fetch_add(1, Ordering::Relaxed),
+            ..Self::unnumbered(
+                kind,
+                receipt,
+                used,
+                (sent, answered),
+                remaining,
+                max_lease_us,
+            )
+        }
+    }
+
+    /// As [`new`](Self::new), numbered 0, which no receipt a lease issues carries: for
+    /// a lease that is only looked at, never installed ([`Shadow`]).
+    fn unnumbered(
         kind: Kind,
         receipt: Receipt,
         used: u64,
@@ -116,14 +143,14 @@ impl Lease {
         Self {
             kind,
             receipt,
-            // Relaxed: only uniqueness matters.
-            id: NEXT_LEASE.fetch_add(1, Ordering::Relaxed),
+            id: 0,
             slice: receipt.cost(),
             used,
             sent,
             answered,
             expires,
             remaining,
+            served: false,
         }
     }
 
@@ -215,6 +242,45 @@ impl Lease {
     /// settled in it).
     pub(super) fn issued(&self, receipt: Receipt) -> bool {
         receipt.lease() == self.id && receipt.same_charge(&self.receipt)
+    }
+}
+
+/// A plain decision's charge (one the store made without a lease), kept to tell
+/// whether a larger slice charged by it would have served a later request.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Shadow {
+    pub(super) receipt: Receipt,
+    /// Local instant the charge was sent (at the latest). Taken as the instant it was
+    /// answered too, saving a clock reading per plain decision: a shadow admits
+    /// nothing, it only tells whether leasing resumes (a leaky bucket's delay is then
+    /// judged a round trip short).
+    pub(super) sent: u64,
+}
+
+impl Shadow {
+    /// Whether a request of `cost` at local `now` would have been decided from a lease
+    /// of its charge had the slice been `cost` units larger: a request arriving while
+    /// a lease of exactly the charge is valid but used up (`Exhausted` by the rule of
+    /// [`Lease::spend`]: for a fluid slice the `cost` more units would end the debt
+    /// `cost·T` later, so they count exactly while the charge's own debt is unpaid).
+    /// A fluid one also only within a quarter of the longest lease, as its slices grow
+    /// ([`grown_after_use`](super::LeasedStore::grown_after_use)).
+    pub(super) fn would_serve(&self, p: &Params, now: u64, cost: u64, max_lease_us: u64) -> bool {
+        let Some(kind) = Kind::of(p, self.receipt.at_us()) else {
+            return false;
+        };
+        let cost_now = self.receipt.cost();
+        let mut lease = Lease::unnumbered(
+            kind,
+            self.receipt,
+            cost_now,
+            (self.sent, self.sent),
+            0,
+            max_lease_us,
+        );
+        let quick = now.saturating_sub(self.sent) * 4 < max_lease_us;
+        lease.spend(now, cost) == Err(Spent::Exhausted)
+            && (matches!(kind, Kind::Window { .. }) || quick)
     }
 }
 
