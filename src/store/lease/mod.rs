@@ -393,7 +393,11 @@ impl<S> LeasedStore<S> {
     /// The local clock, never earlier than it has read before: a clock that steps
     /// back stands still, so a lease never seems younger than it is.
     fn now(&self) -> u64 {
-        let now = self.inner.clock.now_micros();
+        self.floor(self.inner.clock.now_micros())
+    }
+
+    /// `now`, a reading of the clock, never earlier than the clock has read before.
+    fn floor(&self, now: u64) -> u64 {
         self.inner.latest.fetch_max(now, Ordering::Relaxed).max(now)
     }
 }

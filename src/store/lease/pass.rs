@@ -68,19 +68,26 @@ impl<S: Store> LeasedStore<S> {
     /// it is polled, and one dropped unpolled has taken nothing.
     pub(super) fn look(&self, charge: &Charge<'_>) -> Look {
         let table_key = TableKey::of(charge);
-        let now = self.now();
+        // The clock as it reads: only a lease needs the floor (`now`), which every
+        // thread's reading moves, and nothing a plain decision records is spent.
+        let raw = self.inner.clock.now_micros();
         let mut shard = lock(self.shard(&table_key));
         let epoch = shard.epoch;
         let Some(entry) = shard.entries.get_mut(&table_key) else {
             return if self.inner.sizing == SliceSizing::Adaptive {
                 Look::Pass(Seen {
-                    at: now,
+                    at: raw,
                     hit: false,
                     epoch,
                 })
             } else {
                 Look::Lease
             };
+        };
+        let now = if entry.lease.is_some() {
+            self.floor(raw)
+        } else {
+            raw
         };
         match entry.decide_locally(charge, now) {
             Ok(decision) => Look::Decided(decision),
@@ -131,7 +138,8 @@ impl<S: Store> LeasedStore<S> {
     /// lease of an entry evicted to make room for the key.
     pub(super) async fn after_pass(&self, charge: &Charge<'_>, decision: &Decision, seen: Seen) {
         if let Some(release) = self.record_pass(charge, decision, seen) {
-            let _ = self.give_back(release, self.now()).await;
+            // Boxed: the rare path does not size every plain decision's future.
+            let _ = Box::pin(self.give_back(release, self.now())).await;
         }
     }
 
