@@ -224,3 +224,24 @@ async fn passing_processes_admit_exactly_the_capacity_on_redis() {
 async fn passing_processes_admit_exactly_the_capacity_on_a_cluster() {
     passing_processes_admit_exactly(None).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gcra_key_under_its_rate_on_server_time_passes_every_decision() {
+    // 10⁶/s: a unit of debt is repaid in 1 µs, long before any answer is back, so no
+    // slice would last and no plain decision is worth recording: every one of 8 tasks ×
+    // 50 requests is the plain store's call.
+    let server = RedisServer::start();
+    let redis = RedisStore::from_url(&server.url())
+        .expect("a valid url")
+        .prefix(&unique_prefix("server-time"))
+        .deadline(Duration::from_secs(10))
+        .expect("a deadline");
+    let store = LeasedStore::new(redis);
+    let limit = Limit::new("hot", Quota::per_second(1_000_000))
+        .expect("a limit")
+        .algorithm(Algorithm::Gcra);
+    let run = hammer(std::slice::from_ref(&store), &limit, 8, 50).await;
+    assert_eq!(run.admitted, 400, "{run:?}");
+    assert_eq!(run.store_calls, run.decisions, "{run:?}");
+    assert_eq!(store.held(), 0);
+}

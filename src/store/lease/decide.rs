@@ -229,6 +229,7 @@ impl<S: Store> LeasedStore<S> {
             let seen = Seen {
                 at: now,
                 hit: hit && entry.passing,
+                settled: false,
                 epoch: *epoch,
             };
             return (Step::Pass(seen), expired, evicted);

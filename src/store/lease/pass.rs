@@ -57,6 +57,9 @@ pub(super) struct Seen {
     /// Whether a larger slice charged by the key's previous plain decision would have
     /// served it ([`Entry::hit`]).
     pub(super) hit: bool,
+    /// The key had an entry, passing with no hit counted: an answer whose charge can
+    /// never be hit need not be recorded ([`needs_record`](LeasedStore::needs_record)).
+    pub(super) settled: bool,
     /// The shard's count of operators' calls ([`Shard::epoch`](super::table::Shard)).
     pub(super) epoch: u64,
 }
@@ -78,6 +81,7 @@ impl<S: Store> LeasedStore<S> {
                 Look::Pass(Seen {
                     at: raw,
                     hit: false,
+                    settled: false,
                     epoch,
                 })
             } else {
@@ -100,6 +104,7 @@ impl<S: Store> LeasedStore<S> {
                 Look::Pass(Seen {
                     at: now,
                     hit,
+                    settled: !hit && entry.hits == 0,
                     epoch,
                 })
             }
@@ -116,7 +121,9 @@ impl<S: Store> LeasedStore<S> {
     ) -> Result<Vec<Decision>, StoreError> {
         self.inner.calls.fetch_add(1, Ordering::Relaxed);
         let decisions = self.inner.store.decide(charges).await?;
-        if let ([charge], Some(decision)) = (charges, decisions.first()) {
+        if let ([charge], Some(decision)) = (charges, decisions.first())
+            && self.needs_record(charge, decision, seen)
+        {
             self.after_pass(charge, decision, seen).await;
         }
         Ok(decisions)
@@ -130,8 +137,32 @@ impl<S: Store> LeasedStore<S> {
     ) -> Result<Decision, StoreError> {
         self.inner.calls.fetch_add(1, Ordering::Relaxed);
         let decision = self.inner.store.decide_one(charge).await?;
-        self.after_pass(&charge, &decision, seen).await;
+        if self.needs_record(&charge, &decision, seen) {
+            self.after_pass(&charge, &decision, seen).await;
+        }
         Ok(decision)
+    }
+
+    /// Whether a plain decision must be recorded. Not when it would change nothing
+    /// that matters: the key's entry passes with no hit counted (so no run of hits to
+    /// break), the request was admitted (no denial to repeat), and its charge can no
+    /// longer be hit by any request (a GCRA key under its rate: its debt is repaid
+    /// before the answer is back). Its entry keeps the older shadow, as dead, and what
+    /// was left then, which only caps a slice the store still decides whole. This
+    /// spares the common plain decision its second lock.
+    fn needs_record(&self, charge: &Charge<'_>, decision: &Decision, seen: Seen) -> bool {
+        let Some(receipt) = decision
+            .receipt
+            .filter(|_| seen.settled && decision.allowed)
+        else {
+            return true;
+        };
+        let now = self.inner.clock.now_micros();
+        let shadow = Shadow {
+            receipt,
+            sent: seen.at,
+        };
+        !shadow.dead(charge.limit.params(), now, self.inner.max_lease_us)
     }
 
     /// Records a plain decision (sent no earlier than `seen.at`), and gives back the

@@ -282,6 +282,36 @@ impl Shadow {
         lease.spend(now, cost) == Err(Spent::Exhausted)
             && (matches!(kind, Kind::Window { .. }) || quick)
     }
+
+    /// Whether no request at local `now` or later can be one this charge's larger
+    /// slice would have served ([`would_serve`](Self::would_serve) false for good):
+    /// past the lease's end, or for a fluid charge past its debt or a quarter of the
+    /// longest lease. (A leaky bucket's bound on delays is left out: a unit's delay
+    /// shrinks as time passes.)
+    pub(super) fn dead(&self, p: &Params, now: u64, max_lease_us: u64) -> bool {
+        let Some(kind) = Kind::of(p, self.receipt.at_us()) else {
+            return true;
+        };
+        let lease = Lease::unnumbered(
+            kind,
+            self.receipt,
+            self.receipt.cost(),
+            (self.sent, self.sent),
+            0,
+            max_lease_us,
+        );
+        if now >= lease.expires {
+            return true;
+        }
+        match kind {
+            Kind::Window { .. } => false,
+            Kind::Fluid { .. } => {
+                now.saturating_sub(self.sent) * 4 >= max_lease_us
+                    || u128::from(lease.store_now_latest(now)) * 1_000 + 999
+                        > u128::from(self.receipt.until_us()) * 1_000
+            }
+        }
+    }
 }
 
 #[cfg(test)]
@@ -336,6 +366,28 @@ mod tests {
         let mut lease = Lease::new(kind, receipt, 1, (at, at), 7, 10_000_000);
         assert_eq!(lease.spend(at, 1), Ok(100_000));
         assert_eq!(lease.spend(at + 50_000, 1), Ok(150_000));
+    }
+
+    #[test]
+    fn a_shadow_is_hit_while_its_charge_counts_and_dead_after() {
+        use super::Shadow;
+        // GCRA 10/s: a charge of 1 from idle is debt for 100 ms.
+        let p = params(Algorithm::Gcra, Quota::per_second(10));
+        let at = 1_000_000_000;
+        let receipt = Receipt::new(at, at + 100_000, 1).expect("charged");
+        let shadow = Shadow { receipt, sent: at };
+        assert!(shadow.would_serve(&p, at + 50_000, 1, 250_000));
+        assert!(!shadow.dead(&p, at + 50_000, 250_000));
+        // Past the debt: never again.
+        assert!(!shadow.would_serve(&p, at + 100_000, 1, 250_000));
+        assert!(shadow.dead(&p, at + 100_000, 250_000));
+        // A window charge: until the lease would have ended (250 ms here).
+        let p = params(Algorithm::FixedWindow, Quota::per_minute(100));
+        let receipt = Receipt::new(at, at + 60_000_000, 1).expect("charged");
+        let shadow = Shadow { receipt, sent: at };
+        assert!(shadow.would_serve(&p, at + 249_999, 1, 250_000));
+        assert!(!shadow.dead(&p, at + 249_999, 250_000));
+        assert!(shadow.dead(&p, at + 250_000, 250_000));
     }
 
     #[test]
