@@ -127,7 +127,8 @@ pub enum SliceSizing {
 /// **Where a lease cannot help, it costs nothing.** A key whose lease would serve no
 /// request but the one that charges it passes through: each request is `S`'s own call
 /// (`decide`), its answer returned as `S` made it, receipt included, so it costs
-/// what `S` alone costs plus a lookup before and a note after. That is a quiet key
+/// what `S` alone costs plus a lookup before (and a note after, when a later request
+/// could use it). That is a quiet key
 /// (at most one request per lease), a token bucket, GCRA or leaky bucket key below
 /// its rate (a fluid slice stops counting as time repays its debt, so it lasts only
 /// while its holder spends at least the rate), a key near its limit (slices shrink to

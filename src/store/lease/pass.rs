@@ -5,7 +5,8 @@
 //! a larger slice would have served a request after all.
 //!
 //! A key *passes* while its next slice would be its cost, or after two leases in a row
-//! ended having served nothing here. Each plain decision is remembered (a [`Shadow`]);
+//! ended having served nothing here. Each plain decision is remembered (a [`Shadow`]),
+//! unless no later request could use it (see [`needs_record`](LeasedStore::needs_record));
 //! a request that a slice one cost larger, charged by the previous decision, would have
 //! served (its units still counted by the store's rule for leases) is a *hit*. Leasing
 //! resumes with the request that makes `2^strikes` hits in a row (it charges the
