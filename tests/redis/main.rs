@@ -27,6 +27,7 @@ mod exactness;
 mod faults;
 mod functions;
 mod in_flight;
+mod lease_pass;
 mod leases;
 mod max_delay;
 mod operations;

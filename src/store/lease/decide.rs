@@ -1,6 +1,7 @@
 //! One request's way through the lease table: decided here (a lease spent, a denial
 //! repeated), waiting for the slice another task is charging, charging the key's next
-//! slice, or charging its own cost alongside.
+//! slice, charging its own cost alongside, or a plain decision where no lease would
+//! help (`pass.rs`).
 
 use std::pin::pin;
 use std::sync::Arc;
@@ -8,11 +9,12 @@ use std::time::Duration;
 
 use tokio::sync::Notify;
 
-use super::LeasedStore;
+use super::pass::{IDLE_LEASES, Seen};
 use super::returns::Release;
 use super::sizing::{grow_under_demand, shrunk_after_expiry};
 use super::slice::{Lease, Spent};
 use super::table::{Entry, Shard, TableKey, lock};
+use super::{LeasedStore, SliceSizing};
 use crate::decision::Receipt;
 use crate::store::{Charge, Store};
 use crate::{Decision, Limit, StoreError};
@@ -27,22 +29,47 @@ enum Step {
     Charge(u64, Arc<Notify>),
     /// Charge the request's own cost, leaving the lease to the refilling task.
     Direct,
+    /// A plain decision: the key passes (see `pass.rs`).
+    Pass(Seen),
 }
 
 impl Entry {
-    /// Decides `charge` at local `now` from this entry alone: its denial repeated, or
-    /// units spent from its lease. Else why the lease cannot serve it (`None`: there
+    /// Decides `charge` at local `now` from this entry alone: units spent from its
+    /// lease, or its denial repeated. Else why the lease cannot serve it (`None`: there
     /// is none), having changed nothing.
-    fn decide_locally(&mut self, charge: &Charge<'_>, now: u64) -> Result<Decision, Option<Spent>> {
+    ///
+    /// A live lease's units serve before a denial the store gave since (another
+    /// request's, made alongside the slice charge or while passing): they were charged
+    /// when the store still had them, so spending them is exact, and leaving them
+    /// behind a denial repeated at a frozen instant would lose them (found by
+    /// `lease_pass::passing_processes_admit_exactly_the_capacity_on_redis`: 27 of 28
+    /// returned units admitted again). A block is the exception: after one, nothing.
+    pub(super) fn decide_locally(
+        &mut self,
+        charge: &Charge<'_>,
+        now: u64,
+    ) -> Result<Decision, Option<Spent>> {
         if let Some(denied) = &self.denied
             && denied.covers(now, charge.cost)
         {
-            return Ok(denied.repeat(now, charge.limit));
+            let repeated = denied.repeat(now, charge.limit);
+            if repeated.blocked_for.is_none()
+                && let Ok(decision) = self.spend_lease(charge, now)
+            {
+                return Ok(decision);
+            }
+            return Ok(repeated);
         }
+        self.spend_lease(charge, now)
+    }
+
+    /// Spends `charge` from the lease if it covers it.
+    fn spend_lease(&mut self, charge: &Charge<'_>, now: u64) -> Result<Decision, Option<Spent>> {
         let Some(lease) = &mut self.lease else {
             return Err(None);
         };
         let delay = lease.spend(now, charge.cost).map_err(Some)?;
+        lease.served = true;
         crate::observe::lease_hit();
         let receipt = lease.issue(charge.cost);
         Ok(Decision {
@@ -53,21 +80,6 @@ impl Entry {
 }
 
 impl<S: Store> LeasedStore<S> {
-    /// Decides one charge of cost ≥ 1 on a leasable limit if the key's entry can
-    /// alone, without the backing store: the ready fast path. `None` leaves the
-    /// table as it was (only the clock's floor moves), so a call made instead does
-    /// nothing until it is polled, and one dropped unpolled has taken nothing.
-    pub(super) fn decide_here(&self, charge: &Charge<'_>) -> Option<Decision> {
-        let table_key = TableKey::of(charge);
-        let now = self.now();
-        let mut shard = lock(self.shard(&table_key));
-        shard
-            .entries
-            .get_mut(&table_key)?
-            .decide_locally(charge, now)
-            .ok()
-    }
-
     /// Decides one charge of cost ≥ 1 on a leasable limit.
     pub(super) async fn decide_leased(&self, charge: &Charge<'_>) -> Result<Decision, StoreError> {
         let table_key = TableKey::of(charge);
@@ -100,6 +112,11 @@ impl<S: Store> LeasedStore<S> {
                     let sent = self.now();
                     let decision = self.acquire_one(charge, charge.cost).await?;
                     self.note(&decision, charge.cost, sent, &table_key);
+                    return Ok(decision);
+                }
+                Step::Pass(seen) => {
+                    let decision = self.acquire_one(charge, charge.cost).await?;
+                    self.after_pass(charge, &decision, seen).await;
                     return Ok(decision);
                 }
                 Step::Charge(slice, notify) => {
@@ -137,11 +154,18 @@ impl<S: Store> LeasedStore<S> {
             evicted = self.make_room(&mut guard);
             guard.tick += 1;
             let stamp = guard.tick;
-            guard
-                .entries
-                .insert(table_key.clone(), Entry::new(charge.limit.clone(), stamp));
+            let passing = self.inner.sizing == SliceSizing::Adaptive;
+            guard.entries.insert(
+                table_key.clone(),
+                Entry::new(charge.limit.clone(), stamp, passing),
+            );
         }
-        let Shard { entries, tick, .. } = &mut *guard;
+        let Shard {
+            entries,
+            tick,
+            epoch,
+            ..
+        } = &mut *guard;
         let Some(entry) = entries.get_mut(table_key) else {
             unreachable!("inserted above, under the same lock");
         };
@@ -158,6 +182,12 @@ impl<S: Store> LeasedStore<S> {
         }
         let mut expired = None;
         if let (Some(spent), Some(lease)) = (unserved, &entry.lease) {
+            if lease.served {
+                entry.served = true;
+                entry.idle_leases = 0;
+            } else {
+                entry.idle_leases += 1;
+            }
             match spent {
                 Spent::Exhausted => {
                     entry.slice = self.grown_after_use(entry.slice, lease, now, cap);
@@ -187,7 +217,23 @@ impl<S: Store> LeasedStore<S> {
             };
             return (step, expired, evicted);
         }
+        let hit = entry.passing && entry.hit(charge, now, self.inner.max_lease_us);
+        if hit && entry.resumes() {
+            self.resume(entry, charge);
+        }
         let slice = self.next_slice(entry, cost, cap);
+        if entry.passing || slice <= cost || entry.idle_leases >= IDLE_LEASES {
+            // A lease would leave nothing over for another request, or its leases
+            // have served nothing: a plain decision, as without leases.
+            entry.begin_passing();
+            let seen = Seen {
+                at: now,
+                hit: hit && entry.passing,
+                settled: false,
+                epoch: *epoch,
+            };
+            return (Step::Pass(seen), expired, evicted);
+        }
         let notify = Arc::new(Notify::new());
         entry.refill = Some(notify.clone());
         entry.spare = slice - cost;

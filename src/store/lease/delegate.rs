@@ -1,11 +1,13 @@
 //! [`LeasedStore`] as a [`Store`]: a single charge on a leasable limit is decided from
-//! the lease table (at once when the key's lease or cached denial decides it); refunds
+//! the lease table (at once when the key's lease or cached denial decides it; by the
+//! backing store's own call where no lease would help, `pass.rs`); refunds
 //! and settles go into a live lease first; everything else goes to the backing store.
 
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use super::LeasedStore;
+use super::pass::Look;
 use super::returns::Release;
 use super::slice::leasable;
 use super::table::{TableKey, lock};
@@ -22,12 +24,13 @@ fn spends_leases(charge: &Charge<'_>) -> bool {
 impl<S: Store> Store for LeasedStore<S> {
     fn decide<'a>(&'a self, charges: &'a [Charge<'a>]) -> StoreCall<'a, Vec<Decision>> {
         match charges {
-            [charge] if spends_leases(charge) => {
-                if let Some(decision) = self.decide_here(charge) {
-                    return StoreCall::ready(Ok(vec![decision]));
+            [charge] if spends_leases(charge) => match self.look(charge) {
+                Look::Decided(decision) => StoreCall::ready(Ok(vec![decision])),
+                Look::Pass(seen) => StoreCall::future(self.pass(charges, seen)),
+                Look::Lease => {
+                    StoreCall::future(async move { Ok(vec![self.decide_leased(charge).await?]) })
                 }
-                StoreCall::future(async move { Ok(vec![self.decide_leased(charge).await?]) })
-            }
+            },
             _ => StoreCall::future(async move {
                 // A peek sees what the store counts: an expired lease's units go
                 // back first, so it sees them returned.
@@ -49,10 +52,11 @@ impl<S: Store> Store for LeasedStore<S> {
                 only(self.decide(std::slice::from_ref(&charge)).await?)
             });
         }
-        if let Some(decision) = self.decide_here(&charge) {
-            return StoreCall::ready(Ok(decision));
+        match self.look(&charge) {
+            Look::Decided(decision) => StoreCall::ready(Ok(decision)),
+            Look::Pass(seen) => StoreCall::future(self.pass_one(charge, seen)),
+            Look::Lease => StoreCall::future(async move { self.decide_leased(&charge).await }),
         }
-        StoreCall::future(async move { self.decide_leased(&charge).await })
     }
     fn refund<'a>(&'a self, charge: Charge<'a>) -> StoreCall<'a, ()> {
         StoreCall::future(async move {

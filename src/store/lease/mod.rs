@@ -56,7 +56,8 @@
 //!
 //! `builder.rs` holds the settings; `table.rs` the lease table (shards, entries, what
 //! makes room, what an operator's call drops); `decide.rs` one request's way through
-//! it; `sizing.rs` how big the next slice is; `charge.rs` the slice charges;
+//! it; `pass.rs` the plain calls of keys a lease would not help, and when leasing
+//! resumes; `sizing.rs` how big the next slice is; `charge.rs` the slice charges;
 //! `returns.rs` units given back; `slice.rs` one lease's rule per algorithm;
 //! `delegate.rs` the [`Store`] methods. Denials are repeated locally by the rule the
 //! Redis denial cache uses too (`store/denial.rs`).
@@ -65,6 +66,7 @@ mod builder;
 mod charge;
 mod decide;
 mod delegate;
+mod pass;
 mod returns;
 mod sizing;
 mod slice;
@@ -96,13 +98,15 @@ use crate::clock::Clock;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub enum SliceSizing {
-    /// Follows the key's observed rate (the default). A key starts at 1 (one round
-    /// trip per request, exactly as without leases). Window algorithms: the slice
+    /// Follows the key's observed rate (the default). A key starts passing: each
+    /// request is the backing store's own call, answered as without leases, until a
+    /// larger slice of the previous call's charge would have served a request; that
+    /// request charges a slice of 2 (see [`LeasedStore`]). Window algorithms: the slice
     /// doubles each time a request finds the lease used up before it expired, and
     /// falls to what a lease served when it expires first. Token bucket, GCRA, leaky
     /// bucket, whose unused units are not returned (see the module docs): the slice
     /// grows by one when a lease is used up within a quarter of the longest lease, and
-    /// falls back to 1 when one expires with units unused. Either way it doubles when
+    /// falls back to 1 (passing) when one expires with units unused. Either way it doubles when
     /// requests find another slice being charged with no units to spare for them
     /// (concurrent demand). Capped by
     /// [`max_slice`](LeaseBuilder::max_slice) and by the key's capacity over
@@ -119,6 +123,46 @@ pub enum SliceSizing {
 /// A decision for a key with a live lease takes no round trip. Otherwise it charges `S`
 /// for a slice of `n ≥ cost` units in one call; if the slice does not fit, for the
 /// request's cost alone, so a key near its limit is decided exactly as without leases.
+///
+/// **Where a lease cannot help, it costs nothing.** A key whose lease would serve no
+/// request but the one that charges it passes through: each request is `S`'s own call
+/// (`decide`), its answer returned as `S` made it, receipt included, so it costs
+/// what `S` alone costs plus a lookup before (and a note after, when a later request
+/// could use it). That is a quiet key
+/// (at most one request per lease), a token bucket, GCRA or leaky bucket key below
+/// its rate (a fluid slice stops counting as time repays its debt, so it lasts only
+/// while its holder spends at least the rate), a key near its limit (slices shrink to
+/// the cost), or a key whose last two leases served nothing. A passing key leases again
+/// from the request that a slice one cost larger, charged by the previous call, would
+/// have served; after a resume whose leases served nothing it takes 2, then 4, … up to
+/// 64 such requests in a row, so a key on the edge does not flap. With
+/// [`SliceSizing::Fixed`] a key starts leasing; with the default it starts passing.
+///
+/// ```
+/// use std::time::Duration;
+/// use tollgate::{Algorithm, Key, Limit, Limiter, MemoryStore, Quota};
+/// use tollgate::clock::ManualClock;
+/// use tollgate::store::LeasedStore;
+/// # tokio::runtime::Builder::new_current_thread().build()?.block_on(async {
+/// let clock = ManualClock::new(Duration::from_secs(1_700_000_000));
+/// let store = LeasedStore::builder(MemoryStore::with_clock(clock.clone()))
+///     .clock(clock.clone())
+///     .build();
+/// let limiter = Limiter::builder()
+///     .limit(Limit::new("api", Quota::per_second(100))?.algorithm(Algorithm::Gcra))
+///     .store(store.clone())
+///     .build()?;
+/// // Ten requests a second on 100/s: below the rate, no GCRA slice would last.
+/// for _ in 0..10 {
+///     clock.advance(Duration::from_millis(100));
+///     assert!(limiter.check("api", &Key::from("quiet"), 1).await?.allowed);
+/// }
+/// // One plain call per request, nothing parked.
+/// assert_eq!((store.store_calls(), store.held()), (10, 0));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// # })?;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 /// **It never admits a request the quota charged in advance did not cover**: every
 /// admission is a unit of a charge `S` admitted, spent while that charge still counts
 /// it (per algorithm, in the module docs), so each algorithm keeps its documented bound
@@ -132,8 +176,8 @@ pub enum SliceSizing {
 /// Window algorithms hold each for at most [`max_lease`](LeaseBuilder::max_lease) (or to
 /// the end of its window, when it stops counting anyway); the fluid algorithms, whose
 /// units are not returned, until time repays them (at most `slice × T`). A quiet key
-/// (at most one request per lease) charges slices of 1: one round trip per request, as
-/// without leases.
+/// (at most one request per lease) passes through: one round trip per request, the
+/// backing store's own.
 ///
 /// Tasks of one process share one lease per key through a table of 32 shards, each
 /// behind its own short lock (never held across an await); while one task charges a
@@ -148,7 +192,8 @@ pub enum SliceSizing {
 /// After a denial with a `retry_after`, the same or a larger cost for that key (a
 /// blocked key: every cost) is denied here, without a round trip, until then (at most
 /// `max_lease`), by the rule the Redis denial cache follows: stricter, never looser,
-/// than asking. A `check_all` of several limits, a cost-0 peek, and the
+/// than asking; passing keys too. Units of a live lease still serve first (they were
+/// charged before the denial, so spending them is exact), except for a blocked key. A `check_all` of several limits, a cost-0 peek, and the
 /// sliding log go to `S` as they would without leases.
 ///
 /// An operator's [`block`](crate::Limiter::block), [`reset`](crate::Limiter::reset)
@@ -349,7 +394,11 @@ impl<S> LeasedStore<S> {
     /// The local clock, never earlier than it has read before: a clock that steps
     /// back stands still, so a lease never seems younger than it is.
     fn now(&self) -> u64 {
-        let now = self.inner.clock.now_micros();
+        self.floor(self.inner.clock.now_micros())
+    }
+
+    /// `now`, a reading of the clock, never earlier than the clock has read before.
+    fn floor(&self, now: u64) -> u64 {
         self.inner.latest.fetch_max(now, Ordering::Relaxed).max(now)
     }
 }

@@ -5,6 +5,7 @@
 use super::slice::{Kind, Lease};
 use super::table::Entry;
 use super::{LeasedStore, SliceSizing};
+use crate::algorithm::Params;
 
 impl<S> LeasedStore<S> {
     /// The largest slice for a limit of `capacity` under the configured caps.
@@ -62,4 +63,17 @@ pub(super) fn shrunk_after_expiry(size: u64, lease: &Lease) -> u64 {
 /// them (concurrent demand): the next slice can be larger.
 pub(super) fn grow_under_demand(entry: &mut Entry, cap: u64) {
     entry.slice = (entry.slice.max(entry.spare + 1) * 2).min(cap);
+}
+
+/// The slice leasing resumes with after plain decisions of `cost` that a larger slice
+/// would have served (`size` so far): as after a lease of `cost` used up by them
+/// ([`grown_after_use`](LeasedStore::grown_after_use): window slices double, fluid ones
+/// grow by one).
+pub(super) fn resumed(size: u64, cost: u64, p: &Params, cap: u64) -> u64 {
+    let size = size.max(cost);
+    let grown = match Kind::of(p, 0) {
+        Some(Kind::Window { .. }) => size * 2,
+        _ => size + 1,
+    };
+    grown.min(cap)
 }

@@ -93,6 +93,9 @@ pub(super) struct Lease {
     pub(super) expires: u64,
     /// The store's `remaining` right after the slice charge.
     pub(super) remaining: u64,
+    /// Whether a request was decided from it here, beyond the one that charged it:
+    /// a lease that ends without serving one cost its machinery for nothing.
+    pub(super) served: bool,
 }
 
 impl Lease {
@@ -100,6 +103,30 @@ impl Lease {
     /// `answered`, whose store decision carried `receipt` and `remaining`; `used` of it
     /// already spent by the request that charged it.
     pub(super) fn new(
+        kind: Kind,
+        receipt: Receipt,
+        used: u64,
+        (sent, answered): (u64, u64),
+        remaining: u64,
+        max_lease_us: u64,
+    ) -> Self {
+        Self {
+            // Relaxed: only uniqueness matters.
+            id: NEXT_LEASE.fetch_add(1, Ordering::Relaxed),
+            ..Self::unnumbered(
+                kind,
+                receipt,
+                used,
+                (sent, answered),
+                remaining,
+                max_lease_us,
+            )
+        }
+    }
+
+    /// As [`new`](Self::new), numbered 0, which no receipt a lease issues carries: for
+    /// a lease that is only looked at, never installed ([`Shadow`]).
+    fn unnumbered(
         kind: Kind,
         receipt: Receipt,
         used: u64,
@@ -116,14 +143,14 @@ impl Lease {
         Self {
             kind,
             receipt,
-            // Relaxed: only uniqueness matters.
-            id: NEXT_LEASE.fetch_add(1, Ordering::Relaxed),
+            id: 0,
             slice: receipt.cost(),
             used,
             sent,
             answered,
             expires,
             remaining,
+            served: false,
         }
     }
 
@@ -218,6 +245,75 @@ impl Lease {
     }
 }
 
+/// A plain decision's charge (one the store made without a lease), kept to tell
+/// whether a larger slice charged by it would have served a later request.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Shadow {
+    pub(super) receipt: Receipt,
+    /// Local instant the charge was sent (at the latest). Taken as the instant it was
+    /// answered too, saving a clock reading per plain decision: a shadow admits
+    /// nothing, it only tells whether leasing resumes (a leaky bucket's delay is then
+    /// judged a round trip short).
+    pub(super) sent: u64,
+}
+
+impl Shadow {
+    /// Whether a request of `cost` at local `now` would have been decided from a lease
+    /// of its charge had the slice been `cost` units larger: a request arriving while
+    /// a lease of exactly the charge is valid but used up (`Exhausted` by the rule of
+    /// [`Lease::spend`]: for a fluid slice the `cost` more units would end the debt
+    /// `cost·T` later, so they count exactly while the charge's own debt is unpaid).
+    /// A fluid one also only within a quarter of the longest lease, as its slices grow
+    /// ([`grown_after_use`](super::LeasedStore::grown_after_use)).
+    pub(super) fn would_serve(&self, p: &Params, now: u64, cost: u64, max_lease_us: u64) -> bool {
+        let Some(kind) = Kind::of(p, self.receipt.at_us()) else {
+            return false;
+        };
+        let cost_now = self.receipt.cost();
+        let mut lease = Lease::unnumbered(
+            kind,
+            self.receipt,
+            cost_now,
+            (self.sent, self.sent),
+            0,
+            max_lease_us,
+        );
+        let quick = now.saturating_sub(self.sent) * 4 < max_lease_us;
+        lease.spend(now, cost) == Err(Spent::Exhausted)
+            && (matches!(kind, Kind::Window { .. }) || quick)
+    }
+
+    /// Whether no request at local `now` or later can be one this charge's larger
+    /// slice would have served ([`would_serve`](Self::would_serve) false for good):
+    /// past the lease's end, or for a fluid charge past its debt or a quarter of the
+    /// longest lease. (A leaky bucket's bound on delays is left out: a unit's delay
+    /// shrinks as time passes.)
+    pub(super) fn dead(&self, p: &Params, now: u64, max_lease_us: u64) -> bool {
+        let Some(kind) = Kind::of(p, self.receipt.at_us()) else {
+            return true;
+        };
+        let lease = Lease::unnumbered(
+            kind,
+            self.receipt,
+            self.receipt.cost(),
+            (self.sent, self.sent),
+            0,
+            max_lease_us,
+        );
+        if now >= lease.expires {
+            return true;
+        }
+        match kind {
+            Kind::Window { .. } => false,
+            Kind::Fluid { .. } => {
+                now.saturating_sub(self.sent) * 4 >= max_lease_us
+                    || u128::from(lease.store_now_latest(now)) * 1_000 + 999
+                        > u128::from(self.receipt.until_us()) * 1_000
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::{Kind, Lease, Spent};
@@ -270,6 +366,28 @@ mod tests {
         let mut lease = Lease::new(kind, receipt, 1, (at, at), 7, 10_000_000);
         assert_eq!(lease.spend(at, 1), Ok(100_000));
         assert_eq!(lease.spend(at + 50_000, 1), Ok(150_000));
+    }
+
+    #[test]
+    fn a_shadow_is_hit_while_its_charge_counts_and_dead_after() {
+        use super::Shadow;
+        // GCRA 10/s: a charge of 1 from idle is debt for 100 ms.
+        let p = params(Algorithm::Gcra, Quota::per_second(10));
+        let at = 1_000_000_000;
+        let receipt = Receipt::new(at, at + 100_000, 1).expect("charged");
+        let shadow = Shadow { receipt, sent: at };
+        assert!(shadow.would_serve(&p, at + 50_000, 1, 250_000));
+        assert!(!shadow.dead(&p, at + 50_000, 250_000));
+        // Past the debt: never again.
+        assert!(!shadow.would_serve(&p, at + 100_000, 1, 250_000));
+        assert!(shadow.dead(&p, at + 100_000, 250_000));
+        // A window charge: until the lease would have ended (250 ms here).
+        let p = params(Algorithm::FixedWindow, Quota::per_minute(100));
+        let receipt = Receipt::new(at, at + 60_000_000, 1).expect("charged");
+        let shadow = Shadow { receipt, sent: at };
+        assert!(shadow.would_serve(&p, at + 249_999, 1, 250_000));
+        assert!(!shadow.dead(&p, at + 249_999, 250_000));
+        assert!(shadow.dead(&p, at + 250_000, 250_000));
     }
 
     #[test]

@@ -11,7 +11,7 @@ use tokio::sync::Notify;
 
 use super::LeasedStore;
 use super::returns::Release;
-use super::slice::Lease;
+use super::slice::{Lease, Shadow};
 use crate::algorithm::Params;
 use crate::store::Charge;
 use crate::store::denial::Denial;
@@ -36,6 +36,9 @@ pub(super) struct Shard {
     /// refund by them could be one of the forgotten lease's decisions. Such a refund
     /// goes to the store, which knows the reset, and is never taken from the new lease.
     pub(super) forgotten: HashSet<(u64, u64)>,
+    /// Counts the operators' calls that dropped entries here: a plain decision made
+    /// across one is not recorded (it may predate a reset or a block).
+    pub(super) epoch: u64,
 }
 
 /// A lease's identity: the limit exactly as charged (name and every parameter, so a
@@ -74,11 +77,26 @@ pub(super) struct Entry {
     /// Units that slice will leave over, less those promised to waiting tasks.
     pub(super) spare: u64,
     pub(super) stamp: u64,
+    /// Decided by plain store calls, not leases: a lease here would serve nothing but
+    /// the request that charges it (see `pass.rs`).
+    pub(super) passing: bool,
+    /// The last plain decision's charge (while passing).
+    pub(super) last: Option<Shadow>,
+    /// Plain decisions in a row that a larger slice would have served (while passing).
+    pub(super) hits: u32,
+    /// Leases in a row that ended having served nothing.
+    pub(super) idle_leases: u32,
+    /// Whether some lease served a request since leasing last resumed.
+    pub(super) served: bool,
+    /// Times in a row leasing resumed and served nothing before passing again: each
+    /// doubles the hits it takes to resume.
+    pub(super) strikes: u32,
 }
 
 impl Entry {
-    /// A key's first entry: no lease, slices of 1 until its rate shows.
-    pub(super) fn new(limit: Limit, stamp: u64) -> Self {
+    /// A key's first entry: no lease; plain decisions (`passing`) until a larger
+    /// slice would have served a request, or leasing at once (fixed slices).
+    pub(super) fn new(limit: Limit, stamp: u64, passing: bool) -> Self {
         Self {
             limit,
             lease: None,
@@ -88,6 +106,12 @@ impl Entry {
             refill: None,
             spare: 0,
             stamp,
+            passing,
+            last: None,
+            hits: 0,
+            idle_leases: 0,
+            served: false,
+            strikes: 0,
         }
     }
 
@@ -144,8 +168,12 @@ impl<S> LeasedStore<S> {
     pub(super) fn forget(&self, name: &str, key: &Key) {
         let mut shard = lock(self.shard_of(name, key));
         let Shard {
-            entries, forgotten, ..
+            entries,
+            forgotten,
+            epoch,
+            ..
         } = &mut *shard;
+        *epoch += 1;
         entries.retain(|table_key, entry| {
             let dropped = table_key.key == *key && table_key.name == name;
             if dropped && let Some(lease) = &entry.lease {
