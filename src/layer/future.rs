@@ -14,16 +14,16 @@ use pin_project_lite::pin_project;
 use tokio::time::Sleep;
 use tower_service::Service;
 
+use crate::StoreError;
 use crate::layer::RateLimitBody;
 use crate::layer::context::{Next, RequestContext};
-use crate::layer::few::{Checks, Claims};
+use crate::layer::few::{Checks, Claims, Decided, Few};
 use crate::layer::grpc::GrpcContentType;
 use crate::layer::in_flight_entry::{Entering, Entry};
 use crate::layer::limiter_calls::Pending;
 use crate::layer::shared::{HeldSlot, Shared, View};
-use crate::limiter::{Taken, Taking};
+use crate::limiter::Taking;
 use crate::store::StoreFuture;
-use crate::{Decision, StoreError};
 
 pin_project! {
     /// The future of a [`RateLimit`](crate::layer::RateLimit) response.
@@ -60,10 +60,9 @@ pin_project! {
         /// in wait mode), in one of the layer's places for held requests, which owns
         /// the charge made for it: dropped before its turn, both go back.
         Delaying {
-            sleep: Pin<Box<Sleep>>,
+            hold: Pin<Box<Hold>>,
             service: Option<S>,
             request: Option<Request<ReqBody>>,
-            slot: HeldSlot,
         },
         /// The inner service is answering.
         Calling { #[pin] future: F },
@@ -72,15 +71,27 @@ pin_project! {
     }
 }
 
+pin_project! {
+    /// A held request's timer and its place, in one allocation: kept out of the
+    /// future itself, whose every other state is smaller.
+    struct Hold {
+        #[pin]
+        sleep: Sleep,
+        slot: HeldSlot,
+    }
+}
+
 impl<S, ReqBody, F> State<S, ReqBody, F> {
     /// Holds `request` for `delay` (a leaky-bucket turn) in `slot`, then `service`
     /// answers it.
     fn delaying(delay: Duration, slot: HeldSlot, service: S, request: Request<ReqBody>) -> Self {
         Self::Delaying {
-            sleep: Box::pin(tokio::time::sleep(delay)),
+            hold: Box::pin(Hold {
+                sleep: tokio::time::sleep(delay),
+                slot,
+            }),
             service: Some(service),
             request: Some(request),
-            slot,
         }
     }
 
@@ -137,7 +148,7 @@ where
         request: Request<ReqBody>,
         checks: Checks,
         grpc: Option<GrpcContentType>,
-        result: Result<Vec<Decision>, StoreError>,
+        result: Result<Decided, StoreError>,
     ) -> Self
     where
         S: Clone,
@@ -155,7 +166,7 @@ where
         mut context: RequestContext,
         service: &mut S,
         request: Request<ReqBody>,
-        result: Result<Vec<Decision>, StoreError>,
+        result: Result<Decided, StoreError>,
     ) -> Self
     where
         S: Clone,
@@ -297,7 +308,8 @@ where
                 } => {
                     // Settled with no await in between: from here the context (a
                     // held request's slot) owns what the call took.
-                    let result = ready!(Pin::new(decision).poll(cx)).map(Taken::keep);
+                    let result =
+                        ready!(Pin::new(decision).poll(cx)).map(|taken| Few::from(taken.keep()));
                     let (Some(context), Some(service), Some(request)) =
                         (this.context.as_mut(), service.take(), request.take())
                     else {
@@ -336,14 +348,14 @@ where
                     }
                 }
                 StateProj::Delaying {
-                    sleep,
+                    hold,
                     service,
                     request,
-                    slot,
                 } => {
-                    ready!(sleep.as_mut().poll(cx));
+                    let hold = hold.as_mut().project();
+                    ready!(hold.sleep.poll(cx));
                     // Its turn: the charge stands; the place is freed with the state.
-                    slot.serve();
+                    hold.slot.serve();
                     match (service.take(), request.take()) {
                         (Some(mut service), Some(request)) => State::Calling {
                             future: service.call(request),

@@ -17,6 +17,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use bytes::Bytes;
 use http::header::{HeaderMap, HeaderName, HeaderValue, RETRY_AFTER};
 
+use crate::layer::header_bytes;
 use crate::layer::in_flight_entry::Claim;
 use crate::layer::limiter_calls::LayerCheck;
 use crate::layer::partition_key::{PK_LEN, push_pk};
@@ -388,9 +389,28 @@ impl HeaderPlan {
         HeaderValue::from_maybe_shared(Bytes::from(value)).ok()
     }
 
-    /// The `RateLimit` members of `report`'s decisions (at least one). Sized first:
-    /// the value is then one exact-size allocation, which the header keeps as it is.
-    fn draft11_members(&self, report: Report<'_>) -> Vec<u8> {
+    /// The `RateLimit` members of `report`'s decisions (at least one), cut from the
+    /// thread's header buffer (no allocation of its own). Sized first, so that the
+    /// buffer has room for all of it.
+    fn draft11_members(&self, report: Report<'_>) -> Bytes {
+        if let [(index, d)] = report.decisions
+            && !self.partition_keys
+        {
+            // One member, the common case: each number formatted once.
+            let (mut r, mut t) = (itoa::Buffer::new(), itoa::Buffer::new());
+            let parts: [&[u8]; 5] = [
+                self.names[*index].as_bytes(),
+                b";r=",
+                r.format(d.remaining).as_bytes(),
+                b";t=",
+                t.format(ceil_secs(until_quota(d))).as_bytes(),
+            ];
+            return header_bytes::cut(parts.iter().map(|part| part.len()).sum(), |state| {
+                for part in parts {
+                    state.extend_from_slice(part);
+                }
+            });
+        }
         let pk = if self.partition_keys { PK_LEN } else { 0 };
         let members = report.decisions.iter().map(|(index, d)| {
             let name = self.names[*index].as_bytes();
@@ -401,24 +421,26 @@ impl HeaderPlan {
             .map(|(name, r, t)| name.len() + digits(r) + digits(t) + 8 + pk)
             .sum::<usize>()
             - 2;
-        let mut state = Vec::with_capacity(len);
-        for (n, (name, r, t)) in members.enumerate() {
-            separate(&mut state);
-            state.extend_from_slice(name);
-            state.extend_from_slice(b";r=");
-            state.extend_from_slice(itoa::Buffer::new().format(r).as_bytes());
-            state.extend_from_slice(b";t=");
-            state.extend_from_slice(itoa::Buffer::new().format(t).as_bytes());
-            if self.partition_keys {
-                // Always one check per decision; a pk short of one leaves `len` unmet,
-                // never the header wrong.
-                if let Some(check) = report.checks.get(n) {
-                    push_pk(&mut state, &check.key);
+        header_bytes::cut(len, |state| {
+            for (n, (name, r, t)) in members.enumerate() {
+                if n > 0 {
+                    state.extend_from_slice(b", ");
+                }
+                state.extend_from_slice(name);
+                state.extend_from_slice(b";r=");
+                state.extend_from_slice(itoa::Buffer::new().format(r).as_bytes());
+                state.extend_from_slice(b";t=");
+                state.extend_from_slice(itoa::Buffer::new().format(t).as_bytes());
+                if self.partition_keys {
+                    // Always one check per decision; a pk short of one leaves `len`
+                    // unmet, never the header wrong.
+                    if let Some(check) = report.checks.get(n) {
+                        push_pk(state, &check.key);
+                    }
                 }
             }
-        }
-        debug_assert!(state.len() <= len);
-        state
+            debug_assert!(state.len() <= len);
+        })
     }
 
     /// Writes the style's headers for `report`. The draft-11 lists are appended as
@@ -465,7 +487,7 @@ impl HeaderPlan {
                 // Names are printable ASCII and the rest are digits, separators and
                 // base64, so this cannot fail; if it ever did, leaving the header out is
                 // the safe answer.
-                if let Ok(state) = HeaderValue::from_maybe_shared(Bytes::from(state)) {
+                if let Ok(state) = HeaderValue::from_maybe_shared(state) {
                     headers.append(RATELIMIT, state);
                 }
             }
@@ -514,11 +536,13 @@ pub(crate) fn write_retry_after(headers: &mut HeaderMap, retry_after: Duration) 
     insert_number(headers, RETRY_AFTER, ceil_secs(retry_after).max(1));
 }
 
-/// A number as a header value: one allocation (the value's own bytes), where
-/// `HeaderValue::from(u64)` makes two.
+/// A number as a header value, cut from the thread's header buffer: no allocation of
+/// its own, where `HeaderValue::from(u64)` makes two.
 pub(crate) fn insert_number(headers: &mut HeaderMap, name: HeaderName, value: u64) {
-    let digits = itoa::Buffer::new().format(value).as_bytes().to_vec();
-    if let Ok(value) = HeaderValue::from_maybe_shared(Bytes::from(digits)) {
+    let mut digits = itoa::Buffer::new();
+    let digits = digits.format(value).as_bytes();
+    let bytes = header_bytes::cut(digits.len(), |buffer| buffer.extend_from_slice(digits));
+    if let Ok(value) = HeaderValue::from_maybe_shared(bytes) {
         headers.insert(name, value);
     }
 }

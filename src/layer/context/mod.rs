@@ -9,7 +9,7 @@ use http::{Request, Response};
 
 use crate::layer::Decisions;
 use crate::layer::byte_account::{ByteMeters, ByteMetersExtension};
-use crate::layer::few::{Checks, Claims, Few};
+use crate::layer::few::{Checks, Claims, Decided, Few};
 use crate::layer::grpc::GrpcContentType;
 use crate::layer::headers::Report;
 use crate::layer::in_flight_entry::Entry;
@@ -47,16 +47,16 @@ pub(crate) struct RequestContext {
     /// The request's in-flight slots: given back when the context is dropped, or
     /// moved into the response body, which gives them back when it ends.
     slots: Vec<InFlightSlot>,
-    /// The policies with an in-flight limit that let the request in.
-    claimed: Few<usize>,
     /// While the enforced policies are decided again alone (only shadowed ones denied
     /// the request): the first, all-or-nothing call's decisions, whose shadowed
     /// answers the headers and metrics report.
+    /// A `Vec`, not inline: a rare path, kept out of every request's future.
     first: Option<Vec<Decision>>,
     /// Whether the enforced policies were decided again alone.
     redecided: bool,
-    /// The policies counting the request in `tollgate_in_flight` until it is answered.
-    running: Few<usize>,
+    /// Whether the request's policies count it in `tollgate_in_flight` until it is
+    /// answered ([`running_policies`](Self::running_policies)).
+    running: bool,
     /// The request's metered charges, settled when the response body ends, or when
     /// this context is dropped first (the response never came).
     metering: Option<CloseOnDrop>,
@@ -87,7 +87,6 @@ impl RequestContext {
         claims: Claims,
         grpc: Option<GrpcContentType>,
     ) -> Self {
-        let claimed = claims.iter().map(|claim| claim.index).collect();
         Self {
             shared,
             view,
@@ -97,10 +96,9 @@ impl RequestContext {
             grpc,
             charged: false,
             slots: Vec::new(),
-            claimed,
             first: None,
             redecided: false,
-            running: Few::new(),
+            running: false,
             metering: None,
             bytes: None,
         }
@@ -112,16 +110,22 @@ impl RequestContext {
         if !cfg!(feature = "metrics") {
             return;
         }
-        let checked = self.checks.iter().map(|check| check.index);
-        let claimed = self
-            .claimed
-            .iter()
-            .copied()
-            .filter(|index| !self.checks.iter().any(|check| check.index == *index));
-        self.running = checked.chain(claimed).collect();
-        for &index in self.running.iter() {
+        self.running = true;
+        for index in self.running_policies() {
             self.view.metrics[index].started();
         }
+    }
+
+    /// The policies a running request counts under: those that checked it, then those
+    /// whose in-flight limit let it in without checking it.
+    fn running_policies(&self) -> impl Iterator<Item = usize> + '_ {
+        let checked = self.checks.iter().map(|check| check.index);
+        let claimed = self
+            .claims
+            .iter()
+            .map(|claim| claim.index)
+            .filter(|index| !self.checks.iter().any(|check| check.index == *index));
+        checked.chain(claimed)
     }
 
     /// What becomes of a request with in-flight limits once the store has answered
@@ -229,7 +233,7 @@ impl RequestContext {
     pub(super) fn settle<ReqBody>(
         &mut self,
         request: Request<ReqBody>,
-        result: Result<Vec<Decision>, StoreError>,
+        result: Result<Decided, StoreError>,
     ) -> Next<ReqBody> {
         let next = self.settle_decisions(request, result);
         if matches!(next, Next::Answer(_)) {
@@ -241,7 +245,7 @@ impl RequestContext {
     fn settle_decisions<ReqBody>(
         &mut self,
         mut request: Request<ReqBody>,
-        result: Result<Vec<Decision>, StoreError>,
+        result: Result<Decided, StoreError>,
     ) -> Next<ReqBody> {
         let mut decisions = match result {
             Ok(decisions) => decisions,
@@ -265,7 +269,7 @@ impl RequestContext {
                 .copied()
                 .collect();
             if !enforced.is_empty() {
-                self.first = Some(decisions);
+                self.first = Some(decisions.into_vec());
                 return match self.shared.decide_now(&self.view, &enforced) {
                     Pending::Ready(result) => self.settle_decisions(request, result),
                     Pending::Waiting(taking) => Next::Again(taking, request),
@@ -296,14 +300,14 @@ impl RequestContext {
                     self.shared.limiter.clone(),
                     self.view.set.clone(),
                     targets(&self.checks),
-                    decisions.clone(),
+                    decisions.to_vec(),
                 ))
             });
             if slot.is_none() {
                 let enforced = self
                     .checks
                     .iter()
-                    .zip(&decisions)
+                    .zip(decisions.iter())
                     .any(|(check, d)| check.enforced && !d.delay.is_zero());
                 if enforced {
                     self.count(&decisions, Some(Outcome::QueueFull), None);
@@ -371,8 +375,8 @@ impl RequestContext {
     /// The request's decisions in check order, from the first, all-or-nothing call
     /// (`first`) for its shadowed policies and from the second (`enforced`) for the
     /// enforced ones, decided again alone.
-    fn merged(&self, first: Vec<Decision>, enforced: Vec<Decision>) -> Vec<Decision> {
-        let mut enforced = enforced.into_iter();
+    fn merged(&self, first: Vec<Decision>, enforced: Decided) -> Decided {
+        let mut enforced = enforced.into_vec().into_iter();
         self.checks
             .iter()
             .zip(first)
@@ -450,6 +454,10 @@ impl RequestContext {
     /// Only what was charged holds it: every decision when all admitted it
     /// (`allowed`), else the enforced ones, decided again alone.
     fn hold_for(&self, decisions: &[Decision], allowed: bool) -> Duration {
+        // The common case, no decision asks for a delay: nothing to bound.
+        if decisions.iter().all(|d| d.delay.is_zero()) {
+            return Duration::ZERO;
+        }
         let policies = self.view.policies();
         self.checks
             .iter()
@@ -474,8 +482,10 @@ impl RequestContext {
 impl Drop for RequestContext {
     fn drop(&mut self) {
         // Answered (or given up): no longer running under its policies.
-        for &index in self.running.iter() {
-            self.view.metrics[index].ended();
+        if self.running {
+            for index in self.running_policies() {
+                self.view.metrics[index].ended();
+            }
         }
     }
 }
