@@ -44,15 +44,16 @@ pub struct Decisions(pub(crate) Decided);
 
 impl Decisions {
     /// Puts `decisions` in `extensions`: after those of an outer tollgate layer when the
-    /// request already carries some (one lookup in the extensions map), else as the
-    /// request's `Decisions`.
+    /// request already carries some, else as the request's `Decisions`. Inserted
+    /// first (one lookup in the extensions map on the common path, where there are
+    /// none yet); an outer layer's, found in their place, are put back in front.
     pub(crate) fn record(extensions: &mut http::Extensions, decisions: Decided) {
-        match extensions.get_mut::<Decisions>() {
-            Some(earlier) if earlier.0.is_empty() => earlier.0 = decisions,
-            Some(earlier) => earlier.0.extend(decisions.into_vec()),
-            None => {
-                extensions.insert(Decisions(decisions));
-            }
+        if let Some(earlier) = extensions.insert(Decisions(decisions))
+            && !earlier.0.is_empty()
+            && let Some(now) = extensions.get_mut::<Decisions>()
+        {
+            let mine = std::mem::replace(&mut now.0, earlier.0);
+            now.0.extend(mine);
         }
     }
 

@@ -96,16 +96,16 @@ impl<S, ReqBody, F> State<S, ReqBody, F> {
     }
 
     /// What follows a decision, once `service` is owned by the future.
-    fn next(next: Next<ReqBody>, mut service: S) -> Self
+    fn next(next: Next, mut service: S, request: Request<ReqBody>) -> Self
     where
         S: Service<Request<ReqBody>, Future = F>,
     {
         match next {
-            Next::Call(request) => Self::Calling {
+            Next::Call => Self::Calling {
                 future: service.call(request),
             },
-            Next::Delay(delay, slot, request) => Self::delaying(delay, slot, service, request),
-            Next::Again(decision, request) => Self::Deciding {
+            Next::Delay(delay, slot) => Self::delaying(delay, slot, service, request),
+            Next::Again(decision) => Self::Deciding {
                 decision,
                 service: Some(service),
                 request: Some(request),
@@ -165,20 +165,18 @@ where
     fn settled(
         mut context: RequestContext,
         service: &mut S,
-        request: Request<ReqBody>,
+        mut request: Request<ReqBody>,
         result: Result<Decided, StoreError>,
     ) -> Self
     where
         S: Clone,
     {
-        let state = match context.settle(request, result) {
-            Next::Call(request) => State::Calling {
+        let state = match context.settle(&mut request, result) {
+            Next::Call => State::Calling {
                 future: service.call(request),
             },
-            Next::Delay(delay, slot, request) => {
-                State::delaying(delay, slot, take_ready(service), request)
-            }
-            Next::Again(decision, request) => State::Deciding {
+            Next::Delay(delay, slot) => State::delaying(delay, slot, take_ready(service), request),
+            Next::Again(decision) => State::Deciding {
                 decision,
                 service: Some(take_ready(service)),
                 request: Some(request),
@@ -310,12 +308,12 @@ where
                     // held request's slot) owns what the call took.
                     let result =
                         ready!(Pin::new(decision).poll(cx)).map(|taken| Few::from(taken.keep()));
-                    let (Some(context), Some(service), Some(request)) =
+                    let (Some(context), Some(service), Some(mut request)) =
                         (this.context.as_mut(), service.take(), request.take())
                     else {
                         unreachable!("a deciding future has its context, service and request")
                     };
-                    State::next(context.settle(request, result), service)
+                    State::next(context.settle(&mut request, result), service, request)
                 }
                 StateProj::Entering {
                     slots,
@@ -337,7 +335,8 @@ where
                                 future: service.call(context.unchecked(request)),
                             },
                             Some(Pending::Ready(result)) => {
-                                State::next(context.settle(request, result), service)
+                                let mut request = request;
+                                State::next(context.settle(&mut request, result), service, request)
                             }
                             Some(Pending::Waiting(decision)) => State::Deciding {
                                 decision,

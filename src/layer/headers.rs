@@ -188,6 +188,10 @@ pub(crate) struct HeaderPlan {
     all_policies: Option<HeaderValue>,
     /// Per policy: its `qu` parameter, if its unit is not requests.
     units: Vec<&'static str>,
+    /// The one policy with a quota, when no policy has an in-flight member: a
+    /// response it decided carries `all_policies` (checked first, without the general
+    /// comparison).
+    lone_rate: Option<usize>,
 }
 
 /// A policy's `RateLimit-Policy` list member in `style`; `name` is its
@@ -323,10 +327,14 @@ impl HeaderPlan {
             policy_members,
             in_flight_members,
             quotas: policies.iter().map(Policy::quota).collect(),
-            rate_policies,
-            in_flight_policies,
             all_policies,
             units,
+            lone_rate: match (rate_policies.as_slice(), in_flight_policies.is_empty()) {
+                ([lone], true) => Some(*lone),
+                _ => None,
+            },
+            rate_policies,
+            in_flight_policies,
         }
     }
 
@@ -338,6 +346,15 @@ impl HeaderPlan {
             checks,
             claims,
         } = report;
+        // The common case: the layer's one rate policy decided the request, for its
+        // own quota, and no policy advertises an in-flight bound.
+        if let (Some(all), Some(lone), [(index, d)], []) =
+            (&self.all_policies, self.lone_rate, decisions, claims)
+            && *index == lone
+            && d.quota == self.quotas[lone]
+        {
+            return Some(all.clone());
+        }
         let own_quota = decisions
             .iter()
             .any(|(index, d)| d.quota != self.quotas[*index]);

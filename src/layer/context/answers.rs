@@ -41,13 +41,13 @@ impl RequestContext {
     /// The store failed: pass the request on uncounted (fail open) or answer 503.
     pub(super) fn store_failed<ReqBody>(
         &mut self,
-        request: Request<ReqBody>,
+        request: &mut Request<ReqBody>,
         error: &StoreError,
-    ) -> Next<ReqBody> {
+    ) -> Next {
         match self.fail(error) {
             None => {
                 self.admit();
-                let mut request = self.unchecked(request);
+                self.mark_unchecked(request);
                 if self.view.meters {
                     // Charged nothing, so nothing will be settled: the meter is there
                     // for the handlers that expect one.
@@ -56,9 +56,9 @@ impl RequestContext {
                         .iter()
                         .map(|check| self.uncharged(check.index))
                         .collect();
-                    self.meter(&mut request, &uncharged);
+                    self.meter(request, &uncharged);
                 }
-                Next::Call(request)
+                Next::Call
             }
             Some(response) => Next::Answer(response),
         }

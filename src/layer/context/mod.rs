@@ -65,16 +65,18 @@ pub(crate) struct RequestContext {
     bytes: Option<Arc<ByteMeters>>,
 }
 
-/// What to do with a request once the store has answered.
-pub(super) enum Next<ReqBody> {
+/// What to do with a request once the store has answered. The request itself stays
+/// with the caller (settling only adds to its extensions): it is not moved through
+/// every step on the common path.
+pub(super) enum Next {
     /// Call the inner service now.
-    Call(Request<ReqBody>),
+    Call,
     /// Hold the request (leaky bucket) in a place of the layer's, then call the inner
     /// service.
-    Delay(Duration, HeldSlot, Request<ReqBody>),
+    Delay(Duration, HeldSlot),
     /// Wait for the enforced policies' own decision (a remote store), then settle
     /// again.
-    Again(Taking, Request<ReqBody>),
+    Again(Taking),
     /// Answer without calling the inner service; the request, body unread, is dropped.
     Answer(Response<Bytes>),
 }
@@ -232,9 +234,9 @@ impl RequestContext {
     /// answers itself gives its in-flight slots back at once.
     pub(super) fn settle<ReqBody>(
         &mut self,
-        request: Request<ReqBody>,
+        request: &mut Request<ReqBody>,
         result: Result<Decided, StoreError>,
-    ) -> Next<ReqBody> {
+    ) -> Next {
         let next = self.settle_decisions(request, result);
         if matches!(next, Next::Answer(_)) {
             self.slots.clear();
@@ -244,9 +246,9 @@ impl RequestContext {
 
     fn settle_decisions<ReqBody>(
         &mut self,
-        mut request: Request<ReqBody>,
+        request: &mut Request<ReqBody>,
         result: Result<Decided, StoreError>,
-    ) -> Next<ReqBody> {
+    ) -> Next {
         let mut decisions = match result {
             Ok(decisions) => decisions,
             Err(error) => return self.store_failed(request, &error),
@@ -272,7 +274,7 @@ impl RequestContext {
                 self.first = Some(decisions.into_vec());
                 return match self.shared.decide_now(&self.view, &enforced) {
                     Pending::Ready(result) => self.settle_decisions(request, result),
-                    Pending::Waiting(taking) => Next::Again(taking, request),
+                    Pending::Waiting(taking) => Next::Again(taking),
                 };
             }
         }
@@ -327,7 +329,7 @@ impl RequestContext {
         );
         self.admit();
         if self.view.meters {
-            self.meter(&mut request, &decisions);
+            self.meter(request, &decisions);
         }
         let indices = self.checks.iter().map(|check| check.index);
         if self.shared.decisions_extension {
@@ -337,8 +339,8 @@ impl RequestContext {
             self.decisions = indices.zip(decisions).collect();
         }
         match slot {
-            Some(slot) => Next::Delay(delay, slot, request),
-            None => Next::Call(request),
+            Some(slot) => Next::Delay(delay, slot),
+            None => Next::Call,
         }
     }
 
@@ -441,10 +443,15 @@ impl RequestContext {
     /// A request passed on with no rate decision (its policies limit only requests in
     /// flight, or the store failed open): its [`Decisions`] say so, empty.
     pub(super) fn unchecked<ReqBody>(&self, mut request: Request<ReqBody>) -> Request<ReqBody> {
+        self.mark_unchecked(&mut request);
+        request
+    }
+
+    /// As [`unchecked`](Self::unchecked), in place.
+    pub(super) fn mark_unchecked<ReqBody>(&self, request: &mut Request<ReqBody>) {
         if self.shared.decisions_extension {
             Decisions::record_none(request.extensions_mut());
         }
-        request
     }
 
     /// How long to hold an admitted request: its longest delay, each bounded by its
