@@ -331,17 +331,29 @@ impl RequestContext {
         if self.view.meters {
             self.meter(request, &decisions);
         }
-        let indices = self.checks.iter().map(|check| check.index);
         if self.shared.decisions_extension {
-            self.decisions = indices.zip(decisions.iter().cloned()).collect();
+            self.decisions = match (&*self.checks, &decisions) {
+                // One policy: paired as it is, not collected item by item.
+                ([check], Few::One([decision])) => Few::One([(check.index, decision.clone())]),
+                _ => self.indexed(decisions.iter().cloned()),
+            };
             Decisions::record(request.extensions_mut(), decisions);
         } else {
-            self.decisions = indices.zip(decisions).collect();
+            self.decisions = self.indexed(decisions);
         }
         match slot {
             Some(slot) => Next::Delay(delay, slot),
             None => Next::Call,
         }
+    }
+
+    /// `decisions`, in check order, each paired with its policy's index.
+    fn indexed(&self, decisions: impl IntoIterator<Item = Decision>) -> Few<(usize, Decision)> {
+        self.checks
+            .iter()
+            .map(|check| check.index)
+            .zip(decisions)
+            .collect()
     }
 
     /// Gives an admitted request of a metered policy its [`Meter`](crate::layer::Meter),
