@@ -422,7 +422,18 @@ impl HeaderPlan {
                 b";t=",
                 t.format(ceil_secs(until_quota(d))).as_bytes(),
             ];
-            return header_bytes::cut(parts.iter().map(|part| part.len()).sum(), |state| {
+            let len = parts.iter().map(|part| part.len()).sum();
+            // Put together on the stack first: one copy into the buffer, not five.
+            let mut line = [0_u8; 96];
+            if len <= line.len() {
+                let mut at = 0;
+                for part in parts {
+                    line[at..at + part.len()].copy_from_slice(part);
+                    at += part.len();
+                }
+                return header_bytes::cut(len, |state| state.extend_from_slice(&line[..len]));
+            }
+            return header_bytes::cut(len, |state| {
                 for part in parts {
                     state.extend_from_slice(part);
                 }
@@ -571,7 +582,55 @@ pub(crate) fn digits(n: u64) -> usize {
 
 #[cfg(test)]
 mod tests {
-    use super::digits;
+    use std::time::Duration;
+
+    use http::HeaderMap;
+
+    use super::{HeaderPlan, HeaderStyle, RATELIMIT, RATELIMIT_POLICY, Report, digits};
+    use crate::{Decision, Policy, Quota};
+
+    /// The `RateLimit` line of one decision of a policy named `name`.
+    fn state_line(name: &str, remaining: u64, reset: Duration) -> String {
+        let quota = Quota::per_minute(100);
+        let policy = Policy::new(name, quota).expect("policy");
+        let plan = HeaderPlan::new(HeaderStyle::Draft11, &[policy], false);
+        let decision = Decision {
+            allowed: true,
+            capacity: 100,
+            remaining,
+            reset_after: reset,
+            retry_after: None,
+            delay: Duration::ZERO,
+            limit: "ignored",
+            quota,
+            blocked_for: None,
+            trips: 0,
+            receipt: None,
+        };
+        let decisions = [(0, decision)];
+        let report = Report {
+            decisions: &decisions,
+            ..Report::default()
+        };
+        let mut headers = HeaderMap::new();
+        plan.write(report, &mut headers);
+        assert!(headers.contains_key(RATELIMIT_POLICY));
+        headers[RATELIMIT].to_str().expect("ASCII").to_string()
+    }
+
+    #[test]
+    fn one_member_is_written_whole_for_short_and_long_names() {
+        // Short: put together on the stack; long (past its 96 bytes): part by part.
+        assert_eq!(
+            state_line("api", 37, Duration::from_millis(11_200)),
+            "\"api\";r=37;t=12"
+        );
+        let long = "n".repeat(64); // the longest name: 112 bytes with two 20-digit numbers
+        assert_eq!(
+            state_line(&long, u64::MAX, Duration::from_secs(u64::MAX / 2)),
+            format!("\"{long}\";r={};t={}", u64::MAX, u64::MAX / 2)
+        );
+    }
 
     #[test]
     fn digits_counts_decimal_digits() {
