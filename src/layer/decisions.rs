@@ -1,8 +1,10 @@
 //! [`Decisions`]: every policy's decision, in the request extensions for handlers.
 
+use std::fmt;
 use std::ops::Deref;
 
 use crate::Decision;
+use crate::layer::few::Decided;
 
 /// The decisions of every policy checked for a request, in limiter order; put in the
 /// request extensions for handlers (unless the layer was built with
@@ -37,20 +39,21 @@ use crate::Decision;
 /// let app: Router = Router::new().route("/", get(handler)).layer(layer);
 /// # Ok::<(), tollgate::ConfigError>(())
 /// ```
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Decisions(pub(crate) Vec<Decision>);
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct Decisions(pub(crate) Decided);
 
 impl Decisions {
     /// Puts `decisions` in `extensions`: after those of an outer tollgate layer when the
-    /// request already carries some (one lookup in the extensions map), else as the
-    /// request's `Decisions`.
-    pub(crate) fn record(extensions: &mut http::Extensions, decisions: Vec<Decision>) {
-        match extensions.get_mut::<Decisions>() {
-            Some(earlier) if earlier.0.is_empty() => earlier.0 = decisions,
-            Some(earlier) => earlier.0.extend(decisions),
-            None => {
-                extensions.insert(Decisions(decisions));
-            }
+    /// request already carries some, else as the request's `Decisions`. Inserted
+    /// first (one lookup in the extensions map on the common path, where there are
+    /// none yet); an outer layer's, found in their place, are put back in front.
+    pub(crate) fn record(extensions: &mut http::Extensions, decisions: Decided) {
+        if let Some(earlier) = extensions.insert(Decisions(decisions))
+            && !earlier.0.is_empty()
+            && let Some(now) = extensions.get_mut::<Decisions>()
+        {
+            let mine = std::mem::replace(&mut now.0, earlier.0);
+            now.0.extend(mine);
         }
     }
 
@@ -72,6 +75,13 @@ impl Decisions {
     /// ```
     pub fn get(&self, policy: &str) -> Option<&Decision> {
         self.0.iter().find(|d| d.limit == policy)
+    }
+}
+
+/// As a list, however the decisions are kept (one is kept inline).
+impl fmt::Debug for Decisions {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("Decisions").field(&&*self.0).finish()
     }
 }
 

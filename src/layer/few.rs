@@ -33,6 +33,76 @@ impl<T> Few<T> {
     }
 }
 
+impl<T> Few<T> {
+    /// The items in a `Vec` (an allocation for one item).
+    pub(crate) fn into_vec(self) -> Vec<T> {
+        match self {
+            Self::One([item]) => vec![item],
+            Self::Many(items) => items,
+        }
+    }
+}
+
+impl<T> Default for Few<T> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<T> From<Vec<T>> for Few<T> {
+    /// As it is: a `Vec` of one item stays one (it has its allocation already).
+    fn from(items: Vec<T>) -> Self {
+        Self::Many(items)
+    }
+}
+
+/// Equal when the items are, however they are kept.
+impl<T: PartialEq> PartialEq for Few<T> {
+    fn eq(&self, other: &Self) -> bool {
+        **self == **other
+    }
+}
+
+impl<T: Eq> Eq for Few<T> {}
+
+impl<T> Extend<T> for Few<T> {
+    fn extend<I: IntoIterator<Item = T>>(&mut self, iter: I) {
+        for item in iter {
+            self.push(item);
+        }
+    }
+}
+
+impl<T> IntoIterator for Few<T> {
+    type Item = T;
+    type IntoIter = IntoIter<T>;
+
+    fn into_iter(self) -> IntoIter<T> {
+        match self {
+            Self::One(item) => IntoIter::One(item.into_iter()),
+            Self::Many(items) => IntoIter::Many(items.into_iter()),
+        }
+    }
+}
+
+/// The items of a [`Few`], by value.
+pub(crate) enum IntoIter<T> {
+    One(std::array::IntoIter<T, 1>),
+    Many(std::vec::IntoIter<T>),
+}
+
+impl<T> Iterator for IntoIter<T> {
+    type Item = T;
+
+    #[inline]
+    fn next(&mut self) -> Option<T> {
+        match self {
+            Self::One(items) => items.next(),
+            Self::Many(items) => items.next(),
+        }
+    }
+}
+
 impl<T> Deref for Few<T> {
     type Target = [T];
 
@@ -63,6 +133,9 @@ impl<T> FromIterator<T> for Few<T> {
         few
     }
 }
+
+/// The decisions of a request's rate checks, in check order.
+pub(crate) type Decided = Few<crate::Decision>;
 
 /// (policy index, key, cost, caller's quota) of each policy checked for a request.
 pub(crate) type Checks = Few<LayerCheck>;

@@ -14,16 +14,16 @@ use pin_project_lite::pin_project;
 use tokio::time::Sleep;
 use tower_service::Service;
 
+use crate::StoreError;
 use crate::layer::RateLimitBody;
 use crate::layer::context::{Next, RequestContext};
-use crate::layer::few::{Checks, Claims};
+use crate::layer::few::{Checks, Claims, Decided, Few};
 use crate::layer::grpc::GrpcContentType;
 use crate::layer::in_flight_entry::{Entering, Entry};
 use crate::layer::limiter_calls::Pending;
 use crate::layer::shared::{HeldSlot, Shared, View};
-use crate::limiter::{Taken, Taking};
+use crate::limiter::Taking;
 use crate::store::StoreFuture;
-use crate::{Decision, StoreError};
 
 pin_project! {
     /// The future of a [`RateLimit`](crate::layer::RateLimit) response.
@@ -60,10 +60,9 @@ pin_project! {
         /// in wait mode), in one of the layer's places for held requests, which owns
         /// the charge made for it: dropped before its turn, both go back.
         Delaying {
-            sleep: Pin<Box<Sleep>>,
+            hold: Pin<Box<Hold>>,
             service: Option<S>,
             request: Option<Request<ReqBody>>,
-            slot: HeldSlot,
         },
         /// The inner service is answering.
         Calling { #[pin] future: F },
@@ -72,29 +71,41 @@ pin_project! {
     }
 }
 
+pin_project! {
+    /// A held request's timer and its place, in one allocation: kept out of the
+    /// future itself, whose every other state is smaller.
+    struct Hold {
+        #[pin]
+        sleep: Sleep,
+        slot: HeldSlot,
+    }
+}
+
 impl<S, ReqBody, F> State<S, ReqBody, F> {
     /// Holds `request` for `delay` (a leaky-bucket turn) in `slot`, then `service`
     /// answers it.
     fn delaying(delay: Duration, slot: HeldSlot, service: S, request: Request<ReqBody>) -> Self {
         Self::Delaying {
-            sleep: Box::pin(tokio::time::sleep(delay)),
+            hold: Box::pin(Hold {
+                sleep: tokio::time::sleep(delay),
+                slot,
+            }),
             service: Some(service),
             request: Some(request),
-            slot,
         }
     }
 
     /// What follows a decision, once `service` is owned by the future.
-    fn next(next: Next<ReqBody>, mut service: S) -> Self
+    fn next(next: Next, mut service: S, request: Request<ReqBody>) -> Self
     where
         S: Service<Request<ReqBody>, Future = F>,
     {
         match next {
-            Next::Call(request) => Self::Calling {
+            Next::Call => Self::Calling {
                 future: service.call(request),
             },
-            Next::Delay(delay, slot, request) => Self::delaying(delay, slot, service, request),
-            Next::Again(decision, request) => Self::Deciding {
+            Next::Delay(delay, slot) => Self::delaying(delay, slot, service, request),
+            Next::Again(decision) => Self::Deciding {
                 decision,
                 service: Some(service),
                 request: Some(request),
@@ -137,7 +148,7 @@ where
         request: Request<ReqBody>,
         checks: Checks,
         grpc: Option<GrpcContentType>,
-        result: Result<Vec<Decision>, StoreError>,
+        result: Result<Decided, StoreError>,
     ) -> Self
     where
         S: Clone,
@@ -154,20 +165,18 @@ where
     fn settled(
         mut context: RequestContext,
         service: &mut S,
-        request: Request<ReqBody>,
-        result: Result<Vec<Decision>, StoreError>,
+        mut request: Request<ReqBody>,
+        result: Result<Decided, StoreError>,
     ) -> Self
     where
         S: Clone,
     {
-        let state = match context.settle(request, result) {
-            Next::Call(request) => State::Calling {
+        let state = match context.settle(&mut request, result) {
+            Next::Call => State::Calling {
                 future: service.call(request),
             },
-            Next::Delay(delay, slot, request) => {
-                State::delaying(delay, slot, take_ready(service), request)
-            }
-            Next::Again(decision, request) => State::Deciding {
+            Next::Delay(delay, slot) => State::delaying(delay, slot, take_ready(service), request),
+            Next::Again(decision) => State::Deciding {
                 decision,
                 service: Some(take_ready(service)),
                 request: Some(request),
@@ -297,13 +306,14 @@ where
                 } => {
                     // Settled with no await in between: from here the context (a
                     // held request's slot) owns what the call took.
-                    let result = ready!(Pin::new(decision).poll(cx)).map(Taken::keep);
-                    let (Some(context), Some(service), Some(request)) =
+                    let result =
+                        ready!(Pin::new(decision).poll(cx)).map(|taken| Few::from(taken.keep()));
+                    let (Some(context), Some(service), Some(mut request)) =
                         (this.context.as_mut(), service.take(), request.take())
                     else {
                         unreachable!("a deciding future has its context, service and request")
                     };
-                    State::next(context.settle(request, result), service)
+                    State::next(context.settle(&mut request, result), service, request)
                 }
                 StateProj::Entering {
                     slots,
@@ -325,7 +335,8 @@ where
                                 future: service.call(context.unchecked(request)),
                             },
                             Some(Pending::Ready(result)) => {
-                                State::next(context.settle(request, result), service)
+                                let mut request = request;
+                                State::next(context.settle(&mut request, result), service, request)
                             }
                             Some(Pending::Waiting(decision)) => State::Deciding {
                                 decision,
@@ -336,14 +347,14 @@ where
                     }
                 }
                 StateProj::Delaying {
-                    sleep,
+                    hold,
                     service,
                     request,
-                    slot,
                 } => {
-                    ready!(sleep.as_mut().poll(cx));
+                    let hold = hold.as_mut().project();
+                    ready!(hold.sleep.poll(cx));
                     // Its turn: the charge stands; the place is freed with the state.
-                    slot.serve();
+                    hold.slot.serve();
                     match (service.take(), request.take()) {
                         (Some(mut service), Some(request)) => State::Calling {
                             future: service.call(request),

@@ -17,6 +17,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use bytes::Bytes;
 use http::header::{HeaderMap, HeaderName, HeaderValue, RETRY_AFTER};
 
+use crate::layer::header_bytes;
 use crate::layer::in_flight_entry::Claim;
 use crate::layer::limiter_calls::LayerCheck;
 use crate::layer::partition_key::{PK_LEN, push_pk};
@@ -187,6 +188,10 @@ pub(crate) struct HeaderPlan {
     all_policies: Option<HeaderValue>,
     /// Per policy: its `qu` parameter, if its unit is not requests.
     units: Vec<&'static str>,
+    /// The one policy with a quota, when no policy has an in-flight member: a
+    /// response it decided carries `all_policies` (checked first, without the general
+    /// comparison).
+    lone_rate: Option<usize>,
 }
 
 /// A policy's `RateLimit-Policy` list member in `style`; `name` is its
@@ -322,10 +327,14 @@ impl HeaderPlan {
             policy_members,
             in_flight_members,
             quotas: policies.iter().map(Policy::quota).collect(),
-            rate_policies,
-            in_flight_policies,
             all_policies,
             units,
+            lone_rate: match (rate_policies.as_slice(), in_flight_policies.is_empty()) {
+                ([lone], true) => Some(*lone),
+                _ => None,
+            },
+            rate_policies,
+            in_flight_policies,
         }
     }
 
@@ -337,6 +346,15 @@ impl HeaderPlan {
             checks,
             claims,
         } = report;
+        // The common case: the layer's one rate policy decided the request, for its
+        // own quota, and no policy advertises an in-flight bound.
+        if let (Some(all), Some(lone), [(index, d)], []) =
+            (&self.all_policies, self.lone_rate, decisions, claims)
+            && *index == lone
+            && d.quota == self.quotas[lone]
+        {
+            return Some(all.clone());
+        }
         let own_quota = decisions
             .iter()
             .any(|(index, d)| d.quota != self.quotas[*index]);
@@ -388,9 +406,39 @@ impl HeaderPlan {
         HeaderValue::from_maybe_shared(Bytes::from(value)).ok()
     }
 
-    /// The `RateLimit` members of `report`'s decisions (at least one). Sized first:
-    /// the value is then one exact-size allocation, which the header keeps as it is.
-    fn draft11_members(&self, report: Report<'_>) -> Vec<u8> {
+    /// The `RateLimit` members of `report`'s decisions (at least one), cut from the
+    /// thread's header buffer (no allocation of its own). Sized first, so that the
+    /// buffer has room for all of it.
+    fn draft11_members(&self, report: Report<'_>) -> Bytes {
+        if let [(index, d)] = report.decisions
+            && !self.partition_keys
+        {
+            // One member, the common case: each number formatted once.
+            let (mut r, mut t) = (itoa::Buffer::new(), itoa::Buffer::new());
+            let parts: [&[u8]; 5] = [
+                self.names[*index].as_bytes(),
+                b";r=",
+                r.format(d.remaining).as_bytes(),
+                b";t=",
+                t.format(ceil_secs(until_quota(d))).as_bytes(),
+            ];
+            let len = parts.iter().map(|part| part.len()).sum();
+            // Put together on the stack first: one copy into the buffer, not five.
+            let mut line = [0_u8; 96];
+            if len <= line.len() {
+                let mut at = 0;
+                for part in parts {
+                    line[at..at + part.len()].copy_from_slice(part);
+                    at += part.len();
+                }
+                return header_bytes::cut(len, |state| state.extend_from_slice(&line[..len]));
+            }
+            return header_bytes::cut(len, |state| {
+                for part in parts {
+                    state.extend_from_slice(part);
+                }
+            });
+        }
         let pk = if self.partition_keys { PK_LEN } else { 0 };
         let members = report.decisions.iter().map(|(index, d)| {
             let name = self.names[*index].as_bytes();
@@ -401,24 +449,26 @@ impl HeaderPlan {
             .map(|(name, r, t)| name.len() + digits(r) + digits(t) + 8 + pk)
             .sum::<usize>()
             - 2;
-        let mut state = Vec::with_capacity(len);
-        for (n, (name, r, t)) in members.enumerate() {
-            separate(&mut state);
-            state.extend_from_slice(name);
-            state.extend_from_slice(b";r=");
-            state.extend_from_slice(itoa::Buffer::new().format(r).as_bytes());
-            state.extend_from_slice(b";t=");
-            state.extend_from_slice(itoa::Buffer::new().format(t).as_bytes());
-            if self.partition_keys {
-                // Always one check per decision; a pk short of one leaves `len` unmet,
-                // never the header wrong.
-                if let Some(check) = report.checks.get(n) {
-                    push_pk(&mut state, &check.key);
+        header_bytes::cut(len, |state| {
+            for (n, (name, r, t)) in members.enumerate() {
+                if n > 0 {
+                    state.extend_from_slice(b", ");
+                }
+                state.extend_from_slice(name);
+                state.extend_from_slice(b";r=");
+                state.extend_from_slice(itoa::Buffer::new().format(r).as_bytes());
+                state.extend_from_slice(b";t=");
+                state.extend_from_slice(itoa::Buffer::new().format(t).as_bytes());
+                if self.partition_keys {
+                    // Always one check per decision; a pk short of one leaves `len`
+                    // unmet, never the header wrong.
+                    if let Some(check) = report.checks.get(n) {
+                        push_pk(state, &check.key);
+                    }
                 }
             }
-        }
-        debug_assert!(state.len() <= len);
-        state
+            debug_assert!(state.len() <= len);
+        })
     }
 
     /// Writes the style's headers for `report`. The draft-11 lists are appended as
@@ -465,7 +515,7 @@ impl HeaderPlan {
                 // Names are printable ASCII and the rest are digits, separators and
                 // base64, so this cannot fail; if it ever did, leaving the header out is
                 // the safe answer.
-                if let Ok(state) = HeaderValue::from_maybe_shared(Bytes::from(state)) {
+                if let Ok(state) = HeaderValue::from_maybe_shared(state) {
                     headers.append(RATELIMIT, state);
                 }
             }
@@ -514,11 +564,13 @@ pub(crate) fn write_retry_after(headers: &mut HeaderMap, retry_after: Duration) 
     insert_number(headers, RETRY_AFTER, ceil_secs(retry_after).max(1));
 }
 
-/// A number as a header value: one allocation (the value's own bytes), where
-/// `HeaderValue::from(u64)` makes two.
+/// A number as a header value, cut from the thread's header buffer: no allocation of
+/// its own, where `HeaderValue::from(u64)` makes two.
 pub(crate) fn insert_number(headers: &mut HeaderMap, name: HeaderName, value: u64) {
-    let digits = itoa::Buffer::new().format(value).as_bytes().to_vec();
-    if let Ok(value) = HeaderValue::from_maybe_shared(Bytes::from(digits)) {
+    let mut digits = itoa::Buffer::new();
+    let digits = digits.format(value).as_bytes();
+    let bytes = header_bytes::cut(digits.len(), |buffer| buffer.extend_from_slice(digits));
+    if let Ok(value) = HeaderValue::from_maybe_shared(bytes) {
         headers.insert(name, value);
     }
 }
@@ -530,7 +582,55 @@ pub(crate) fn digits(n: u64) -> usize {
 
 #[cfg(test)]
 mod tests {
-    use super::digits;
+    use std::time::Duration;
+
+    use http::HeaderMap;
+
+    use super::{HeaderPlan, HeaderStyle, RATELIMIT, RATELIMIT_POLICY, Report, digits};
+    use crate::{Decision, Policy, Quota};
+
+    /// The `RateLimit` line of one decision of a policy named `name`.
+    fn state_line(name: &str, remaining: u64, reset: Duration) -> String {
+        let quota = Quota::per_minute(100);
+        let policy = Policy::new(name, quota).expect("policy");
+        let plan = HeaderPlan::new(HeaderStyle::Draft11, &[policy], false);
+        let decision = Decision {
+            allowed: true,
+            capacity: 100,
+            remaining,
+            reset_after: reset,
+            retry_after: None,
+            delay: Duration::ZERO,
+            limit: "ignored",
+            quota,
+            blocked_for: None,
+            trips: 0,
+            receipt: None,
+        };
+        let decisions = [(0, decision)];
+        let report = Report {
+            decisions: &decisions,
+            ..Report::default()
+        };
+        let mut headers = HeaderMap::new();
+        plan.write(report, &mut headers);
+        assert!(headers.contains_key(RATELIMIT_POLICY));
+        headers[RATELIMIT].to_str().expect("ASCII").to_string()
+    }
+
+    #[test]
+    fn one_member_is_written_whole_for_short_and_long_names() {
+        // Short: put together on the stack; long (past its 96 bytes): part by part.
+        assert_eq!(
+            state_line("api", 37, Duration::from_millis(11_200)),
+            "\"api\";r=37;t=12"
+        );
+        let long = "n".repeat(64); // the longest name: 112 bytes with two 20-digit numbers
+        assert_eq!(
+            state_line(&long, u64::MAX, Duration::from_secs(u64::MAX / 2)),
+            format!("\"{long}\";r={};t={}", u64::MAX, u64::MAX / 2)
+        );
+    }
 
     #[test]
     fn digits_counts_decimal_digits() {

@@ -4,6 +4,7 @@
 
 use std::sync::Arc;
 
+use crate::layer::few::{Decided, Few};
 use crate::limiter::caller_limits::Resolved;
 use crate::limiter::give_back::Targets;
 use crate::limiter::{Limiter, Set, Taking, complete};
@@ -15,7 +16,8 @@ use crate::{Decision, Key, Limit, Quota, StoreError};
 /// for it, which gives back what it took if the request goes away while it is on its
 /// way.
 pub(crate) enum Pending {
-    Ready(Result<Vec<Decision>, StoreError>),
+    /// Inline for one check: an admitted request allocates nothing for it.
+    Ready(Result<Decided, StoreError>),
     Waiting(Taking),
 }
 
@@ -87,15 +89,15 @@ impl Limiter {
             ] = checks
             {
                 self.under_quota(&set.limits[*index], *quota, |limit| {
-                    vec![memory.decide_now(&Charge {
+                    Few::One([memory.decide_now(&Charge {
                         limit,
                         key,
                         cost: *cost,
-                    })]
+                    })])
                 })
             } else {
                 self.limits_of(set, checks)
-                    .map(|limits| memory.decide_all(&charges(checks, &limits)))
+                    .map(|limits| Few::from(memory.decide_all(&charges(checks, &limits))))
             };
             metrics.stop(timer);
             return Pending::Ready(answer);
@@ -122,7 +124,7 @@ impl Limiter {
                     .decide_one(charge)
                     .into_ready()
                     .ok()
-                    .map(|answer| answer.map(|decision| vec![decision]))
+                    .map(|answer| answer.map(|decision| Few::One([decision])))
             })
         } else {
             self.limits_of(set, checks).map(|limits| {
@@ -130,7 +132,11 @@ impl Limiter {
                     .decide(&charges(checks, &limits))
                     .into_ready()
                     .ok()
-                    .map(|answer| answer.and_then(|d| complete(d, checks.len())))
+                    .map(|answer| {
+                        answer
+                            .and_then(|d| complete(d, checks.len()))
+                            .map(Few::from)
+                    })
             })
         };
         match ready {
@@ -185,7 +191,7 @@ impl Limiter {
             Err(error) => return Pending::Ready(Err(error)),
             Ok(Some(answer)) => {
                 metrics.stop(timer);
-                return Pending::Ready(answer.map(|decision| vec![decision]));
+                return Pending::Ready(answer.map(|decision| Few::One([decision])));
             }
             Ok(None) => {}
         }

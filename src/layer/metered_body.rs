@@ -15,10 +15,11 @@ use http_body::{Body, Frame, SizeHint};
 use pin_project_lite::pin_project;
 use tokio::time::{Instant, Sleep};
 
+use crate::StoreError;
 use crate::layer::byte_account::{ByteMeters, Direction};
+use crate::layer::few::{Decided, Few};
 use crate::layer::limiter_calls::Pending;
 use crate::limiter::{Taken, Taking};
-use crate::{Decision, StoreError};
 
 pin_project! {
     /// A body that went through [`MeterBytes`](crate::layer::MeterBytes): the
@@ -249,7 +250,7 @@ impl FrameMeter {
             if let Some(call) = self.call.as_mut() {
                 let answer = ready!(Pin::new(call).poll(cx));
                 self.call = None;
-                self.answered(answer.map(Taken::keep), self.chunk)?;
+                self.answered(answer.map(|taken| Few::from(taken.keep())), self.chunk)?;
                 continue;
             }
             let i = self.accounts[self.next];
@@ -285,11 +286,7 @@ impl FrameMeter {
     }
 
     /// What the store answered for a charge of `chunk` bytes to the current account.
-    fn answered(
-        &mut self,
-        answer: Result<Vec<Decision>, StoreError>,
-        chunk: u64,
-    ) -> Result<(), Cut> {
+    fn answered(&mut self, answer: Result<Decided, StoreError>, chunk: u64) -> Result<(), Cut> {
         let i = self.accounts[self.next];
         let account = self.meters.account(i);
         let decisions = match answer {
@@ -316,7 +313,7 @@ impl FrameMeter {
                     let at = Instant::now() + decision.delay;
                     self.until = Some(self.until.map_or(at, |until| until.max(at)));
                 }
-                self.taken.push(self.meters.taken(i, decisions));
+                self.taken.push(self.meters.taken(i, decisions.into_vec()));
             }
             return Ok(());
         }

@@ -38,6 +38,7 @@ mod fail_mode;
 mod few;
 mod future;
 mod grpc;
+mod header_bytes;
 pub mod headers;
 mod hooks;
 mod in_flight_entry;

@@ -4,16 +4,18 @@
 //!
 //! [`LayerBuilder::partition_keys`]: crate::layer::LayerBuilder::partition_keys
 
+use bytes::BufMut;
+
 use crate::Key;
 
 /// The bytes `;pk=:<24 base64 characters>:` takes after a member.
 pub(crate) const PK_LEN: usize = ";pk=:".len() + 24 + ":".len();
 
 /// Appends `;pk=:<the key's fingerprint in base64>:` to a list member.
-pub(crate) fn push_pk(out: &mut Vec<u8>, key: &Key) {
-    out.extend_from_slice(b";pk=:");
-    out.extend_from_slice(&base64(&key.fingerprint()));
-    out.push(b':');
+pub(crate) fn push_pk(out: &mut impl BufMut, key: &Key) {
+    out.put_slice(b";pk=:");
+    out.put_slice(&base64(&key.fingerprint()));
+    out.put_u8(b':');
 }
 
 /// Base64 (RFC 4648 §4, the alphabet RFC 9651 asks for, padded) of a fingerprint:

@@ -10,6 +10,7 @@ use http::header::{CONTENT_TYPE, HeaderMap, HeaderValue, RETRY_AFTER};
 use http::{Response, StatusCode};
 
 use crate::Decision;
+use crate::layer::header_bytes;
 use crate::layer::headers::{digits, write_retry_after};
 use crate::layer::problem;
 use crate::time::ceil_secs;
@@ -265,16 +266,13 @@ impl Rejection {
             Self::Text => {
                 let message = info.reason.message(info.retry_after);
                 let body = match retry {
-                    // One exact-size allocation for the body (`Bytes` keeps it as is),
-                    // none for the text around the number.
-                    Some(secs) => {
-                        let mut body = Vec::with_capacity(message.len() + digits(secs) + 17);
+                    // Cut from the thread's header buffer: no allocation of its own.
+                    Some(secs) => header_bytes::cut(message.len() + digits(secs) + 17, |body| {
                         body.extend_from_slice(message.as_bytes());
                         body.extend_from_slice(b": retry after ");
                         body.extend_from_slice(itoa::Buffer::new().format(secs).as_bytes());
                         body.extend_from_slice(b" s\n");
-                        Bytes::from(body)
-                    }
+                    }),
                     None => Bytes::from_static(info.reason.line(info.retry_after).as_bytes()),
                 };
                 (TEXT_PLAIN, body)

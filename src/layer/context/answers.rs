@@ -6,6 +6,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::{HeaderMap, Request, Response};
 
+use crate::layer::few::Decided;
 use crate::layer::grpc::{GrpcContentType, grpc_response};
 use crate::layer::headers::Report;
 use crate::layer::refunds::refund_charges;
@@ -40,13 +41,13 @@ impl RequestContext {
     /// The store failed: pass the request on uncounted (fail open) or answer 503.
     pub(super) fn store_failed<ReqBody>(
         &mut self,
-        request: Request<ReqBody>,
+        request: &mut Request<ReqBody>,
         error: &StoreError,
-    ) -> Next<ReqBody> {
+    ) -> Next {
         match self.fail(error) {
             None => {
                 self.admit();
-                let mut request = self.unchecked(request);
+                self.mark_unchecked(request);
                 if self.view.meters {
                     // Charged nothing, so nothing will be settled: the meter is there
                     // for the handlers that expect one.
@@ -55,9 +56,9 @@ impl RequestContext {
                         .iter()
                         .map(|check| self.uncharged(check.index))
                         .collect();
-                    self.meter(&mut request, &uncharged);
+                    self.meter(request, &uncharged);
                 }
-                Next::Call(request)
+                Next::Call
             }
             Some(response) => Next::Answer(response),
         }
@@ -99,7 +100,7 @@ impl RequestContext {
     }
 
     /// The rejection of a request some policy denied; its body is never read.
-    pub(super) fn rate_limited(&mut self, decisions: Vec<Decision>) -> Response<Bytes> {
+    pub(super) fn rate_limited(&mut self, decisions: Decided) -> Response<Bytes> {
         let indices = self.checks.iter().map(|check| check.index);
         self.decisions = indices.zip(decisions.iter().cloned()).collect();
         // A denial whose cost can never fit has no retry time: say so rather than
@@ -108,11 +109,11 @@ impl RequestContext {
         let retry_after = self
             .checks
             .iter()
-            .zip(&decisions)
+            .zip(decisions.iter())
             .filter(|(check, d)| check.enforced && !d.allowed)
             .map(|(_, d)| d.retry_after)
             .try_fold(Duration::ZERO, |wait, retry| retry.map(|r| wait.max(r)));
-        let mut info = RejectionInfo::rate_limited(decisions);
+        let mut info = RejectionInfo::rate_limited(decisions.into_vec());
         info.retry_after = retry_after;
         rejection(&self.shared, &self.view, self.grpc, &info, self.report())
     }
@@ -120,17 +121,13 @@ impl RequestContext {
     /// The rejection of a request admitted with `delay` when the layer holds as many
     /// requests as it may; its charge is refunded. Its headers describe the state with
     /// the charge (never more quota than there may be, should the refund fail).
-    pub(super) fn queue_full(
-        &mut self,
-        decisions: Vec<Decision>,
-        delay: Duration,
-    ) -> Response<Bytes> {
+    pub(super) fn queue_full(&mut self, decisions: Decided, delay: Duration) -> Response<Bytes> {
         self.refund_all(&decisions);
         let indices = self.checks.iter().map(|check| check.index);
         self.decisions = indices.zip(decisions.iter().cloned()).collect();
         let info = RejectionInfo {
             reason: RejectReason::QueueFull,
-            decisions,
+            decisions: decisions.into_vec(),
             retry_after: Some(delay),
         };
         rejection(&self.shared, &self.view, self.grpc, &info, self.report())

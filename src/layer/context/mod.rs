@@ -9,7 +9,7 @@ use http::{Request, Response};
 
 use crate::layer::Decisions;
 use crate::layer::byte_account::{ByteMeters, ByteMetersExtension};
-use crate::layer::few::{Checks, Claims, Few};
+use crate::layer::few::{Checks, Claims, Decided, Few};
 use crate::layer::grpc::GrpcContentType;
 use crate::layer::headers::Report;
 use crate::layer::in_flight_entry::Entry;
@@ -47,16 +47,16 @@ pub(crate) struct RequestContext {
     /// The request's in-flight slots: given back when the context is dropped, or
     /// moved into the response body, which gives them back when it ends.
     slots: Vec<InFlightSlot>,
-    /// The policies with an in-flight limit that let the request in.
-    claimed: Few<usize>,
     /// While the enforced policies are decided again alone (only shadowed ones denied
     /// the request): the first, all-or-nothing call's decisions, whose shadowed
     /// answers the headers and metrics report.
+    /// A `Vec`, not inline: a rare path, kept out of every request's future.
     first: Option<Vec<Decision>>,
     /// Whether the enforced policies were decided again alone.
     redecided: bool,
-    /// The policies counting the request in `tollgate_in_flight` until it is answered.
-    running: Few<usize>,
+    /// Whether the request's policies count it in `tollgate_in_flight` until it is
+    /// answered ([`running_policies`](Self::running_policies)).
+    running: bool,
     /// The request's metered charges, settled when the response body ends, or when
     /// this context is dropped first (the response never came).
     metering: Option<CloseOnDrop>,
@@ -65,16 +65,18 @@ pub(crate) struct RequestContext {
     bytes: Option<Arc<ByteMeters>>,
 }
 
-/// What to do with a request once the store has answered.
-pub(super) enum Next<ReqBody> {
+/// What to do with a request once the store has answered. The request itself stays
+/// with the caller (settling only adds to its extensions): it is not moved through
+/// every step on the common path.
+pub(super) enum Next {
     /// Call the inner service now.
-    Call(Request<ReqBody>),
+    Call,
     /// Hold the request (leaky bucket) in a place of the layer's, then call the inner
     /// service.
-    Delay(Duration, HeldSlot, Request<ReqBody>),
+    Delay(Duration, HeldSlot),
     /// Wait for the enforced policies' own decision (a remote store), then settle
     /// again.
-    Again(Taking, Request<ReqBody>),
+    Again(Taking),
     /// Answer without calling the inner service; the request, body unread, is dropped.
     Answer(Response<Bytes>),
 }
@@ -87,7 +89,6 @@ impl RequestContext {
         claims: Claims,
         grpc: Option<GrpcContentType>,
     ) -> Self {
-        let claimed = claims.iter().map(|claim| claim.index).collect();
         Self {
             shared,
             view,
@@ -97,10 +98,9 @@ impl RequestContext {
             grpc,
             charged: false,
             slots: Vec::new(),
-            claimed,
             first: None,
             redecided: false,
-            running: Few::new(),
+            running: false,
             metering: None,
             bytes: None,
         }
@@ -112,16 +112,22 @@ impl RequestContext {
         if !cfg!(feature = "metrics") {
             return;
         }
-        let checked = self.checks.iter().map(|check| check.index);
-        let claimed = self
-            .claimed
-            .iter()
-            .copied()
-            .filter(|index| !self.checks.iter().any(|check| check.index == *index));
-        self.running = checked.chain(claimed).collect();
-        for &index in self.running.iter() {
+        self.running = true;
+        for index in self.running_policies() {
             self.view.metrics[index].started();
         }
+    }
+
+    /// The policies a running request counts under: those that checked it, then those
+    /// whose in-flight limit let it in without checking it.
+    fn running_policies(&self) -> impl Iterator<Item = usize> + '_ {
+        let checked = self.checks.iter().map(|check| check.index);
+        let claimed = self
+            .claims
+            .iter()
+            .map(|claim| claim.index)
+            .filter(|index| !self.checks.iter().any(|check| check.index == *index));
+        checked.chain(claimed)
     }
 
     /// What becomes of a request with in-flight limits once the store has answered
@@ -228,9 +234,9 @@ impl RequestContext {
     /// answers itself gives its in-flight slots back at once.
     pub(super) fn settle<ReqBody>(
         &mut self,
-        request: Request<ReqBody>,
-        result: Result<Vec<Decision>, StoreError>,
-    ) -> Next<ReqBody> {
+        request: &mut Request<ReqBody>,
+        result: Result<Decided, StoreError>,
+    ) -> Next {
         let next = self.settle_decisions(request, result);
         if matches!(next, Next::Answer(_)) {
             self.slots.clear();
@@ -240,9 +246,9 @@ impl RequestContext {
 
     fn settle_decisions<ReqBody>(
         &mut self,
-        mut request: Request<ReqBody>,
-        result: Result<Vec<Decision>, StoreError>,
-    ) -> Next<ReqBody> {
+        request: &mut Request<ReqBody>,
+        result: Result<Decided, StoreError>,
+    ) -> Next {
         let mut decisions = match result {
             Ok(decisions) => decisions,
             Err(error) => return self.store_failed(request, &error),
@@ -265,10 +271,10 @@ impl RequestContext {
                 .copied()
                 .collect();
             if !enforced.is_empty() {
-                self.first = Some(decisions);
+                self.first = Some(decisions.into_vec());
                 return match self.shared.decide_now(&self.view, &enforced) {
                     Pending::Ready(result) => self.settle_decisions(request, result),
-                    Pending::Waiting(taking) => Next::Again(taking, request),
+                    Pending::Waiting(taking) => Next::Again(taking),
                 };
             }
         }
@@ -296,14 +302,14 @@ impl RequestContext {
                     self.shared.limiter.clone(),
                     self.view.set.clone(),
                     targets(&self.checks),
-                    decisions.clone(),
+                    decisions.to_vec(),
                 ))
             });
             if slot.is_none() {
                 let enforced = self
                     .checks
                     .iter()
-                    .zip(&decisions)
+                    .zip(decisions.iter())
                     .any(|(check, d)| check.enforced && !d.delay.is_zero());
                 if enforced {
                     self.count(&decisions, Some(Outcome::QueueFull), None);
@@ -323,19 +329,31 @@ impl RequestContext {
         );
         self.admit();
         if self.view.meters {
-            self.meter(&mut request, &decisions);
+            self.meter(request, &decisions);
         }
-        let indices = self.checks.iter().map(|check| check.index);
         if self.shared.decisions_extension {
-            self.decisions = indices.zip(decisions.iter().cloned()).collect();
+            self.decisions = match (&*self.checks, &decisions) {
+                // One policy: paired as it is, not collected item by item.
+                ([check], Few::One([decision])) => Few::One([(check.index, decision.clone())]),
+                _ => self.indexed(decisions.iter().cloned()),
+            };
             Decisions::record(request.extensions_mut(), decisions);
         } else {
-            self.decisions = indices.zip(decisions).collect();
+            self.decisions = self.indexed(decisions);
         }
         match slot {
-            Some(slot) => Next::Delay(delay, slot, request),
-            None => Next::Call(request),
+            Some(slot) => Next::Delay(delay, slot),
+            None => Next::Call,
         }
+    }
+
+    /// `decisions`, in check order, each paired with its policy's index.
+    fn indexed(&self, decisions: impl IntoIterator<Item = Decision>) -> Few<(usize, Decision)> {
+        self.checks
+            .iter()
+            .map(|check| check.index)
+            .zip(decisions)
+            .collect()
     }
 
     /// Gives an admitted request of a metered policy its [`Meter`](crate::layer::Meter),
@@ -371,8 +389,8 @@ impl RequestContext {
     /// The request's decisions in check order, from the first, all-or-nothing call
     /// (`first`) for its shadowed policies and from the second (`enforced`) for the
     /// enforced ones, decided again alone.
-    fn merged(&self, first: Vec<Decision>, enforced: Vec<Decision>) -> Vec<Decision> {
-        let mut enforced = enforced.into_iter();
+    fn merged(&self, first: Vec<Decision>, enforced: Decided) -> Decided {
+        let mut enforced = enforced.into_vec().into_iter();
         self.checks
             .iter()
             .zip(first)
@@ -437,10 +455,15 @@ impl RequestContext {
     /// A request passed on with no rate decision (its policies limit only requests in
     /// flight, or the store failed open): its [`Decisions`] say so, empty.
     pub(super) fn unchecked<ReqBody>(&self, mut request: Request<ReqBody>) -> Request<ReqBody> {
+        self.mark_unchecked(&mut request);
+        request
+    }
+
+    /// As [`unchecked`](Self::unchecked), in place.
+    pub(super) fn mark_unchecked<ReqBody>(&self, request: &mut Request<ReqBody>) {
         if self.shared.decisions_extension {
             Decisions::record_none(request.extensions_mut());
         }
-        request
     }
 
     /// How long to hold an admitted request: its longest delay, each bounded by its
@@ -450,6 +473,10 @@ impl RequestContext {
     /// Only what was charged holds it: every decision when all admitted it
     /// (`allowed`), else the enforced ones, decided again alone.
     fn hold_for(&self, decisions: &[Decision], allowed: bool) -> Duration {
+        // The common case, no decision asks for a delay: nothing to bound.
+        if decisions.iter().all(|d| d.delay.is_zero()) {
+            return Duration::ZERO;
+        }
         let policies = self.view.policies();
         self.checks
             .iter()
@@ -474,8 +501,10 @@ impl RequestContext {
 impl Drop for RequestContext {
     fn drop(&mut self) {
         // Answered (or given up): no longer running under its policies.
-        for &index in self.running.iter() {
-            self.view.metrics[index].ended();
+        if self.running {
+            for index in self.running_policies() {
+                self.view.metrics[index].ended();
+            }
         }
     }
 }
