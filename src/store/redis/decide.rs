@@ -169,6 +169,13 @@ impl RedisStore {
         let deadline = Instant::now() + self.deadline;
         let now = self.clock_now();
         let all: Vec<&Charge<'_>> = charges.iter().collect();
+        if let [charge] = charges
+            && self.coalesces()
+        {
+            // One decision: alone, or with others in flight at the moment (see
+            // `coalesce.rs`).
+            return self.decide_coalesced(deadline, now, charge).await;
+        }
         if !self.is_cluster() || charges.iter().all(|c| c.key == charges[0].key) {
             // One server, or one hash tag: one script decides and charges everything.
             return self.run(deadline, now, Mode::Acquire, &all).await;

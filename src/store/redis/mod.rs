@@ -77,6 +77,7 @@
 
 mod cached_denials;
 mod call;
+mod coalesce;
 mod connection;
 mod decide;
 mod errors;
@@ -97,6 +98,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
+use self::coalesce::Coalescer;
 use self::connection::Connections;
 use self::function::Functions;
 use self::server_time::ServerTime;
@@ -174,6 +176,9 @@ pub struct RedisStore {
     /// The (algorithm, period) pairs each limit name was decided under here, which
     /// reset and penalize reach (see `keys::Known`). Shared by clones.
     known: Arc<keys::Known>,
+    /// Single decisions sent together while calls are in flight (see `coalesce.rs`).
+    /// Shared by clones.
+    coalescer: Arc<Coalescer>,
 }
 
 impl RedisStore {
@@ -206,6 +211,7 @@ impl fmt::Debug for RedisStore {
             .field("denial_cache_max_age", &self.cache_max_age)
             .field("functions", &self.get_functions())
             .field("in_flight_ttl", &self.records.ttl())
+            .field("coalesce", &self.coalescer.max_in_flight())
             .finish_non_exhaustive()
     }
 }
