@@ -445,7 +445,9 @@ async fn tollgate_rows(url: &str, secs: f64, admin: &mut MultiplexedConnection) 
             }
         }
         for (functions, sending, how) in ways {
-            rows.push(store_row(url, secs, admin, algorithm, functions, sending, &how, TASKS).await);
+            rows.push(
+                store_row(url, secs, admin, algorithm, functions, sending, &how, TASKS).await,
+            );
         }
     }
     rows

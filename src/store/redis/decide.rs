@@ -1,8 +1,10 @@
 //! The Redis store's [`Store`] implementation: every call one script (or function)
 //! call within the store's deadline, answered as a future.
 //!
-//! A single decision calls the function library (`FCALL`, see `function.rs`), a
-//! batch, a refund or an operation runs a script (`EVALSHA`, see `script.rs`); a
+//! A single decision calls the function library (`FCALL`, see `function.rs`), alone
+//! or, while calls are in flight, with the other single decisions waiting
+//! (`coalesce.rs`); a batch, a refund or an operation runs a script (`EVALSHA`, see
+//! `script.rs`); a
 //! multi-limit [`check_all`](crate::Limiter::check_all) is one script that decides
 //! every limit and charges all or none. On a cluster, limits whose keys live on
 //! different slots are charged in order, and the charged ones are refunded when a

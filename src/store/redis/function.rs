@@ -4,8 +4,10 @@
 //! `EVALSHA` runs a script's whole body on every call, so every call defines the
 //! prelude's and the algorithm's functions again (a closure each) before deciding.
 //! A library's body runs once, when it is loaded; a call runs only its entry point.
-//! The library holds every algorithm's `decide`; refunds and batches of several
-//! charges stay scripts (they are rarer and need the steps).
+//! The library holds every algorithm's `decide` and two entry points: one decision
+//! (`fcall.lua`) and a batch of single decisions, each decided as if alone
+//! (`fcall_batch.lua`, sent by `coalesce.rs`). Refunds and multi-limit batches
+//! (all-or-nothing across charges) stay scripts (they are rarer and need the steps).
 //!
 //! The library and its function are named after a hash of their source, so two
 //! tollgate versions sharing a server each call their own code, and loading is

@@ -1,6 +1,6 @@
 //! Building a [`RedisStore`]: where its connections come from (a URL, a cluster's
 //! seed nodes, your `ConnectionManager` or cluster connection, a deadpool pool) and its settings (clock, prefix, deadline, denial cache,
-//! functions, in-flight slot record TTL), each with its getter.
+//! functions, coalescing, in-flight slot record TTL), each with its getter.
 //!
 //! Settings are `#[must_use]` setters returning the store; those that can be wrong
 //! return `Result<Self, ConfigError>` and quote the input. A setting that replaces
