@@ -45,8 +45,9 @@
 //! denial reads only the entries its retry time needs, so Redis's µs per call
 //! should not grow with L.
 //!
-//! Run with `cargo bench --features redis --bench redis` (`-- --secs 5` for longer runs,
-//! `-- --log-denials` for the log-denial rows alone).
+//! Run with `cargo bench --features redis,deadpool --bench redis` (`-- --secs 5` for
+//! longer runs, `-- --log-denials` for the log-denial rows alone, `-- --lone 10` for
+//! ten pairs of the one-task rows alone and coalesced, each pair's p99 side by side).
 
 use std::sync::Arc;
 use std::sync::OnceLock;
@@ -779,6 +780,39 @@ async fn log_denials(url: &str, secs: f64) {
     }
 }
 
+/// `--lone N`: one task deciding alone and coalesced, alternated `n` times (`secs`
+/// each), each pair's p99 side by side: the latency a lone caller sees, finely
+/// interleaved so that a burst of other load on the machine lands on both.
+async fn lone_pairs(url: &str, secs: f64, n: usize) {
+    let client = redis::Client::open(url).expect("a client");
+    let mut admin = connection(&client).await;
+    println!(
+        "| pair | p50 alone | p50 coalesced | p99 alone | p99 coalesced | p99 coalesced / alone |"
+    );
+    println!("|---|---:|---:|---:|---:|---:|");
+    let mut ratios = Vec::new();
+    for pair in 1..=n {
+        let rows = lone_rows(url, secs, &mut admin).await;
+        let (alone, coalesced) = (&rows[0], &rows[1]);
+        let ratio = coalesced.p99.as_secs_f64() / alone.p99.as_secs_f64();
+        ratios.push(ratio);
+        println!(
+            "| {pair} | {:.0} µs | {:.0} µs | {:.0} µs | {:.0} µs | {ratio:.2}× |",
+            alone.p50.as_secs_f64() * 1e6,
+            coalesced.p50.as_secs_f64() * 1e6,
+            alone.p99.as_secs_f64() * 1e6,
+            coalesced.p99.as_secs_f64() * 1e6,
+        );
+    }
+    ratios.sort_by(f64::total_cmp);
+    println!(
+        "\n1 task, p99 coalesced / alone: median {:.2}× ({:.2}–{:.2}×) over {n} pairs",
+        ratios[ratios.len() / 2],
+        ratios[0],
+        ratios[ratios.len() - 1]
+    );
+}
+
 fn main() {
     let secs: f64 = std::env::args()
         .skip_while(|a| a != "--secs")
@@ -791,6 +825,10 @@ fn main() {
         .build()
         .expect("a runtime");
     let log_only = std::env::args().any(|a| a == "--log-denials");
+    let lone: Option<usize> = std::env::args()
+        .skip_while(|a| a != "--lone")
+        .nth(1)
+        .and_then(|s| s.parse().ok());
     let server = RedisServer::start();
     REDIS_PID.set(server.pid()).expect("one server");
     let keys = key_count();
@@ -802,6 +840,10 @@ fn main() {
     pin_to_one_core(&server);
     let url = server.url();
     runtime.block_on(async {
+        if let Some(n) = lone {
+            lone_pairs(&url, secs, n).await;
+            return;
+        }
         if !log_only {
             print_rows(&throughput(&server, secs).await);
             denial_cache(&url).await;
