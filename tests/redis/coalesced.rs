@@ -303,3 +303,41 @@ async fn a_killed_server_fails_the_decisions_in_flight_and_the_next_succeed_once
     admit_all(&limiter, 32, 5).await;
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn callers_dropped_mid_call_hand_their_queue_on() -> TestResult {
+    let server = RedisServer::start();
+    let limiter = limiter_on(
+        patient(&server.url()),
+        Limit::new("api", Quota::per_hour(1_000))?,
+    );
+    admit_all(&limiter, 1, 1).await;
+    server.pause();
+    // These take the calls in flight (`DEFAULT_COALESCE` of them), then are dropped.
+    let senders: Vec<_> = (0..RedisStore::DEFAULT_COALESCE as u64)
+        .map(|k| {
+            let limiter = limiter.clone();
+            tokio::spawn(async move { limiter.check("api", &Key::from(k), 1).await })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    // These queue behind them.
+    let queued: Vec<_> = (100..120_u64)
+        .map(|k| {
+            let limiter = limiter.clone();
+            tokio::spawn(async move { limiter.check("api", &Key::from(k), 1).await })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    for sender in &senders {
+        sender.abort();
+    }
+    server.resume();
+    for call in queued {
+        assert!(
+            call.await??.allowed,
+            "a queued decision outlives its sender"
+        );
+    }
+    Ok(())
+}
