@@ -21,7 +21,8 @@
 //! Each row also reports Redis's own cost of one call (`usec_per_call` of `EVALSHA`
 //! or `FCALL` in `INFO commandstats`, reset before the row), the figure that bounds
 //! throughput when Redis's single thread is the bottleneck, and the CPU time of
-//! Redis's main thread over the row per call (its schedstat): `usec_per_call` is wall
+//! Redis's main thread over the row per decision (its schedstat; per call for the
+//! raw rows, whose calls are one decision each): `usec_per_call` is wall
 //! time and grows whenever other work on the machine takes Redis's core mid-call; the
 //! CPU time does not, and also counts reading, parsing and answering each request.
 //!
@@ -44,8 +45,9 @@
 //! denial reads only the entries its retry time needs, so Redis's µs per call
 //! should not grow with L.
 //!
-//! Run with `cargo bench --features redis --bench redis` (`-- --secs 5` for longer runs,
-//! `-- --log-denials` for the log-denial rows alone).
+//! Run with `cargo bench --features redis,deadpool --bench redis` (`-- --secs 5` for
+//! longer runs, `-- --log-denials` for the log-denial rows alone, `-- --lone 10` for
+//! ten pairs of the one-task rows alone and coalesced, each pair's p99 side by side).
 
 use std::sync::Arc;
 use std::sync::OnceLock;
@@ -99,9 +101,14 @@ struct Row {
     per_second: f64,
     p50: Duration,
     p99: Duration,
+    /// Decisions (calls of the row's loop) made.
+    decisions: u64,
+    /// Decisions per Redis call (above 1 when coalesced; 1 where not counted).
+    per_call: f64,
     /// Server-side µs per `EVALSHA` or `FCALL` (`INFO commandstats`).
     script_us: f64,
-    /// CPU µs of Redis's main thread per call (see `on_cpu_ns`).
+    /// CPU µs of Redis's main thread per decision (see `on_cpu_ns`): per call where
+    /// each call is one decision; a coalesced call carries several.
     cpu_us: f64,
     /// CPU µs of this process (the bench's client: every thread) per call, the loop's
     /// own timing included (the same in every row).
@@ -161,6 +168,12 @@ async fn flush_keys(admin: &mut MultiplexedConnection) {
 /// Since the last reset: `usec_per_call` of `command` (`evalsha`, `fcall`), and the
 /// main thread's CPU µs per call of it.
 async fn server_cost(admin: &mut MultiplexedConnection, command: &str) -> (f64, f64) {
+    let (us, cpu_us, _) = server_calls(admin, command).await;
+    (us, cpu_us)
+}
+
+/// [`server_cost`], with the number of calls of `command`.
+async fn server_calls(admin: &mut MultiplexedConnection, command: &str) -> (f64, f64, f64) {
     let cpu_ns = on_cpu_ns().saturating_sub(ROW_START_NS.load(Ordering::Relaxed));
     let info: String = redis::cmd("INFO")
         .arg("commandstats")
@@ -169,7 +182,7 @@ async fn server_cost(admin: &mut MultiplexedConnection, command: &str) -> (f64, 
         .expect("INFO commandstats");
     let prefix = format!("cmdstat_{command}:");
     let Some(line) = info.lines().find(|l| l.starts_with(&prefix)) else {
-        return (f64::NAN, f64::NAN);
+        return (f64::NAN, f64::NAN, f64::NAN);
     };
     let field = |name: &str| -> f64 {
         line.split([':', ','])
@@ -178,7 +191,7 @@ async fn server_cost(admin: &mut MultiplexedConnection, command: &str) -> (f64, 
             .unwrap_or(f64::NAN)
     };
     let calls = field("calls=");
-    (field("usec_per_call="), cpu_ns as f64 / 1e3 / calls)
+    (field("usec_per_call="), cpu_ns as f64 / 1e3 / calls, calls)
 }
 
 /// Runs `TASKS` copies of `call` for `secs`, timing every call.
@@ -187,11 +200,20 @@ where
     F: Fn(usize) -> Fut + Send + Sync + 'static,
     Fut: std::future::Future<Output = ()> + Send,
 {
+    measure_tasks(name, TASKS, secs, call).await
+}
+
+/// Runs `tasks` copies of `call` for `secs`, timing every call.
+async fn measure_tasks<F, Fut>(name: String, tasks: usize, secs: f64, call: F) -> Row
+where
+    F: Fn(usize) -> Fut + Send + Sync + 'static,
+    Fut: std::future::Future<Output = ()> + Send,
+{
     let call = Arc::new(call);
     let stop = Arc::new(AtomicBool::new(false));
     let started = Instant::now();
     let client_before = client_cpu_ns();
-    let tasks: Vec<_> = (0..TASKS)
+    let tasks: Vec<_> = (0..tasks)
         .map(|task| {
             let call = call.clone();
             let stop = stop.clone();
@@ -221,10 +243,20 @@ where
         per_second: all.len() as f64 / elapsed.as_secs_f64(),
         p50: at(0.50),
         p99: at(0.99),
+        decisions: all.len() as u64,
+        per_call: 1.0,
         script_us: f64::NAN,
         cpu_us: f64::NAN,
         client_us: client_ns as f64 / 1e3 / all.len() as f64,
     }
+}
+
+/// How the store sends single decisions: alone (`coalesce(0)`, the rows named
+/// "(FCALL)" and "(EVALSHA)"), or coalesced with at most this many calls in flight.
+#[derive(Clone, Copy)]
+enum Sending {
+    Alone,
+    Coalesced(usize),
 }
 
 fn limiter(
@@ -234,10 +266,26 @@ fn limiter(
     cache: usize,
     functions: bool,
 ) -> Limiter {
+    limiter_sending(url, algorithm, quota, cache, functions, Sending::Alone)
+}
+
+fn limiter_sending(
+    url: &str,
+    algorithm: Algorithm,
+    quota: Quota,
+    cache: usize,
+    functions: bool,
+    sending: Sending,
+) -> Limiter {
+    let (coalesce, tag) = match sending {
+        Sending::Alone => (0, String::new()),
+        Sending::Coalesced(n) => (n, format!("-c{n}")),
+    };
     let store = RedisStore::from_url(url)
         .expect("a url")
         .functions(functions)
-        .prefix(&format!("{}-{functions}", algorithm.name()))
+        .coalesce(coalesce)
+        .prefix(&format!("{}-{functions}{tag}", algorithm.name()))
         .denial_cache(cache)
         .deadline(Duration::from_secs(5))
         .expect("a deadline");
@@ -373,31 +421,94 @@ async fn ceiling_rows(
     vec![shared, pooled]
 }
 
-/// Every algorithm through `RedisStore`, on the function library and on scripts.
+/// Every algorithm through `RedisStore`: on the function library and on scripts, each
+/// decision alone (`coalesce(0)`), then coalesced as the store does by default; for
+/// GCRA also with other bounds on the coalesced calls in flight.
 async fn tollgate_rows(url: &str, secs: f64, admin: &mut MultiplexedConnection) -> Vec<Row> {
     let mut rows = Vec::new();
     for algorithm in ALGORITHMS {
-        for functions in [true, false] {
-            let limiter = limiter(url, algorithm, bench_quota(), 0, functions);
-            let keys: Arc<Vec<Key>> = Arc::new((0..key_count() as u64).map(Key::from).collect());
-            flush_keys(admin).await;
-            reset_stats(admin).await;
-            let how = if functions { "FCALL" } else { "EVALSHA" };
-            let mut row = measure(format!("tollgate {algorithm} ({how})"), secs, move |task| {
-                let limiter = limiter.clone();
-                let keys = keys.clone();
-                async move {
-                    let d = limiter
-                        .check("bench", &keys[pick(task, keys.len())], 1)
-                        .await
-                        .expect("a decision");
-                    assert!(d.allowed);
-                }
-            })
-            .await;
-            (row.script_us, row.cpu_us) = server_cost(admin, &how.to_lowercase()).await;
-            rows.push(row);
+        let mut ways = vec![
+            (true, Sending::Alone, "FCALL".to_owned()),
+            (false, Sending::Alone, "EVALSHA".to_owned()),
+            (
+                true,
+                Sending::Coalesced(RedisStore::DEFAULT_COALESCE),
+                "FCALL, coalesced".to_owned(),
+            ),
+        ];
+        if algorithm == Algorithm::Gcra {
+            for n in [1, 4] {
+                ways.push((
+                    true,
+                    Sending::Coalesced(n),
+                    format!("FCALL, coalesced, {n} in flight"),
+                ));
+            }
         }
+        for (functions, sending, how) in ways {
+            rows.push(
+                store_row(url, secs, admin, algorithm, functions, sending, &how, TASKS).await,
+            );
+        }
+    }
+    rows
+}
+
+/// One row: `tasks` tasks checking through the store, each decision admitted.
+#[allow(clippy::too_many_arguments)]
+async fn store_row(
+    url: &str,
+    secs: f64,
+    admin: &mut MultiplexedConnection,
+    algorithm: Algorithm,
+    functions: bool,
+    sending: Sending,
+    how: &str,
+    tasks: usize,
+) -> Row {
+    let limiter = limiter_sending(url, algorithm, bench_quota(), 0, functions, sending);
+    let keys: Arc<Vec<Key>> = Arc::new((0..key_count() as u64).map(Key::from).collect());
+    flush_keys(admin).await;
+    reset_stats(admin).await;
+    let name = if tasks == TASKS {
+        format!("tollgate {algorithm} ({how})")
+    } else {
+        format!("{tasks} task: tollgate {algorithm} ({how})")
+    };
+    let mut row = measure_tasks(name, tasks, secs, move |task| {
+        let limiter = limiter.clone();
+        let keys = keys.clone();
+        async move {
+            let d = limiter
+                .check("bench", &keys[pick(task, keys.len())], 1)
+                .await
+                .expect("a decision");
+            assert!(d.allowed);
+        }
+    })
+    .await;
+    let command = if functions { "fcall" } else { "evalsha" };
+    let (us, cpu_us, calls) = server_calls(admin, command).await;
+    row.script_us = us;
+    // Per decision: a coalesced call carries several.
+    row.cpu_us = cpu_us * calls / row.decisions as f64;
+    row.per_call = row.decisions as f64 / calls;
+    row
+}
+
+/// One task deciding in a loop, alone and coalesced, interleaved `rounds` times: a
+/// lone caller finds no call in flight, so coalescing must cost it nothing (the p99
+/// of each).
+async fn lone_rows(url: &str, secs: f64, admin: &mut MultiplexedConnection) -> Vec<Row> {
+    let mut rows = Vec::new();
+    for (sending, how) in [
+        (Sending::Alone, "FCALL"),
+        (
+            Sending::Coalesced(RedisStore::DEFAULT_COALESCE),
+            "FCALL, coalesced",
+        ),
+    ] {
+        rows.push(store_row(url, secs, admin, Algorithm::Gcra, true, sending, how, 1).await);
     }
     rows
 }
@@ -534,18 +645,19 @@ async fn throughput(server: &RedisServer, secs: f64) -> Vec<Row> {
     rows.extend(tollgate_rows(&url, secs, &mut admin).await);
     rows.push(raw_gcra_row(server, secs, &conn, &mut admin).await);
     rows.push(classic_gcra_row(&url, secs, &conn, &mut admin).await);
+    rows.extend(lone_rows(&url, secs, &mut admin).await);
     rows
 }
 
 fn print_rows(rows: &[Row]) {
     println!(
-        "| calls (64 tasks, 1 redis-server) | decisions/s | vs raw | p50 | p99 | Redis µs/call | Redis CPU µs/call | client CPU µs/call |"
+        "| calls (64 tasks unless said, 1 redis-server) | decisions/s | vs raw | p50 | p99 | Redis µs/call | Redis CPU µs/decision | client CPU µs/decision | decisions/call |"
     );
-    println!("|---|---:|---:|---:|---:|---:|---:|---:|");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|");
     let raw = rows[0].per_second;
     for row in rows {
         println!(
-            "| {} | {:.0} | {:.2}× | {:.0} µs | {:.0} µs | {:.1} | {:.2} | {:.2} |",
+            "| {} | {:.0} | {:.2}× | {:.0} µs | {:.0} µs | {:.1} | {:.2} | {:.2} | {:.1} |",
             row.name,
             row.per_second,
             row.per_second / raw,
@@ -553,7 +665,8 @@ fn print_rows(rows: &[Row]) {
             row.p99.as_secs_f64() * 1e6,
             row.script_us,
             row.cpu_us,
-            row.client_us
+            row.client_us,
+            row.per_call
         );
     }
 }
@@ -667,6 +780,39 @@ async fn log_denials(url: &str, secs: f64) {
     }
 }
 
+/// `--lone N`: one task deciding alone and coalesced, alternated `n` times (`secs`
+/// each), each pair's p99 side by side: the latency a lone caller sees, finely
+/// interleaved so that a burst of other load on the machine lands on both.
+async fn lone_pairs(url: &str, secs: f64, n: usize) {
+    let client = redis::Client::open(url).expect("a client");
+    let mut admin = connection(&client).await;
+    println!(
+        "| pair | p50 alone | p50 coalesced | p99 alone | p99 coalesced | p99 coalesced / alone |"
+    );
+    println!("|---|---:|---:|---:|---:|---:|");
+    let mut ratios = Vec::new();
+    for pair in 1..=n {
+        let rows = lone_rows(url, secs, &mut admin).await;
+        let (alone, coalesced) = (&rows[0], &rows[1]);
+        let ratio = coalesced.p99.as_secs_f64() / alone.p99.as_secs_f64();
+        ratios.push(ratio);
+        println!(
+            "| {pair} | {:.0} µs | {:.0} µs | {:.0} µs | {:.0} µs | {ratio:.2}× |",
+            alone.p50.as_secs_f64() * 1e6,
+            coalesced.p50.as_secs_f64() * 1e6,
+            alone.p99.as_secs_f64() * 1e6,
+            coalesced.p99.as_secs_f64() * 1e6,
+        );
+    }
+    ratios.sort_by(f64::total_cmp);
+    println!(
+        "\n1 task, p99 coalesced / alone: median {:.2}× ({:.2}–{:.2}×) over {n} pairs",
+        ratios[ratios.len() / 2],
+        ratios[0],
+        ratios[ratios.len() - 1]
+    );
+}
+
 fn main() {
     let secs: f64 = std::env::args()
         .skip_while(|a| a != "--secs")
@@ -679,6 +825,10 @@ fn main() {
         .build()
         .expect("a runtime");
     let log_only = std::env::args().any(|a| a == "--log-denials");
+    let lone: Option<usize> = std::env::args()
+        .skip_while(|a| a != "--lone")
+        .nth(1)
+        .and_then(|s| s.parse().ok());
     let server = RedisServer::start();
     REDIS_PID.set(server.pid()).expect("one server");
     let keys = key_count();
@@ -690,6 +840,10 @@ fn main() {
     pin_to_one_core(&server);
     let url = server.url();
     runtime.block_on(async {
+        if let Some(n) = lone {
+            lone_pairs(&url, secs, n).await;
+            return;
+        }
         if !log_only {
             print_rows(&throughput(&server, secs).await);
             denial_cache(&url).await;

@@ -7,6 +7,7 @@
 //! cluster, started by the first of them; a test that stalls a master or fails one
 //! over starts its own.
 
+mod coalesced;
 mod conformance;
 mod connections;
 mod in_flight;

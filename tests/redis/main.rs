@@ -19,6 +19,7 @@
 mod acl;
 mod cancel;
 mod clock_faults;
+mod coalesced;
 mod conformance;
 mod connections;
 mod denial_cache;

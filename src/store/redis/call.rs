@@ -38,33 +38,76 @@ impl RedisStore {
         charges: &[&Charge<'_>],
         receipts: &[Receipt],
     ) -> Result<Vec<Verdict>, StoreError> {
-        let at = match now {
+        let at = self.at(now);
+        let request = self.request(at, mode, charges, receipts);
+        self.send(deadline, at, mode, charges, &request).await
+    }
+
+    /// The clock a call made now decides on: the injected clock's reading `now`, or
+    /// the server's `TIME` with this store's floor.
+    pub(super) fn at(&self, now: Option<u64>) -> At {
+        match now {
             Some(now) => At::Client(now),
             None => At::Server {
                 floor: self.server_time.floor(),
             },
-        };
-        let request = match (mode, charges, receipts) {
+        }
+    }
+
+    /// The call of `charges` in `mode` at `at` (see [`run_call`](Self::run_call)).
+    pub(super) fn request(
+        &self,
+        at: At,
+        mode: Mode,
+        charges: &[&Charge<'_>],
+        receipts: &[Receipt],
+    ) -> Call {
+        match (mode, charges, receipts) {
             (Mode::RefundCharges, ..) => Call::refunds(&self.prefix, at, charges, receipts),
             (Mode::Settle(give_back), [charge], [receipt]) => {
                 Call::settle(&self.prefix, at, charge, *receipt, give_back)
             }
             _ => Call::new(&self.prefix, at, mode, charges, |c| self.reads(mode, c)),
-        };
+        }
+    }
+
+    /// Sends `request`, the call of `charges` in `mode` at `at`, before `deadline`:
+    /// one charge decided to the function library, anything else (and everything on a
+    /// server without functions) as a script.
+    pub(super) async fn send(
+        &self,
+        deadline: Instant,
+        at: At,
+        mode: Mode,
+        charges: &[&Charge<'_>],
+        request: &Call,
+    ) -> Result<Vec<Verdict>, StoreError> {
         let single = charges.len() == 1 && mode.in_library();
         let script::Reply(reply) = self
             .exchange(deadline, |mut conn| async move {
                 if single
                     && self.functions.enabled()
-                    && let Some(reply) = self.functions.call(&mut conn, &request).await
+                    && let Some(reply) = self.functions.call(&mut conn, request).await
                 {
                     return reply;
                 }
                 conn.invoke(&request.invocation()).await
             })
             .await?;
+        self.read_reply(at, mode, charges, &reply)
+    }
+
+    /// The verdicts of the call of `charges` in `mode` at `at` from its reply's
+    /// integers; the store's time floor learns the instant it was decided at.
+    pub(super) fn read_reply(
+        &self,
+        at: At,
+        mode: Mode,
+        charges: &[&Charge<'_>],
+        reply: &[i64],
+    ) -> Result<Vec<Verdict>, StoreError> {
         let count = if mode.decides() { charges.len() } else { 0 };
-        let (mut verdicts, decided_at) = script::verdicts(&reply, count)?;
+        let (mut verdicts, decided_at) = script::verdicts(reply, count)?;
         if let At::Server { floor } = at {
             self.server_time.observe(decided_at, floor);
         }

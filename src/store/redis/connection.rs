@@ -43,9 +43,7 @@ use std::time::Duration;
 use tokio::sync::{Notify, oneshot};
 use tokio::time::Instant;
 
-#[cfg(test)]
-pub(super) use super::errors::error_reply;
-pub(super) use super::errors::{breaks_connection, store_error};
+pub(super) use super::errors::{breaks_connection, error_reply, store_error};
 pub(super) use super::source::{Conn, Source};
 use crate::{StoreError, StoreErrorKind};
 

@@ -1,8 +1,10 @@
 //! The Redis store's [`Store`] implementation: every call one script (or function)
 //! call within the store's deadline, answered as a future.
 //!
-//! A single decision calls the function library (`FCALL`, see `function.rs`), a
-//! batch, a refund or an operation runs a script (`EVALSHA`, see `script.rs`); a
+//! A single decision calls the function library (`FCALL`, see `function.rs`), alone
+//! or, while calls are in flight, with the other single decisions waiting
+//! (`coalesce.rs`); a batch, a refund or an operation runs a script (`EVALSHA`, see
+//! `script.rs`); a
 //! multi-limit [`check_all`](crate::Limiter::check_all) is one script that decides
 //! every limit and charges all or none. On a cluster, limits whose keys live on
 //! different slots are charged in order, and the charged ones are refunded when a
@@ -169,6 +171,13 @@ impl RedisStore {
         let deadline = Instant::now() + self.deadline;
         let now = self.clock_now();
         let all: Vec<&Charge<'_>> = charges.iter().collect();
+        if let [charge] = charges
+            && self.coalesces()
+        {
+            // One decision: alone, or with others in flight at the moment (see
+            // `coalesce.rs`).
+            return self.decide_coalesced(deadline, now, charge).await;
+        }
         if !self.is_cluster() || charges.iter().all(|c| c.key == charges[0].key) {
             // One server, or one hash tag: one script decides and charges everything.
             return self.run(deadline, now, Mode::Acquire, &all).await;

@@ -156,15 +156,20 @@ pub(super) fn cluster_pool_error(err: deadpool_redis::cluster::PoolError) -> Sto
     }
 }
 
-/// The error redis-rs makes of one error reply, read from its wire bytes (for the
-/// tests of every file that maps errors).
-#[cfg(test)]
+/// The error redis-rs makes of one error reply, read from its wire bytes: what a
+/// batched decision's error (`script/batch.rs`) would have been as a reply of its
+/// own, and the tests' errors of every file that maps errors.
 pub(super) fn error_reply(line: &str) -> RedisError {
     use redis::{Value, parse_redis_value};
+    // One line: a reply ends at its first CR LF.
+    let line = line.replace(['\r', '\n'], " ");
     let bytes = format!("-{line}\r\n");
     match parse_redis_value(bytes.as_bytes()).and_then(Value::extract_error) {
         Err(err) => err,
-        Ok(value) => panic!("{line:?} read as {value:?}, not as an error"),
+        Ok(_) => RedisError::from((
+            ErrorKind::UnexpectedReturnType,
+            "an error reply that did not read as one",
+        )),
     }
 }
 

@@ -4,8 +4,10 @@
 //! `EVALSHA` runs a script's whole body on every call, so every call defines the
 //! prelude's and the algorithm's functions again (a closure each) before deciding.
 //! A library's body runs once, when it is loaded; a call runs only its entry point.
-//! The library holds every algorithm's `decide`; refunds and batches of several
-//! charges stay scripts (they are rarer and need the steps).
+//! The library holds every algorithm's `decide` and two entry points: one decision
+//! (`fcall.lua`) and a batch of single decisions, each decided as if alone
+//! (`fcall_batch.lua`, sent by `coalesce.rs`). Refunds and multi-limit batches
+//! (all-or-nothing across charges) stay scripts (they are rarer and need the steps).
 //!
 //! The library and its function are named after a hash of their source, so two
 //! tollgate versions sharing a server each call their own code, and loading is
@@ -30,21 +32,31 @@ use super::connection::Conn;
 use super::script::{Call, Reply, lua, twin};
 use crate::Algorithm;
 
-/// The library's source and its versioned function name.
+/// The library's source and its versioned function names.
 pub(super) struct Library {
+    /// One decision (`fcall.lua`).
     pub(super) function: String,
+    /// A batch of single decisions (`fcall_batch.lua`, see `coalesce.rs`).
+    pub(super) batch: String,
     source: String,
 }
 
 /// The function library `FCALL` calls, joined in the order `lua/README.md` gives:
 /// every algorithm's `decide` ([`Algorithm::ALL`], each after the one it builds on),
-/// and the entry point `fcall.lua` instead of the scripts' drivers.
+/// and the entry points `fcall.lua` and `fcall_batch.lua` instead of the scripts'
+/// drivers.
 fn library_body() -> String {
     let mut body = String::from(lua::PRELUDE);
     for &algorithm in &Algorithm::ALL {
         body.push_str(twin(algorithm).decide);
     }
-    for part in [lua::BLOCK, lua::CLOCK, lua::LEAN, lua::FCALL] {
+    for part in [
+        lua::BLOCK,
+        lua::CLOCK,
+        lua::LEAN,
+        lua::FCALL,
+        lua::FCALL_BATCH,
+    ] {
         body.push_str(part);
     }
     body
@@ -55,9 +67,16 @@ pub(super) static LIBRARY: LazyLock<Library> = LazyLock::new(|| {
     // The SHA-1 that `EVALSHA` would use: a stable name for this exact code.
     let hash = Script::new(&body).get_hash().to_owned();
     let function = format!("tollgate_{}", &hash[..16]);
-    let source =
-        format!("#!lua name={function}\n{body}\nredis.register_function('{function}', call)\n");
-    Library { function, source }
+    let batch = format!("{function}_batch");
+    let source = format!(
+        "#!lua name={function}\n{body}\nredis.register_function('{function}', call)\n\
+         redis.register_function('{batch}', call_batch)\n"
+    );
+    Library {
+        function,
+        batch,
+        source,
+    }
 });
 
 impl Library {
@@ -129,9 +148,18 @@ impl Functions {
         conn: &mut Conn,
         request: &Call,
     ) -> Option<Result<Reply, RedisError>> {
-        let fcall = request.fcall(&LIBRARY.function);
+        self.query(conn, &request.fcall(&LIBRARY.function)).await
+    }
+
+    /// `fcall`, a call of one of the library's functions, as [`call`](Self::call)
+    /// sends it: `None` when the server cannot run functions.
+    pub(super) async fn query<T: redis::FromRedisValue>(
+        &self,
+        conn: &mut Conn,
+        fcall: &Cmd,
+    ) -> Option<Result<T, RedisError>> {
         let loads_before = self.loads.load(Relaxed);
-        match conn.query(&fcall).await {
+        match conn.query(fcall).await {
             Err(err) if is_missing(&err) => {
                 let _loading = self.loading.lock().await;
                 if self.loads.load(Relaxed) == loads_before {
@@ -141,7 +169,7 @@ impl Functions {
                         Err(err) => return Some(Err(err)),
                     };
                 }
-                Some(conn.query(&fcall).await)
+                Some(conn.query(fcall).await)
             }
             Err(err) if is_unsupported(&err) => self.refused(),
             reply => Some(reply),

@@ -6,7 +6,8 @@
 //! `operations.rs` the operator's calls (reset, block, penalize, reserve);
 //! `cached_denials.rs` answers blocked keys locally. `call.rs` makes one call
 //! (connection, deadline, reply), with `script.rs` and `function.rs` the Lua it runs,
-//! `slots.rs` a cluster batch across slots and `server_time.rs` the time floor.
+//! `coalesce.rs` single decisions sent together while calls are in flight, `slots.rs`
+//! a cluster batch across slots and `server_time.rs` the time floor.
 //! `connection.rs` keeps the shared connection (`source.rs` makes one, `errors.rs`
 //! reads its failures); `in_flight.rs`, `slot records.rs` and `renewal.rs` hold in-flight
 //! slots as records renewed while their requests run.
@@ -26,6 +27,13 @@
 //! one argument and whose verdict comes back packed in one string, and it reads the
 //! state with one `GET`: about what a classic GCRA script costs Redis (see
 //! BENCHMARKS.md, "Lean decisions").
+//!
+//! Under concurrency the calls are shared: while [`coalesce`](RedisStore::coalesce)
+//! calls (2) are in flight on the server (on a cluster, on the key's hash slot), a
+//! single decision waits for the next call, and every decision waiting then goes in
+//! that one `FCALL`, each decided as it would be alone, with its own answer, deadline
+//! and failure. No timer: a decision that finds fewer calls in flight goes at once,
+//! so an idle store adds no latency (see `coalesce.rs`).
 //!
 //! # Time
 //!
@@ -77,6 +85,7 @@
 
 mod cached_denials;
 mod call;
+mod coalesce;
 mod connection;
 mod decide;
 mod errors;
@@ -97,6 +106,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
+use self::coalesce::Coalescer;
 use self::connection::Connections;
 use self::function::Functions;
 use self::server_time::ServerTime;
@@ -133,7 +143,8 @@ pub(crate) const MAX_BLOCK: Duration = crate::Penalty::MAX_DENIAL;
 /// every call is a script); the README lists the servers tested and the ACL rules
 /// the store needs. Tune it with
 /// [`prefix`](RedisStore::prefix), [`deadline`](RedisStore::deadline),
-/// [`denial_cache`](RedisStore::denial_cache), [`functions`](RedisStore::functions) and
+/// [`denial_cache`](RedisStore::denial_cache), [`functions`](RedisStore::functions),
+/// [`coalesce`](RedisStore::coalesce) and
 /// [`in_flight_ttl`](RedisStore::in_flight_ttl); find a caller's keys with
 /// [`state_key`](RedisStore::state_key) and [`record_key`](RedisStore::record_key).
 /// Each method's doc says what it bounds; the module docs of `src/store/redis/` tell
@@ -174,6 +185,9 @@ pub struct RedisStore {
     /// The (algorithm, period) pairs each limit name was decided under here, which
     /// reset and penalize reach (see `keys::Known`). Shared by clones.
     known: Arc<keys::Known>,
+    /// Single decisions sent together while calls are in flight (see `coalesce.rs`).
+    /// Shared by clones.
+    coalescer: Arc<Coalescer>,
 }
 
 impl RedisStore {
@@ -206,6 +220,7 @@ impl fmt::Debug for RedisStore {
             .field("denial_cache_max_age", &self.cache_max_age)
             .field("functions", &self.get_functions())
             .field("in_flight_ttl", &self.records.ttl())
+            .field("coalesce", &self.coalescer.max_in_flight())
             .finish_non_exhaustive()
     }
 }

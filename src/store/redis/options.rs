@@ -1,6 +1,6 @@
 //! Building a [`RedisStore`]: where its connections come from (a URL, a cluster's
 //! seed nodes, your `ConnectionManager` or cluster connection, a deadpool pool) and its settings (clock, prefix, deadline, denial cache,
-//! functions, in-flight slot record TTL), each with its getter.
+//! functions, coalescing, in-flight slot record TTL), each with its getter.
 //!
 //! Settings are `#[must_use]` setters returning the store; those that can be wrong
 //! return `Result<Self, ConfigError>` and quote the input. A setting that replaces
@@ -10,6 +10,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::coalesce::Coalescer;
 use super::connection::Connections;
 use super::function::Functions;
 use super::slot_records::SlotRecords;
@@ -30,6 +31,9 @@ impl RedisStore {
     pub const DEFAULT_PREFIX: &'static str = "tollgate";
     /// The default lifetime of an in-flight slot record: 10 s.
     pub const DEFAULT_IN_FLIGHT_TTL: Duration = Duration::from_secs(10);
+    /// The default bound on coalesced calls in flight at once, per server (per hash
+    /// slot on a cluster): 2.
+    pub const DEFAULT_COALESCE: usize = 2;
 
     fn new(source: Source) -> Self {
         Self {
@@ -46,6 +50,7 @@ impl RedisStore {
             functions: Arc::new(Functions::new(true)),
             records: Arc::new(SlotRecords::new(Self::DEFAULT_IN_FLIGHT_TTL)),
             known: Arc::default(),
+            coalescer: Arc::new(Coalescer::new(Self::DEFAULT_COALESCE)),
         }
     }
 
@@ -379,6 +384,50 @@ impl RedisStore {
     /// ```
     pub fn get_functions(&self) -> bool {
         self.functions.enabled()
+    }
+
+    /// Coalesces single decisions: with `max_in_flight` calls in flight on the server
+    /// (per hash slot on a cluster), a decision waits for the next call instead of
+    /// sending its own, and every decision waiting then goes in that one call (up to
+    /// 256); 0 sends every decision on its own. Default
+    /// [`DEFAULT_COALESCE`](RedisStore::DEFAULT_COALESCE), 2.
+    ///
+    /// A decision costs Redis about as much to receive, parse and answer as to
+    /// decide; under concurrency one call for many decisions pays that once (see
+    /// BENCHMARKS.md). There is no timer: a decision that finds fewer than
+    /// `max_in_flight` calls in flight goes at once, alone, so an idle or lightly used
+    /// store adds no latency. Each decision in a call is decided as it would be alone
+    /// (same code, same clock, its own answer) and keeps its own
+    /// [`deadline`](RedisStore::deadline); a call that fails fails only the decisions in
+    /// it, each into its limit's fail mode. Batched: a check of one limit (the common
+    /// case), on a server with the function library
+    /// ([`functions`](RedisStore::functions)); multi-limit checks, refunds, settles,
+    /// reservations and operators' calls keep their own calls. Clones made after this
+    /// call share its coalescing; call it before use.
+    ///
+    /// ```
+    /// let store = tollgate::RedisStore::from_url("redis://127.0.0.1:6379")?;
+    /// assert_eq!(store.get_coalesce(), tollgate::RedisStore::DEFAULT_COALESCE);
+    /// let alone = store.coalesce(0);
+    /// assert_eq!(alone.get_coalesce(), 0);
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    #[must_use]
+    pub fn coalesce(mut self, max_in_flight: usize) -> Self {
+        self.coalescer = Arc::new(Coalescer::new(max_in_flight));
+        self
+    }
+
+    /// How many coalesced calls may be in flight at once per server (per hash slot on
+    /// a cluster); 0: every decision is sent on its own.
+    ///
+    /// ```
+    /// let store = tollgate::RedisStore::from_url("redis://127.0.0.1:6379")?.coalesce(4);
+    /// assert_eq!(store.get_coalesce(), 4);
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    pub fn get_coalesce(&self) -> usize {
+        self.coalescer.max_in_flight()
     }
 
     /// How long an in-flight slot ([`Policy::in_flight`](crate::Policy::in_flight))

@@ -14,6 +14,7 @@
 //! trip. The function library (`function.rs`) joins the same files up to the
 //! decisions.
 
+pub(super) mod batch;
 mod sources;
 mod wire;
 
@@ -330,6 +331,12 @@ impl Call {
             len += 8;
         }
         (packed, len)
+    }
+
+    /// The key whose slot the call goes to on a cluster (every key of a call shares
+    /// its hash tag).
+    pub(super) fn first_key(&self) -> &str {
+        self.keys.first().map_or("", String::as_str)
     }
 
     /// As a script: `EVALSHA`, loading it after a `NOSCRIPT`.

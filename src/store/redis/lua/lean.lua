@@ -22,22 +22,21 @@ local LEAN_ALGORITHMS = { 'fixed_window', 'sliding_window', 'sliding_window_coun
 -- a function library's load runs without the string library.)
 local LEAN_FORMATS = { [13] = '<ddddddddddddd', [16] = '<dddddddddddddddd' }
 
--- The reply of the call `packed` (with `escalation`, or nil) on `keys`
--- (`packed_reply`), or nil when `packed` is not such a call.
-local function lean_call(keys, packed, escalation)
-  local n = #packed / 8
-  local format = LEAN_FORMATS[n]
-  if not format then
-    return nil
-  end
-  local args = { struct.unpack(format, packed) }
-  -- struct.unpack's last value is the position after the numbers.
-  args[n + 1] = nil
+-- The verdict (with the instant decided at in `v[9]`) of the packed call unpacked in
+-- `args` (lean.lua's numbers, in order), with `escalation` (or nil), on `keys`; `time`
+-- the server's TIME if the caller read it (a batch: fcall_batch.lua), else nil. Nil
+-- when `args` names no algorithm here.
+local function lean_decide(keys, args, escalation, time)
   local name = LEAN_ALGORITHMS[args[4]]
   if not name or not D[name] then
     return nil
   end
-  local now = clock_from(args[1], args[2])
+  local now
+  if time then
+    now = clock_at(args[1], args[2], time)
+  else
+    now = clock_from(args[1], args[2])
+  end
   local mode = args[3]
   local dry = math.fmod(mode, 2)
   local acquire = dry == 0
@@ -49,5 +48,23 @@ local function lean_call(keys, packed, escalation)
   args[18] = escalation
   local v = guarded(keys, now, args, 4, acquire, acquire)
   v[9] = now
-  return packed_reply(v)
+  return v
+end
+
+-- The reply of the call `packed` (with `escalation`, or nil) on `keys`
+-- (`packed_reply`), or nil when `packed` is not such a call.
+local function lean_call(keys, packed, escalation)
+  local n = #packed / 8
+  local format = LEAN_FORMATS[n]
+  if not format then
+    return nil
+  end
+  local args = { struct.unpack(format, packed) }
+  -- struct.unpack's last value is the position after the numbers.
+  args[n + 1] = nil
+  local v = lean_decide(keys, args, escalation, nil)
+  if v then
+    return packed_reply(v)
+  end
+  return nil
 end

@@ -16,6 +16,7 @@ pub(in crate::store::redis) mod lua {
     pub(in crate::store::redis) const EVALSHA_BATCH: &str =
         include_str!("../lua/evalsha_batch.lua");
     pub(in crate::store::redis) const FCALL: &str = include_str!("../lua/fcall.lua");
+    pub(in crate::store::redis) const FCALL_BATCH: &str = include_str!("../lua/fcall_batch.lua");
 }
 
 /// An algorithm's Lua twin: the files of its folder, `lua/<name>/` (named as
