@@ -1,19 +1,60 @@
 //! How a table holds each key's state: a plain state changed under the shard's write
 //! lock, the same with the instant of its last charge, or the one-word TAT of GCRA and
 //! the leaky bucket, changed by compare-and-swap under the read lock.
+//!
+//! A cell may keep part of its state in the table rather than in each entry (its
+//! [`Cell::Side`]): the GCRA and leaky-bucket TAT's emission interval `T` is the
+//! table's usual one for nearly every key, so the entry holds only the TAT and the
+//! table holds the `T` of the few keys counted in another (see [`Emissions`]).
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
+use foldhash::fast::RandomState;
+use hashbrown::HashMap;
+
 use super::footprint::{Footprint, slot_bytes};
-use crate::algorithm::gcra;
+use crate::Key;
+use crate::algorithm::{Params, gcra};
 
 /// How a table holds each key's state.
+///
+/// Every method that reads or writes the state takes the table's [`Side`](Cell::Side)
+/// and the entry's key: a cell whose state is partly kept per table finds its part
+/// there.
 pub(super) trait Cell {
     type State;
-    fn new(state: Self::State) -> Self;
+    /// What the table keeps for its cells besides the entries (`()` for most).
+    type Side;
+    /// The side of a new table of these parameters.
+    fn side(p: &Params) -> Self::Side;
+    /// A cell holding `state` for `key`, about to be stored.
+    fn new(side: &mut Self::Side, key: &Key, state: Self::State) -> Self;
     /// Runs `f` on the state, with the shard's write lock held.
-    fn with_mut<T>(&mut self, f: impl FnOnce(&mut Self::State) -> T) -> T;
-    fn with<T>(&self, f: impl FnOnce(&Self::State) -> T) -> T;
+    fn with_mut<T>(
+        &mut self,
+        side: &mut Self::Side,
+        key: &Key,
+        f: impl FnOnce(&mut Self::State) -> T,
+    ) -> T;
+    fn with<T>(&self, side: &Self::Side, key: &Key, f: impl FnOnce(&Self::State) -> T) -> T;
+    /// Runs `f` on the state to look at it brought up to date (normalised), with the
+    /// shard's write lock held: what `f` changes in the table's side is not kept, so
+    /// looking changes no byte count (the entry's own part may be changed in place).
+    fn inspect<T>(
+        &mut self,
+        side: &Self::Side,
+        key: &Key,
+        f: impl FnOnce(&mut Self::State) -> T,
+    ) -> T;
+    /// Bytes the side holds for `key`.
+    fn side_bytes(side: &Self::Side, key: &Key) -> usize {
+        let _ = (side, key);
+        0
+    }
+    /// Drops what the side holds for `key`, whose entry was removed.
+    fn forget(&self, side: &mut Self::Side, key: &Key) {
+        let _ = (side, key);
+    }
     /// Records that the state was charged at `at` (cells that keep a stamp).
     fn stamp(&mut self, at: u64) {
         let _ = at;
@@ -24,12 +65,13 @@ pub(super) trait Cell {
     }
 }
 
-/// Bytes an entry holding `cell` takes: its slot and its state's heap part.
-pub(super) fn entry_bytes<C: Cell>(cell: &C) -> usize
+/// Bytes an entry holding `cell` for `key` takes: its slot, its state's heap part and
+/// what the table's side holds for it.
+pub(super) fn entry_bytes<C: Cell>(cell: &C, side: &C::Side, key: &Key) -> usize
 where
     C::State: Footprint,
 {
-    slot_bytes::<C>() + cell.with(Footprint::heap_bytes)
+    slot_bytes::<C>() + cell.with(side, key, Footprint::heap_bytes) + C::side_bytes(side, key)
 }
 
 /// A state changed only under the shard's write lock.
@@ -37,18 +79,25 @@ pub(super) struct Plain<S>(S);
 
 impl<S> Cell for Plain<S> {
     type State = S;
+    type Side = ();
 
-    fn new(state: S) -> Self {
+    fn side(_: &Params) {}
+
+    fn new((): &mut (), _: &Key, state: S) -> Self {
         Self(state)
     }
 
     #[inline]
-    fn with_mut<T>(&mut self, f: impl FnOnce(&mut S) -> T) -> T {
+    fn with_mut<T>(&mut self, (): &mut (), _: &Key, f: impl FnOnce(&mut S) -> T) -> T {
         f(&mut self.0)
     }
 
-    fn with<T>(&self, f: impl FnOnce(&S) -> T) -> T {
+    fn with<T>(&self, (): &(), _: &Key, f: impl FnOnce(&S) -> T) -> T {
         f(&self.0)
+    }
+
+    fn inspect<T>(&mut self, (): &(), _: &Key, f: impl FnOnce(&mut S) -> T) -> T {
+        f(&mut self.0)
     }
 }
 
@@ -63,8 +112,11 @@ pub(super) struct Stamped<S> {
 
 impl<S> Cell for Stamped<S> {
     type State = S;
+    type Side = ();
 
-    fn new(state: S) -> Self {
+    fn side(_: &Params) {}
+
+    fn new((): &mut (), _: &Key, state: S) -> Self {
         Self {
             state,
             charged_at: 0,
@@ -72,12 +124,16 @@ impl<S> Cell for Stamped<S> {
     }
 
     #[inline]
-    fn with_mut<T>(&mut self, f: impl FnOnce(&mut S) -> T) -> T {
+    fn with_mut<T>(&mut self, (): &mut (), _: &Key, f: impl FnOnce(&mut S) -> T) -> T {
         f(&mut self.state)
     }
 
-    fn with<T>(&self, f: impl FnOnce(&S) -> T) -> T {
+    fn with<T>(&self, (): &(), _: &Key, f: impl FnOnce(&S) -> T) -> T {
         f(&self.state)
+    }
+
+    fn inspect<T>(&mut self, (): &(), _: &Key, f: impl FnOnce(&mut S) -> T) -> T {
+        f(&mut self.state)
     }
 
     fn stamp(&mut self, at: u64) {
@@ -91,41 +147,129 @@ impl<S> Cell for Stamped<S> {
 
 /// The state of GCRA and the leaky bucket: the TAT, which a decision for a stored key
 /// updates by compare-and-swap under the shard's *read* lock (threads deciding for
-/// keys of one shard, even for one hot key, do not wait for each other), and the `T`
-/// it is counted in, which only changes under the write lock (a caller whose quota
-/// changed: see `gcra::carry_over`).
+/// keys of one shard, even for one hot key, do not wait for each other). Eight bytes:
+/// the `T` the TAT is counted in (which a caller whose quota changed re-counts it
+/// from, see `gcra::carry_over`) is the table's [`Emissions`].
 pub(super) struct AtomicTat {
     pub(super) tat: AtomicU64,
-    pub(super) emission_ns: u64,
+}
+
+/// The `T` a GCRA or leaky-bucket table's TATs are counted in: the table's usual one
+/// (its limit's), and the few keys counted in another, a plan's of the same period,
+/// or a state not yet counted (0). Changed only under the shard's write lock.
+///
+/// Recording `T` in each entry would make it 16 bytes instead of 8 (a 32-byte bucket
+/// instead of 24) for every key, though nearly every key of a table is counted in
+/// the same `T`; here a key counted in another costs an entry of `others` (25 bytes,
+/// counted in the store's bytes) and the usual keys nothing.
+pub(super) struct Emissions {
+    usual_ns: u64,
+    others: HashMap<Key, u64, RandomState>,
+}
+
+/// Bytes of one key's entry in [`Emissions::others`]: the pair and its control byte.
+const OTHER_BYTES: usize = size_of::<(Key, u64)>() + 1;
+
+impl Emissions {
+    /// The `T` `key`'s TAT is counted in.
+    #[inline]
+    pub(super) fn of(&self, key: &Key) -> u64 {
+        // A table with no exception (the common case) reads one word.
+        if self.others.is_empty() {
+            return self.usual_ns;
+        }
+        self.others.get(key).copied().unwrap_or(self.usual_ns)
+    }
+
+    /// Records that `key`'s TAT is counted in `emission_ns`.
+    fn set(&mut self, key: &Key, emission_ns: u64) {
+        if emission_ns == self.usual_ns {
+            if !self.others.is_empty() {
+                self.others.remove(key);
+            }
+        } else {
+            self.others.insert(*key, emission_ns);
+        }
+    }
+
+    /// How many keys are counted in another `T` than the usual one.
+    #[cfg(test)]
+    pub(super) fn others(&self) -> usize {
+        self.others.len()
+    }
 }
 
 impl Cell for AtomicTat {
     type State = gcra::State;
+    type Side = Emissions;
 
-    fn new(state: gcra::State) -> Self {
+    fn side(p: &Params) -> Emissions {
+        Emissions {
+            usual_ns: p.emission_ns,
+            others: HashMap::default(),
+        }
+    }
+
+    fn new(side: &mut Emissions, key: &Key, state: gcra::State) -> Self {
+        side.set(key, state.emission_ns);
         Self {
             tat: AtomicU64::new(state.tat_ns),
-            emission_ns: state.emission_ns,
         }
     }
 
     #[inline]
-    fn with_mut<T>(&mut self, f: impl FnOnce(&mut gcra::State) -> T) -> T {
+    fn with_mut<T>(
+        &mut self,
+        side: &mut Emissions,
+        key: &Key,
+        f: impl FnOnce(&mut gcra::State) -> T,
+    ) -> T {
+        let emission_ns = side.of(key);
         let tat = self.tat.get_mut();
         let mut state = gcra::State {
             tat_ns: *tat,
-            emission_ns: self.emission_ns,
+            emission_ns,
         };
         let result = f(&mut state);
         *tat = state.tat_ns;
-        self.emission_ns = state.emission_ns;
+        if state.emission_ns != emission_ns {
+            side.set(key, state.emission_ns);
+        }
         result
     }
 
-    fn with<T>(&self, f: impl FnOnce(&gcra::State) -> T) -> T {
+    fn with<T>(&self, side: &Emissions, key: &Key, f: impl FnOnce(&gcra::State) -> T) -> T {
         f(&gcra::State {
             tat_ns: self.tat.load(Relaxed),
-            emission_ns: self.emission_ns,
+            emission_ns: side.of(key),
         })
+    }
+
+    fn inspect<T>(
+        &mut self,
+        side: &Emissions,
+        key: &Key,
+        f: impl FnOnce(&mut gcra::State) -> T,
+    ) -> T {
+        // A copy: a TAT re-counted in another `T` is the next decision's to store (at
+        // its own instant, as the Redis store re-counts it).
+        f(&mut gcra::State {
+            tat_ns: self.tat.load(Relaxed),
+            emission_ns: side.of(key),
+        })
+    }
+
+    fn side_bytes(side: &Emissions, key: &Key) -> usize {
+        if !side.others.is_empty() && side.others.contains_key(key) {
+            OTHER_BYTES
+        } else {
+            0
+        }
+    }
+
+    fn forget(&self, side: &mut Emissions, key: &Key) {
+        if !side.others.is_empty() {
+            side.others.remove(key);
+        }
     }
 }

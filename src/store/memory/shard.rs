@@ -290,13 +290,13 @@ impl Shard {
         let table = &mut self.tables[index];
         let (verdict, bytes) = with_rule!(&mut table.states, |map, R| {
             let (verdict, state) = evaluate_fresh::<R>(params, at, cost, true);
-            let (_, cell) = map
-                .insert_unique(key.hash, (*key.key, Cell::new(state)), |(k, _)| {
-                    hasher.hash_one(k)
-                })
+            let cell = Cell::new(&mut map.side, key.key, state);
+            let (k, cell) = map
+                .entries
+                .insert_unique(key.hash, (*key.key, cell), |(k, _)| hasher.hash_one(k))
                 .into_mut();
             cell.stamp(floor);
-            (verdict, entry_bytes(cell))
+            (verdict, entry_bytes(cell, &map.side, k))
         });
         self.account(index, 1, bytes.cast_signed());
         self.fit_bytes(index, key.key, floor);
