@@ -273,3 +273,169 @@ impl Cell for AtomicTat {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::hash::BuildHasher;
+    use std::time::Duration;
+
+    use foldhash::fast::RandomState;
+
+    use super::super::shard::{Hashed, Shard};
+    use super::super::tables::States;
+    use crate::algorithm::{self, Rule, gcra::Gcra, leaky_bucket::LeakyBucket};
+    use crate::{Algorithm, Key, Limit, Quota};
+
+    /// The GCRA / leaky-bucket tables' keys counted in another `T` than the usual one,
+    /// checked against the entries: each is a stored key, and the shard's bytes count
+    /// it (25 bytes over the entry's 25).
+    fn exceptions(shard: &Shard) -> usize {
+        let mut total = 0;
+        for table in &shard.tables {
+            if let States::Gcra(map) | States::LeakyBucket(map) = &table.states {
+                let others = map.side.others();
+                assert!(others <= map.entries.len());
+                let bytes: usize = map
+                    .entries
+                    .iter()
+                    .map(|(key, cell)| super::entry_bytes(cell, &map.side, key))
+                    .sum();
+                assert_eq!(bytes, table.bytes);
+                assert_eq!(bytes, map.entries.len() * 25 + others * 25);
+                total += others;
+            }
+        }
+        total
+    }
+
+    fn hashed<'a>(shard: &Shard, key: &'a Key) -> Hashed<'a> {
+        Hashed {
+            key,
+            hash: shard.hasher.hash_one(key),
+        }
+    }
+
+    /// A key's usage carries over every quota change of one period (plans of other
+    /// counts, the limit's own again), decided on the 8-byte entry and the table's
+    /// `T`s exactly as on a whole 16-byte state kept on the side: every verdict
+    /// equal, over many periods and changes.
+    fn carries_over_like_a_whole_state<R: Rule<State = crate::algorithm::gcra::State>>(
+        algorithm: Algorithm,
+    ) {
+        let base = Limit::new("api", Quota::per_second(10))
+            .expect("limit")
+            .algorithm(algorithm);
+        let counts = [10, 3, 7, 1_000, 10, 2];
+        let limits: Vec<Limit> = counts
+            .iter()
+            .map(|&n| base.with_quota(Quota::new(n, Duration::from_secs(1)).expect("quota")))
+            .collect();
+        let mut shard = Shard::new(1_024, usize::MAX, RandomState::default());
+        let keys: Vec<Key> = (0..8_u64).map(Key::from).collect();
+        let mut whole = vec![crate::algorithm::gcra::State::default(); keys.len()];
+        let mut rng = fastrand::Rng::with_seed(30);
+        let mut now = 5_000_000_u64;
+        for step in 0..20_000 {
+            now += rng.u64(0..150_000);
+            let k = rng.usize(..keys.len());
+            // Mostly the key's own plan, sometimes another: a change every few calls.
+            let limit = &limits[if step % 5 == 0 {
+                rng.usize(..limits.len())
+            } else {
+                k % limits.len()
+            }];
+            let cost = rng.u64(0..3);
+            let key = hashed(&shard, &keys[k]);
+            // As the store decides: under the read lock when it can, else the write lock.
+            let got = match shard.evaluate_shared(limit, key, now, cost) {
+                Some(verdict) if cost > 0 => verdict,
+                _ => shard.evaluate(limit, key, now, cost, true),
+            };
+            let expected =
+                algorithm::evaluate::<R>(limit.params(), &mut whole[k], now, 0, cost, true);
+            assert_eq!(got, expected, "step {step}, key {k}");
+            exceptions(&shard);
+        }
+    }
+
+    #[test]
+    fn gcra_usage_carries_over_quota_changes_exactly_on_the_one_word_entry() {
+        carries_over_like_a_whole_state::<Gcra>(Algorithm::Gcra);
+    }
+
+    #[test]
+    fn leaky_bucket_usage_carries_over_quota_changes_exactly_on_the_one_word_entry() {
+        carries_over_like_a_whole_state::<LeakyBucket>(Algorithm::LeakyBucket);
+    }
+
+    #[test]
+    fn a_key_counted_in_another_t_costs_bytes_until_it_is_counted_in_the_usual_one_or_gone() {
+        let limit = Limit::new("api", Quota::per_minute(60)).expect("limit");
+        let plan = limit.with_quota(Quota::per_minute(30));
+        let mut shard = Shard::new(64, usize::MAX, RandomState::default());
+        let (a, b) = (Key::from("a"), Key::from("b"));
+        let now = 10_000_000;
+        assert!(
+            shard
+                .evaluate(&limit, hashed(&shard, &a), now, 1, true)
+                .allowed
+        );
+        assert!(
+            shard
+                .evaluate(&plan, hashed(&shard, &b), now, 1, true)
+                .allowed
+        );
+        // The table is the limit's: `a` is counted in its `T`, `b` in the plan's.
+        assert_eq!(exceptions(&shard), 1);
+        assert_eq!(
+            shard.bytes() - shard.tables_len() * super::super::tables::TABLE_BYTES,
+            75
+        );
+        // Back under the limit's own quota, `b` is re-counted in the usual `T`.
+        assert!(
+            shard
+                .evaluate(&limit, hashed(&shard, &b), now + 1, 1, true)
+                .allowed
+        );
+        assert_eq!(exceptions(&shard), 0);
+        assert!(
+            shard
+                .evaluate(&plan, hashed(&shard, &a), now + 2, 1, true)
+                .allowed
+        );
+        assert_eq!(exceptions(&shard), 1);
+        // A reset forgets the exception with the entry.
+        shard.reset(&plan, hashed(&shard, &a), now + 3);
+        assert_eq!(exceptions(&shard), 0);
+        assert!(
+            shard
+                .evaluate(&plan, hashed(&shard, &a), now + 4, 1, true)
+                .allowed
+        );
+        assert_eq!(exceptions(&shard), 1);
+        // So does a sweep that drops the idle entry.
+        shard.evaluate(&limit, hashed(&shard, &b), now + 3_600_000_000, 0, false);
+        assert_eq!(shard.len(), 0);
+        assert_eq!(exceptions(&shard), 0);
+    }
+
+    #[test]
+    fn eviction_forgets_the_exceptions_of_the_keys_it_drops() {
+        let limit = Limit::new("api", Quota::per_hour(10)).expect("limit");
+        let plan = limit.with_quota(Quota::per_hour(5));
+        let mut shard = Shard::new(16, usize::MAX, RandomState::default());
+        let mut now = 10_000_000;
+        for i in 0..2_000_u64 {
+            now += 1_000;
+            let key = Key::from(i);
+            let which = if i % 3 == 0 { &limit } else { &plan };
+            assert!(
+                shard
+                    .evaluate(which, hashed(&shard, &key), now, 1, true)
+                    .allowed
+            );
+            assert!(shard.len() <= 16);
+            assert!(exceptions(&shard) <= shard.len());
+        }
+    }
+}
