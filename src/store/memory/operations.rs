@@ -417,7 +417,7 @@ impl Shard {
     /// room for it first.
     fn store_fresh(&mut self, index: usize, key: Hashed<'_>, floor: u64) {
         self.make_room_for_one(index, floor);
-        let hasher = self.hasher.clone();
+        let hasher = &self.hasher;
         let table = &mut self.tables[index];
         let bytes = with_rule!(&mut table.states, |map, R| {
             let cell = Cell::new(&mut map.side, key.key, <R as Rule>::State::default());

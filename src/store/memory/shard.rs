@@ -228,15 +228,14 @@ impl Shard {
         cost: u64,
         charge: bool,
     ) -> Verdict {
-        // Deciding makes no record (only an offence, after it, does): with none now,
-        // there are no trips to attach, and the answer is the tail call's, written
-        // once where the caller wants it (attaching trips to every answer copied it
-        // once more, 22 instructions of a new key's decision).
-        if self.records == 0 {
-            return self.evaluate_behind_records(limit, key, now, cost, charge);
+        // Changed in place, not rebuilt (`with_trips`): the verdict is then written
+        // once, where the caller wants it; rebuilding it for every answer copied it
+        // once more, 22 instructions of a new key's decision.
+        let mut verdict = self.evaluate_behind_records(limit, key, now, cost, charge);
+        if self.records != 0 {
+            verdict.trips = self.trips_of(limit, key, now);
         }
-        let verdict = self.evaluate_behind_records(limit, key, now, cost, charge);
-        verdict.with_trips(self.trips_of(limit, key, now))
+        verdict
     }
 
     /// [`evaluate`](Shard::evaluate) without the trips.
@@ -313,7 +312,9 @@ impl Shard {
             return self.no_table(limit);
         };
         self.make_room_for_one(index, floor);
-        let hasher = self.hasher.clone();
+        // Borrowed apart from the table, not cloned: foldhash 0.2's hasher is two
+        // words and no longer `Copy`, and its clone was part of every new key's cost.
+        let hasher = &self.hasher;
         let table = &mut self.tables[index];
         let (verdict, bytes) = with_rule!(&mut table.states, |map, R| {
             let (verdict, state) = evaluate_fresh::<R>(params, at, cost, true);
