@@ -413,6 +413,45 @@ mod tests {
     }
 
     #[test]
+    fn hundreds_of_plans_of_one_period_each_keep_their_own_t() {
+        // No small index of `T`s to run out of: 300 callers on 300 counts of one
+        // period, each decided exactly as on a whole state, in one table.
+        let base = Limit::new("api", Quota::per_minute(1_000)).expect("limit");
+        let mut shard = Shard::new(1_024, usize::MAX, RandomState::default());
+        let keys: Vec<Key> = (0..300_u64).map(Key::from).collect();
+        let plans: Vec<Limit> = (0..300_u64)
+            .map(|i| base.with_quota(Quota::per_minute(100 + i)))
+            .collect();
+        let mut whole = vec![crate::algorithm::gcra::State::default(); keys.len()];
+        let mut now = 1_000_000_u64;
+        for round in 0..5 {
+            for (i, key) in keys.iter().enumerate() {
+                now += 7;
+                // Every caller moves to its neighbour's plan in the last round.
+                let plan = &plans[(i + usize::from(round == 4)) % plans.len()];
+                let got = shard.evaluate(plan, hashed(&shard, key), now, 3, true);
+                let expected =
+                    algorithm::evaluate::<Gcra>(plan.params(), &mut whole[i], now, 0, 3, true);
+                assert_eq!(got, expected, "round {round}, caller {i}");
+            }
+        }
+        assert_eq!(shard.tables_len(), 1);
+        // The table's usual `T` is the first plan's: every other caller's is its own.
+        assert_eq!(exceptions(&shard), 299);
+    }
+
+    #[test]
+    fn a_gcra_entry_is_a_key_and_one_word() {
+        // The layout this module exists for: governor's entry size (16-byte key +
+        // 8-byte TAT), one control byte per bucket on top.
+        assert_eq!(size_of::<(Key, super::AtomicTat)>(), 24);
+        assert_eq!(
+            super::super::footprint::slot_bytes::<super::AtomicTat>(),
+            25
+        );
+    }
+
+    #[test]
     fn a_key_counted_in_another_t_costs_bytes_until_it_is_counted_in_the_usual_one_or_gone() {
         let limit = Limit::new("api", Quota::per_minute(60)).expect("limit");
         let plan = limit.with_quota(Quota::per_minute(30));
