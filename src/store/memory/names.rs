@@ -114,7 +114,6 @@ impl Shard {
             stored: false,
         });
         let index = self.tables.len() - 1;
-        self.ids.push(id);
         self.index.insert(id, index);
         if let Some(name) = self.names.get_mut(&record) {
             name.tables.push(id);
@@ -180,7 +179,6 @@ impl Shard {
             return;
         };
         let table = self.tables.swap_remove(index);
-        self.ids.swap_remove(index);
         if let Some(moved) = self.tables.get(index) {
             self.index.insert(moved.id, index);
         }

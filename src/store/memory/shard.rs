@@ -45,14 +45,26 @@ pub(super) const SWEEP_INTERVAL_US: u64 = 1_000_000;
 /// when a name first used after the others shrinks every share) gives room to the
 /// others. Records (blocks, counts, reservations) have per-name shares of their own
 /// (see `record_for`).
-#[repr(align(64))]
+///
+/// **Layout.** `repr(C)`, the fields a read-locked decision reads first: `tables`,
+/// `records`, `latest` and `next_sweep` are the struct's first cache line, so that a
+/// decision touches the shard's lock, this line, its table's first line (see
+/// [`Table`]), and the key's control bytes and bucket; the rest (bounds, totals, the
+/// maps of names and table ids) is read only under the write lock.
+#[repr(C, align(64))]
 pub(crate) struct Shard {
     pub(super) tables: Vec<Table>,
-    /// The ids of `tables`, in the same order: a shard holding a few tables (one per
-    /// limit, the common case) finds one by scanning these, one cache line.
-    pub(super) ids: Vec<u32>,
+    /// Records across all names: the hot path's one check while there is none.
+    pub(super) records: usize,
+    /// The latest instant this shard has seen. Time never runs backwards for the keys
+    /// in it: a clock that steps back is treated as standing still here.
+    latest: AtomicU64,
+    /// When the next sweep is due. Atomic, like `latest`, so the read-locked path can
+    /// see it; written under the write lock only.
+    pub(super) next_sweep: AtomicU64,
     /// [`Limit::table`] → index in `tables`: one lookup per decision, however many
-    /// tables there are (used past [`SCAN_TABLES`]).
+    /// tables there are (used past [`SCAN_TABLES`]; up to that, the tables' own ids
+    /// are scanned).
     pub(super) index: HashMap<u32, usize, RandomState>,
     /// [`Limit::record`] → the name's tables, totals and records.
     pub(super) names: HashMap<u32, Name, RandomState>,
@@ -63,20 +75,12 @@ pub(crate) struct Shard {
     pub(super) entries: usize,
     /// Bytes across all tables, their overhead included.
     pub(super) bytes: usize,
-    /// Records across all names: the hot path's one check while there is none.
-    pub(super) records: usize,
     /// New records for penalty-box offences refused because the name's share held
     /// only blocks and pending reservations.
     pub(super) refused_trips: u64,
     /// Whether this sweep interval has logged a refusal already (one line per shard
     /// per second at most, however large the flood).
     pub(super) warned: bool,
-    /// When the next sweep is due. Atomic, like `latest`, so the read-locked path can
-    /// see it; written under the write lock only.
-    pub(super) next_sweep: AtomicU64,
-    /// The latest instant this shard has seen. Time never runs backwards for the keys
-    /// in it: a clock that steps back is treated as standing still here.
-    latest: AtomicU64,
     pub(super) hasher: RandomState,
     /// Picks eviction samples. Seeded from the OS-seeded generator of the thread that
     /// built the store: callers cannot predict which entries a sample will hold.
@@ -95,7 +99,6 @@ impl Shard {
     pub(crate) fn new(capacity: usize, max_bytes: usize, hasher: RandomState) -> Self {
         Self {
             tables: Vec::new(),
-            ids: Vec::new(),
             index: HashMap::with_hasher(hasher.clone()),
             names: HashMap::with_hasher(hasher.clone()),
             capacity,
@@ -140,8 +143,10 @@ impl Shard {
     pub(super) fn index_of(&self, id: u32) -> Option<usize> {
         // A scan of at most `SCAN_TABLES` ids is cheaper than hashing; past that the
         // map keeps the work constant however many tables the shard holds.
-        if self.ids.len() <= SCAN_TABLES {
-            return self.ids.iter().position(|&t| t == id);
+        if self.tables.len() <= SCAN_TABLES {
+            // The ids in the tables themselves, in their first line, which the decision
+            // reads next anyway (a list of ids apart was one more line to miss).
+            return self.tables.iter().position(|t| t.id == id);
         }
         self.index.get(&id).copied()
     }
@@ -379,10 +384,9 @@ mod tests {
         assert_eq!(shard.bytes, bytes);
         let records: usize = shard.names.values().map(|n| n.records.len()).sum();
         assert_eq!(shard.records, records);
-        assert_eq!(shard.ids.len(), shard.tables.len());
         assert_eq!(shard.index.len(), shard.tables.len());
         for (i, table) in shard.tables.iter().enumerate() {
-            assert_eq!((shard.ids[i], shard.index[&table.id]), (table.id, i));
+            assert_eq!(shard.index[&table.id], i);
         }
         for (record, name) in &shard.names {
             let mine: Vec<&Table> = shard.tables.iter().filter(|t| t.name == *record).collect();

@@ -146,16 +146,19 @@ impl States {
 
 /// What a table costs the shard in bytes besides its entries: the table itself (its
 /// parameters and the hash table's header) and its place in the shard's index.
-pub(super) const TABLE_BYTES: usize =
-    size_of::<Table>() + size_of::<(u32, usize)>() + size_of::<u32>();
+pub(super) const TABLE_BYTES: usize = size_of::<Table>() + size_of::<(u32, usize)>();
 
+/// Aligned to a cache line, with its states first: a decision reads the hash table's
+/// header and (GCRA, leaky bucket) the table's usual `T` next to it, one line, however
+/// the shard's tables happen to be laid out in memory.
+#[repr(C, align(64))]
 pub(super) struct Table {
+    pub(super) states: States,
     /// [`Limit::table`](crate::Limit): equal (name, algorithm, period) share a table.
     pub(super) id: u32,
     /// [`Limit::record`](crate::Limit): the limit name the table counts toward.
     pub(super) name: u32,
     pub(super) params: Params,
-    pub(super) states: States,
     /// Bytes of this table's entries (see [`entry_bytes`](super::cells::entry_bytes)).
     pub(super) bytes: usize,
     /// Whether a state was stored since the last sweep: a sweep drops a table found
