@@ -115,6 +115,9 @@ impl Shard {
         });
         let index = self.tables.len() - 1;
         self.index.insert(id, index);
+        if let Some(slot) = self.first_ids.get_mut(index) {
+            *slot = id;
+        }
         if let Some(name) = self.names.get_mut(&record) {
             name.tables.push(id);
             name.bytes += TABLE_BYTES;
@@ -181,6 +184,9 @@ impl Shard {
         let table = self.tables.swap_remove(index);
         if let Some(moved) = self.tables.get(index) {
             self.index.insert(moved.id, index);
+            if let Some(slot) = self.first_ids.get_mut(index) {
+                *slot = moved.id;
+            }
         }
         if let Some(name) = self.names.get_mut(&table.name) {
             name.tables.retain(|&t| t != id);
