@@ -158,8 +158,7 @@ impl Shard {
         let len = self.tables.len();
         if len <= SCAN_TABLES {
             // In the shard's first line, which the decision has read already (a list
-            // of ids apart was one more line to miss; the tables' own ids, a longer
-            // scan: 10 instructions).
+            // of ids apart was one more line to miss).
             return self.first_ids[..len].iter().position(|&t| t == id);
         }
         self.index.get(&id).copied()
