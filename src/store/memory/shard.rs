@@ -194,7 +194,7 @@ impl Shard {
             }
         }
         // The common answer is the tail call's, written once where the caller wants it
-        // (held in a local to attach trips, it was copied once more: 9 instructions).
+        // (held in a local to attach trips, it could be copied once more).
         self.evaluate_atomic(limit, key, (now, floor), cost)
     }
 
@@ -249,8 +249,9 @@ impl Shard {
         charge: bool,
     ) -> Verdict {
         // Changed in place, not rebuilt (`with_trips`): the verdict is then written
-        // once, where the caller wants it; rebuilding it for every answer copied it
-        // once more, 22 instructions of a new key's decision.
+        // once, where the caller wants it. Rebuilt for every answer, it was copied once
+        // more: most of the 22 instructions this function gained with trips (callgrind,
+        // a new key's decision: 42 at 7c0771f, 64 with trips, 50 in place).
         let mut verdict = self.evaluate_behind_records(limit, key, now, cost, charge);
         if self.records != 0 {
             verdict.trips = self.trips_of(limit, key, now);
