@@ -1,6 +1,8 @@
 //! Which state a full table gives up: of a random sample, the one whose loss forgives
 //! the least; and the room made when a stored entry grows.
 
+use hashbrown::HashTable;
+
 use super::cells::Cell;
 use super::shard::Shard;
 use super::tables::Map;
@@ -34,11 +36,11 @@ struct Forgiveness {
 
 fn forgiveness<R: Rule, C: Cell<State = R::State>>(
     p: &Params,
-    cell: &mut C,
+    (key, cell, side): (&Key, &mut C, &C::Side),
     now: u64,
 ) -> Forgiveness {
     let charged_at = cell.stamped();
-    cell.with_mut(|s| {
+    cell.inspect(side, key, |s| {
         if <R as Rule>::idle_at(p, s) <= now {
             return Forgiveness {
                 idle: true,
@@ -67,15 +69,17 @@ pub(super) fn pick_victim<R: Rule, C: Cell<State = R::State>>(
     keep: Option<&Key>,
     rng: &mut fastrand::Rng,
 ) -> Option<usize> {
+    let Map { entries: map, side } = map;
+    let side = &*side;
     let buckets = map.num_buckets();
     if map.is_empty() || buckets == 0 {
         return None;
     }
     let mut best: Option<(Forgiveness, usize)> = None;
-    let mut consider = |index: usize, map: &mut Map<C>| -> bool {
+    let mut consider = |index: usize, map: &mut HashTable<(Key, C)>| -> bool {
         match map.get_bucket_mut(index) {
             Some((key, cell)) if keep != Some(&*key) => {
-                let score = forgiveness::<R, C>(p, cell, now);
+                let score = forgiveness::<R, C>(p, (key, cell, side), now);
                 if best.is_none_or(|(b, _)| score > b) {
                     best = Some((score, index));
                 }

@@ -21,7 +21,7 @@ use super::blocks::{Record, Records};
 use super::cells::{Cell, entry_bytes};
 use super::eviction::pick_victim;
 use super::shard::{Hashed, SWEEP_INTERVAL_US, Shard};
-use super::tables::{States, TABLE_BYTES, Table, with_rule};
+use super::tables::{Map, States, TABLE_BYTES, Table, with_rule};
 use crate::algorithm::{
     Rule, Verdict, fixed_window::FixedWindow, gcra::Gcra, leaky_bucket::LeakyBucket,
     sliding_window::SlidingWindow, sliding_window_counters::SlidingWindowCounters,
@@ -109,13 +109,15 @@ impl Shard {
             id,
             name: record,
             params,
-            states: States::new(params.algorithm),
+            states: States::new(&params),
             bytes: 0,
             stored: false,
         });
         let index = self.tables.len() - 1;
-        self.ids.push(id);
         self.index.insert(id, index);
+        if let Some(slot) = self.first_ids.get_mut(index) {
+            *slot = id;
+        }
         if let Some(name) = self.names.get_mut(&record) {
             name.tables.push(id);
             name.bytes += TABLE_BYTES;
@@ -180,9 +182,11 @@ impl Shard {
             return;
         };
         let table = self.tables.swap_remove(index);
-        self.ids.swap_remove(index);
         if let Some(moved) = self.tables.get(index) {
             self.index.insert(moved.id, index);
+            if let Some(slot) = self.first_ids.get_mut(index) {
+                *slot = moved.id;
+            }
         }
         if let Some(name) = self.names.get_mut(&table.name) {
             name.tables.retain(|&t| t != id);
@@ -317,8 +321,13 @@ impl Shard {
         let p = table.params;
         let freed = with_rule!(&mut table.states, |map, R| {
             pick_victim::<R, _>(map, &p, now, keep, rng)
-                .and_then(|bucket| map.get_bucket_entry(bucket).ok())
-                .map(|entry| entry_bytes(&entry.remove().0.1))
+                .and_then(|bucket| map.entries.get_bucket_entry(bucket).ok())
+                .map(|entry| {
+                    let (key, cell) = entry.remove().0;
+                    let bytes = entry_bytes(&cell, &map.side, &key);
+                    cell.forget(&mut map.side, &key);
+                    bytes
+                })
         });
         let Some(bytes) = freed else {
             return false;
@@ -403,8 +412,18 @@ impl Shard {
         for table in &mut self.tables {
             let p = &table.params;
             table.bytes = with_rule!(&mut table.states, |map, R| {
-                map.retain(|(_, cell)| cell.with(|s| <R as Rule>::idle_at(p, s)) > now);
-                map.iter().map(|(_, cell)| entry_bytes(cell)).sum()
+                let Map { entries, side } = map;
+                entries.retain(|(key, cell)| {
+                    let live = cell.with(side, key, |s| <R as Rule>::idle_at(p, s)) > now;
+                    if !live {
+                        cell.forget(side, key);
+                    }
+                    live
+                });
+                entries
+                    .iter()
+                    .map(|(key, cell)| entry_bytes(cell, side, key))
+                    .sum()
             });
         }
         let unused: Vec<u32> = self

@@ -11,7 +11,7 @@ use super::cells::{Cell, entry_bytes};
 use super::footprint::Footprint;
 use super::names::Claim;
 use super::shard::{Hashed, Shard};
-use super::tables::{Map, States, with_rule};
+use super::tables::{Map, States, with_algorithm, with_rule};
 use crate::Limit;
 use crate::algorithm::gcra::{self, NS_PER_US};
 use crate::algorithm::{
@@ -30,8 +30,11 @@ fn refund_in<R: Rule, C: Cell<State = R::State>>(
     (now, floor): (u64, u64),
     what: Refund,
 ) {
-    if let Some((_, cell)) = map.find_mut(key.hash, |(k, _)| k == key.key) {
-        cell.with_mut(|state| algorithm::refund::<R>(p, state, now, floor, what));
+    let Map { entries, side } = map;
+    if let Some((k, cell)) = entries.find_mut(key.hash, |(k, _)| k == key.key) {
+        cell.with_mut(side, k, |state| {
+            algorithm::refund::<R>(p, state, now, floor, what);
+        });
     }
 }
 
@@ -142,12 +145,15 @@ impl Shard {
                 let table = &mut self.tables[index];
                 let p = table.params;
                 let freed = with_rule!(&mut table.states, |map, R| {
-                    map.find_entry(key.hash, |(k, _)| k == key.key)
+                    map.entries
+                        .find_entry(key.hash, |(k, _)| k == key.key)
                         .ok()
                         .map(|entry| {
-                            let (_, cell) = entry.remove().0;
-                            let idle = cell.with(|s| <R as Rule>::idle_at(&p, s));
-                            (entry_bytes(&cell), idle)
+                            let (k, cell) = entry.remove().0;
+                            let idle = cell.with(&map.side, &k, |s| <R as Rule>::idle_at(&p, s));
+                            let bytes = entry_bytes(&cell, &map.side, &k);
+                            cell.forget(&mut map.side, &k);
+                            (bytes, idle)
                         })
                 });
                 if let Some((bytes, idle)) = freed {
@@ -238,7 +244,7 @@ impl Shard {
             .and_then(|i| self.penalize_in(i, params, key, (now, floor), cost))
             // Nothing charged to a key with no state: a peek of a fresh one.
             .unwrap_or_else(|| {
-                with_rule!(&States::new(params.algorithm), |_map, R| {
+                with_algorithm!(params.algorithm, |R| {
                     let mut fresh = <R as Rule>::State::default();
                     algorithm::penalize::<R>(params, &mut fresh, now, floor, 0)
                 })
@@ -278,10 +284,12 @@ impl Shard {
     ) -> Option<Verdict> {
         let table = &mut self.tables[index];
         let (verdict, grown) = with_rule!(&mut table.states, |map, R| {
-            map.find_mut(key.hash, |(k, _)| k == key.key)
-                .map(|(_, cell)| {
-                    let before = entry_bytes(cell);
-                    let verdict = cell.with_mut(|state| {
+            let Map { entries, side } = map;
+            entries
+                .find_mut(key.hash, |(k, _)| k == key.key)
+                .map(|(k, cell)| {
+                    let before = entry_bytes(cell, side, k);
+                    let verdict = cell.with_mut(side, k, |state| {
                         let verdict = algorithm::penalize::<R>(params, state, now, floor, cost);
                         state.compact();
                         verdict
@@ -291,7 +299,7 @@ impl Shard {
                     }
                     (
                         verdict,
-                        entry_bytes(cell).cast_signed() - before.cast_signed(),
+                        entry_bytes(cell, side, k).cast_signed() - before.cast_signed(),
                     )
                 })
         })?;
@@ -360,10 +368,10 @@ impl Shard {
         let (States::Gcra(map) | States::LeakyBucket(map)) = &mut self.tables[index].states else {
             return;
         };
-        let Some((_, cell)) = map.find_mut(key.hash, |(k, _)| k == key.key) else {
+        let Some((k, cell)) = map.entries.find_mut(key.hash, |(k, _)| k == key.key) else {
             return;
         };
-        let behind = cell.with_mut(|s| {
+        let behind = cell.with_mut(&mut map.side, k, |s| {
             gcra::carry_over(&p, s, t);
             gcra::behind_later_places(&p, s, t, receipt)
         });
@@ -409,17 +417,15 @@ impl Shard {
     /// room for it first.
     fn store_fresh(&mut self, index: usize, key: Hashed<'_>, floor: u64) {
         self.make_room_for_one(index, floor);
-        let hasher = self.hasher.clone();
+        let hasher = &self.hasher;
         let table = &mut self.tables[index];
         let bytes = with_rule!(&mut table.states, |map, R| {
-            let (_, cell) = map
-                .insert_unique(
-                    key.hash,
-                    (*key.key, Cell::new(<R as Rule>::State::default())),
-                    |(k, _)| hasher.hash_one(k),
-                )
+            let cell = Cell::new(&mut map.side, key.key, <R as Rule>::State::default());
+            let (k, cell) = map
+                .entries
+                .insert_unique(key.hash, (*key.key, cell), |(k, _)| hasher.hash_one(k))
                 .into_mut();
-            entry_bytes(cell)
+            entry_bytes(cell, &map.side, k)
         });
         self.account(index, 1, bytes.cast_signed());
     }
@@ -428,6 +434,7 @@ impl Shard {
     fn tat_of(&self, index: usize, key: Hashed<'_>) -> Option<u64> {
         match &self.tables[index].states {
             States::Gcra(map) | States::LeakyBucket(map) => map
+                .entries
                 .find(key.hash, |(k, _)| k == key.key)
                 .map(|(_, cell)| cell.tat.load(Relaxed)),
             _ => None,
