@@ -7,7 +7,7 @@ use std::sync::{Mutex, OnceLock, PoisonError};
 use std::time::Duration;
 
 use crate::algorithm::Params;
-use crate::{Algorithm, ConfigError, Penalty, Quota};
+use crate::{Algorithm, ConfigError, Key, Penalty, Quota};
 
 /// The longest limit name accepted (it appears in headers and Redis keys).
 const MAX_NAME_LEN: usize = 64;
@@ -46,6 +46,8 @@ pub struct Limit {
     max_delay: Option<Duration>,
     /// Set by [`penalty`](Limit::penalty); `None`: no penalty box.
     penalty: Option<Penalty>,
+    /// The penalty's fingerprint ([`Penalty::fingerprint`]): what caches key on.
+    penalty_print: Option<Key>,
     /// Derived from quota, algorithm and delay bound; always usable.
     params: Params,
     /// Why the quota does not suit the algorithm, reported when the limiter is built
@@ -93,6 +95,7 @@ impl Limit {
             algorithm,
             max_delay: None,
             penalty: None,
+            penalty_print: None,
             table: table_id(name, algorithm, quota.period_micros()),
             record,
             base_period_us: quota.period_micros(),
@@ -202,6 +205,7 @@ impl Limit {
     #[must_use]
     pub fn penalty(mut self, penalty: Penalty) -> Self {
         self.penalty = Some(penalty);
+        self.penalty_print = Some(penalty.fingerprint());
         self
     }
 
@@ -219,6 +223,13 @@ impl Limit {
     #[inline]
     pub(crate) fn penalty_box(&self) -> Option<&Penalty> {
         self.penalty.as_ref()
+    }
+
+    /// The fingerprint of the limit's penalty box, if it has one: 16 bytes to key a
+    /// cache on where the penalty itself is about 150.
+    #[inline]
+    pub(crate) fn penalty_print(&self) -> Option<Key> {
+        self.penalty_print
     }
 
     /// Derives the parameters (and the table they key) from quota, algorithm and

@@ -13,8 +13,9 @@ use crate::{Limit, Quota, StoreError, StoreErrorKind};
 /// period), delay setting and penalty box (all a derived limit takes from it), and the
 /// caller's quota. Numbers only: hashed and compared without touching the name's
 /// bytes. The penalty is part of it so that a reload that adds, changes or removes a
-/// box reaches plan callers at once (their next check derives the limit anew).
-pub(super) type CallerKey = (u32, Option<Duration>, Option<crate::Penalty>, Quota);
+/// box reaches plan callers at once (their next check derives the limit anew); by
+/// its 16-byte fingerprint, not its ~150 bytes.
+pub(super) type CallerKey = (u32, Option<Duration>, Option<crate::Key>, Quota);
 pub(super) type CallerLimits = HashMap<CallerKey, Arc<Limit>, foldhash::fast::RandomState>;
 
 /// The most derived limits a limiter keeps (plans are few; a quota computed per
@@ -79,7 +80,7 @@ impl Limiter {
         let key = (
             limit.table(),
             limit.max_delay_setting(),
-            limit.get_penalty(),
+            limit.penalty_print(),
             quota,
         );
         if let Some(known) = self.inner.callers.load().get(&key) {

@@ -87,9 +87,9 @@ pub struct Penalty {
     escalation: Escalation,
 }
 
-/// Hashes what tells penalties apart in practice (a limiter's caches key on the
-/// penalty of each limit), without the inline steps: equal penalties still hash
-/// equal.
+/// Hashes what tells penalties apart in practice, without the inline steps: equal
+/// penalties still hash equal. (The limiter's own caches key on
+/// [`Penalty::fingerprint`] instead.)
 impl Hash for Penalty {
     fn hash<H: Hasher>(&self, state: &mut H) {
         self.after.hash(state);
@@ -102,6 +102,26 @@ impl Hash for Penalty {
 }
 
 impl Penalty {
+    /// A 16-byte fingerprint of every field, escalation steps included: what the
+    /// limiter's caches key on instead of the whole penalty (about 150 bytes, its
+    /// steps inline), as they key on a caller's [`Key`](crate::Key) instead of its
+    /// name. Equal penalties give equal fingerprints; different ones differ but for a
+    /// 128-bit collision, the same odds every key relies on.
+    pub(crate) fn fingerprint(&self) -> crate::Key {
+        let e = &self.escalation;
+        let mut bytes = Vec::with_capacity(64 + 8 * e.given);
+        bytes.extend_from_slice(&self.after.to_le_bytes());
+        for d in [self.within, self.block_for, e.remember, e.cap] {
+            bytes.extend_from_slice(&d.as_nanos().to_le_bytes());
+        }
+        bytes.extend_from_slice(&e.factor.to_le_bytes());
+        bytes.extend_from_slice(&(e.given as u64).to_le_bytes());
+        for step in e.steps.iter().take(e.given) {
+            bytes.extend_from_slice(&step.to_le_bytes());
+        }
+        crate::Key::from(bytes)
+    }
+
     /// The longest any denial lasts: 100 years of 365 days.
     ///
     /// [`Limiter::block`](crate::Limiter::block) with a longer duration (up to
@@ -356,5 +376,47 @@ impl Penalty {
     /// The block in µs, rounded up.
     pub(crate) fn block_us(&self) -> u64 {
         micros_up(self.block_for)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn base() -> Penalty {
+        Penalty::after(3)
+            .within(Duration::from_secs(60))
+            .block_for(Duration::from_secs(120))
+    }
+
+    #[test]
+    fn equal_penalties_share_a_fingerprint_and_any_difference_changes_it() {
+        let minutes = |m: u64| Duration::from_secs(60 * m);
+        assert_eq!(base().fingerprint(), base().fingerprint());
+        let escalating = base().escalate(&[minutes(5), minutes(10)]);
+        assert_eq!(
+            escalating.fingerprint(),
+            base().escalate(&[minutes(5), minutes(10)]).fingerprint()
+        );
+        let different = [
+            Penalty::after(4)
+                .within(Duration::from_secs(60))
+                .block_for(Duration::from_secs(120)),
+            base().within(Duration::from_secs(61)),
+            base().block_for(Duration::from_secs(121)),
+            escalating,
+            // Only a later step differs: the steps are part of the fingerprint.
+            base().escalate(&[minutes(5), minutes(11)]),
+            base().escalate_by(2, minutes(60)),
+            base().escalate_by(3, minutes(60)),
+            base().escalate_by(2, minutes(61)),
+            base().remember(Duration::from_secs(86_400)),
+        ];
+        let mut prints: Vec<_> = different.iter().map(Penalty::fingerprint).collect();
+        prints.push(base().fingerprint());
+        let count = prints.len();
+        prints.sort();
+        prints.dedup();
+        assert_eq!(prints.len(), count, "every penalty has its own fingerprint");
     }
 }

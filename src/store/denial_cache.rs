@@ -30,7 +30,7 @@ use foldhash::fast::RandomState;
 use super::denial::Denial;
 use super::{Charge, decision};
 use crate::algorithm::{Params, Verdict};
-use crate::{Decision, Key, Penalty};
+use crate::{Decision, Key};
 
 /// A recorded denial and which record made it: the recording order holds
 /// `(id, seq)` and an item whose seq is not its id's current one is stale.
@@ -43,7 +43,7 @@ struct CachedDenial {
 /// A cached denial answers only the same name, parameters, penalty box and key: a
 /// reload that adds a box must see the next rejection (a denial cached before it,
 /// under no box, would answer it locally, uncounted).
-type DenialKey = (&'static str, Params, Option<Penalty>, Key);
+type DenialKey = (&'static str, Params, Option<Key>, Key);
 
 /// The map and the order its entries were recorded in.
 struct Denials {
@@ -145,7 +145,7 @@ impl DenialCache {
         (
             charge.limit.name(),
             *charge.limit.params(),
-            charge.limit.get_penalty(),
+            charge.limit.penalty_print(),
             *charge.key,
         )
     }
