@@ -89,7 +89,7 @@ pub struct Penalty {
 
 /// Hashes what tells penalties apart in practice, without the inline steps: equal
 /// penalties still hash equal. (The limiter's own caches key on
-/// [`Penalty::fingerprint`] instead.)
+/// the 16-byte `Penalty::fingerprint` instead.)
 impl Hash for Penalty {
     fn hash<H: Hasher>(&self, state: &mut H) {
         self.after.hash(state);
