@@ -1,0 +1,1447 @@
+//! Attacks on the promises of issue 30 ("Speed II"), public API only, each counted
+//! exactly:
+//!
+//! - coalesced Redis calls (`RedisStore::coalesce`, default 2): "each decided exactly
+//!   as alone, with its own answer, its own deadline and, if that call fails, its own
+//!   failure" — callers cancelled at every await while queued or in a batch, many
+//!   stores × many tasks × mixed algorithms, costs, blocks, penalties, peeks,
+//!   `check_all`, reserves, settles and refunds in the same batches, a stopped server,
+//!   a poisoned key, `coalesce(0)` against the default, a runtime dropped under load,
+//!   the cluster, `Fallback` over a dying coalesced store;
+//! - `LeasedStore` passing through where leases cannot help, flapping between leasing
+//!   and passing, against the quota and against the plain store;
+//! - the cheaper layer's header values cut from a per-thread buffer: exact headers for
+//!   long names, many policies, every style, many threads, rejections with bodies,
+//!   responses kept alive while thousands more are written.
+//!
+//! ```text
+//! cargo test -j 2 --all-features --test attack_speed
+//! ```
+
+use std::time::Duration;
+
+use tollgate::store::Store;
+use tollgate::{Limit, Limiter};
+
+/// 2023-11-14T00:00:00Z: the start of a minute and of an hour.
+const BASE: Duration = Duration::from_secs(1_699_920_000);
+
+/// Generous bound that turns a hang into a failure; never a timing assertion.
+const HANG: Duration = Duration::from_secs(20);
+
+fn limiter_on(store: impl Store, limits: impl IntoIterator<Item = Limit>) -> Limiter {
+    Limiter::builder()
+        .limits(limits)
+        .store(store)
+        .build()
+        .expect("a limiter")
+}
+
+/// A tiny deterministic generator (xorshift).
+struct Rng(u64);
+
+impl Rng {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0 % n
+    }
+}
+
+// =====================================================================================
+// 1. Coalesced Redis calls
+// =====================================================================================
+
+#[cfg(feature = "redis")]
+mod coalesced {
+    use std::collections::HashMap;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    use std::time::{Duration, Instant};
+
+    use support::redis_server::{RedisServer, cli, server_version, shared_server, unique_prefix};
+    use tollgate::clock::ManualClock;
+    use tollgate::store::{Fallback, Store};
+    use tollgate::{
+        Algorithm, Decision, Key, Limit, Limiter, MemoryStore, Penalty, Quota, RedisStore,
+        StoreErrorKind,
+    };
+
+    use super::{BASE, HANG, Rng, limiter_on};
+
+    /// Time for background give-backs already sent to land.
+    const SETTLE: Duration = Duration::from_millis(300);
+
+    const ALGORITHMS: [Algorithm; 7] = [
+        Algorithm::FixedWindow,
+        Algorithm::SlidingWindow,
+        Algorithm::SlidingWindowCounters { buckets: 4 },
+        Algorithm::SlidingWindowLog,
+        Algorithm::TokenBucket,
+        Algorithm::Gcra,
+        Algorithm::LeakyBucket,
+    ];
+
+    fn store_on(url: &str, prefix: &str, clock: &ManualClock) -> RedisStore {
+        RedisStore::from_url(url)
+            .expect("a valid url")
+            .prefix(prefix)
+            .denial_cache(0)
+            .deadline(Duration::from_secs(5))
+            .expect("a deadline")
+            .with_clock(clock.clone())
+    }
+
+    /// One limit per algorithm, each with a large capacity ("a0".."a6"), and one per
+    /// algorithm with a tight one ("t0".."t6"): on a frozen clock, capacity − remaining
+    /// is exactly what the key counts.
+    fn mixed_limits() -> Vec<Limit> {
+        let mut limits = Vec::new();
+        for (i, algorithm) in ALGORITHMS.into_iter().enumerate() {
+            limits.push(
+                Limit::new(format!("a{i}"), Quota::per_hour(100_000))
+                    .expect("a limit")
+                    .algorithm(algorithm),
+            );
+            limits.push(
+                Limit::new(format!("t{i}"), Quota::per_hour(40))
+                    .expect("a limit")
+                    .algorithm(algorithm),
+            );
+        }
+        limits
+    }
+
+    async fn counted(limiter: &Limiter, name: &str, key: &Key) -> u64 {
+        let d = limiter.peek(name, key).await.expect("a peek");
+        d.capacity - d.remaining
+    }
+
+    /// Waits until every (limit, key) counts exactly what the callers hold (give-backs
+    /// land in the background), then once more after [`SETTLE`]: nothing lands late.
+    async fn assert_counts_equal_held(limiter: &Limiter, held: &HashMap<(String, u64), u64>) {
+        let started = Instant::now();
+        loop {
+            let mut wrong = Vec::new();
+            for ((name, k), held) in held {
+                let c = counted(limiter, name, &Key::from(*k)).await;
+                if c != *held {
+                    wrong.push(format!("{name}/{k}: counts {c}, callers hold {held}"));
+                }
+            }
+            if wrong.is_empty() {
+                break;
+            }
+            assert!(started.elapsed() < HANG, "{wrong:?}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        tokio::time::sleep(SETTLE).await;
+        for ((name, k), held) in held {
+            assert_eq!(
+                counted(limiter, name, &Key::from(*k)).await,
+                *held,
+                "{name}/{k} after the give-backs"
+            );
+        }
+    }
+
+    /// Three stores (each its own connection and coalescer) × 24 tasks × 40 checks of
+    /// every algorithm, large and tight capacities, costs 1–3, on 3 keys, each dropped
+    /// after 0–1999 µs (a zero timeout polls once, then drops) or never: every key
+    /// counts exactly the cost of the admissions callers were told of, and no tight
+    /// key was told more than its capacity.
+    async fn cancelled_checks_leave_exactly_what_callers_hold(
+        make: impl Fn(&ManualClock, &str) -> RedisStore,
+    ) {
+        let clock = ManualClock::new(BASE);
+        let prefix = unique_prefix("cancel-mixed");
+        let limits = mixed_limits();
+        let limiters: Vec<Limiter> = (0..3)
+            .map(|_| limiter_on(make(&clock, &prefix), limits.clone()))
+            .collect();
+        let names: Vec<String> = limits.iter().map(|l| l.name().to_string()).collect();
+        let mut rng = Rng(0x0ddb_a11c_0ffe_e123);
+        let mut handles = Vec::new();
+        for limiter in &limiters {
+            for _task in 0..24 {
+                let limiter = limiter.clone();
+                let plan: Vec<(String, u64, u32, Option<u64>)> = (0..40)
+                    .map(|_| {
+                        let name = names[rng.below(names.len() as u64) as usize].clone();
+                        let key = rng.below(3);
+                        let cost = 1 + rng.below(3) as u32;
+                        let patience = match rng.below(4) {
+                            0 => None,
+                            _ => Some(rng.below(2_000)),
+                        };
+                        (name, key, cost, patience)
+                    })
+                    .collect();
+                handles.push(tokio::spawn(async move {
+                    let mut held: Vec<((String, u64), u64)> = Vec::new();
+                    let mut cancelled = 0_u64;
+                    for (name, key, cost, patience) in plan {
+                        let k = Key::from(key);
+                        let call = limiter.check(&name, &k, cost);
+                        let answer = match patience {
+                            None => Some(call.await),
+                            Some(us) => {
+                                tokio::time::timeout(Duration::from_micros(us), call)
+                                    .await
+                                    .ok()
+                            }
+                        };
+                        match answer {
+                            Some(Ok(d)) if d.allowed => {
+                                held.push(((name, key), u64::from(cost)));
+                            }
+                            Some(Ok(_)) => {}
+                            Some(Err(e)) => panic!("{name}/{key}: {e}"),
+                            None => cancelled += 1,
+                        }
+                    }
+                    (held, cancelled)
+                }));
+            }
+        }
+        let mut held: HashMap<(String, u64), u64> = HashMap::new();
+        for name in &names {
+            for k in 0..3 {
+                held.insert((name.clone(), k), 0);
+            }
+        }
+        let mut cancelled = 0;
+        for handle in handles {
+            let (h, c) = handle.await.expect("no panic");
+            cancelled += c;
+            for (at, cost) in h {
+                *held.get_mut(&at).expect("known") += cost;
+            }
+        }
+        assert!(cancelled > 0, "some callers were cancelled");
+        for ((name, k), n) in &held {
+            if name.starts_with('t') {
+                assert!(*n <= 40, "{name}/{k}: callers told of {n} admitted of 40");
+            }
+        }
+        assert_counts_equal_held(&limiters[0], &held).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn checks_cancelled_at_every_await_in_batches_leave_exactly_what_callers_hold() {
+        cancelled_checks_leave_exactly_what_callers_hold(|clock, prefix| {
+            store_on(&shared_server().url(), prefix, clock)
+        })
+        .await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn checks_cancelled_at_every_await_in_batches_on_a_cluster_leave_exactly_what_callers_hold()
+     {
+        let urls = support::redis_cluster::shared_cluster().urls();
+        cancelled_checks_leave_exactly_what_callers_hold(|clock, prefix| {
+            RedisStore::from_cluster_urls(urls.clone())
+                .expect("cluster urls")
+                .prefix(prefix)
+                .denial_cache(0)
+                .deadline(Duration::from_secs(5))
+                .expect("a deadline")
+                .with_clock(clock.clone())
+        })
+        .await;
+    }
+
+    /// What one step of a scripted caller answered, as text: a decision's every field
+    /// (same store type, same clock) or an error's kind.
+    fn shown<T: std::fmt::Debug>(r: Result<T, &tollgate::StoreError>) -> String {
+        match r {
+            Ok(v) => format!("{v:?}"),
+            Err(e) => format!("error {:?}", e.kind()),
+        }
+    }
+
+    /// The fields every store promises alike.
+    fn view(d: &Decision) -> String {
+        format!(
+            "allowed={} remaining={} capacity={} retry_after={:?} blocked_for={:?}",
+            d.allowed, d.remaining, d.capacity, d.retry_after, d.blocked_for
+        )
+    }
+
+    /// 48 tasks, each with a key of its own on one of the seven algorithms (with a
+    /// penalty box), run four phases of checks of costs 1–3, peeks, `check_all`,
+    /// penalties, blocks, resets, reserves, settles and refunds at once (so that their
+    /// decisions share batches), the clock moving 7 s between phases: what each step
+    /// answered, per task.
+    async fn scripted(store: impl Store, clock: &ManualClock) -> Vec<Vec<String>> {
+        let limits: Vec<Limit> = ALGORITHMS
+            .into_iter()
+            .enumerate()
+            .map(|(i, algorithm)| {
+                Limit::new(format!("s{i}"), Quota::per_minute(12))
+                    .expect("a limit")
+                    .algorithm(algorithm)
+                    .penalty(
+                        Penalty::after(3)
+                            .within(Duration::from_secs(60))
+                            .block_for(Duration::from_secs(20)),
+                    )
+            })
+            .chain([Limit::new("wide", Quota::per_minute(1_000))
+                .expect("a limit")
+                .algorithm(Algorithm::FixedWindow)])
+            .collect();
+        let limiter = limiter_on(store, limits);
+        let tasks = 48_u64;
+        let mut log: Vec<Vec<String>> = vec![Vec::new(); tasks as usize];
+        for phase in 0..4_u64 {
+            let handles: Vec<_> = (0..tasks)
+                .map(|t| {
+                    let limiter = limiter.clone();
+                    tokio::spawn(async move {
+                        let name = format!("s{}", t % 7);
+                        let key = Key::from(1_000 + t);
+                        let mut out = Vec::new();
+                        let mut last = None;
+                        for i in 0..6_u64 {
+                            let cost = 1 + ((t + i + phase) % 3) as u32;
+                            let r = limiter.check(&name, &key, cost).await;
+                            out.push(shown(r.as_ref().map(view)));
+                            if let Ok(d) = r {
+                                if d.allowed {
+                                    last = Some(d);
+                                }
+                            }
+                        }
+                        let r = limiter.peek(&name, &key).await;
+                        out.push(shown(r.as_ref().map(view)));
+                        let r = limiter
+                            .check_all(&[(name.as_str(), &key, 1), ("wide", &key, 2)])
+                            .await;
+                        out.push(shown(
+                            r.as_ref().map(|ds| ds.iter().map(view).collect::<Vec<_>>()),
+                        ));
+                        match (phase + t) % 4 {
+                            0 => {
+                                let r = limiter.penalize(&name, &key, 2).await;
+                                out.push(shown(r.as_ref().map(view)));
+                            }
+                            1 => {
+                                let r = limiter.block(&name, &key, Duration::from_secs(9)).await;
+                                out.push(shown(r.as_ref()));
+                            }
+                            2 if t % 3 == 0 => {
+                                let r = limiter.reset(&name, &key).await;
+                                out.push(shown(r.as_ref()));
+                            }
+                            _ => {
+                                let r = limiter
+                                    .reserve(&name, &key, 1, Duration::from_secs(30))
+                                    .await;
+                                out.push(shown(r.as_ref().map(|d| {
+                                    format!("{} delay={:?}", view(d), d.delay)
+                                })));
+                            }
+                        }
+                        if let Some(d) = last {
+                            if t % 2 == 0 {
+                                let r = limiter.settle(&d, &key, (t % 5) + 1).await;
+                                out.push(shown(r.as_ref().map(view)));
+                            } else {
+                                let r = limiter.refund_charge(&d, &key, 1).await;
+                                out.push(shown(r.as_ref()));
+                            }
+                        }
+                        let r = limiter.check(&name, &key, 1).await;
+                        out.push(shown(r.as_ref().map(view)));
+                        (t, out)
+                    })
+                })
+                .collect();
+            for handle in handles {
+                let (t, out) = handle.await.expect("no panic");
+                log[t as usize].extend(out);
+            }
+            clock.advance(Duration::from_secs(7));
+        }
+        log
+    }
+
+    /// `coalesce(0)` (every decision alone), the default and a wide coalescer, and the
+    /// memory store: the same answers to the same script on the same clock.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn coalesce_off_default_and_wide_answer_identically_to_memory_on_a_manual_clock() {
+        let url = shared_server().url();
+        let run = |coalesce: Option<usize>| {
+            let url = url.clone();
+            async move {
+                let clock = ManualClock::new(BASE);
+                let mut store = store_on(&url, &unique_prefix("script"), &clock);
+                if let Some(n) = coalesce {
+                    store = store.coalesce(n);
+                }
+                scripted(store, &clock).await
+            }
+        };
+        let alone = run(Some(0)).await;
+        let default = run(None).await;
+        let wide = run(Some(16)).await;
+        let clock = ManualClock::new(BASE);
+        let memory = scripted(MemoryStore::with_clock(clock.clone()), &clock).await;
+        for t in 0..alone.len() {
+            assert_eq!(alone[t], default[t], "task {t}: coalesce(0) vs default");
+            assert_eq!(alone[t], wide[t], "task {t}: coalesce(0) vs coalesce(16)");
+            assert_eq!(alone[t], memory[t], "task {t}: Redis vs memory");
+        }
+    }
+
+    /// A key holding a foreign value under one limit, in batches with every algorithm
+    /// and costs 1–3: only that decision (and a `check_all` naming it) fails.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_poisoned_key_fails_only_its_own_decision_among_every_algorithm() {
+        if !server_version().has_functions() {
+            return;
+        }
+        let server = RedisServer::start();
+        let clock = ManualClock::new(BASE);
+        let store = store_on(&server.url(), "poison", &clock);
+        let limits: Vec<Limit> = ALGORITHMS
+            .into_iter()
+            .enumerate()
+            .map(|(i, a)| {
+                Limit::new(format!("p{i}"), Quota::per_hour(1_000))
+                    .expect("a limit")
+                    .algorithm(a)
+            })
+            .collect();
+        let limiter = limiter_on(store.clone(), limits.clone());
+        assert!(limiter.check("p0", &Key::from(999_u64), 1).await.expect("warm").allowed);
+        // Poison (p3, key 5) and (p5, key 2).
+        for (l, k) in [(3, 5_u64), (5, 2)] {
+            cli(
+                server.port(),
+                &["SET", &store.state_key(&limits[l], &Key::from(k)), "garbage"],
+            );
+        }
+        let poisoned = |l: usize, k: u64| (l, k) == (3, 5) || (l, k) == (5, 2);
+        for round in 0..3_u64 {
+            let handles: Vec<_> = (0..7_usize)
+                .flat_map(|l| (0..8_u64).map(move |k| (l, k)))
+                .map(|(l, k)| {
+                    let limiter = limiter.clone();
+                    tokio::spawn(async move {
+                        let cost = 1 + ((l as u64 + k + round) % 3) as u32;
+                        let name = format!("p{l}");
+                        let r = limiter.check(&name, &Key::from(k), cost).await;
+                        (l, k, r.map(|d| d.allowed).map_err(|e| e.kind()))
+                    })
+                })
+                .collect();
+            for handle in handles {
+                let (l, k, r) = handle.await.expect("no panic");
+                if poisoned(l, k) {
+                    assert!(r.is_err(), "p{l}/{k} round {round}: {r:?}");
+                } else {
+                    assert_eq!(r, Ok(true), "p{l}/{k} round {round}");
+                }
+            }
+        }
+        let both = limiter
+            .check_all(&[("p3", &Key::from(5_u64), 1), ("p0", &Key::from(5_u64), 1)])
+            .await;
+        assert!(both.is_err(), "a check_all naming the poisoned key fails");
+        // Nothing of the failed check_all was charged on p0/5 (3 rounds of its cost).
+        let p0 = limiter.peek("p0", &Key::from(5_u64)).await.expect("peek");
+        let expected: u64 = (0..3).map(|round| 1 + (5 + round) % 3).sum();
+        assert_eq!(p0.capacity - p0.remaining, expected);
+    }
+
+    /// A stopped server (SIGSTOP) and a 30 ms deadline: 400 decisions of every kind
+    /// (checks, `check_all`, peeks, reserves, blocks) queued behind each other all
+    /// fail with a timeout, none hangs, none panics; resumed, the store answers.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_stopped_server_holds_no_decision_past_its_deadline() {
+        let server = RedisServer::start();
+        let deadline = Duration::from_millis(30);
+        let store = RedisStore::from_url(&server.url())
+            .expect("url")
+            .denial_cache(0)
+            .deadline(deadline)
+            .expect("a deadline");
+        let limits: Vec<Limit> = ALGORITHMS
+            .into_iter()
+            .enumerate()
+            .map(|(i, a)| {
+                Limit::new(format!("d{i}"), Quota::per_hour(1_000))
+                    .expect("a limit")
+                    .algorithm(a)
+            })
+            .collect();
+        let limiter = limiter_on(store, limits);
+        assert!(limiter.check("d0", &Key::from(0_u64), 1).await.expect("warm").allowed);
+        server.pause();
+        let handles: Vec<_> = (0..400_u64)
+            .map(|i| {
+                let limiter = limiter.clone();
+                tokio::spawn(async move {
+                    tokio::time::sleep(Duration::from_micros(i * 97 % 50_000)).await;
+                    let name = format!("d{}", i % 7);
+                    let key = Key::from(i % 13);
+                    let started = Instant::now();
+                    let r: Result<(), StoreErrorKind> = match i % 5 {
+                        0 | 1 => limiter.check(&name, &key, 1).await.map(drop),
+                        2 => limiter
+                            .check_all(&[(name.as_str(), &key, 1), ("d0", &key, 1)])
+                            .await
+                            .map(drop),
+                        3 => limiter.peek(&name, &key).await.map(drop),
+                        _ => limiter
+                            .reserve(&name, &key, 1, Duration::from_secs(60))
+                            .await
+                            .map(drop),
+                    }
+                    .map_err(|e| e.kind());
+                    (i, started.elapsed(), r)
+                })
+            })
+            .collect();
+        let mut longest = Duration::ZERO;
+        for handle in handles {
+            let (i, took, r) = tokio::time::timeout(HANG, handle)
+                .await
+                .expect("a decision hung on a stopped server")
+                .expect("no panic");
+            assert_eq!(r, Err(StoreErrorKind::Timeout), "call {i}");
+            longest = longest.max(took);
+        }
+        server.resume();
+        // A hang bound, 30× the deadline: the promise is its own deadline.
+        assert!(longest < deadline * 30, "a decision took {longest:?}");
+        let resumed = Instant::now();
+        while limiter.check("d1", &Key::from("after"), 1).await.is_err() {
+            assert!(resumed.elapsed() < HANG, "no answer after SIGCONT");
+        }
+    }
+
+    /// Blocks racing batched checks from three stores: once `block` has returned, no
+    /// check that started after it is admitted; penalties on a tight key admit exactly
+    /// its capacity.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_block_racing_batched_checks_admits_nothing_that_started_after_it() {
+        let clock = ManualClock::new(BASE);
+        let prefix = unique_prefix("block-race");
+        let limit = Limit::new("api", Quota::per_hour(100_000))
+            .expect("a limit")
+            .algorithm(Algorithm::FixedWindow);
+        let tight = Limit::new("tight", Quota::per_hour(5))
+            .expect("a limit")
+            .algorithm(Algorithm::Gcra)
+            .penalty(
+                Penalty::after(3)
+                    .within(Duration::from_secs(60))
+                    .block_for(Duration::from_secs(3_600)),
+            );
+        let limiters: Vec<Limiter> = (0..3)
+            .map(|_| {
+                limiter_on(
+                    store_on(&shared_server().url(), &prefix, &clock),
+                    [limit.clone(), tight.clone()],
+                )
+            })
+            .collect();
+        let blocked = Arc::new(AtomicBool::new(false));
+        let violations = Arc::new(AtomicU64::new(0));
+        let tight_admitted = Arc::new(AtomicU64::new(0));
+        let mut handles = Vec::new();
+        for limiter in &limiters {
+            for t in 0..16_u64 {
+                let (limiter, blocked, violations, tight_admitted) = (
+                    limiter.clone(),
+                    blocked.clone(),
+                    violations.clone(),
+                    tight_admitted.clone(),
+                );
+                handles.push(tokio::spawn(async move {
+                    for i in 0..60_u64 {
+                        let after_block = blocked.load(Ordering::SeqCst);
+                        let d = limiter
+                            .check("api", &Key::from("victim"), 1 + (i % 2) as u32)
+                            .await
+                            .expect("a decision");
+                        if after_block && d.allowed {
+                            violations.fetch_add(1, Ordering::SeqCst);
+                        }
+                        if (t + i) % 4 == 0 {
+                            let d = limiter
+                                .check("tight", &Key::from("boxed"), 1)
+                                .await
+                                .expect("a decision");
+                            tight_admitted.fetch_add(u64::from(d.allowed), Ordering::SeqCst);
+                        }
+                    }
+                }));
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(30)).await;
+        limiters[1]
+            .block("api", &Key::from("victim"), Duration::from_secs(600))
+            .await
+            .expect("a block");
+        blocked.store(true, Ordering::SeqCst);
+        for handle in handles {
+            handle.await.expect("no panic");
+        }
+        assert_eq!(violations.load(Ordering::SeqCst), 0, "admitted after the block");
+        assert_eq!(tight_admitted.load(Ordering::SeqCst), 5, "the tight key's capacity");
+        let boxed = limiters[2]
+            .check("tight", &Key::from("boxed"), 1)
+            .await
+            .expect("a decision");
+        assert!(!boxed.allowed && boxed.blocked_for.is_some(), "{boxed:?}");
+    }
+
+    /// Many tasks on three stores check a cost of 4 and settle it to 0–8, or refund it
+    /// by receipt, in batches: the key counts exactly what they kept.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn settles_and_refunds_racing_batched_checks_leave_exactly_what_was_kept() {
+        let clock = ManualClock::new(BASE);
+        let prefix = unique_prefix("settle-race");
+        let limits: Vec<Limit> = [Algorithm::FixedWindow, Algorithm::SlidingWindowLog, Algorithm::Gcra]
+            .into_iter()
+            .enumerate()
+            .map(|(i, a)| {
+                Limit::new(format!("m{i}"), Quota::per_hour(100_000))
+                    .expect("a limit")
+                    .algorithm(a)
+            })
+            .collect();
+        let limiters: Vec<Limiter> = (0..3)
+            .map(|_| limiter_on(store_on(&shared_server().url(), &prefix, &clock), limits.clone()))
+            .collect();
+        let mut handles = Vec::new();
+        for limiter in &limiters {
+            for t in 0..16_u64 {
+                let limiter = limiter.clone();
+                handles.push(tokio::spawn(async move {
+                    let mut kept = [0_u64; 3];
+                    for i in 0..20_u64 {
+                        let l = ((t + i) % 3) as usize;
+                        let name = format!("m{l}");
+                        let key = Key::from("shared");
+                        let d = limiter.check(&name, &key, 4).await.expect("a check");
+                        assert!(d.allowed);
+                        match (t * 31 + i) % 3 {
+                            0 => {
+                                let actual = (t + i) % 9;
+                                limiter.settle(&d, &key, actual).await.expect("a settle");
+                                kept[l] += actual;
+                            }
+                            1 => {
+                                limiter.refund_charge(&d, &key, 4).await.expect("a refund");
+                            }
+                            _ => kept[l] += 4,
+                        }
+                    }
+                    kept
+                }));
+            }
+        }
+        let mut kept = [0_u64; 3];
+        for handle in handles {
+            let k = handle.await.expect("no panic");
+            for l in 0..3 {
+                kept[l] += k[l];
+            }
+        }
+        for l in 0..3 {
+            assert_eq!(
+                counted(&limiters[0], &format!("m{l}"), &Key::from("shared")).await,
+                kept[l],
+                "m{l}"
+            );
+        }
+    }
+
+    /// A runtime dropped while 300 decisions are queued and in batches: the drop does
+    /// not hang, nothing panics, and the same limiter, used from another runtime,
+    /// answers each decision within its deadline.
+    #[test]
+    fn a_runtime_dropped_with_queued_decisions_neither_hangs_nor_panics() {
+        let url = shared_server().url();
+        let prefix = unique_prefix("dropped-rt");
+        let limit = Limit::new("api", Quota::per_hour(100_000))
+            .expect("a limit")
+            .algorithm(Algorithm::FixedWindow);
+        let (done, finished) = std::sync::mpsc::channel();
+        let (limiter_out, limiter_in) = std::sync::mpsc::channel();
+        let worker = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .enable_all()
+                .build()
+                .expect("a runtime");
+            let limiter = rt.block_on(async {
+                let store = RedisStore::from_url(&url)
+                    .expect("url")
+                    .prefix(&prefix)
+                    .denial_cache(0)
+                    .deadline(Duration::from_millis(200))
+                    .expect("deadline");
+                let limiter = limiter_on(store, [limit]);
+                assert!(limiter.check("api", &Key::from(0_u64), 1).await.expect("warm").allowed);
+                for i in 0..300_u64 {
+                    let limiter = limiter.clone();
+                    tokio::spawn(async move {
+                        let _ = limiter.check("api", &Key::from(i % 7), 1).await;
+                    });
+                }
+                tokio::time::sleep(Duration::from_millis(2)).await;
+                limiter
+            });
+            drop(rt);
+            limiter_out.send(limiter).expect("send");
+            done.send(()).expect("send");
+        });
+        finished
+            .recv_timeout(HANG)
+            .expect("dropping the runtime hung");
+        worker.join().expect("no panic while dropping the runtime");
+        let limiter = limiter_in.recv().expect("the limiter");
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .expect("a runtime");
+        rt.block_on(async {
+            for i in 0..20_u64 {
+                let r = tokio::time::timeout(
+                    Duration::from_secs(5),
+                    limiter.check("api", &Key::from(100 + i), 1),
+                )
+                .await;
+                // Its deadline is 200 ms: an answer (or its own error) well within 5 s.
+                assert!(r.is_ok(), "decision {i} hung past its deadline on a new runtime");
+            }
+        });
+    }
+
+    /// `Fallback` over a coalesced store whose server is stopped with 64 decisions
+    /// queued and in flight, then killed: every decision is answered, from the
+    /// insurance store, and admitted.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_fallback_over_a_coalesced_store_answers_every_decision_when_redis_dies_mid_batch() {
+        let mut server = RedisServer::start();
+        let redis = RedisStore::from_url(&server.url())
+            .expect("url")
+            .denial_cache(0)
+            .deadline(Duration::from_millis(400))
+            .expect("deadline");
+        let limits: Vec<Limit> = ALGORITHMS
+            .into_iter()
+            .enumerate()
+            .map(|(i, a)| {
+                Limit::new(format!("f{i}"), Quota::per_hour(1_000))
+                    .expect("a limit")
+                    .algorithm(a)
+            })
+            .collect();
+        let limiter = limiter_on(Fallback::new(redis, MemoryStore::new()), limits);
+        assert!(limiter.check("f0", &Key::from(0_u64), 1).await.expect("warm").allowed);
+        server.pause();
+        let handles: Vec<_> = (0..64_u64)
+            .map(|i| {
+                let limiter = limiter.clone();
+                tokio::spawn(async move {
+                    let name = format!("f{}", i % 7);
+                    limiter.check(&name, &Key::from(i), 1).await
+                })
+            })
+            .collect();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        server.kill();
+        for (i, handle) in handles.into_iter().enumerate() {
+            let r = tokio::time::timeout(HANG, handle)
+                .await
+                .expect("a decision hung")
+                .expect("no panic");
+            let d = r.unwrap_or_else(|e| panic!("call {i}: {e}"));
+            assert!(d.allowed, "call {i}");
+        }
+        // While it is down, later decisions are served too.
+        let d = limiter.check("f2", &Key::from("later"), 1).await.expect("insurance");
+        assert!(d.allowed);
+    }
+}
+
+// =====================================================================================
+// 2. LeasedStore passing through
+// =====================================================================================
+
+mod leases {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::time::Duration;
+
+    use tollgate::clock::{Clock, ManualClock};
+    use tollgate::store::{LeasedStore, Store};
+    use tollgate::{Algorithm, Decision, Key, Limit, Limiter, MemoryStore, Quota};
+
+    use super::{BASE, Rng, limiter_on};
+
+    /// Phases of quiet traffic (one request per process, the clock moving `quiet_step`
+    /// between them) and of hot traffic (8 tasks per process × 12 requests on a frozen
+    /// clock), alternating, against one hot key: admissions per process.
+    async fn flap<S: Store + Clone>(
+        stores: &[LeasedStore<S>],
+        limit: &Limit,
+        clock: &ManualClock,
+        phases: u64,
+        quiet_step: Duration,
+    ) -> u64 {
+        let limiters: Vec<Limiter> = stores
+            .iter()
+            .map(|s| limiter_on(s.clone(), [limit.clone()]))
+            .collect();
+        let admitted = Arc::new(AtomicU64::new(0));
+        let key = Key::from("flapping");
+        for phase in 0..phases {
+            if phase % 2 == 0 {
+                for _ in 0..6 {
+                    for limiter in &limiters {
+                        let d = limiter.check(limit.name(), &key, 1).await.expect("a decision");
+                        admitted.fetch_add(u64::from(d.allowed), Ordering::SeqCst);
+                        clock.advance(quiet_step);
+                    }
+                }
+            } else {
+                let mut handles = Vec::new();
+                for limiter in &limiters {
+                    for _ in 0..8 {
+                        let (limiter, admitted, key) =
+                            (limiter.clone(), admitted.clone(), key.clone());
+                        let name = limit.name().to_string();
+                        handles.push(tokio::spawn(async move {
+                            for _ in 0..12 {
+                                let d = limiter.check(&name, &key, 1).await.expect("a decision");
+                                admitted.fetch_add(u64::from(d.allowed), Ordering::SeqCst);
+                            }
+                        }));
+                    }
+                }
+                for handle in handles {
+                    handle.await.expect("no panic");
+                }
+            }
+        }
+        admitted.load(Ordering::SeqCst)
+    }
+
+    /// A fixed window of 600/h within one hour: quiet phases (passing) and hot ones
+    /// (leasing) over three processes; demand is over the capacity, so what was
+    /// admitted plus what the processes still hold in slices is exactly 600.
+    async fn flapping_window_is_exact<S: Store + Clone>(make: impl Fn() -> S, clock: &ManualClock) {
+        let limit = Limit::new("win", Quota::per_hour(600))
+            .expect("a limit")
+            .algorithm(Algorithm::FixedWindow);
+        let stores: Vec<LeasedStore<S>> = (0..3)
+            .map(|_| LeasedStore::builder(make()).clock(clock.clone()).build())
+            .collect();
+        let admitted = flap(&stores, &limit, clock, 10, Duration::from_secs(4)).await;
+        let held: u64 = stores.iter().map(LeasedStore::held).sum();
+        assert_eq!(admitted + held, 600, "{admitted} admitted, {held} held");
+        // The plain store counts the capacity: nothing charged was lost.
+        let plain = limiter_on(make(), [limit.clone()]);
+        let d = plain.peek("win", &Key::from("flapping")).await.expect("peek");
+        assert_eq!(d.remaining, 0);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn processes_flapping_between_passing_and_leasing_admit_exactly_a_window_on_memory() {
+        let clock = ManualClock::new(BASE);
+        let memory = MemoryStore::with_clock(clock.clone());
+        flapping_window_is_exact(|| memory.clone(), &clock).await;
+    }
+
+    /// GCRA and the buckets (10/s, burst 10): however the traffic flaps, processes
+    /// over one store admit no more than the algorithm's bound over the run, burst +
+    /// rate × elapsed.
+    async fn flapping_fluid_stays_within_its_bound<S: Store + Clone>(
+        make: impl Fn() -> S,
+        clock: &ManualClock,
+    ) {
+        for algorithm in [Algorithm::Gcra, Algorithm::TokenBucket, Algorithm::LeakyBucket] {
+            let start = clock.now();
+            let limit = Limit::new(format!("fluid-{algorithm}"), Quota::per_second(10))
+                .expect("a limit")
+                .algorithm(algorithm);
+            let stores: Vec<LeasedStore<S>> = (0..3)
+                .map(|_| LeasedStore::builder(make()).clock(clock.clone()).build())
+                .collect();
+            let admitted = flap(&stores, &limit, clock, 12, Duration::from_millis(150)).await;
+            let elapsed = clock.now() - start;
+            let bound = 10 + (elapsed.as_millis() / 100) as u64;
+            assert!(
+                admitted <= bound,
+                "{algorithm}: {admitted} admitted, bound {bound} over {elapsed:?}"
+            );
+            assert!(admitted > 0);
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn flapping_fluid_keys_stay_within_their_bound_on_memory() {
+        let clock = ManualClock::new(BASE);
+        let memory = MemoryStore::with_clock(clock.clone());
+        flapping_fluid_stays_within_its_bound(|| memory.clone(), &clock).await;
+    }
+
+    /// One process and a plain store on the same clock, each on its own state: quiet
+    /// traffic (a request every 300 ms on 10/s), a hot burst (leasing), a quiet hour,
+    /// then quiet traffic again: once leasing has stepped back, each decision answers
+    /// exactly as the plain store's (receipt excepted).
+    async fn passes_again_as_the_plain_store<S: Store + Clone>(
+        make: impl Fn() -> S,
+        clock: &ManualClock,
+    ) {
+        for algorithm in [
+            Algorithm::FixedWindow,
+            Algorithm::SlidingWindow,
+            Algorithm::TokenBucket,
+            Algorithm::Gcra,
+            Algorithm::LeakyBucket,
+        ] {
+            let limit = Limit::new(format!("cmp-{algorithm}"), Quota::per_second(10))
+                .expect("a limit")
+                .algorithm(algorithm);
+            let leased = LeasedStore::builder(make()).clock(clock.clone()).build();
+            let with = limiter_on(leased.clone(), [limit.clone()]);
+            let without = limiter_on(make(), [limit.clone()]);
+            let (lk, pk) = (Key::from(format!("leased-{algorithm}")), Key::from(format!("plain-{algorithm}")));
+            let name = limit.name();
+            let view = |d: &Decision| (d.allowed, d.remaining, d.retry_after, d.reset_after);
+            let mut differ = Vec::new();
+            for round in 0..3 {
+                // Hot: 40 requests at once-ish on both.
+                for _ in 0..40 {
+                    let _ = with.check(name, &lk, 1).await.expect("leased");
+                    let _ = without.check(name, &pk, 1).await.expect("plain");
+                }
+                clock.advance(Duration::from_secs(3_600));
+                for i in 0..30 {
+                    clock.advance(Duration::from_millis(300));
+                    let a = with.check(name, &lk, 1 + i % 3).await.expect("leased");
+                    let b = without.check(name, &pk, 1 + i % 3).await.expect("plain");
+                    if i >= 20 && view(&a) != view(&b) {
+                        differ.push(format!("round {round} step {i}: leased {a:?} plain {b:?}"));
+                    }
+                }
+            }
+            assert!(differ.is_empty(), "{algorithm}: {differ:#?}");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_key_quiet_again_after_leasing_passes_with_the_plain_answers_on_memory() {
+        let clock = ManualClock::new(BASE);
+        let memory = MemoryStore::with_clock(clock.clone());
+        passes_again_as_the_plain_store(|| memory.clone(), &clock).await;
+    }
+
+    /// Blocks, resets, penalties, settles and refunds while one process flaps: a block
+    /// stops it at once, a reset gives exactly a fresh capacity in it (no parked unit
+    /// on top), a refund of a passing decision's receipt after leasing resumed gives
+    /// back at most its cost.
+    async fn operators_during_the_switch<S: Store + Clone>(make: impl Fn() -> S, clock: &ManualClock) {
+        let limit = Limit::new("ops", Quota::per_hour(200))
+            .expect("a limit")
+            .algorithm(Algorithm::FixedWindow);
+        let leased = LeasedStore::builder(make()).clock(clock.clone()).build();
+        let limiter = limiter_on(leased.clone(), [limit.clone()]);
+        let plain = limiter_on(make(), [limit.clone()]);
+        let key = Key::from("op");
+        // Quiet: passing decisions, one kept for a later refund.
+        let mut passing = Vec::new();
+        for _ in 0..3 {
+            clock.advance(Duration::from_secs(20));
+            passing.push(limiter.check("ops", &key, 2).await.expect("a decision"));
+        }
+        assert!(passing.iter().all(|d| d.allowed));
+        // Hot: leasing resumes.
+        let mut admitted = 6_u64;
+        for _ in 0..30 {
+            admitted += u64::from(limiter.check("ops", &key, 1).await.expect("d").allowed);
+        }
+        // A passing decision's refund, after leasing resumed: exactly its 2 back.
+        let before = plain.peek("ops", &key).await.expect("peek").remaining + leased.held();
+        limiter.refund_charge(&passing[0], &key, 2).await.expect("a refund");
+        admitted -= 2;
+        let after = plain.peek("ops", &key).await.expect("peek").remaining + leased.held();
+        assert_eq!(after, before + 2, "a passing receipt's refund gives back its cost");
+        // Block: nothing more in this process, leasing or not.
+        limiter.block("ops", &key, Duration::from_secs(60)).await.expect("block");
+        for _ in 0..20 {
+            assert!(!limiter.check("ops", &key, 1).await.expect("d").allowed, "after block");
+        }
+        // Reset: exactly a fresh capacity, however the key switches.
+        limiter.reset("ops", &key).await.expect("reset");
+        let mut fresh = 0_u64;
+        for i in 0..400_u64 {
+            if i % 50 == 0 {
+                clock.advance(Duration::from_millis(1));
+            }
+            fresh += u64::from(limiter.check("ops", &key, 1).await.expect("d").allowed);
+        }
+        assert_eq!(fresh + leased.held(), 200, "after the reset: {fresh} admitted");
+        let _ = admitted;
+        // A penalty in the same window: the key is spent, nothing admitted.
+        let p = limiter.penalize("ops", &key, 5).await.expect("penalty");
+        assert!(!p.allowed || p.remaining == 0, "{p:?}");
+    }
+
+    #[tokio::test]
+    async fn operators_during_the_switch_on_memory() {
+        let clock = ManualClock::new(BASE);
+        let memory = MemoryStore::with_clock(clock.clone());
+        operators_during_the_switch(|| memory.clone(), &clock).await;
+    }
+
+    /// Three leased processes × 8 tasks × 40 checks of costs 1–3 on a frozen clock,
+    /// each dropped after 0–1999 µs or never, with concurrency rising and falling:
+    /// the plain store counts exactly what callers were told was admitted plus what the
+    /// processes hold.
+    async fn cancelled_through_leases_are_exact<S: Store + Clone>(make: impl Fn() -> S, clock: &ManualClock) {
+        let limit = Limit::new("lc", Quota::per_hour(100_000))
+            .expect("a limit")
+            .algorithm(Algorithm::FixedWindow);
+        let stores: Vec<LeasedStore<S>> = (0..3)
+            .map(|_| LeasedStore::builder(make()).clock(clock.clone()).build())
+            .collect();
+        let mut rng = Rng(0xfeed_beef_1234_5678);
+        let mut told = 0_u64;
+        let mut cancelled = 0_u64;
+        for wave in 0..4_u64 {
+            let mut handles = Vec::new();
+            let tasks = if wave % 2 == 0 { 1 } else { 8 };
+            for store in &stores {
+                let limiter = limiter_on(store.clone(), [limit.clone()]);
+                for _ in 0..tasks {
+                    let limiter = limiter.clone();
+                    let plan: Vec<(u32, Option<u64>)> = (0..40)
+                        .map(|_| {
+                            let cost = 1 + rng.below(3) as u32;
+                            let p = if rng.below(3) == 0 { None } else { Some(rng.below(2_000)) };
+                            (cost, p)
+                        })
+                        .collect();
+                    handles.push(tokio::spawn(async move {
+                        let (mut told, mut cancelled) = (0, 0);
+                        for (cost, patience) in plan {
+                            let k = Key::from("k");
+                            let call = limiter.check("lc", &k, cost);
+                            let r = match patience {
+                                None => Some(call.await),
+                                Some(us) => tokio::time::timeout(Duration::from_micros(us), call).await.ok(),
+                            };
+                            match r {
+                                Some(Ok(d)) if d.allowed => told += u64::from(cost),
+                                Some(Ok(_)) => {}
+                                Some(Err(e)) => panic!("{e}"),
+                                None => cancelled += 1,
+                            }
+                        }
+                        (told, cancelled)
+                    }));
+                }
+            }
+            for handle in handles {
+                let (t, c) = handle.await.expect("no panic");
+                told += t;
+                cancelled += c;
+            }
+        }
+        assert!(cancelled > 0);
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let held: u64 = stores.iter().map(LeasedStore::held).sum();
+        let plain = limiter_on(make(), [limit.clone()]);
+        let d = plain.peek("lc", &Key::from("k")).await.expect("peek");
+        assert_eq!(
+            d.capacity - d.remaining,
+            told + held,
+            "{told} told admitted, {held} held, {cancelled} cancelled"
+        );
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn leased_checks_cancelled_at_every_await_are_exact_on_memory() {
+        let clock = ManualClock::new(BASE);
+        let memory = MemoryStore::with_clock(clock.clone());
+        cancelled_through_leases_are_exact(|| memory.clone(), &clock).await;
+    }
+
+    #[cfg(feature = "redis")]
+    mod on_redis {
+        use std::time::Duration;
+
+        use support::redis_server::{shared_server, unique_prefix};
+        use tollgate::RedisStore;
+        use tollgate::clock::ManualClock;
+
+        use super::super::BASE;
+
+        fn make(prefix: String, clock: ManualClock) -> impl Fn() -> RedisStore {
+            move || {
+                RedisStore::from_url(&shared_server().url())
+                    .expect("url")
+                    .prefix(&prefix)
+                    .denial_cache(0)
+                    .deadline(Duration::from_secs(10))
+                    .expect("deadline")
+                    .with_clock(clock.clone())
+            }
+        }
+
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn processes_flapping_between_passing_and_leasing_admit_exactly_a_window_on_redis() {
+            let clock = ManualClock::new(BASE);
+            super::flapping_window_is_exact(make(unique_prefix("flap"), clock.clone()), &clock).await;
+        }
+
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn flapping_fluid_keys_stay_within_their_bound_on_redis() {
+            let clock = ManualClock::new(BASE);
+            super::flapping_fluid_stays_within_its_bound(make(unique_prefix("fluid"), clock.clone()), &clock)
+                .await;
+        }
+
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn a_key_quiet_again_after_leasing_passes_with_the_plain_answers_on_redis() {
+            let clock = ManualClock::new(BASE);
+            super::passes_again_as_the_plain_store(make(unique_prefix("again"), clock.clone()), &clock)
+                .await;
+        }
+
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn operators_during_the_switch_on_redis() {
+            let clock = ManualClock::new(BASE);
+            super::operators_during_the_switch(make(unique_prefix("ops"), clock.clone()), &clock).await;
+        }
+
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn leased_checks_cancelled_at_every_await_are_exact_on_redis() {
+            let clock = ManualClock::new(BASE);
+            super::cancelled_through_leases_are_exact(make(unique_prefix("lcancel"), clock.clone()), &clock)
+                .await;
+        }
+    }
+}
+
+// =====================================================================================
+// 3. The cheaper layer: header values from a per-thread buffer
+// =====================================================================================
+
+#[cfg(feature = "axum")]
+mod layer {
+    use std::collections::BTreeMap;
+    use std::convert::Infallible;
+    use std::time::Duration;
+
+    use axum::Router;
+    use axum::routing::get;
+    use bytes::Bytes;
+    use http::{Request, Response, StatusCode};
+    use http_body_util::{BodyExt, Full};
+    use support::http::Server;
+    use tollgate::clock::ManualClock;
+    use tollgate::layer::{HeaderStyle, ResetFormat};
+    use tollgate::{Algorithm, MemoryStore, Policy, Quota, RateLimitLayer, key};
+    use tower::{Layer, Service, ServiceExt};
+
+    use super::BASE;
+
+    /// Ten policies with 64-character names (the most the header bound accepts),
+    /// fixed windows of 40, 47, … per minute, keyed by `x-user`, each request costing
+    /// its `x-cost`.
+    fn policies() -> Vec<Policy> {
+        (0..10_u64)
+            .map(|i| {
+                Policy::new(format!("{i:x>64}"), Quota::per_minute(40 + 7 * i))
+                    .expect("a policy")
+                    .algorithm(Algorithm::FixedWindow)
+                    .key(key::header("x-user").expect("a header name"))
+                    .costs(|parts: &http::request::Parts| {
+                        parts
+                            .headers
+                            .get("x-cost")
+                            .and_then(|v| v.to_str().ok())
+                            .and_then(|v| v.parse().ok())
+                            .unwrap_or(1)
+                    })
+            })
+            .collect()
+    }
+
+    fn layer(style: HeaderStyle, clock: &ManualClock) -> RateLimitLayer {
+        RateLimitLayer::builder()
+            .policies(policies())
+            .store(MemoryStore::with_clock(clock.clone()))
+            .build()
+            .expect("a layer")
+            .headers(style)
+    }
+
+    fn styles() -> Vec<HeaderStyle> {
+        vec![
+            HeaderStyle::Draft11,
+            HeaderStyle::Draft06,
+            HeaderStyle::Legacy(ResetFormat::Seconds),
+            HeaderStyle::Legacy(ResetFormat::UnixEpoch),
+            HeaderStyle::None,
+        ]
+    }
+
+    fn request(user: &str, cost: u64) -> Request<Full<Bytes>> {
+        Request::get("/")
+            .header("x-user", user)
+            .header("x-cost", cost.to_string())
+            .body(Full::default())
+            .expect("a request")
+    }
+
+    /// A response as text: status, every header but `date`, sorted, and the body.
+    fn text(status: StatusCode, headers: &http::HeaderMap, body: &[u8]) -> String {
+        let mut lines: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        for (name, value) in headers {
+            if name == "date" {
+                continue;
+            }
+            lines
+                .entry(name.as_str().to_string())
+                .or_default()
+                .push(String::from_utf8_lossy(value.as_bytes()).into_owned());
+        }
+        format!("{status}\n{lines:?}\n{}", String::from_utf8_lossy(body))
+    }
+
+    const STEPS: u64 = 24;
+
+    /// The draft-11 values an admitted request `j` (1-based) of cost `c` must carry.
+    fn draft11(c: u64, j: u64) -> (String, String) {
+        let policy = (0..10_u64)
+            .map(|i| format!("\"{i:x>64}\";q={};w=60", 40 + 7 * i))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let limit = (0..10_u64)
+            .map(|i| format!("\"{i:x>64}\";r={};t=60", 40 + 7 * i - c * j))
+            .collect::<Vec<_>>()
+            .join(", ");
+        (policy, limit)
+    }
+
+    /// For each style: a reference caller per cost (1–5) asked alone, then 60 callers
+    /// at once on a multi-threaded server, over real HTTP, each `STEPS` requests in a
+    /// row of its cost: every response, admitted or rejected, is byte for byte its
+    /// reference's step (the state per key is the same), and the admitted draft-11
+    /// values are the exact numbers.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn concurrent_callers_over_http_get_exactly_their_own_headers_in_every_style() {
+        for style in styles() {
+            let clock = ManualClock::new(BASE);
+            let app = Router::new()
+                .route("/", get(|| async { "ok" }))
+                .layer(layer(style, &clock));
+            let server = std::sync::Arc::new(Server::start(app).await);
+            let mut reference: Vec<Vec<String>> = Vec::new();
+            for c in 1..=5_u64 {
+                let mut steps = Vec::new();
+                for j in 1..=STEPS {
+                    let reply = server.send(request(&format!("ref-{c}"), c)).await;
+                    if matches!(style, HeaderStyle::Draft11) && reply.status == StatusCode::OK {
+                        let (policy, limit) = draft11(c, j);
+                        assert_eq!(reply.header("ratelimit-policy"), policy, "c={c} j={j}");
+                        assert_eq!(reply.header("ratelimit"), limit, "c={c} j={j}");
+                    }
+                    steps.push(text(reply.status, &reply.headers, reply.body.as_bytes()));
+                }
+                // Cost c admits floor(40 / c) on the first policy, then 429s.
+                let admitted = steps.iter().filter(|s| s.starts_with("200")).count() as u64;
+                assert_eq!(admitted, (40 / c).min(STEPS), "{style:?} c={c}");
+                reference.push(steps);
+            }
+            let handles: Vec<_> = (0..60_u64)
+                .map(|u| {
+                    let server = server.clone();
+                    tokio::spawn(async move {
+                        let c = 1 + u % 5;
+                        let mut steps = Vec::new();
+                        for _ in 1..=STEPS {
+                            let reply = server.send(request(&format!("user-{u}"), c)).await;
+                            steps.push(text(reply.status, &reply.headers, reply.body.as_bytes()));
+                        }
+                        (c, steps)
+                    })
+                })
+                .collect();
+            for (u, handle) in handles.into_iter().enumerate() {
+                let (c, steps) = handle.await.expect("no panic");
+                for (j, step) in steps.iter().enumerate() {
+                    assert_eq!(
+                        step,
+                        &reference[(c - 1) as usize][j],
+                        "{style:?}: user {u} (cost {c}) step {}",
+                        j + 1
+                    );
+                }
+            }
+        }
+    }
+
+    /// In process (no wire): 8 tasks on a 4-thread runtime produce 1,200 responses,
+    /// admitted and rejected, and keep every one of them (headers and unread body)
+    /// until all are done; read at the end, each is still exactly what a reference
+    /// caller got at that step: a value kept after its response is never overwritten
+    /// by a later one cut from the same buffer.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn responses_kept_while_thousands_more_are_written_keep_their_own_bytes() {
+        for style in [HeaderStyle::Draft11, HeaderStyle::Legacy(ResetFormat::UnixEpoch)] {
+            let clock = ManualClock::new(BASE);
+            let layer = layer(style, &clock);
+            let inner = tower::service_fn(|_req: Request<Full<Bytes>>| async {
+                Ok::<_, Infallible>(Response::new(Full::new(Bytes::from_static(b"ok"))))
+            });
+            let service = layer.layer(inner);
+            let mut reference: Vec<Vec<String>> = Vec::new();
+            for c in 1..=5_u64 {
+                let mut steps = Vec::new();
+                for _ in 1..=STEPS {
+                    let mut svc = service.clone();
+                    let response = svc
+                        .ready()
+                        .await
+                        .expect("ready")
+                        .call(request(&format!("ref-{c}"), c))
+                        .await
+                        .expect("a response");
+                    let (parts, body) = response.into_parts();
+                    let body = body.collect().await.expect("a body").to_bytes();
+                    steps.push(text(parts.status, &parts.headers, &body));
+                }
+                reference.push(steps);
+            }
+            let handles: Vec<_> = (0..8_u64)
+                .map(|t| {
+                    let service = service.clone();
+                    tokio::spawn(async move {
+                        let mut kept = Vec::new();
+                        for u in 0..10_u64 {
+                            let user = t * 100 + u;
+                            let c = 1 + user % 5;
+                            for j in 0..STEPS {
+                                let response = service
+                                    .clone()
+                                    .oneshot(request(&format!("user-{user}"), c))
+                                    .await
+                                    .expect("a response");
+                                kept.push((c, j, response));
+                                tokio::task::yield_now().await;
+                            }
+                        }
+                        kept
+                    })
+                })
+                .collect();
+            let mut all = Vec::new();
+            for handle in handles {
+                all.extend(handle.await.expect("no panic"));
+            }
+            assert_eq!(all.len(), 8 * 10 * STEPS as usize);
+            for (c, j, response) in all {
+                let (parts, body) = response.into_parts();
+                let body = body.collect().await.expect("a body").to_bytes();
+                assert_eq!(
+                    text(parts.status, &parts.headers, &body),
+                    reference[(c - 1) as usize][j as usize],
+                    "{style:?}: cost {c} step {}",
+                    j + 1
+                );
+            }
+        }
+    }
+
+    /// Rejections with every body style the crate writes from the buffer, many at once
+    /// on many threads: the text body and `Retry-After` of each are exactly its own.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn rejections_at_once_on_many_threads_carry_their_own_retry_after_and_body() {
+        let clock = ManualClock::new(BASE);
+        // Windows of 1 per 7 s … per 300 s: each caller's Retry-After is its own.
+        let periods: Vec<u64> = (0..16).map(|i| 7 + 19 * i).collect();
+        let policies: Vec<Policy> = periods
+            .clone()
+            .into_iter()
+            .map(|p| {
+                Policy::new(format!("p{p}"), Quota::new(1, Duration::from_secs(p)).expect("quota"))
+                    .expect("a policy")
+                    .algorithm(Algorithm::FixedWindow)
+                    .key(key::header("x-user").expect("a header name"))
+                    .costs(move |parts: &http::request::Parts| {
+                        u32::from(
+                            parts.headers.get("x-period").and_then(|v| v.to_str().ok())
+                                == Some(&p.to_string()),
+                        )
+                    })
+            })
+            .collect();
+        let layer = RateLimitLayer::builder()
+            .policies(policies)
+            .store(MemoryStore::with_clock(clock.clone()))
+            .build()
+            .expect("a layer");
+        let inner = tower::service_fn(|_req: Request<Full<Bytes>>| async {
+            Ok::<_, Infallible>(Response::new(Full::new(Bytes::from_static(b"ok"))))
+        });
+        let service = layer.layer(inner);
+        let handles: Vec<_> = (0..64_u64)
+            .map(|u| {
+                let service = service.clone();
+                let period = periods[(u % 16) as usize];
+                tokio::spawn(async move {
+                    let mut kept = Vec::new();
+                    for _ in 0..20 {
+                        let req = Request::get("/")
+                            .header("x-user", format!("u{u}"))
+                            .header("x-period", period.to_string())
+                            .body(Full::default())
+                            .expect("a request");
+                        kept.push(service.clone().oneshot(req).await.expect("a response"));
+                    }
+                    (period, kept)
+                })
+            })
+            .collect();
+        let mut rejected = 0;
+        for handle in handles {
+            let (period, kept) = handle.await.expect("no panic");
+            for (i, response) in kept.into_iter().enumerate() {
+                let (parts, body) = response.into_parts();
+                let body = body.collect().await.expect("a body").to_bytes();
+                if i == 0 {
+                    assert_eq!(parts.status, StatusCode::OK, "p{period}");
+                    continue;
+                }
+                rejected += 1;
+                assert_eq!(parts.status, StatusCode::TOO_MANY_REQUESTS, "p{period}");
+                assert_eq!(
+                    parts.headers.get("retry-after").map(|v| v.as_bytes().to_vec()),
+                    Some(period.to_string().into_bytes()),
+                    "p{period}"
+                );
+                assert_eq!(
+                    String::from_utf8_lossy(&body),
+                    format!("rate limit exceeded: retry after {period} s\n"),
+                    "p{period}"
+                );
+            }
+        }
+        assert_eq!(rejected, 64 * 19);
+    }
+}
