@@ -244,6 +244,108 @@ mod coalesced {
         .await;
     }
 
+    /// Checks, `check_all`s, reserves and `until_ready`s of costs 1–3 on three
+    /// algorithms and three keys, from three coalesced stores × 16 tasks, each dropped
+    /// after 0–2999 µs or never: every key counts exactly what the callers hold.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn checks_batches_and_waits_cancelled_at_every_await_leave_exactly_what_callers_hold() {
+        const DAY: Duration = Duration::from_secs(86_400);
+        let clock = ManualClock::new(BASE);
+        let prefix = unique_prefix("cancel-ops");
+        let limits: Vec<Limit> = [
+            Algorithm::FixedWindow,
+            Algorithm::Gcra,
+            Algorithm::SlidingWindowLog,
+        ]
+        .into_iter()
+        .enumerate()
+        .map(|(i, a)| {
+            Limit::new(format!("o{i}"), Quota::per_day(50_000))
+                .expect("a limit")
+                .algorithm(a)
+        })
+        .collect();
+        let limiters: Vec<Limiter> = (0..3)
+            .map(|_| limiter_on(store_on(&shared_server().url(), &prefix, &clock), limits.clone()))
+            .collect();
+        let mut rng = Rng(0x1357_9bdf_2468_ace0);
+        let mut handles = Vec::new();
+        for limiter in &limiters {
+            for _ in 0..16 {
+                let limiter = limiter.clone();
+                let plan: Vec<(u64, u64, u64, u64, u32, Option<u64>)> = (0..30)
+                    .map(|_| {
+                        let p = if rng.below(4) == 0 { None } else { Some(rng.below(3_000)) };
+                        (
+                            rng.below(4),
+                            rng.below(3),
+                            rng.below(3),
+                            rng.below(3),
+                            1 + rng.below(3) as u32,
+                            p,
+                        )
+                    })
+                    .collect();
+                handles.push(tokio::spawn(async move {
+                    let mut held: Vec<((String, u64), u64)> = Vec::new();
+                    let mut cancelled = 0_u64;
+                    for (op, l1, l2, k, cost, patience) in plan {
+                        let (n1, n2) = (format!("o{l1}"), format!("o{}", (l1 + 1 + l2 % 2) % 3));
+                        let key = Key::from(k);
+                        let call = async {
+                            match op {
+                                0 => limiter.check(&n1, &key, cost).await.map(|d| vec![(n1.clone(), d)]),
+                                1 => limiter
+                                    .check_all(&[(n1.as_str(), &key, cost), (n2.as_str(), &key, cost)])
+                                    .await
+                                    .map(|ds| {
+                                        vec![(n1.clone(), ds[0].clone()), (n2.clone(), ds[1].clone())]
+                                    }),
+                                2 => limiter.reserve(&n1, &key, cost, DAY).await.map(|d| vec![(n1.clone(), d)]),
+                                _ => limiter
+                                    .until_ready(&n1, &key, cost, DAY)
+                                    .await
+                                    .map(|d| vec![(n1.clone(), d)]),
+                            }
+                        };
+                        let answer = match patience {
+                            None => Some(call.await),
+                            Some(us) => tokio::time::timeout(Duration::from_micros(us), call).await.ok(),
+                        };
+                        match answer {
+                            Some(Ok(ds)) => {
+                                if ds.iter().all(|(_, d)| d.allowed) {
+                                    for (n, _) in ds {
+                                        held.push(((n, k), u64::from(cost)));
+                                    }
+                                }
+                            }
+                            Some(Err(e)) => panic!("{e}"),
+                            None => cancelled += 1,
+                        }
+                    }
+                    (held, cancelled)
+                }));
+            }
+        }
+        let mut held: HashMap<(String, u64), u64> = HashMap::new();
+        for l in 0..3 {
+            for k in 0..3 {
+                held.insert((format!("o{l}"), k), 0);
+            }
+        }
+        let mut cancelled = 0;
+        for handle in handles {
+            let (h, c) = handle.await.expect("no panic");
+            cancelled += c;
+            for (at, cost) in h {
+                *held.get_mut(&at).expect("known") += cost;
+            }
+        }
+        assert!(cancelled > 0);
+        assert_counts_equal_held(&limiters[0], &held).await;
+    }
+
     /// BROKEN PROMISE (RELIABILITY: "every store call cancelled at every await leaves
     /// exactly what the caller kept charged"; tests/redis/cancel.rs: "a plain check
     /// cancelled while its call is on the wire gives its charge back"), not coalescing's
@@ -342,7 +444,7 @@ mod coalesced {
     /// penalties, blocks, resets, reserves, settles and refunds at once (so that their
     /// decisions share batches), the clock moving 7 s between phases: what each step
     /// answered, per task.
-    async fn scripted(store: impl Store, clock: &ManualClock) -> Vec<Vec<String>> {
+    async fn scripted(store: impl Store, clock: &ManualClock, full: bool) -> Vec<Vec<String>> {
         let limits: Vec<Limit> = ALGORITHMS
             .into_iter()
             .enumerate()
@@ -368,6 +470,8 @@ mod coalesced {
                 .map(|t| {
                     let limiter = limiter.clone();
                     tokio::spawn(async move {
+                        // Every field, receipts too, between stores of one type.
+                        let v = move |d: &Decision| if full { format!("{d:?}") } else { view(d) };
                         let name = format!("s{}", t % 7);
                         let key = Key::from(1_000 + t);
                         let mut out = Vec::new();
@@ -375,25 +479,34 @@ mod coalesced {
                         for i in 0..6_u64 {
                             let cost = 1 + ((t + i + phase) % 3) as u32;
                             let r = limiter.check(&name, &key, cost).await;
-                            out.push(shown(r.as_ref().map(view)));
+                            out.push(shown(r.as_ref().map(v)));
                             if let Ok(d) = r {
                                 if d.allowed {
                                     last = Some(d);
                                 }
                             }
                         }
+                        // A plan caller's quota, a free check and a cost that never fits,
+                        // in the same batches.
+                        let plan = Quota::per_minute(20 + t);
+                        let r = limiter.check_with(&name, &key, 2, plan).await;
+                        out.push(shown(r.as_ref().map(v)));
+                        let r = limiter.check(&name, &key, 0).await;
+                        out.push(shown(r.as_ref().map(v)));
+                        let r = limiter.check(&name, &key, 1_000).await;
+                        out.push(shown(r.as_ref().map(v)));
                         let r = limiter.peek(&name, &key).await;
-                        out.push(shown(r.as_ref().map(view)));
+                        out.push(shown(r.as_ref().map(v)));
                         let r = limiter
                             .check_all(&[(name.as_str(), &key, 1), ("wide", &key, 2)])
                             .await;
                         out.push(shown(
-                            r.as_ref().map(|ds| ds.iter().map(view).collect::<Vec<_>>()),
+                            r.as_ref().map(|ds| ds.iter().map(v).collect::<Vec<_>>()),
                         ));
                         match (phase + t) % 4 {
                             0 => {
                                 let r = limiter.penalize(&name, &key, 2).await;
-                                out.push(shown(r.as_ref().map(view)));
+                                out.push(shown(r.as_ref().map(v)));
                             }
                             1 => {
                                 let r = limiter.block(&name, &key, Duration::from_secs(9)).await;
@@ -408,21 +521,21 @@ mod coalesced {
                                     .reserve(&name, &key, 1, Duration::from_secs(30))
                                     .await;
                                 out.push(shown(r.as_ref().map(|d| {
-                                    format!("{} delay={:?}", view(d), d.delay)
+                                    format!("{} delay={:?}", v(d), d.delay)
                                 })));
                             }
                         }
                         if let Some(d) = last {
                             if t % 2 == 0 {
                                 let r = limiter.settle(&d, &key, (t % 5) + 1).await;
-                                out.push(shown(r.as_ref().map(view)));
+                                out.push(shown(r.as_ref().map(v)));
                             } else {
                                 let r = limiter.refund_charge(&d, &key, 1).await;
                                 out.push(shown(r.as_ref()));
                             }
                         }
                         let r = limiter.check(&name, &key, 1).await;
-                        out.push(shown(r.as_ref().map(view)));
+                        out.push(shown(r.as_ref().map(v)));
                         (t, out)
                     })
                 })
@@ -441,7 +554,7 @@ mod coalesced {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn coalesce_off_default_and_wide_answer_identically_to_memory_on_a_manual_clock() {
         let url = shared_server().url();
-        let run = |coalesce: Option<usize>| {
+        let run = |coalesce: Option<usize>, full: bool| {
             let url = url.clone();
             async move {
                 let clock = ManualClock::new(BASE);
@@ -449,14 +562,21 @@ mod coalesced {
                 if let Some(n) = coalesce {
                     store = store.coalesce(n);
                 }
-                scripted(store, &clock).await
+                scripted(store, &clock, full).await
             }
         };
-        let alone = run(Some(0)).await;
-        let default = run(None).await;
-        let wide = run(Some(16)).await;
+        let alone = run(Some(0), true).await;
+        let default = run(None, true).await;
+        let wide = run(Some(16), true).await;
+        for t in 0..alone.len() {
+            assert_eq!(alone[t], default[t], "task {t}: coalesce(0) vs default");
+            assert_eq!(alone[t], wide[t], "task {t}: coalesce(0) vs coalesce(16)");
+        }
+        let alone = run(Some(0), false).await;
+        let default = run(None, false).await;
+        let wide = run(Some(16), false).await;
         let clock = ManualClock::new(BASE);
-        let memory = scripted(MemoryStore::with_clock(clock.clone()), &clock).await;
+        let memory = scripted(MemoryStore::with_clock(clock.clone()), &clock, false).await;
         for t in 0..alone.len() {
             assert_eq!(alone[t], default[t], "task {t}: coalesce(0) vs default");
             assert_eq!(alone[t], wide[t], "task {t}: coalesce(0) vs coalesce(16)");
