@@ -1575,6 +1575,122 @@ mod layer {
         }
     }
 
+    /// Ten 64-character policies of 1,000 + 7·i per minute; 96 callers each with a cost
+    /// of its own (1–37), so that every caller's numbers differ from every other's, 24
+    /// requests each, all at once: over real HTTP on a 4-thread server, and in process
+    /// with every response kept until all are written. Each draft-11 value is exactly
+    /// the caller's own: r = capacity − cost × step, t = 60.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn callers_with_numbers_of_their_own_never_see_anothers_values() {
+        fn wide() -> Vec<Policy> {
+            (0..10_u64)
+                .map(|i| {
+                    Policy::new(format!("{i:y>64}"), Quota::per_minute(1_000 + 7 * i))
+                        .expect("a policy")
+                        .algorithm(Algorithm::FixedWindow)
+                        .key(key::header("x-user").expect("a header name"))
+                        .costs(|parts: &http::request::Parts| {
+                            parts
+                                .headers
+                                .get("x-cost")
+                                .and_then(|v| v.to_str().ok())
+                                .and_then(|v| v.parse().ok())
+                                .unwrap_or(1)
+                        })
+                })
+                .collect()
+        }
+        fn expected(c: u64, j: u64) -> (String, String) {
+            let policy = (0..10_u64)
+                .map(|i| format!("\"{i:y>64}\";q={};w=60", 1_000 + 7 * i))
+                .collect::<Vec<_>>()
+                .join(", ");
+            let limit = (0..10_u64)
+                .map(|i| format!("\"{i:y>64}\";r={};t=60", 1_000 + 7 * i - c * j))
+                .collect::<Vec<_>>()
+                .join(", ");
+            (policy, limit)
+        }
+        let build = |clock: &ManualClock| {
+            RateLimitLayer::builder()
+                .policies(wide())
+                .store(MemoryStore::with_clock(clock.clone()))
+                .build()
+                .expect("a layer")
+        };
+        // Over HTTP.
+        let clock = ManualClock::new(BASE);
+        let app = Router::new().route("/", get(|| async { "ok" })).layer(build(&clock));
+        let server = std::sync::Arc::new(Server::start(app).await);
+        let handles: Vec<_> = (0..96_u64)
+            .map(|u| {
+                let server = server.clone();
+                tokio::spawn(async move {
+                    let c = 1 + u % 37;
+                    let mut wrong = Vec::new();
+                    for j in 1..=STEPS {
+                        let reply = server.send(request(&format!("h{u}"), c)).await;
+                        let (policy, limit) = expected(c, j);
+                        if reply.status != StatusCode::OK
+                            || reply.header("ratelimit-policy") != policy
+                            || reply.header("ratelimit") != limit
+                            || reply.body != "ok"
+                        {
+                            wrong.push(format!("user {u} step {j}: {reply:?}"));
+                        }
+                    }
+                    wrong
+                })
+            })
+            .collect();
+        for handle in handles {
+            let wrong = handle.await.expect("no panic");
+            assert!(wrong.is_empty(), "{wrong:#?}");
+        }
+        // In process, every response kept until the end.
+        let clock = ManualClock::new(BASE);
+        let inner = tower::service_fn(|_req: Request<Full<Bytes>>| async {
+            Ok::<_, Infallible>(Response::new(Full::new(Bytes::from_static(b"ok"))))
+        });
+        let service = build(&clock).layer(inner);
+        let handles: Vec<_> = (0..96_u64)
+            .map(|u| {
+                let service = service.clone();
+                tokio::spawn(async move {
+                    let c = 1 + u % 37;
+                    let mut kept = Vec::new();
+                    for j in 1..=STEPS {
+                        let response = service
+                            .clone()
+                            .oneshot(request(&format!("k{u}"), c))
+                            .await
+                            .expect("a response");
+                        kept.push((u, c, j, response));
+                        tokio::task::yield_now().await;
+                    }
+                    kept
+                })
+            })
+            .collect();
+        let mut all = Vec::new();
+        for handle in handles {
+            all.extend(handle.await.expect("no panic"));
+        }
+        for (u, c, j, response) in all {
+            let (policy, limit) = expected(c, j);
+            let h = |name: &str| {
+                response
+                    .headers()
+                    .get(name)
+                    .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
+                    .unwrap_or_default()
+            };
+            assert_eq!(response.status(), StatusCode::OK, "user {u} step {j}");
+            assert_eq!(h("ratelimit-policy"), policy, "user {u} step {j}");
+            assert_eq!(h("ratelimit"), limit, "user {u} step {j}");
+        }
+    }
+
     /// Rejections with every body style the crate writes from the buffer, many at once
     /// on many threads: the text body and `Retry-After` of each are exactly its own.
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
