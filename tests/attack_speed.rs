@@ -712,6 +712,80 @@ mod coalesced {
         }
     }
 
+    /// "A decision whose deadline passes in the queue is never sent": a stopped server,
+    /// a 50 ms deadline, 60 checks on 60 keys of every algorithm started at once: the
+    /// first go alone onto the wire (`DEFAULT_COALESCE` of them), the rest queue behind
+    /// them. When the first calls give up, the slots free and the queued decisions
+    /// still within their deadlines are sent (they started later, so their deadlines
+    /// are later): legitimately charged. Once the server resumes, the charged keys are
+    /// the first on the wire and a suffix of the rest in the order they started: no
+    /// decision that started before an uncharged one (whose deadline passed in the
+    /// queue, so it was never sent) was charged.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn decisions_whose_deadline_passes_in_the_queue_are_never_sent() {
+        let server = RedisServer::start();
+        let clock = ManualClock::new(BASE);
+        let store = RedisStore::from_url(&server.url())
+            .expect("url")
+            .denial_cache(0)
+            .deadline(Duration::from_millis(50))
+            .expect("a deadline")
+            .with_clock(clock.clone());
+        let limits: Vec<Limit> = ALGORITHMS
+            .into_iter()
+            .enumerate()
+            .map(|(i, a)| {
+                Limit::new(format!("q{i}"), Quota::per_hour(1_000))
+                    .expect("a limit")
+                    .algorithm(a)
+            })
+            .collect();
+        let limiter = limiter_on(store, limits);
+        assert!(limiter.check("q0", &Key::from("warm"), 1).await.expect("warm").allowed);
+        server.pause();
+        let ask = |i: u64| {
+            let limiter = limiter.clone();
+            tokio::spawn(async move {
+                let started = Instant::now();
+                let r = limiter
+                    .check(&format!("q{}", i % 7), &Key::from(i), 1)
+                    .await
+                    .map_err(|e| e.kind());
+                (started, r)
+            })
+        };
+        let calls: Vec<_> = (0..60).map(ask).collect();
+        let mut starts = Vec::new();
+        for (i, call) in calls.into_iter().enumerate() {
+            let (started, r) = call.await.expect("no panic");
+            assert_eq!(r.map(|d| d.allowed), Err(StoreErrorKind::Timeout));
+            starts.push((started, i as u64));
+        }
+        starts.sort();
+        server.resume();
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        // A patient store on the same server reads what was charged.
+        let reader = limiter_on(
+            store_on(&server.url(), "tollgate", &clock),
+            (0..7).map(|i| {
+                Limit::new(format!("q{i}"), Quota::per_hour(1_000))
+                    .expect("a limit")
+                    .algorithm(ALGORITHMS[i])
+            }),
+        );
+        let mut order = Vec::new();
+        for (_, i) in &starts {
+            let c = counted(&reader, &format!("q{}", i % 7), &Key::from(*i)).await > 0;
+            order.push((*i, c));
+        }
+        let rest = &order[RedisStore::DEFAULT_COALESCE..];
+        let first_charged = rest.iter().position(|(_, c)| *c).unwrap_or(rest.len());
+        assert!(
+            rest[first_charged..].iter().all(|(_, c)| *c),
+            "in start order (key, charged): {order:?}"
+        );
+    }
+
     /// Blocks racing batched checks from three stores: once `block` has returned, no
     /// check that started after it is admitted; penalties on a tight key admit exactly
     /// its capacity.
