@@ -1339,6 +1339,63 @@ mod leases {
         );
     }
 
+    /// Three leased processes, waves of 1 then 8 tasks per process (passing, then
+    /// leasing), each check of 4 settled to 0–8 or refunded by receipt: the plain store
+    /// counts exactly what was kept plus what the processes hold.
+    async fn settles_while_flapping_are_exact<S: Store + Clone>(make: impl Fn() -> S, clock: &ManualClock) {
+        let limit = Limit::new("st", Quota::per_day(50_000))
+            .expect("a limit")
+            .algorithm(Algorithm::FixedWindow);
+        let stores: Vec<LeasedStore<S>> = (0..3)
+            .map(|_| LeasedStore::builder(make()).clock(clock.clone()).build())
+            .collect();
+        let mut kept = 0_u64;
+        for wave in 0..6_u64 {
+            let tasks = if wave % 2 == 0 { 1 } else { 8 };
+            let mut handles = Vec::new();
+            for store in &stores {
+                let limiter = limiter_on(store.clone(), [limit.clone()]);
+                for t in 0..tasks {
+                    let limiter = limiter.clone();
+                    handles.push(tokio::spawn(async move {
+                        let key = Key::from("k");
+                        let mut kept = 0;
+                        for i in 0..15_u64 {
+                            let d = limiter.check("st", &key, 4).await.expect("a check");
+                            assert!(d.allowed);
+                            match (t + i + wave) % 3 {
+                                0 => {
+                                    let actual = (t * 7 + i) % 9;
+                                    limiter.settle(&d, &key, actual).await.expect("settle");
+                                    kept += actual;
+                                }
+                                1 => {
+                                    limiter.refund_charge(&d, &key, 4).await.expect("refund");
+                                }
+                                _ => kept += 4,
+                            }
+                        }
+                        kept
+                    }));
+                }
+            }
+            for handle in handles {
+                kept += handle.await.expect("no panic");
+            }
+        }
+        let held: u64 = stores.iter().map(LeasedStore::held).sum();
+        let plain = limiter_on(make(), [limit.clone()]);
+        let d = plain.peek("st", &Key::from("k")).await.expect("peek");
+        assert_eq!(d.capacity - d.remaining, kept + held, "{kept} kept, {held} held");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn settles_and_refunds_while_flapping_are_exact_on_memory() {
+        let clock = ManualClock::new(BASE);
+        let memory = MemoryStore::with_clock(clock.clone());
+        settles_while_flapping_are_exact(|| memory.clone(), &clock).await;
+    }
+
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn leased_checks_cancelled_at_every_await_are_exact_on_memory() {
         let clock = ManualClock::new(BASE);
@@ -1392,6 +1449,13 @@ mod leases {
         async fn operators_during_the_switch_on_redis() {
             let clock = ManualClock::new(BASE);
             super::operators_during_the_switch(make(unique_prefix("ops"), clock.clone()), &clock).await;
+        }
+
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn settles_and_refunds_while_flapping_are_exact_on_redis() {
+            let clock = ManualClock::new(BASE);
+            super::settles_while_flapping_are_exact(make(unique_prefix("lsettle"), clock.clone()), &clock)
+                .await;
         }
 
         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
