@@ -584,6 +584,43 @@ mod coalesced {
         }
     }
 
+    /// The same script on the cluster: `coalesce(0)`, the default and a wide
+    /// coalescer answer alike, receipts included, and as memory does.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn coalesce_off_and_on_answer_identically_on_a_cluster() {
+        let urls = support::redis_cluster::shared_cluster().urls();
+        let run = |coalesce: Option<usize>, full: bool| {
+            let urls = urls.clone();
+            async move {
+                let clock = ManualClock::new(BASE);
+                let mut store = RedisStore::from_cluster_urls(urls)
+                    .expect("cluster urls")
+                    .prefix(&unique_prefix("cscript"))
+                    .denial_cache(0)
+                    .deadline(Duration::from_secs(5))
+                    .expect("a deadline")
+                    .with_clock(clock.clone());
+                if let Some(n) = coalesce {
+                    store = store.coalesce(n);
+                }
+                scripted(store, &clock, full).await
+            }
+        };
+        let alone = run(Some(0), true).await;
+        let default = run(None, true).await;
+        let wide = run(Some(16), true).await;
+        for t in 0..alone.len() {
+            assert_eq!(alone[t], default[t], "task {t}: coalesce(0) vs default");
+            assert_eq!(alone[t], wide[t], "task {t}: coalesce(0) vs coalesce(16)");
+        }
+        let alone = run(Some(0), false).await;
+        let clock = ManualClock::new(BASE);
+        let memory = scripted(MemoryStore::with_clock(clock.clone()), &clock, false).await;
+        for t in 0..alone.len() {
+            assert_eq!(alone[t], memory[t], "task {t}: cluster vs memory");
+        }
+    }
+
     /// A key holding a foreign value under one limit, in batches with every algorithm
     /// and costs 1–3: only that decision (and a `check_all` naming it) fails.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1449,6 +1486,37 @@ mod leases {
         async fn operators_during_the_switch_on_redis() {
             let clock = ManualClock::new(BASE);
             super::operators_during_the_switch(make(unique_prefix("ops"), clock.clone()), &clock).await;
+        }
+
+        fn cluster(prefix: String, clock: ManualClock) -> impl Fn() -> RedisStore {
+            let urls = support::redis_cluster::shared_cluster().urls();
+            move || {
+                RedisStore::from_cluster_urls(urls.clone())
+                    .expect("cluster urls")
+                    .prefix(&prefix)
+                    .denial_cache(0)
+                    .deadline(Duration::from_secs(10))
+                    .expect("deadline")
+                    .with_clock(clock.clone())
+            }
+        }
+
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn processes_flapping_between_passing_and_leasing_admit_exactly_a_window_on_a_cluster() {
+            let clock = ManualClock::new(BASE);
+            super::flapping_window_is_exact(cluster(unique_prefix("cflap"), clock.clone()), &clock)
+                .await;
+        }
+
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn leased_checks_cancelled_at_every_await_are_exact_on_a_cluster() {
+            let clock = ManualClock::new(BASE);
+            super::cancelled_through_leases_are_exact(
+                cluster(unique_prefix("clcancel"), clock.clone()),
+                &clock,
+                true,
+            )
+            .await;
         }
 
         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
