@@ -2086,6 +2086,17 @@ mod layer {
     /// on many threads: the text body and `Retry-After` of each are exactly its own.
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
     async fn rejections_at_once_on_many_threads_carry_their_own_retry_after_and_body() {
+        rejections_at_once(false).await;
+    }
+
+    /// The same as gRPC calls: each trailers-only `RESOURCE_EXHAUSTED` carries its own
+    /// `grpc-retry-pushback-ms`.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn grpc_rejections_at_once_on_many_threads_carry_their_own_pushback() {
+        rejections_at_once(true).await;
+    }
+
+    async fn rejections_at_once(grpc: bool) {
         let clock = ManualClock::new(BASE);
         // Windows of 1 per 7 s … per 300 s: each caller's Retry-After is its own.
         let periods: Vec<u64> = (0..16).map(|i| 7 + 19 * i).collect();
@@ -2124,7 +2135,12 @@ mod layer {
                 tokio::spawn(async move {
                     let mut kept = Vec::new();
                     for _ in 0..20 {
-                        let req = Request::get("/")
+                        let mut req = Request::get("/");
+                        if grpc {
+                            req = Request::post("/pkg.Service/Method")
+                                .header("content-type", "application/grpc");
+                        }
+                        let req = req
                             .header("x-user", format!("u{u}"))
                             .header("x-period", period.to_string())
                             .body(Full::default())
@@ -2146,10 +2162,26 @@ mod layer {
                     continue;
                 }
                 rejected += 1;
-                assert_eq!(parts.status, StatusCode::TOO_MANY_REQUESTS, "p{period}");
                 // Windows are aligned to the epoch: the first ends at the next
                 // multiple of the period.
                 let wait = period - BASE.as_secs() % period;
+                if grpc {
+                    let h = |name: &str| {
+                        parts
+                            .headers
+                            .get(name)
+                            .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
+                    };
+                    assert_eq!(parts.status, StatusCode::OK, "p{period}");
+                    assert_eq!(h("grpc-status").as_deref(), Some("8"), "p{period}");
+                    assert_eq!(
+                        h("grpc-retry-pushback-ms"),
+                        Some((wait * 1_000).to_string()),
+                        "p{period}"
+                    );
+                    continue;
+                }
+                assert_eq!(parts.status, StatusCode::TOO_MANY_REQUESTS, "p{period}");
                 assert_eq!(
                     parts
                         .headers
