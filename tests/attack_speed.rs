@@ -381,41 +381,63 @@ mod coalesced {
     /// counted 87–153 against 32–94 held, coalesced or not.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn leaky_bucket_checks_cancelled_on_the_wire_keep_their_charges() {
+        const DAY: Duration = Duration::from_secs(86_400);
+        let cluster = support::redis_cluster::shared_cluster().urls();
         let mut report = Vec::new();
-        for coalesce in [0, RedisStore::DEFAULT_COALESCE] {
-            for algorithm in [Algorithm::Gcra, Algorithm::LeakyBucket] {
-                let clock = ManualClock::new(BASE);
-                let store = store_on(&shared_server().url(), &unique_prefix("leaky"), &clock)
-                    .coalesce(coalesce);
-                let limit = Limit::new("x", Quota::per_day(50_000))
-                    .expect("a limit")
-                    .algorithm(algorithm);
-                let limiter = limiter_on(store, [limit]);
-                let key = Key::from(1_u64);
-                let (mut told, mut cancelled) = (0_u64, 0_u64);
-                for i in 0..200_u64 {
-                    let call = limiter.check("x", &key, 1);
-                    let patience = Duration::from_micros(i * 37 % 3_000);
-                    match tokio::time::timeout(patience, call).await {
-                        Ok(d) => told += u64::from(d.expect("a decision").allowed),
-                        Err(_) => cancelled += 1,
+        for on_cluster in [false, true] {
+            for coalesce in [0, RedisStore::DEFAULT_COALESCE] {
+                for algorithm in [Algorithm::Gcra, Algorithm::LeakyBucket] {
+                    for reserve in [false, true] {
+                        let clock = ManualClock::new(BASE);
+                        let prefix = unique_prefix("leaky");
+                        let store = if on_cluster {
+                            RedisStore::from_cluster_urls(cluster.clone())
+                                .expect("cluster urls")
+                                .prefix(&prefix)
+                                .denial_cache(0)
+                                .deadline(Duration::from_secs(5))
+                                .expect("a deadline")
+                                .with_clock(clock.clone())
+                        } else {
+                            store_on(&shared_server().url(), &prefix, &clock)
+                        };
+                        let limit = Limit::new("x", Quota::per_day(50_000))
+                            .expect("a limit")
+                            .algorithm(algorithm);
+                        let limiter = limiter_on(store.coalesce(coalesce), [limit]);
+                        let key = Key::from(1_u64);
+                        let (mut told, mut cancelled) = (0_u64, 0_u64);
+                        for i in 0..200_u64 {
+                            let patience = Duration::from_micros(i * 37 % 3_000);
+                            let answer = if reserve {
+                                let call = limiter.reserve("x", &key, 1, DAY);
+                                tokio::time::timeout(patience, call).await
+                            } else {
+                                let call = limiter.check("x", &key, 1);
+                                tokio::time::timeout(patience, call).await
+                            };
+                            match answer {
+                                Ok(d) => told += u64::from(d.expect("a decision").allowed),
+                                Err(_) => cancelled += 1,
+                            }
+                        }
+                        let started = Instant::now();
+                        let mut last = 0;
+                        while started.elapsed() < Duration::from_secs(2) {
+                            last = counted(&limiter, "x", &key).await;
+                            if last == told {
+                                break;
+                            }
+                            tokio::time::sleep(Duration::from_millis(50)).await;
+                        }
+                        if last != told {
+                            let op = if reserve { "reserve" } else { "check" };
+                            let place = if on_cluster { "cluster" } else { "redis" };
+                            report.push(format!(
+                                "{place} {algorithm} {op} coalesce({coalesce}): {told} told admitted, {cancelled} cancelled, the key counts {last}"
+                            ));
+                        }
                     }
-                }
-                let mut held = HashMap::new();
-                held.insert(("x".to_string(), 1_u64), told);
-                let started = Instant::now();
-                let mut last = 0;
-                while started.elapsed() < Duration::from_secs(2) {
-                    last = counted(&limiter, "x", &key).await;
-                    if last == told {
-                        break;
-                    }
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                }
-                if last != told {
-                    report.push(format!(
-                        "{algorithm} coalesce({coalesce}): {told} told admitted, {cancelled} cancelled, the key counts {last}"
-                    ));
                 }
             }
         }
