@@ -1444,6 +1444,63 @@ mod leases {
         passes_again_as_the_plain_store(|| memory.clone(), &clock).await;
     }
 
+    /// "GCRA and the buckets below their rate pass through: one store call per
+    /// decision, answered as without leases, receipts too": 300 requests of costs 1–2
+    /// at random gaps of 210–600 ms on 10/s (always under the rate) through a leased
+    /// store and a plain one on the same clock: every decision equal, field by field,
+    /// and exactly one store call each.
+    async fn under_its_rate_every_decision_passes<S: Store + Clone>(
+        make: impl Fn() -> S,
+        clock: &ManualClock,
+    ) {
+        for algorithm in [
+            Algorithm::Gcra,
+            Algorithm::TokenBucket,
+            Algorithm::LeakyBucket,
+        ] {
+            let limit = Limit::new(format!("under-{algorithm}"), Quota::per_second(10))
+                .expect("a limit")
+                .algorithm(algorithm);
+            let leased = LeasedStore::builder(make()).clock(clock.clone()).build();
+            let with = limiter_on(leased.clone(), [limit.clone()]);
+            let without = limiter_on(make(), [limit.clone()]);
+            let (lk, pk) = (Key::from("u-leased"), Key::from("u-plain"));
+            let mut rng = Rng(0xabcd_ef01_2345_6789);
+            let mut differ = Vec::new();
+            for i in 0..300 {
+                clock.advance(Duration::from_millis(210 + rng.below(391)));
+                let cost = 1 + (i % 2);
+                let a = with.check(limit.name(), &lk, cost).await.expect("leased");
+                let b = without.check(limit.name(), &pk, cost).await.expect("plain");
+                let view = |d: &Decision| {
+                    (
+                        d.allowed,
+                        d.remaining,
+                        d.retry_after,
+                        d.reset_after,
+                        d.delay,
+                    )
+                };
+                if view(&a) != view(&b) || a.receipt().is_some() != b.receipt().is_some() {
+                    differ.push(format!("step {i}: leased {a:?}, plain {b:?}"));
+                }
+            }
+            assert!(differ.is_empty(), "{algorithm}: {differ:#?}");
+            assert_eq!(
+                leased.store_calls(),
+                300,
+                "{algorithm}: one store call each"
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn under_its_rate_every_decision_passes_with_the_plain_answers_on_memory() {
+        let clock = ManualClock::new(BASE);
+        let memory = MemoryStore::with_clock(clock.clone());
+        under_its_rate_every_decision_passes(|| memory.clone(), &clock).await;
+    }
+
     /// Blocks, resets, penalties, settles and refunds while one process flaps: a block
     /// stops it at once, a reset gives exactly a fresh capacity in it (no parked unit
     /// on top), a refund of a passing decision's receipt after leasing resumed gives
@@ -1754,6 +1811,16 @@ mod leases {
                 cluster(unique_prefix("clcancel"), clock.clone()),
                 &clock,
                 true,
+            )
+            .await;
+        }
+
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn under_its_rate_every_decision_passes_with_the_plain_answers_on_redis() {
+            let clock = ManualClock::new(BASE);
+            super::under_its_rate_every_decision_passes(
+                make(unique_prefix("under"), clock.clone()),
+                &clock,
             )
             .await;
         }
