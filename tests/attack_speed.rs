@@ -2100,8 +2100,70 @@ mod layer {
     /// the caller's own: r = capacity − cost × step, t = 60.
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
     async fn callers_with_numbers_of_their_own_never_see_anothers_values() {
-        fn wide() -> Vec<Policy> {
-            (0..10_u64)
+        numbers_of_their_own(|clock| MemoryStore::with_clock(clock.clone()), false).await;
+    }
+
+    /// The same with `partition_keys(true)`: besides the numbers, each member carries
+    /// its caller's `pk`, the same in every member and response of one caller and
+    /// different between callers.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn callers_with_partition_keys_see_only_their_own_pk() {
+        numbers_of_their_own(|clock| MemoryStore::with_clock(clock.clone()), true).await;
+    }
+
+    /// The same on Redis: the decision arrives later, on whichever worker thread polls
+    /// the response future, and the header values are cut there.
+    #[cfg(feature = "redis")]
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn callers_on_redis_whose_answers_arrive_on_other_threads_see_only_their_own_values() {
+        use support::redis_server::{shared_server, unique_prefix};
+        numbers_of_their_own(
+            |clock| {
+                tollgate::RedisStore::from_url(&shared_server().url())
+                    .expect("url")
+                    .prefix(&unique_prefix("layer"))
+                    .deadline(Duration::from_secs(5))
+                    .expect("deadline")
+                    .with_clock(clock.clone())
+            },
+            true,
+        )
+        .await;
+    }
+
+    /// Removes every `;pk=:…:` parameter, returning the text and the pks.
+    fn strip_pk(value: &str) -> (String, Vec<String>) {
+        let mut out = String::new();
+        let mut pks = Vec::new();
+        let mut rest = value;
+        while let Some(at) = rest.find(";pk=:") {
+            out.push_str(&rest[..at]);
+            let tail = &rest[at + 5..];
+            let end = tail.find(':').expect("a closed byte sequence");
+            pks.push(tail[..end].to_string());
+            rest = &tail[end + 1..];
+        }
+        out.push_str(rest);
+        (out, pks)
+    }
+
+    /// One pk for a whole response.
+    fn one_pk(headers: &[Vec<String>]) -> Option<String> {
+        let all: Vec<&String> = headers.iter().flatten().collect();
+        let first = all.first()?;
+        assert!(
+            all.iter().all(|pk| pk == first),
+            "pks of one response differ: {all:?}"
+        );
+        Some((*first).clone())
+    }
+
+    async fn numbers_of_their_own<S: tollgate::store::Store + Clone>(
+        make: impl Fn(&ManualClock) -> S,
+        partition: bool,
+    ) {
+        fn wide(n: u64) -> Vec<Policy> {
+            (0..n)
                 .map(|i| {
                     Policy::new(format!("{i:y>64}"), Quota::per_minute(1_000 + 7 * i))
                         .expect("a policy")
@@ -2118,24 +2180,31 @@ mod layer {
                 })
                 .collect()
         }
-        fn expected(c: u64, j: u64) -> (String, String) {
-            let policy = (0..10_u64)
+        fn expected(n: u64, c: u64, j: u64) -> (String, String) {
+            let policy = (0..n)
                 .map(|i| format!("\"{i:y>64}\";q={};w=60", 1_000 + 7 * i))
                 .collect::<Vec<_>>()
                 .join(", ");
-            let limit = (0..10_u64)
+            let limit = (0..n)
                 .map(|i| format!("\"{i:y>64}\";r={};t=60", 1_000 + 7 * i - c * j))
                 .collect::<Vec<_>>()
                 .join(", ");
             (policy, limit)
         }
+        // With a pk in every member, seven 64-character policies fit the header bound.
+        let n: u64 = if partition { 7 } else { 10 };
         let build = |clock: &ManualClock| {
             RateLimitLayer::builder()
-                .policies(wide())
-                .store(MemoryStore::with_clock(clock.clone()))
+                .policies(wide(n))
+                .partition_keys(partition)
+                .store(make(clock))
                 .build()
                 .expect("a layer")
         };
+        let pks = std::sync::Arc::new(std::sync::Mutex::new(std::collections::HashMap::<
+            String,
+            String,
+        >::new()));
         // Over HTTP.
         let clock = ManualClock::new(BASE);
         let app = Router::new()
@@ -2144,19 +2213,28 @@ mod layer {
         let server = std::sync::Arc::new(Server::start(app).await);
         let handles: Vec<_> = (0..96_u64)
             .map(|u| {
-                let server = server.clone();
+                let (server, pks) = (server.clone(), pks.clone());
                 tokio::spawn(async move {
                     let c = 1 + u % 37;
                     let mut wrong = Vec::new();
                     for j in 1..=STEPS {
                         let reply = server.send(request(&format!("h{u}"), c)).await;
-                        let (policy, limit) = expected(c, j);
+                        let (policy, limit) = expected(n, c, j);
+                        let (got_policy, p1) = strip_pk(reply.header("ratelimit-policy"));
+                        let (got_limit, p2) = strip_pk(reply.header("ratelimit"));
                         if reply.status != StatusCode::OK
-                            || reply.header("ratelimit-policy") != policy
-                            || reply.header("ratelimit") != limit
+                            || got_policy != policy
+                            || got_limit != limit
                             || reply.body != "ok"
                         {
                             wrong.push(format!("user {u} step {j}: {reply:?}"));
+                        }
+                        let pk = one_pk(&[p1, p2]);
+                        assert_eq!(pk.is_some(), partition, "user {u} step {j}");
+                        if let Some(pk) = pk {
+                            let mut pks = pks.lock().expect("pks");
+                            let seen = pks.entry(format!("h{u}")).or_insert_with(|| pk.clone());
+                            assert_eq!(*seen, pk, "user {u} step {j}: another pk");
                         }
                     }
                     wrong
@@ -2197,7 +2275,7 @@ mod layer {
             all.extend(handle.await.expect("no panic"));
         }
         for (u, c, j, response) in all {
-            let (policy, limit) = expected(c, j);
+            let (policy, limit) = expected(n, c, j);
             let h = |name: &str| {
                 response
                     .headers()
@@ -2206,8 +2284,21 @@ mod layer {
                     .unwrap_or_default()
             };
             assert_eq!(response.status(), StatusCode::OK, "user {u} step {j}");
-            assert_eq!(h("ratelimit-policy"), policy, "user {u} step {j}");
-            assert_eq!(h("ratelimit"), limit, "user {u} step {j}");
+            let (got_policy, p1) = strip_pk(&h("ratelimit-policy"));
+            let (got_limit, p2) = strip_pk(&h("ratelimit"));
+            assert_eq!(got_policy, policy, "user {u} step {j}");
+            assert_eq!(got_limit, limit, "user {u} step {j}");
+            if let Some(pk) = one_pk(&[p1, p2]) {
+                let mut pks = pks.lock().expect("pks");
+                let seen = pks.entry(format!("k{u}")).or_insert_with(|| pk.clone());
+                assert_eq!(*seen, pk, "user {u} step {j}: another pk");
+            }
+        }
+        let pks = pks.lock().expect("pks");
+        let distinct: std::collections::HashSet<&String> = pks.values().collect();
+        assert_eq!(distinct.len(), pks.len(), "two callers share a pk");
+        if partition {
+            assert_eq!(pks.len(), 2 * 96);
         }
     }
 
