@@ -948,6 +948,76 @@ mod coalesced {
         );
     }
 
+    /// A cluster with one master stopped (SIGSTOP), decisions coalesced per hash slot:
+    /// 3 waves of 90 checks on 90 keys at once, a 100 ms deadline; every key on a live
+    /// master is admitted, every key on the stopped one times out: a stalled slot's
+    /// queue holds no other slot's decision.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_stopped_cluster_master_holds_no_decision_of_another_slot() {
+        let cluster = support::redis_cluster::RedisCluster::start(0);
+        let clock = ManualClock::new(BASE);
+        let limit = Limit::new("api", Quota::per_hour(1_000))
+            .expect("a limit")
+            .algorithm(Algorithm::Gcra);
+        let store = RedisStore::from_cluster_urls(cluster.urls())
+            .expect("cluster urls")
+            .denial_cache(0)
+            .deadline(Duration::from_millis(100))
+            .expect("a deadline")
+            .with_clock(clock.clone());
+        let limiter = limiter_on(store.clone(), [limit.clone()]);
+        let masters: Vec<usize> = (0..90_u64)
+            .map(|k| cluster.master_of(&store.state_key(&limit, &Key::from(k))))
+            .collect();
+        // Warm every master's connection and library.
+        for k in 0..90_u64 {
+            let started = Instant::now();
+            while limiter
+                .check("api", &Key::from(1_000 + k), 1)
+                .await
+                .is_err()
+            {
+                assert!(started.elapsed() < HANG, "the cluster never answered");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+        let stopped = masters[0];
+        cluster.nodes[stopped].pause();
+        let mut wrong = Vec::new();
+        for wave in 0..3 {
+            let calls: Vec<_> = (0..90_u64)
+                .map(|k| {
+                    let limiter = limiter.clone();
+                    tokio::spawn(async move {
+                        let r = limiter.check("api", &Key::from(k), 1).await;
+                        (k, r.map(|d| d.allowed).map_err(|e| e.kind()))
+                    })
+                })
+                .collect();
+            for call in calls {
+                let (k, r) = tokio::time::timeout(HANG, call)
+                    .await
+                    .expect("a decision hung")
+                    .expect("no panic");
+                let on_stopped = masters[k as usize] == stopped;
+                let right = if on_stopped {
+                    r == Err(StoreErrorKind::Timeout)
+                } else {
+                    r == Ok(true)
+                };
+                if !right {
+                    wrong.push(format!(
+                        "wave {wave} key {k} (master {}, stopped {stopped}): {r:?}",
+                        masters[k as usize]
+                    ));
+                }
+            }
+        }
+        cluster.nodes[stopped].resume();
+        assert!(masters.iter().any(|m| *m != stopped));
+        assert!(wrong.is_empty(), "{} wrong: {wrong:#?}", wrong.len());
+    }
+
     /// Blocks racing batched checks from three stores: once `block` has returned, no
     /// check that started after it is admitted; penalties on a tight key admit exactly
     /// its capacity.
