@@ -500,6 +500,33 @@ mod coalesced {
         .await;
     }
 
+    /// The same on stores built from redis-rs `ConnectionManager`s (the caller's own
+    /// connections), coalesced.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn checks_cancelled_on_connection_manager_stores_leave_exactly_what_callers_hold() {
+        let mut managers = Vec::new();
+        for _ in 0..3 {
+            let client = redis::Client::open(shared_server().url()).expect("a client");
+            let config = redis::aio::ConnectionManagerConfig::new().set_response_timeout(None);
+            managers.push(
+                redis::aio::ConnectionManager::new_with_config(client, config)
+                    .await
+                    .expect("a manager"),
+            );
+        }
+        let next = std::sync::Mutex::new(managers);
+        cancelled_checks_leave_exactly_what_callers_hold(|clock, prefix| {
+            let manager = next.lock().expect("managers").pop().expect("a manager");
+            RedisStore::from_connection_manager(manager)
+                .prefix(prefix)
+                .denial_cache(0)
+                .deadline(Duration::from_secs(5))
+                .expect("a deadline")
+                .with_clock(clock.clone())
+        })
+        .await;
+    }
+
     /// The control: the same with every decision alone (`coalesce(0)`).
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn checks_cancelled_at_every_await_with_coalescing_off_leave_exactly_what_callers_hold() {
