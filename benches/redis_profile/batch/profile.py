@@ -78,16 +78,22 @@ def read(name):
         return f.read()
 
 
-def library():
-    """tollgate's library as function.rs joins it, then the steps; then the same body with
-    `redis.call` wrapped (SET dropped; passed through), and with the candidate's record
-    read, each in a block of its own."""
+def library_body():
+    """tollgate's library as src/store/redis/function.rs joins it, without its registrations."""
     algorithms = re.findall(r"'([a-z_]+)'", re.search(r"local LEAN_ALGORITHMS = \{[^}]*\}", read(os.path.join(LUA, "lean.lua"))).group(0))
     body = read(os.path.join(LUA, "prelude.lua"))
     for a in algorithms:
         body += read(os.path.join(LUA, a, "decide.lua"))
     for part in ["block.lua", "clock.lua", "lean.lua", "fcall.lua", "fcall_batch.lua"]:
         body += read(os.path.join(LUA, part))
+    return body
+
+
+def library():
+    """tollgate's library as function.rs joins it, then the steps; then the same body with
+    `redis.call` wrapped (SET dropped; passed through), and with the candidate's record
+    read, each in a block of its own."""
+    body = library_body()
     guard = "  if not state or mark_byte == MARK_BYTE or args[i + 13] + 0 > 0 then\n"
     assert body.count(guard) == 1, "block.lua's guarded no longer reads the record as this profile expects"
     skip = body.replace(guard, "  if mark_byte == MARK_BYTE or args[i + 13] + 0 > 0 then\n")
