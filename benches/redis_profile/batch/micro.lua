@@ -39,6 +39,11 @@ local function micro(keys, args)
       b[17] = 0
       b[18] = nil
     end
+  elseif op == 'unpack_locals' then
+    -- lean_min's decision: six doubles into locals, no table.
+    for _ = 1, count do
+      local k, c, co, ca, tu, bu, nx = struct.unpack('<dddddd', packed, 2)
+    end
   elseif op == 'own' then
     for _ = 1, count do
       local k = { keys[1], keys[2] }
@@ -64,6 +69,11 @@ local function micro(keys, args)
     -- byte by byte.
     for _ = 1, count do
       struct.pack('<ddddddddd', v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8], v[9])
+    end
+  elseif op == 'packed_reply_5d' then
+    -- lean_min's reply: five doubles.
+    for _ = 1, count do
+      struct.pack('<ddddd', v[1], v[2], v[3], v[4], v[9])
     end
   elseif op == 'ttl_ceil' then
     -- ttl_ms's TTL with math.ceil on the quotients instead of idiv's fmod (exact while

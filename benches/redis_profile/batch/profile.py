@@ -48,6 +48,8 @@ LOAD_CPU = (1 - REDIS_CPU % 2) if os.cpu_count() > 1 else 0
 # B·T = (10⁹ µs, 0 ns), the leaky bucket's bound 0. Head byte: 13 numbers, no escalation.
 GCRA = [2.0, 1.0, 0.0, 6.0, 1.0, 1e6, 1e9, 1e6, 1000.0, 0.0, 1e9, 0.0, 0.0]
 DECISION = bytes([13]) + struct.pack("<13d", *GCRA)
+# pb_min's decision: the clock's kind and value, cost, capacity, T and B·T (µs).
+DECISION_MIN = struct.pack("<6d", 2.0, 1.0, 1.0, 1e6, 1000.0, 1e9)
 CLASSIC_ARGS = [b"1000000", b"1000000", b"1000", b"1"]
 
 
@@ -125,7 +127,7 @@ local redis = {
 
 # A row: (label, function, key layout, which keys it runs on, reference row label or None).
 # Layout 'tg': each decision's state and record keys and packed numbers; 'classic_batch':
-# 'tg1': the state keys alone; 'classic_batch': one classic key per decision, the same packed numbers; 'classic_one' / 'classic_evalsha':
+# 'tg1': the state keys alone; 'min': the state keys alone and pb_min's six numbers; 'classic_batch': one classic key per decision, the same packed numbers; 'classic_one' / 'classic_evalsha':
 # classic_gcra.lua alone, one decision per call, its four arguments as text.
 STEPS = [
     ("(0) return 1 (the call alone)", "pb_ret1", "tg", "any", None),
@@ -142,6 +144,7 @@ STEPS = [
     ("candidate: store's batch, no record GET on a missing state", "pb_real_skip", "tg", "state", "store's batch (fcall_batch.lua, as loaded)"),
     ("candidate: (g) with no record GET on a missing state", "pb_g_skip", "tg", "state", "(g) + SET … PX: whole decision, inline"),
     ("candidate: (g), no record GET on a missing state, state key alone sent", "pb_g_skip1", "tg1", "state", "candidate: (g) with no record GET on a missing state"),
+    ("candidate: all at once (steps.lua's lean_min)", "pb_min", "min", "state", "(g) + SET … PX: whole decision, inline"),
     ("(0) return 1, state key alone sent", "pb_ret1_1", "tg1", "any", "(0) return 1 (the call alone)"),
     ("classic GCRA in the same batch loop", "pb_classic_batch", "classic_batch", "state", None),
 ]
@@ -226,6 +229,9 @@ def calls_file(path, row, decisions, sha):
             elif row["layout"] == "tg1":
                 keys = [state_key(i) for i in range(first, first + n)]
                 f.write(command(b"FCALL", row["fn"], b"%d" % n, *keys, DECISION * n))
+            elif row["layout"] == "min":
+                keys = [state_key(i) for i in range(first, first + n)]
+                f.write(command(b"FCALL", row["fn"], b"%d" % n, *keys, DECISION_MIN * n))
             elif row["layout"] == "classic_batch":
                 keys = [classic_key(i) for i in range(first, first + n)]
                 f.write(command(b"FCALL", row["fn"], b"%d" % n, *keys, DECISION * n))
@@ -242,7 +248,7 @@ def states_file(path, row, decisions):
     past_us = float(int(past_us))
     with open(path, "wb") as f:
         for i in range(decisions):
-            if row["layout"] in ("tg", "tg1"):
+            if row["layout"] in ("tg", "tg1", "min"):
                 value = b"." + struct.pack("<dddd", past_us, past_us, 0.0, 1e6)
                 f.write(command(b"SET", state_key(i), value, b"PX", b"600000"))
             else:
@@ -359,6 +365,7 @@ def main():
                   + " | ".join("N = %d" % n for n in SIZES) + " |")
             print("|---|" + "---:|" * len(SIZES))
             for label in ["store's batch (fcall_batch.lua, as loaded)", "(g) + SET … PX: whole decision, inline",
+                          "candidate: all at once (steps.lua's lean_min)",
                           "candidate: store's batch, no record GET on a missing state",
                           "classic GCRA in the same batch loop"]:
                 cells = []

@@ -28,6 +28,7 @@
 --               from it in Lua when a marked state sends it there: not a cluster-safe
 --               declaration of keys, a measure of what the second key costs the call)
 --   pb_ret1_1   pb_ret1 with the state keys alone, the same
+--   pb_min      every candidate at once (see `lean_min`)
 --   pb_classic_batch  the classic GCRA script's logic (classic_gcra.lua: float TAT in
 --               seconds, GET, SET … EX) in the same loop: one TIME per batch, one key per
 --               decision, its reply a table per decision
@@ -120,6 +121,64 @@ local function steps(level, skip_record, stride)
   end
 end
 
+-- The leanest batch this profile can write, every candidate at once, to measure how far
+-- they go together (not a correct store: no penalty box, no plans, GCRA only): one
+-- function per algorithm and mode, so a decision packs only what GCRA reads (the clock's
+-- kind and value, cost, capacity, T and B·T in whole µs: six doubles, no head byte),
+-- unpacked into locals (no table); the state's key alone sent, the record's read (from
+-- its key made in Lua) only for a marked state; the TTL with math.ceil; the reply five
+-- doubles (allowed, remaining, reset, retry, the instant decided at).
+local function lean_min(keys, args)
+  local packed = args[1]
+  local pos, next_key = 1, 1
+  local time = nil
+  local replies = {}
+  local last = #packed
+  while pos <= last do
+    local kind, clock, cost, cap, tu, bu
+    kind, clock, cost, cap, tu, bu, pos = struct.unpack('<dddddd', packed, pos)
+    local key = keys[next_key]
+    next_key = next_key + 1
+    if not time then
+      time = server_time()
+    end
+    local now = clock_at(kind, clock, time)
+    local v = redis.call('GET', key)
+    local floor, tat = 0, 0
+    if v then
+      if string.byte(v, 1) == MARK_BYTE then
+        redis.call('GET', key .. ':b')
+      end
+      floor, tat = struct.unpack('<dd', v, 2)
+    end
+    local t = math.max(now, floor)
+    local st = tat
+    if tat <= t then
+      st = t
+    end
+    local en = st + cost * tu
+    local allowed = cost <= cap and en <= t + bu
+    if allowed then
+      st = en
+    end
+    local remaining = 0
+    if t + bu > st then
+      remaining = math.min(math.floor((t + bu - st) / tu), cap)
+    end
+    local reset = 0
+    if st > t then
+      reset = st - now
+    end
+    replies[#replies + 1] = struct.pack('<ddddd', allowed and 1 or 0, remaining, reset, -1, now)
+    if allowed then
+      local left = math.ceil(math.max(st, t) / 1000000) * 1000000 - now + ttl_lead
+      redis.call('SET', key, gcra_pack(UNMARKED, t, st, 0, tu * 1000), 'PX',
+        math.ceil(left / 1000) + 1000)
+    end
+  end
+  return table.concat(replies)
+end
+
 local function ret1()
   return 1
 end
@@ -174,4 +233,5 @@ redis.register_function('pb_g', steps(STEP_G, false, 2))
 redis.register_function('pb_g_skip', steps(STEP_G, true, 2))
 redis.register_function('pb_g_skip1', steps(STEP_G, true, 1))
 redis.register_function('pb_ret1_1', ret1)
+redis.register_function('pb_min', lean_min)
 redis.register_function('pb_classic_batch', classic_batch)
