@@ -35,6 +35,10 @@ local function call_batch(keys, args)
   -- One argument table for every decision in turn (`lean_unpack` fills it anew; the
   -- decisions run one after the other and keep nothing of it).
   local a = lean_args()
+  -- And one keys table: a decision has 2 to 4 keys; the slots past its own are nil, so
+  -- `#keys` (the record's, last: block.lua) counts its own only. Allocated at its
+  -- size, where a table built key by key would grow twice for every decision.
+  local own = { false, false, false, false }
   while pos <= #packed do
     local head = string.byte(packed, pos)
     local n = head % 128
@@ -56,7 +60,7 @@ local function call_batch(keys, args)
     if a[3] >= 4 then
       count = count + 1
     end
-    local own = {}
+    own[3], own[4] = nil, nil
     for j = 1, count do
       own[j] = keys[next_key]
       next_key = next_key + 1
