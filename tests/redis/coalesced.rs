@@ -341,3 +341,98 @@ async fn callers_dropped_mid_call_hand_their_queue_on() -> TestResult {
     }
     Ok(())
 }
+
+/// Decisions with different numbers of keys and of numbers in one batch (the log's
+/// three keys and no penalty box, GCRA's two and a penalty box) each run on their own:
+/// `fcall_batch.lua` hands each its keys and its numbers in tables it reuses, the slots
+/// past a decision's own cleared. Many tasks ask a log limit and a GCRA limit at once,
+/// on one key each and a clock that stands still: each admits exactly what the memory
+/// store admits, the calls were shared, and the one caller's record written is GCRA's
+/// (a stale third key would put GCRA's trip in the log's record; stale penalty numbers
+/// would trip the log).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn decisions_with_different_key_counts_share_batches_each_on_its_own_keys() -> TestResult {
+    use tollgate::clock::ManualClock;
+    use tollgate::{Algorithm, MemoryStore, Penalty};
+    if !server_version().has_functions() {
+        return Ok(());
+    }
+    let server = RedisServer::start();
+    let clock = ManualClock::new(Duration::from_secs(1_700_000_000));
+    let limits = || {
+        let log = Limit::new("log", Quota::per_hour(7))
+            .expect("a limit")
+            .algorithm(Algorithm::SlidingWindowLog);
+        let gcra = Limit::new("gcra", Quota::per_hour(7))
+            .expect("a limit")
+            .algorithm(Algorithm::Gcra)
+            .penalty(
+                Penalty::after(1)
+                    .within(Duration::from_secs(3600))
+                    .block_for(Duration::from_secs(3600)),
+            );
+        [log, gcra]
+    };
+    let on = |store: RedisStore| {
+        let [log, gcra] = limits();
+        Limiter::builder()
+            .limit(log)
+            .limit(gcra)
+            .store(store.with_clock(clock.clone()))
+            .build()
+            .expect("a limiter")
+    };
+    let limiter = on(patient(&server.url()));
+    let (tasks, rounds) = (16_u64, 12_u64);
+    cli(server.port(), &["CONFIG", "RESETSTAT"]);
+    let handles: Vec<_> = (0..tasks)
+        .map(|_| {
+            let limiter = limiter.clone();
+            tokio::spawn(async move {
+                let (mut log, mut gcra) = (0_u64, 0_u64);
+                for _ in 0..rounds {
+                    let key = Key::from("hot");
+                    let (a, b) = tokio::join!(
+                        limiter.check("log", &key, 1),
+                        limiter.check("gcra", &key, 1)
+                    );
+                    log += u64::from(a.expect("a log decision").allowed);
+                    gcra += u64::from(b.expect("a gcra decision").allowed);
+                }
+                (log, gcra)
+            })
+        })
+        .collect();
+    let (mut log, mut gcra) = (0, 0);
+    for handle in handles {
+        let (l, g) = handle.await?;
+        log += l;
+        gcra += g;
+    }
+    let calls = fcalls(server.port());
+    assert!(
+        calls * 2 < tasks * rounds * 2,
+        "{calls} calls for {} decisions",
+        tasks * rounds * 2
+    );
+    let records = cli(server.port(), &["KEYS", "*:b"]);
+    let records: Vec<&str> = records.lines().collect();
+    assert_eq!(records.len(), 1, "one caller's record: {records:?}");
+    assert!(records[0].contains("gcra"), "GCRA's record: {records:?}");
+    let [log_limit, gcra_limit] = limits();
+    let memory = Limiter::builder()
+        .limit(log_limit)
+        .limit(gcra_limit)
+        .store(MemoryStore::with_clock(clock.clone()))
+        .build()
+        .expect("a limiter");
+    let (mut want_log, mut want_gcra) = (0, 0);
+    for _ in 0..tasks * rounds {
+        let key = Key::from("hot");
+        want_log += u64::from(memory.check("log", &key, 1).await?.allowed);
+        want_gcra += u64::from(memory.check("gcra", &key, 1).await?.allowed);
+    }
+    assert_eq!((log, gcra), (want_log, want_gcra));
+    assert_eq!(want_log, 7, "the quota, on a clock that stands still");
+    Ok(())
+}

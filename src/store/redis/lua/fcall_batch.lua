@@ -32,16 +32,20 @@ local function call_batch(keys, args)
   local time = nil
   local replies = {}
   local failed = false
+  -- One argument table for every decision in turn (`lean_unpack` fills it anew; the
+  -- decisions run one after the other and keep nothing of it).
+  local a = lean_args()
+  -- And one keys table: a decision has 2 to 4 keys; the slots past its own are nil, so
+  -- `#keys` (the record's, last: block.lua) counts its own only. Allocated at its
+  -- size, where a table built key by key would grow twice for every decision.
+  local own = { false, false, false, false }
   while pos <= #packed do
     local head = string.byte(packed, pos)
     local n = head % 128
-    local format = LEAN_FORMATS[n]
-    if not format then
+    if not LEAN_FORMATS[n] then
       return redis.error_reply('tollgate: a batched decision packs 13 or 16 numbers')
     end
-    local a = { struct.unpack(format, packed, pos + 1) }
-    pos = a[n + 1]
-    a[n + 1] = nil
+    pos = lean_unpack(a, n, packed, pos + 1)
     local escalation = nil
     if head >= 128 then
       escalation = args[next_escalation]
@@ -56,7 +60,7 @@ local function call_batch(keys, args)
     if a[3] >= 4 then
       count = count + 1
     end
-    local own = {}
+    own[3], own[4] = nil, nil
     for j = 1, count do
       own[j] = keys[next_key]
       next_key = next_key + 1

@@ -22,6 +22,29 @@ local LEAN_ALGORITHMS = { 'fixed_window', 'sliding_window', 'sliding_window_coun
 -- a function library's load runs without the string library.)
 local LEAN_FORMATS = { [13] = '<ddddddddddddd', [16] = '<dddddddddddddddd' }
 
+-- Unpacks into `t` the call of `n` numbers (13 or 16, `LEAN_FORMATS`) packed in `packed`
+-- from its byte `pos`, and returns the position after them. `t` is a table of 18 slots
+-- (`lean_args`): `lean_decide` writes the charge's reads and escalation at 17 and 18,
+-- which a table built from the unpacked values (`{ struct.unpack(...) }`, sized to
+-- them) would grow twice to hold, the longest part of the decision's table work. A
+-- call without a penalty box leaves its three numbers (14 to 16) nil, as before.
+local function lean_unpack(t, n, packed, pos)
+  if n == 16 then
+    t[1], t[2], t[3], t[4], t[5], t[6], t[7], t[8], t[9], t[10], t[11], t[12], t[13], t[14],
+      t[15], t[16], pos = struct.unpack(LEAN_FORMATS[16], packed, pos)
+  else
+    t[1], t[2], t[3], t[4], t[5], t[6], t[7], t[8], t[9], t[10], t[11], t[12], t[13], pos =
+      struct.unpack(LEAN_FORMATS[13], packed, pos)
+    t[14], t[15], t[16] = nil, nil, nil
+  end
+  return pos
+end
+
+-- A table for `lean_unpack`, its 18 slots allocated at once.
+local function lean_args()
+  return { 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0 }
+end
+
 -- The verdict (with the instant decided at in `v[9]`) of the packed call unpacked in
 -- `args` (lean.lua's numbers, in order), with `escalation` (or nil), on `keys`; `time`
 -- the server's TIME if the caller read it (a batch: fcall_batch.lua), else nil. Nil
@@ -55,13 +78,11 @@ end
 -- (`packed_reply`), or nil when `packed` is not such a call.
 local function lean_call(keys, packed, escalation)
   local n = #packed / 8
-  local format = LEAN_FORMATS[n]
-  if not format then
+  if not LEAN_FORMATS[n] then
     return nil
   end
-  local args = { struct.unpack(format, packed) }
-  -- struct.unpack's last value is the position after the numbers.
-  args[n + 1] = nil
+  local args = lean_args()
+  lean_unpack(args, n, packed, 1)
   local v = lean_decide(keys, args, escalation, nil)
   if v then
     return packed_reply(v)

@@ -102,13 +102,31 @@ local ttl_lead = 0
 -- keep it (`SET … KEEPTTL`, cheaper for Redis than `PX`; see `ttl_kept`).
 local GRAIN_US = 1000000
 
+-- `math.ceil(a / b)` is `ceil_div(a, b)` for b = GRAIN_US or 1000 and a whole a with
+-- 0 <= a < CEIL_EXACT_BELOW (2^34 × 10^6 µs, in the year 2514; instants stop at 10^16,
+-- src/clock.rs `MAX_NOW_MICROS`), at a fifth of its cost: a and b are doubles exactly,
+-- and the quotient a / b, rounded once to the nearest double, moves by at most half
+-- its ulp, 2^-20 below 2^34 (2^-10 below 2^44 for b = 1000), less than the 1 / b that
+-- separates a quotient that is not whole from the nearest whole number; so the
+-- rounding never reaches or crosses a whole number, and `math.ceil` lands where the
+-- exact quotient's ceiling is. Larger values keep `ceil_div`.
+local CEIL_EXACT_BELOW = 17179869184000000
+
 -- Milliseconds a key must live: until the end of the second holding `until_us` on the
 -- caller's clock (`now`). On the server's clock that is the same instant: `now` is
 -- ahead of it by `ttl_lead`.
 local function ttl_ms(until_us, now)
-  local left = ceil_div(until_us, GRAIN_US) * GRAIN_US - now + ttl_lead
+  local left
+  if until_us < CEIL_EXACT_BELOW then
+    left = math.ceil(until_us / GRAIN_US) * GRAIN_US - now + ttl_lead
+  else
+    left = ceil_div(until_us, GRAIN_US) * GRAIN_US - now + ttl_lead
+  end
   if left < 0 then
     left = 0
+  end
+  if left < CEIL_EXACT_BELOW then
+    return math.ceil(left / 1000) + SLACK_MS
   end
   return ceil_div(left, 1000) + SLACK_MS
 end
@@ -117,5 +135,8 @@ end
 -- enough for `until_us`: the same second or an earlier one. Every `PX` goes through
 -- `ttl_ms`, and a write that keeps the TTL never moves what it was set for later.
 local function ttl_kept(before_us, until_us)
+  if until_us < CEIL_EXACT_BELOW and before_us < CEIL_EXACT_BELOW then
+    return math.ceil(until_us / GRAIN_US) <= math.ceil(before_us / GRAIN_US)
+  end
   return ceil_div(until_us, GRAIN_US) <= ceil_div(before_us, GRAIN_US)
 end
