@@ -4,6 +4,7 @@
 
 use redis::{Cmd, FromRedisValue, ParsingError, RedisError, Value};
 
+use super::wire::words;
 use super::{Call, LEAN_MOST};
 use crate::store::redis::connection::error_reply;
 
@@ -50,17 +51,6 @@ pub(in crate::store::redis) fn fcall(function: &str, calls: &[&Call]) -> Cmd {
 pub(in crate::store::redis) struct BatchReply(
     pub(in crate::store::redis) Vec<Result<Vec<i64>, RedisError>>,
 );
-
-fn words(bytes: &[u8]) -> Vec<i64> {
-    bytes
-        .chunks_exact(8)
-        .map(|chunk| {
-            let mut word = [0_u8; 8];
-            word.copy_from_slice(chunk);
-            i64::from_le_bytes(word)
-        })
-        .collect()
-}
 
 impl FromRedisValue for BatchReply {
     fn from_redis_value(v: Value) -> Result<Self, ParsingError> {

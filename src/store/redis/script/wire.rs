@@ -223,19 +223,23 @@ pub(in crate::store::redis) struct Reply(pub(in crate::store::redis) Vec<i64>);
 impl FromRedisValue for Reply {
     fn from_redis_value(v: Value) -> Result<Self, ParsingError> {
         match v {
-            Value::BulkString(bytes) if bytes.len() % 8 == 0 => Ok(Self(
-                bytes
-                    .chunks_exact(8)
-                    .map(|chunk| {
-                        let mut word = [0_u8; 8];
-                        word.copy_from_slice(chunk);
-                        i64::from_le_bytes(word)
-                    })
-                    .collect(),
-            )),
+            Value::BulkString(bytes) if bytes.len() % 8 == 0 => Ok(Self(words(&bytes))),
             other => Vec::<i64>::from_redis_value(other).map(Self),
         }
     }
+}
+
+/// The little-endian 64-bit integers packed in `bytes` (a whole number of them):
+/// a single call's reply, and each decision's part of a batch's.
+pub(in crate::store::redis) fn words(bytes: &[u8]) -> Vec<i64> {
+    bytes
+        .chunks_exact(8)
+        .map(|chunk| {
+            let mut word = [0_u8; 8];
+            word.copy_from_slice(chunk);
+            i64::from_le_bytes(word)
+        })
+        .collect()
 }
 
 /// Reads [`reply::PER_VERDICT`] integers per charge, then the instant (µs) the script
