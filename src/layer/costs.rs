@@ -165,7 +165,7 @@ impl Costs {
         template: impl AsRef<str>,
         cost: u32,
     ) -> Result<Self, ConfigError> {
-        self.add(Some(method), template.as_ref(), cost)
+        self.add(Some(method), template.as_ref(), cost, "cost route")
     }
 
     /// Requests with any method whose path matches `template` cost `cost`; a route for
@@ -184,14 +184,22 @@ impl Costs {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn route_any(self, template: impl AsRef<str>, cost: u32) -> Result<Self, ConfigError> {
-        self.add(None, template.as_ref(), cost)
+        self.add(None, template.as_ref(), cost, "cost route")
     }
 
-    fn add(self, method: Option<Method>, template: &str, cost: u32) -> Result<Self, ConfigError> {
-        let route = Route::new(method, template, cost)?;
+    /// Adds the route; a mistake is an error naming the value as `what` ("cost route",
+    /// or "route" where a policy's scope is kept as costs of 1).
+    pub(super) fn add(
+        self,
+        method: Option<Method>,
+        template: &str,
+        cost: u32,
+        what: &str,
+    ) -> Result<Self, ConfigError> {
+        let route = Route::new(method, template, cost, what)?;
         if let Some(twin) = self.routes.iter().find(|r| r.ties_with(&route)) {
             return Err(ConfigError::new(format!(
-                "invalid cost route \"{}\": it matches exactly what \"{}\" already matches",
+                "invalid {what} \"{}\": it matches exactly what \"{}\" already matches",
                 route.describe(),
                 twin.describe()
             )));

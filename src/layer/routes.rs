@@ -77,14 +77,16 @@ fn path_segments(path: &str, routed: bool) -> Option<impl Iterator<Item = PathSe
 }
 
 impl Route {
-    /// The route of `template` (for `method`, or any) costing `cost`.
+    /// The route of `template` (for `method`, or any) costing `cost`; a bad template
+    /// is an error naming it as `what` ("cost route", or "route" for a policy's scope).
     pub(super) fn new(
         method: Option<Method>,
         template: &str,
         cost: u32,
+        what: &str,
     ) -> Result<Self, ConfigError> {
         Ok(Self {
-            segments: parse_template(template)?,
+            segments: parse_template(template, what)?,
             template: template.into(),
             method,
             cost,
@@ -153,10 +155,10 @@ impl Route {
     }
 }
 
-fn parse_template(template: &str) -> Result<Box<[Segment]>, ConfigError> {
+fn parse_template(template: &str, what: &str) -> Result<Box<[Segment]>, ConfigError> {
     let invalid = |why: &str| {
         ConfigError::new(format!(
-            "invalid cost route \"{}\": {why}",
+            "invalid {what} \"{}\": {why}",
             template.escape_debug()
         ))
     };
@@ -215,7 +217,7 @@ mod tests {
         Route {
             method,
             template: template.into(),
-            segments: parse_template(template).expect("valid literal"),
+            segments: parse_template(template, "route").expect("valid literal"),
             cost: 1,
         }
     }

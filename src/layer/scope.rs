@@ -26,7 +26,10 @@ impl Policy {
     /// let (get, _) = http::Request::get("/login").body(())?.into_parts();
     /// assert!(login.applies_to(&post));
     /// assert!(!login.applies_to(&get));
-    /// assert!(Policy::new("x", Quota::per_minute(5))?.on_route(Method::GET, "/users/:id").is_err());
+    /// let bad = Policy::new("x", Quota::per_minute(5))?.on_route(Method::GET, "/users/:id");
+    /// assert!(bad.unwrap_err().to_string().starts_with("policy \"x\": invalid route \"/users/:id\""));
+    /// let twice = Policy::new("x", Quota::per_minute(5))?.on_route(Method::GET, "/a/{x}")?.on_route(Method::GET, "/a/{y}");
+    /// assert!(twice.unwrap_err().to_string().contains("invalid route \"GET /a/{y}\": it matches exactly"));
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     ///
@@ -135,18 +138,8 @@ impl Policy {
 
     fn scoped(mut self, method: Option<Method>, template: &str) -> Result<Self, ConfigError> {
         let scope = self.scope.take().unwrap_or_else(|| Costs::new().default(0));
-        let scope = match method {
-            Some(method) => scope.route(method, template, 1),
-            None => scope.route_any(template, 1),
-        }
-        .map_err(|error| {
-            ConfigError::new(format!(
-                "policy \"{}\": {}",
-                self.name(),
-                error
-                    .message()
-                    .replace("invalid cost route", "invalid route")
-            ))
+        let scope = scope.add(method, template, 1, "route").map_err(|error| {
+            ConfigError::new(format!("policy \"{}\": {}", self.name(), error.message()))
         })?;
         self.scope = Some(scope);
         Ok(self)
