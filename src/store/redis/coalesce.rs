@@ -352,9 +352,6 @@ impl RedisStore {
         if error.kind() == StoreErrorKind::Timeout {
             return self.timeout_error();
         }
-        let text = error.to_string();
-        // Display is "store <kind>: <message>".
-        let message = text.split_once(": ").map_or(text.as_str(), |(_, m)| m);
-        StoreError::new(error.kind(), message).with_source(error.clone())
+        StoreError::new(error.kind(), error.message()).with_source(error.clone())
     }
 }
