@@ -254,6 +254,7 @@ impl StoreError {
     }
 
     /// What went wrong, without the kind that `Display` puts in front.
+    #[cfg(feature = "redis")]
     pub(crate) fn message(&self) -> &str {
         &self.message
     }
