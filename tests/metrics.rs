@@ -333,6 +333,25 @@ async fn every_metric(prefix: &'static str) {
         }
     }
 
+    // A policy that applies to nothing (its one route is a typo): reported once its
+    // first 1,000 requests have passed it by.
+    let typo = name("typo");
+    let layer = RateLimitLayer::builder()
+        .policy(
+            Policy::new(typo, Quota::per_minute(5))
+                .expect("policy")
+                .on_route(http::Method::POST, "/logni")
+                .expect("a route"),
+        )
+        .build()
+        .expect("layer");
+    let server = Server::start(app(layer)).await;
+    for _ in 0..1_000 {
+        assert_eq!(server.get("/").await.status, StatusCode::OK);
+    }
+    // Read while the layer lives: its set replaced or dropped ends the report.
+    assert_eq!(value("tollgate_policy_unapplied", &[("policy", typo)]), 1);
+
     // Leases: slices charged, requests answered from them, units given back.
     let leased = LeasedStore::new(MemoryStore::new());
     let layer = RateLimitLayer::builder()
@@ -664,5 +683,201 @@ fn a_tripped_penalty_box_is_logged_with_the_keys_fingerprint() {
         for value in fields.values() {
             assert!(!value.contains("mallory-secret"), "the raw key: {fields:?}");
         }
+    }
+}
+
+/// The events `spans` recorded whose message contains `text`, for `policy`.
+#[cfg(feature = "tracing")]
+fn events(spans: &Spans, text: &str, policy: &str) -> Vec<HashMap<String, String>> {
+    spans
+        .spans
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .iter()
+        .filter(|(name, fields)| {
+            name == "event"
+                && fields.get("message").is_some_and(|m| m.contains(text))
+                && fields.get("policy").is_some_and(|p| p == policy)
+        })
+        .map(|(_, fields)| fields.clone())
+        .collect()
+}
+
+/// What the warning of a policy that applies to nothing says.
+#[cfg(feature = "tracing")]
+const UNAPPLIED: &str = "applied to none of its first 1000 requests";
+
+/// Runs `test` on a current-thread runtime (the server's tasks too) with `spans` as
+/// the thread's subscriber, alone among the tests that read tracing.
+#[cfg(feature = "tracing")]
+fn traced<F: std::future::Future<Output = ()>>(spans: &Arc<Spans>, test: impl FnOnce() -> F) {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    tracing::subscriber::with_default(spans.clone(), || runtime.block_on(test()));
+}
+
+/// `POST /login`, answered 401 by the app: the route a typo in the file misses.
+fn login() -> Request<Full<Bytes>> {
+    Request::post("/login")
+        .body(Full::default())
+        .expect("request")
+}
+
+fn login_app(layer: RateLimitLayer) -> Router {
+    Router::new()
+        .route(
+            "/login",
+            axum::routing::post(|| async { StatusCode::UNAUTHORIZED }),
+        )
+        .route("/", get(|| async { "ok" }))
+        .layer(layer)
+}
+
+/// `routes = ["POST /logni"]` for an app with `/login`: the login box is off. Before,
+/// nothing said so; now each policy's routes are logged at build, and after its first
+/// 1,000 requests a warning (once) and the gauge say it limits nothing.
+#[cfg(feature = "tracing")]
+#[test]
+fn a_policy_whose_routes_match_nothing_warns_once_and_shows_in_the_gauge() {
+    let _alone = TRACING.blocking_write();
+    snapshotter();
+    let spans = Arc::new(Spans::default());
+    traced(&spans, || async {
+        let typo = Policy::new("typo-login", Quota::per_minute(5))
+            .expect("policy")
+            .key(key::peer_ip())
+            .on_route(http::Method::POST, "/logni")
+            .expect("a route");
+        let layer = RateLimitLayer::builder()
+            .policy(typo)
+            .store(MemoryStore::with_clock(ManualClock::new(BASE)))
+            .build()
+            .expect("layer");
+        let server = Server::start(login_app(layer)).await;
+        for i in 0..1_000 {
+            // Every attempt reaches the handler: nothing limits them.
+            assert_eq!(server.send(login()).await.status, StatusCode::UNAUTHORIZED);
+            if i == 998 {
+                assert!(events(&spans, UNAPPLIED, "typo-login").is_empty());
+                assert_eq!(value("tollgate_policy_unapplied", &[("policy", "typo-login")]), 0);
+            }
+        }
+        assert_eq!(value("tollgate_policy_unapplied", &[("policy", "typo-login")]), 1);
+        for _ in 0..200 {
+            assert_eq!(server.send(login()).await.status, StatusCode::UNAUTHORIZED);
+        }
+        assert_eq!(value("tollgate_policy_unapplied", &[("policy", "typo-login")]), 1);
+    });
+    let warnings = events(&spans, UNAPPLIED, "typo-login");
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    assert_eq!(warnings[0].get("routes").map(String::as_str), Some("POST /logni"));
+    assert_eq!(warnings[0].get("outside_routes").map(String::as_str), Some("1000"));
+    assert_eq!(warnings[0].get("without_key").map(String::as_str), Some("0"));
+    // The routes were logged when the layer was built.
+    let installed = events(&spans, "rate-limit policy installed", "typo-login");
+    assert_eq!(installed.len(), 1, "{installed:?}");
+    assert_eq!(installed[0].get("routes").map(String::as_str), Some("POST /logni"));
+    // The layer is gone: so is the report.
+    assert_eq!(value("tollgate_policy_unapplied", &[("policy", "typo-login")]), 0);
+}
+
+/// A key extractor that finds no key in any request (`peer_ip` on a server that
+/// records no peer address, as a tonic server built without the `tonic` feature):
+/// 9 requests of cost 3 on a burst of 5 all pass, and the policy is reported.
+#[cfg(feature = "tracing")]
+#[test]
+fn a_policy_whose_key_is_never_found_warns_once_and_shows_in_the_gauge() {
+    let _alone = TRACING.blocking_write();
+    snapshotter();
+    let spans = Arc::new(Spans::default());
+    traced(&spans, || async {
+        let peerless = Policy::new("peerless", Quota::per_minute(5))
+            .expect("policy")
+            .key(key::peer_ip())
+            .costs(tollgate::layer::Costs::new().default(3));
+        let layer = RateLimitLayer::builder()
+            .policy(peerless)
+            .store(MemoryStore::with_clock(ManualClock::new(BASE)))
+            .build()
+            .expect("layer");
+        // Served without `ConnectInfo`: no request carries its peer's address.
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("an address");
+        let serving = tokio::spawn(async move {
+            axum::serve(listener, app(layer)).await.expect("serve");
+        });
+        let client = hyper_util::client::legacy::Client::builder(
+            hyper_util::rt::TokioExecutor::new(),
+        )
+        .build_http::<Full<Bytes>>();
+        for _ in 0..1_000 {
+            let request = Request::get(format!("http://{addr}/"))
+                .body(Full::default())
+                .expect("request");
+            let response = client.request(request).await.expect("a response");
+            assert_eq!(response.status(), StatusCode::OK);
+        }
+        assert_eq!(value("tollgate_policy_unapplied", &[("policy", "peerless")]), 1);
+        serving.abort();
+    });
+    let warnings = events(&spans, UNAPPLIED, "peerless");
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    assert_eq!(warnings[0].get("without_key").map(String::as_str), Some("1000"));
+    assert_eq!(warnings[0].get("outside_routes").map(String::as_str), Some("0"));
+    assert!(
+        warnings[0]
+            .get("message")
+            .is_some_and(|m| m.contains("found no key")),
+        "{warnings:?}"
+    );
+}
+
+/// A policy that applies to one of its first 1,000 requests (the last of them) is
+/// never reported, however many requests pass it by after; nor is a fallback whose
+/// requests all carry the key of the policy it stands in for (they are that
+/// policy's, not a sign of a mistake).
+#[cfg(feature = "tracing")]
+#[test]
+fn a_policy_that_applies_never_warns() {
+    let _alone = TRACING.blocking_write();
+    snapshotter();
+    let spans = Arc::new(Spans::default());
+    traced(&spans, || async {
+        let logins = Policy::new("applies-login", Quota::per_minute(10_000))
+            .expect("policy")
+            .on_route(http::Method::POST, "/login")
+            .expect("a route");
+        let keyed = per_user("applies-keyed", Quota::per_minute(10_000));
+        let anonymous = Policy::new("applies-anonymous", Quota::per_minute(10_000))
+            .expect("policy")
+            .unless_key(key::header("x-user").expect("a header name"));
+        let layer = RateLimitLayer::builder()
+            .policy(logins)
+            .policy(keyed)
+            .policy(anonymous)
+            .store(MemoryStore::with_clock(ManualClock::new(BASE)))
+            .build()
+            .expect("layer");
+        let server = Server::start(login_app(layer)).await;
+        for _ in 0..999 {
+            assert_eq!(send(&server, "ivan").await.status, StatusCode::OK);
+        }
+        let mut last = login();
+        last.headers_mut()
+            .insert("x-user", http::HeaderValue::from_static("ivan"));
+        assert_eq!(server.send(last).await.status, StatusCode::UNAUTHORIZED);
+        for _ in 0..1_100 {
+            assert_eq!(send(&server, "ivan").await.status, StatusCode::OK);
+        }
+        for policy in ["applies-login", "applies-keyed", "applies-anonymous"] {
+            assert_eq!(value("tollgate_policy_unapplied", &[("policy", policy)]), 0);
+        }
+    });
+    for policy in ["applies-login", "applies-keyed", "applies-anonymous"] {
+        assert!(events(&spans, UNAPPLIED, policy).is_empty(), "{policy}");
     }
 }

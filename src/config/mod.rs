@@ -36,7 +36,7 @@
 //! | `in_flight` | at most this many requests of one key at once (see [`Policy::in_flight`]) | none |
 //! | `wait` | hold a request that will fit within this long instead of rejecting it, `"2s"` (see [`Policy::wait`]) | reject at once |
 //! | `metered` | `true`: settle each request to the actual its handler reports through its [`Meter`](crate::layer::Meter) (see [`Policy::metered`]) | `false` |
-//! | `max_actual` | the most one request is settled to (see [`Policy::max_actual`]) | none |
+//! | `max_actual` | the most one request is settled to, at least 1 (see [`Policy::max_actual`]) | none |
 //! | `meter` | bytes as the unit: `"request-bytes"` or `"response-bytes"` (see [`Policy::meter_request_bytes`]) | requests |
 //! | `enforce` | the share of callers the limit rejects when over it, from `0` to `1` (`0.1`: a stable one in ten, by key fingerprint; the rest in shadow mode; see [`Policy::enforce`]) | `1` |
 //! | `shadow` | `true`: shadow mode for every caller (`enforce = 0`); not with `enforce` | `false` |
@@ -216,7 +216,9 @@ impl Limits {
     /// # Ok::<(), tollgate::ConfigError>(())
     /// ```
     pub fn from_toml(text: &str) -> Result<Self, ConfigError> {
-        let text = Text(text);
+        // A byte-order mark is not part of the first line: left in, toml would skip
+        // it, and every column on that line would be one too far.
+        let text = Text(text.strip_prefix('\u{feff}').unwrap_or(text));
         let file: schema::File = toml::from_str(text.0).map_err(|e| text.toml_error(&e))?;
         if file.limit.is_empty() {
             return Err(text.place(

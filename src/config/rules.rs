@@ -255,6 +255,16 @@ fn work(text: &Text<'_>, mut policy: Policy, spec: &LimitSpec) -> Result<Policy,
         policy = policy.metered();
     }
     if let Some(max) = &spec.max_actual {
+        if *max.get_ref() == 0 {
+            return Err(text.place(
+                ConfigError::new(
+                    "invalid max_actual 0: every request would be settled to 0 and charged \
+                     nothing, so the limit would limit nothing; set at least 1, or leave \
+                     max_actual out",
+                ),
+                &max.span(),
+            ));
+        }
         policy = policy.max_actual(*max.get_ref());
     }
     if let Some(unit) = &spec.meter {

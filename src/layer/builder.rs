@@ -171,6 +171,7 @@ impl LayerBuilder {
         let limits = policies.iter().map(|p| p.limit().clone());
         let limiter = self.limiter.limits(limits).build()?;
         validate(&policies, &**limiter.store(), self.partition_keys)?;
+        crate::observe::policies_installed(&policies);
         Ok(
             RateLimitLayer::with_rules(limiter, &policies, self.partition_keys)
                 .with_hooks(self.hooks),

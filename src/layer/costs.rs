@@ -243,6 +243,12 @@ impl Costs {
         }
     }
 
+    /// Each route of the table as written (`POST /login`, `/admin/{*rest} (any
+    /// method)`), most specific first: for logs.
+    pub(super) fn describe_routes(&self) -> Vec<String> {
+        self.routes.iter().map(Route::describe).collect()
+    }
+
     /// Fails when a cost this table can produce is larger than `capacity`: such a
     /// request could never pass. Costs from a closure cannot be known in advance.
     pub(crate) fn validate(&self, policy: &str, capacity: u64) -> Result<(), ConfigError> {

@@ -260,6 +260,7 @@ impl RateLimitLayer {
             shared.partition_keys,
         )));
         shared.limiter.install(&set);
+        crate::observe::policies_installed(&policies);
         Ok(())
     }
 

@@ -10,6 +10,7 @@ use http::request::Parts;
 use super::{Costs, Policy};
 use crate::ConfigError;
 use crate::key::Extractor;
+use crate::observe::Miss;
 
 impl Policy {
     /// Applies this policy only to requests with `method` whose route matches
@@ -102,10 +103,13 @@ impl Policy {
                 .is_none_or(|other| other.extract(parts).is_none())
     }
 
-    /// Makes this policy stand in for `main`: it applies only to the requests `main`
-    /// does not count — outside `main`'s routes, or without `main`'s key — so that
-    /// every caller is counted by exactly one of the two. Refused when `main` could
-    /// leave no request to it, or would reject those requests itself.
+    /// Makes this policy stand in for `main` (a file's `fallback_for`): it applies
+    /// exactly to the requests without `main`'s key, on `main`'s routes and priced by
+    /// `main`'s costs unless this policy has routes or costs of its own. A request
+    /// with `main`'s key is `main`'s business wherever it goes, even where `main` is
+    /// scoped away from its route: the fallback never charges it. Refused when
+    /// `main` could leave no request to it, would reject those requests itself, or
+    /// prices a request above this policy's capacity.
     pub(crate) fn fallback_for(mut self, main: &Policy) -> Result<Self, ConfigError> {
         let refuse = |why: &str| {
             Err(ConfigError::new(format!(
@@ -120,28 +124,71 @@ impl Policy {
             );
         }
         let (bare, ()) = http::Request::new(()).into_parts();
-        if main.applies_to(&bare) && main.key_of(&bare).is_some() {
+        if main.key_of(&bare).is_some() {
             return refuse(
                 "finds a key for every request, even one with no header (e.g. key = \"global\")",
             );
         }
-        let main_rules = main.clone();
         self.stands_in_for = Some(main.name());
-        Ok(self.unless_key(Extractor::new(move |parts: &Parts| {
-            if main_rules.applies_to(parts) {
-                main_rules.key_of(parts)
-            } else {
-                None
+        self.unless_key = Some(main.key.clone());
+        if !self.own_routes {
+            self.scope.clone_from(&main.scope);
+        }
+        if !self.own_costs {
+            self.costs = main.costs.clone();
+            if self.has_rate() {
+                self.costs
+                    .validate(self.name(), self.capacity())
+                    .map_err(|error| {
+                        ConfigError::new(format!(
+                            "{}; it takes the costs of \"{}\", the policy it stands in for: \
+                             give it costs of its own ([limit.costs] in a file)",
+                            error.message(),
+                            main.name()
+                        ))
+                    })?;
             }
-        })))
+        }
+        Ok(self)
+    }
+
+    /// The routes this policy applies to, as written (`POST /login, /admin/{*rest}
+    /// (any method)`), or `every route`: what the layer logs at build and reload.
+    pub(crate) fn describe_scope(&self) -> String {
+        self.scope
+            .as_ref()
+            .map_or_else(|| "every route".to_owned(), |scope| scope.describe_routes().join(", "))
+    }
+
+    /// The key extractor, as its name (`Extractor("peer_ip")`): for logs.
+    pub(crate) fn describe_key(&self) -> String {
+        format!("{:?}", self.key)
+    }
+
+    /// The name of the policy this one stands in for (a file's `fallback_for`).
+    pub(crate) fn stands_in_for(&self) -> Option<&'static str> {
+        self.stands_in_for
+    }
+
+    /// Why this policy does not apply to a request [`applies_to`](Policy::applies_to)
+    /// refused: outside its routes, or carrying the key of the policy it stands in for.
+    pub(crate) fn passed_over(&self, parts: &Parts) -> Miss {
+        if self.scope.as_ref().is_some_and(|scope| scope.cost(parts) == 0) {
+            Miss::OffRoute
+        } else {
+            Miss::OtherKey
+        }
     }
 
     fn scoped(mut self, method: Option<Method>, template: &str) -> Result<Self, ConfigError> {
-        let scope = self.scope.take().unwrap_or_else(|| Costs::new().default(0));
+        // Routes taken from the policy this one stands in for give way to its own.
+        let own = self.scope.take().filter(|_| self.own_routes);
+        let scope = own.unwrap_or_else(|| Costs::new().default(0));
         let scope = scope.add(method, template, 1, "route").map_err(|error| {
             ConfigError::new(format!("policy \"{}\": {}", self.name(), error.message()))
         })?;
         self.scope = Some(scope);
+        self.own_routes = true;
         Ok(self)
     }
 }

@@ -24,7 +24,7 @@ use crate::layer::limiter_calls::{LayerCheck, Pending};
 use crate::layer::rejection::{RejectReason, RejectionInfo};
 use crate::layer::shared::{Shared, View};
 use crate::layer::{Decisions, MissingKey};
-use crate::observe::{self, Outcome};
+use crate::observe::{self, Miss, Outcome};
 
 /// Rate limiting around an inner service; built by [`RateLimitLayer`](crate::RateLimitLayer).
 ///
@@ -221,11 +221,15 @@ fn gather(shared: &Shared, view: &View, parts: &Parts) -> (Checks, Claims, Optio
     let mut claims = Claims::new();
     let mut missing_key = None;
     for (index, policy) in view.policies().iter().enumerate() {
+        // Whether the policy applies to anything is watched over the first requests.
+        let watch = &view.metrics[index].unapplied;
         if !policy.applies_to(parts) {
+            watch.passed_over(policy, || policy.passed_over(parts));
             continue;
         }
         match policy.key_of(parts) {
             Some(key) => {
+                watch.applied();
                 let enforced = !shared.shadow && policy.enforces(&key);
                 // A running request takes a slot whatever it costs.
                 if let Some(max) = policy.get_in_flight() {
@@ -249,6 +253,7 @@ fn gather(shared: &Shared, view: &View, parts: &Parts) -> (Checks, Claims, Optio
                 }
             }
             None if policy.missing_key() == MissingKey::Reject => {
+                watch.applied();
                 // Without a key there is no fingerprint: only a policy that
                 // enforces every caller rejects it.
                 let enforced = !shared.shadow && policy.get_rollout().enforces_all();
@@ -260,7 +265,7 @@ fn gather(shared: &Shared, view: &View, parts: &Parts) -> (Checks, Claims, Optio
                 };
                 observe::refused(&view.metrics[index], policy.name(), outcome, None);
             }
-            None => {}
+            None => watch.passed_over(policy, || Miss::NoKey),
         }
     }
     (checks, claims, missing_key)

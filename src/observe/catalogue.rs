@@ -129,6 +129,17 @@ pub(crate) const PENALTIES: Metric = Metric {
     meaning: "Penalty boxes tripped: a key blocked for its repeated rejections.",
 };
 
+pub(crate) const POLICY_UNAPPLIED: Metric = Metric {
+    name: "tollgate_policy_unapplied",
+    open_telemetry_name: "rate_limit.policy.unapplied",
+    kind: MetricKind::Gauge,
+    labels: &["policy"],
+    meaning: "1 while a policy has applied to none of the first 1,000 requests the layer \
+              saw since its set was installed (its routes match none of them, or its key \
+              extractor finds no key): it limits nothing. Back to 0 when it applies, or \
+              when a reload replaces the set.",
+};
+
 pub(crate) const MEMORY_KEYS: Metric = Metric {
     name: "tollgate_memory_keys",
     open_telemetry_name: "rate_limit.memory.keys",
@@ -202,6 +213,7 @@ pub const METRICS: &[Metric] = &[
     HELD_DURATION,
     IN_FLIGHT,
     PENALTIES,
+    POLICY_UNAPPLIED,
     MEMORY_KEYS,
     MEMORY_BYTES,
     MEMORY_EVICTIONS,

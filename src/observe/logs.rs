@@ -1,5 +1,6 @@
 //! Rare events, logged and counted: store errors, penalty boxes tripped, refunds and
-//! in-flight slot records that failed, rate-limit headers over their bound.
+//! in-flight slot records that failed, rate-limit headers over their bound, policies
+//! installed (their routes) and policies that applied to nothing.
 
 use crate::StoreError;
 
@@ -84,6 +85,87 @@ pub(crate) fn slot_record_failed(error: &StoreError) {
 pub(crate) fn headers_too_long(error: &crate::ConfigError) {
     #[cfg(feature = "tracing")]
     tracing::warn!(target: "tollgate", %error, "rate-limit headers over the size bound");
+}
+
+/// Records that `policy` applied to none of the first requests the layer saw (see
+/// `unapplied.rs`): once per policy and installed set, a warning, and the
+/// `tollgate_policy_unapplied` gauge up. `keyless` of them were on its routes without
+/// a key; the others were outside its routes.
+#[cfg(feature = "layer")]
+#[cfg_attr(
+    not(any(feature = "tracing", feature = "metrics")),
+    allow(unused_variables)
+)]
+pub(crate) fn policy_unapplied(policy: &crate::Policy, keyless: u32) {
+    #[cfg(feature = "metrics")]
+    super::names::gauge(
+        &super::catalogue::POLICY_UNAPPLIED,
+        &[("policy", policy.name())],
+    )
+    .increment(1.0);
+    #[cfg(feature = "tracing")]
+    {
+        let watched = super::unapplied::WATCHED;
+        let why = if keyless == 0 {
+            "its routes matched none of them"
+        } else if keyless >= watched {
+            "its key extractor found no key in any of them"
+        } else {
+            "some were outside its routes, and its key extractor found no key in the others"
+        };
+        tracing::warn!(
+            target: "tollgate",
+            policy = policy.name(),
+            routes = %policy.describe_scope(),
+            key = %policy.describe_key(),
+            requests = watched,
+            outside_routes = watched.saturating_sub(keyless),
+            without_key = keyless,
+            "rate-limit policy applied to none of its first {watched} requests ({why}): it limits nothing; check its routes and its key"
+        );
+    }
+}
+
+/// Records that a policy reported as applying to nothing applied to a request after
+/// all: the gauge goes back down.
+#[cfg(feature = "layer")]
+#[cfg_attr(
+    not(any(feature = "tracing", feature = "metrics")),
+    allow(unused_variables)
+)]
+pub(crate) fn policy_applies_after_all(policy: &'static str) {
+    unapplied_report_ended(policy);
+    #[cfg(feature = "tracing")]
+    tracing::info!(target: "tollgate", policy, "rate-limit policy reported as applying to nothing applied to a request");
+}
+
+/// Ends a report of a policy that applied to nothing (it applied after all, or its
+/// set of policies was replaced): the gauge goes back down.
+#[cfg(feature = "layer")]
+#[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
+pub(crate) fn unapplied_report_ended(policy: &'static str) {
+    #[cfg(feature = "metrics")]
+    super::names::gauge(&super::catalogue::POLICY_UNAPPLIED, &[("policy", policy)])
+        .decrement(1.0);
+}
+
+/// Records each policy of a set the layer installs (built or reloaded): its routes,
+/// its key and, for a fallback, the policy it stands in for, so that an operator can
+/// see what each policy applies to.
+#[cfg(feature = "layer")]
+#[cfg_attr(not(feature = "tracing"), allow(unused_variables))]
+pub(crate) fn policies_installed(policies: &[crate::Policy]) {
+    #[cfg(feature = "tracing")]
+    for policy in policies {
+        tracing::info!(
+            target: "tollgate",
+            policy = policy.name(),
+            routes = %policy.describe_scope(),
+            key = %policy.describe_key(),
+            fallback_for = policy.stands_in_for(),
+            "rate-limit policy installed"
+        );
+    }
 }
 
 /// Records a penalty box that a rejection of `policy` tripped: the key is blocked for

@@ -19,7 +19,8 @@
 //! became of a request: metrics, the decision's span and its log lines), `store.rs`
 //! (store-call latency, failures), `memory.rs` (the memory store's size and evictions),
 //! `lease.rs` (leases and the denial cache), `logs.rs` (penalties, refunds, slot
-//! records, oversized headers).
+//! records, oversized headers, installed policies), `unapplied.rs` (policies that
+//! apply to no request).
 
 #[cfg(feature = "metrics")]
 mod catalogue;
@@ -34,6 +35,8 @@ mod names;
 mod policy;
 #[cfg(feature = "layer")]
 mod store;
+#[cfg(feature = "layer")]
+mod unapplied;
 
 #[cfg(feature = "metrics")]
 #[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
@@ -47,6 +50,10 @@ pub(crate) use decisions::{Outcome, decided, refused};
 pub(crate) use lease::{denial_cache_hit, lease_hit, lease_slice, lease_units_returned};
 #[cfg(feature = "layer")]
 pub(crate) use logs::headers_too_long;
+#[cfg(feature = "layer")]
+pub(crate) use logs::policies_installed;
+#[cfg(feature = "layer")]
+pub(crate) use unapplied::Miss;
 #[cfg(feature = "redis")]
 pub(crate) use logs::slot_record_failed;
 #[cfg(feature = "layer")]

@@ -9,18 +9,22 @@ use std::sync::OnceLock;
 use metrics::{Counter, Gauge, Histogram};
 
 use super::decisions::Outcome;
+use super::unapplied::Unapplied;
 #[cfg(feature = "metrics")]
 use super::names::{Dual, counter, describe_all, gauge, histogram};
 #[cfg(feature = "metrics")]
 use super::store::{Instant, elapsed_seconds};
 
-/// One policy's handles, registered at first use. Without the `metrics` feature it
-/// is empty and every method does nothing.
+/// One policy's handles, registered at first use, and the watch of whether it
+/// applies to any request. Without the `metrics` and `tracing` features it is empty
+/// and every method does nothing.
 pub(crate) struct PolicyMetrics {
     #[cfg(feature = "metrics")]
     policy: &'static str,
     #[cfg(feature = "metrics")]
     handles: OnceLock<Handles>,
+    /// Whether the policy applied to any of the first requests (see `unapplied.rs`).
+    pub(crate) unapplied: Unapplied,
 }
 
 #[cfg(feature = "metrics")]
@@ -35,13 +39,13 @@ struct Handles {
 
 #[cfg_attr(not(feature = "metrics"), allow(clippy::unused_self))]
 impl PolicyMetrics {
-    #[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
     pub(crate) fn new(policy: &'static str) -> Self {
         Self {
             #[cfg(feature = "metrics")]
             policy,
             #[cfg(feature = "metrics")]
             handles: OnceLock::new(),
+            unapplied: Unapplied::new(policy),
         }
     }
 

@@ -27,14 +27,20 @@ type FromResponse = dyn Fn(&http::response::Parts) -> Option<u64> + Send + Sync;
 
 impl Policy {
     /// Refuses metering rules that cannot work together: a reported actual and a
-    /// count of bytes (two figures for one charge), a cap with nothing to cap, and
-    /// metering on a policy that charges no quota.
+    /// count of bytes (two figures for one charge), a cap with nothing to cap, a cap
+    /// of 0 (which would give every charge back), and metering on a policy that
+    /// charges no quota.
     pub(super) fn validate_metering(&self) -> Result<(), ConfigError> {
         let bytes = self.metering.request_bytes || self.metering.response_bytes;
         let problem = if self.metering.metered && bytes {
             "counts body bytes and also settles to a reported actual: choose one"
         } else if self.metering.max_actual.is_some() && !self.metering.metered {
             "has max_actual but is not metered (Policy::metered or settle_from_response)"
+        } else if self.metering.max_actual == Some(0) {
+            // Every request would be settled to nothing and given its whole charge
+            // back: the policy would limit nothing.
+            "has max_actual 0: every request would be settled to 0 and charged nothing, so \
+             the policy would limit nothing (set max_actual to at least 1, or leave it out)"
         } else if (self.metering.metered || bytes) && !self.rate {
             "is metered but charges no quota (in_flight_only)"
         } else {
@@ -149,10 +155,17 @@ impl Policy {
     /// work past `max` is done and not charged. Without it, any `u64` is settled (see
     /// [`Limiter::settle`](crate::Limiter::settle) for the most one settle charges).
     ///
+    /// `max_actual(0)` is refused when the layer is built: every request would be
+    /// settled to nothing, and the policy would limit nothing.
+    ///
     /// ```
-    /// use tollgate::{Policy, Quota};
+    /// use tollgate::{Policy, Quota, RateLimitLayer};
     /// let tokens = Policy::new("tokens", Quota::per_minute(20_000))?.metered().max_actual(4_096);
     /// assert_eq!(tokens.get_max_actual(), Some(4_096));
+    ///
+    /// let nothing = Policy::new("tokens", Quota::per_minute(5))?.metered().max_actual(0);
+    /// let err = RateLimitLayer::builder().policy(nothing).build().unwrap_err();
+    /// assert!(err.to_string().contains("max_actual 0"), "{err}");
     /// # Ok::<(), tollgate::ConfigError>(())
     /// ```
     #[must_use]

@@ -69,7 +69,10 @@ type CountWhen = dyn Fn(StatusCode) -> bool + Send + Sync;
 pub struct Policy {
     limit: Limit,
     pub(super) key: Extractor,
-    costs: Costs,
+    pub(super) costs: Costs,
+    /// Whether `costs` were set on this policy (not taken from the policy it stands
+    /// in for, see `scope.rs`).
+    pub(super) own_costs: bool,
     missing_key: MissingKey,
     count_when: Option<Arc<CountWhen>>,
     quota_from: Option<Arc<QuotaFrom>>,
@@ -82,10 +85,14 @@ pub struct Policy {
     /// The routes this policy applies to (cost 1 each, 0 elsewhere); `None`: all
     /// (see `scope.rs`).
     pub(super) scope: Option<Costs>,
+    /// Whether `scope` was set on this policy (not taken from the policy it stands in
+    /// for, see `scope.rs`).
+    pub(super) own_routes: bool,
     /// Applies only to requests this extractor finds no key for (see `scope.rs`).
     pub(super) unless_key: Option<Extractor>,
-    /// The policy this one stands in for (a file's `fallback_for`), by name: its key
-    /// and routes are read again whenever the set changes (see `scope.rs`).
+    /// The policy this one stands in for (a file's `fallback_for`), by name: its key,
+    /// and its routes and costs where this policy has none of its own, are read again
+    /// whenever the set changes (see `scope.rs`).
     pub(super) stands_in_for: Option<&'static str>,
     /// Which callers this policy rejects; the others it only watches.
     rollout: Rollout,
@@ -152,6 +159,7 @@ impl Policy {
     #[must_use]
     pub fn costs(mut self, costs: impl Into<Costs>) -> Self {
         self.costs = costs.into();
+        self.own_costs = true;
         self
     }
 
@@ -404,6 +412,7 @@ impl From<Limit> for Policy {
             limit,
             key: key::global(),
             costs: Costs::new(),
+            own_costs: false,
             missing_key: MissingKey::Skip,
             count_when: None,
             quota_from: None,
@@ -411,6 +420,7 @@ impl From<Limit> for Policy {
             rate: true,
             wait: None,
             scope: None,
+            own_routes: false,
             unless_key: None,
             stands_in_for: None,
             rollout: Rollout::ENFORCED,
