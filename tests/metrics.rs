@@ -761,26 +761,50 @@ fn a_policy_whose_routes_match_nothing_warns_once_and_shows_in_the_gauge() {
             assert_eq!(server.send(login()).await.status, StatusCode::UNAUTHORIZED);
             if i == 998 {
                 assert!(events(&spans, UNAPPLIED, "typo-login").is_empty());
-                assert_eq!(value("tollgate_policy_unapplied", &[("policy", "typo-login")]), 0);
+                assert_eq!(
+                    value("tollgate_policy_unapplied", &[("policy", "typo-login")]),
+                    0
+                );
             }
         }
-        assert_eq!(value("tollgate_policy_unapplied", &[("policy", "typo-login")]), 1);
+        assert_eq!(
+            value("tollgate_policy_unapplied", &[("policy", "typo-login")]),
+            1
+        );
         for _ in 0..200 {
             assert_eq!(server.send(login()).await.status, StatusCode::UNAUTHORIZED);
         }
-        assert_eq!(value("tollgate_policy_unapplied", &[("policy", "typo-login")]), 1);
+        assert_eq!(
+            value("tollgate_policy_unapplied", &[("policy", "typo-login")]),
+            1
+        );
     });
     let warnings = events(&spans, UNAPPLIED, "typo-login");
     assert_eq!(warnings.len(), 1, "{warnings:?}");
-    assert_eq!(warnings[0].get("routes").map(String::as_str), Some("POST /logni"));
-    assert_eq!(warnings[0].get("outside_routes").map(String::as_str), Some("1000"));
-    assert_eq!(warnings[0].get("without_key").map(String::as_str), Some("0"));
+    assert_eq!(
+        warnings[0].get("routes").map(String::as_str),
+        Some("POST /logni")
+    );
+    assert_eq!(
+        warnings[0].get("outside_routes").map(String::as_str),
+        Some("1000")
+    );
+    assert_eq!(
+        warnings[0].get("without_key").map(String::as_str),
+        Some("0")
+    );
     // The routes were logged when the layer was built.
     let installed = events(&spans, "rate-limit policy installed", "typo-login");
     assert_eq!(installed.len(), 1, "{installed:?}");
-    assert_eq!(installed[0].get("routes").map(String::as_str), Some("POST /logni"));
+    assert_eq!(
+        installed[0].get("routes").map(String::as_str),
+        Some("POST /logni")
+    );
     // The layer is gone: so is the report.
-    assert_eq!(value("tollgate_policy_unapplied", &[("policy", "typo-login")]), 0);
+    assert_eq!(
+        value("tollgate_policy_unapplied", &[("policy", "typo-login")]),
+        0
+    );
 }
 
 /// A key extractor that finds no key in any request (`peer_ip` on a server that
@@ -810,10 +834,9 @@ fn a_policy_whose_key_is_never_found_warns_once_and_shows_in_the_gauge() {
         let serving = tokio::spawn(async move {
             axum::serve(listener, app(layer)).await.expect("serve");
         });
-        let client = hyper_util::client::legacy::Client::builder(
-            hyper_util::rt::TokioExecutor::new(),
-        )
-        .build_http::<Full<Bytes>>();
+        let client =
+            hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+                .build_http::<Full<Bytes>>();
         for _ in 0..1_000 {
             let request = Request::get(format!("http://{addr}/"))
                 .body(Full::default())
@@ -821,13 +844,22 @@ fn a_policy_whose_key_is_never_found_warns_once_and_shows_in_the_gauge() {
             let response = client.request(request).await.expect("a response");
             assert_eq!(response.status(), StatusCode::OK);
         }
-        assert_eq!(value("tollgate_policy_unapplied", &[("policy", "peerless")]), 1);
+        assert_eq!(
+            value("tollgate_policy_unapplied", &[("policy", "peerless")]),
+            1
+        );
         serving.abort();
     });
     let warnings = events(&spans, UNAPPLIED, "peerless");
     assert_eq!(warnings.len(), 1, "{warnings:?}");
-    assert_eq!(warnings[0].get("without_key").map(String::as_str), Some("1000"));
-    assert_eq!(warnings[0].get("outside_routes").map(String::as_str), Some("0"));
+    assert_eq!(
+        warnings[0].get("without_key").map(String::as_str),
+        Some("1000")
+    );
+    assert_eq!(
+        warnings[0].get("outside_routes").map(String::as_str),
+        Some("0")
+    );
     assert!(
         warnings[0]
             .get("message")

@@ -155,9 +155,10 @@ impl Policy {
     /// The routes this policy applies to, as written (`POST /login, /admin/{*rest}
     /// (any method)`), or `every route`: what the layer logs at build and reload.
     pub(crate) fn describe_scope(&self) -> String {
-        self.scope
-            .as_ref()
-            .map_or_else(|| "every route".to_owned(), |scope| scope.describe_routes().join(", "))
+        self.scope.as_ref().map_or_else(
+            || "every route".to_owned(),
+            |scope| scope.describe_routes().join(", "),
+        )
     }
 
     /// The key extractor, as its name (`Extractor("peer_ip")`): for logs.
@@ -173,7 +174,11 @@ impl Policy {
     /// Why this policy does not apply to a request [`applies_to`](Policy::applies_to)
     /// refused: outside its routes, or carrying the key of the policy it stands in for.
     pub(crate) fn passed_over(&self, parts: &Parts) -> Miss {
-        if self.scope.as_ref().is_some_and(|scope| scope.cost(parts) == 0) {
+        if self
+            .scope
+            .as_ref()
+            .is_some_and(|scope| scope.cost(parts) == 0)
+        {
             Miss::OffRoute
         } else {
             Miss::OtherKey

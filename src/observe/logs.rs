@@ -145,8 +145,7 @@ pub(crate) fn policy_applies_after_all(policy: &'static str) {
 #[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
 pub(crate) fn unapplied_report_ended(policy: &'static str) {
     #[cfg(feature = "metrics")]
-    super::names::gauge(&super::catalogue::POLICY_UNAPPLIED, &[("policy", policy)])
-        .decrement(1.0);
+    super::names::gauge(&super::catalogue::POLICY_UNAPPLIED, &[("policy", policy)]).decrement(1.0);
 }
 
 /// Records each policy of a set the layer installs (built or reloaded): its routes,

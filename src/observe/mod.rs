@@ -52,8 +52,6 @@ pub(crate) use lease::{denial_cache_hit, lease_hit, lease_slice, lease_units_ret
 pub(crate) use logs::headers_too_long;
 #[cfg(feature = "layer")]
 pub(crate) use logs::policies_installed;
-#[cfg(feature = "layer")]
-pub(crate) use unapplied::Miss;
 #[cfg(feature = "redis")]
 pub(crate) use logs::slot_record_failed;
 #[cfg(feature = "layer")]
@@ -64,3 +62,5 @@ pub(crate) use memory::{Eviction, memory_changed, memory_evicted};
 pub(crate) use policy::{Held, PolicyMetrics};
 #[cfg(feature = "layer")]
 pub(crate) use store::{Operation, StoreMetrics, StoreTimer};
+#[cfg(feature = "layer")]
+pub(crate) use unapplied::Miss;

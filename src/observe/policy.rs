@@ -9,11 +9,11 @@ use std::sync::OnceLock;
 use metrics::{Counter, Gauge, Histogram};
 
 use super::decisions::Outcome;
-use super::unapplied::Unapplied;
 #[cfg(feature = "metrics")]
 use super::names::{Dual, counter, describe_all, gauge, histogram};
 #[cfg(feature = "metrics")]
 use super::store::{Instant, elapsed_seconds};
+use super::unapplied::Unapplied;
 
 /// One policy's handles, registered at first use, and the watch of whether it
 /// applies to any request. Without the `metrics` and `tracing` features it is empty

@@ -459,6 +459,20 @@ const MALFORMED: &[Case] = &[
         "invalid duration \"two seconds\"",
     ),
     (
+        "max_actual 0 (a metered limit would limit nothing)",
+        "[[limit]]\nname = \"api\"\nquota = \"5/min\"\nmetered = true\nmax_actual = 0\n",
+        5,
+        14,
+        "invalid max_actual 0",
+    ),
+    (
+        "fallback that takes costs above its capacity",
+        "[[limit]]\nname = \"per-key\"\nquota = \"10/min\"\nkey = \"header:x-api-key\"\ncosts = { \"POST /upload\" = 5 }\n[[limit]]\nname = \"anonymous\"\nquota = \"2/min\"\nkey = \"peer_ip\"\nfallback_for = \"per-key\"\n",
+        10,
+        16,
+        "takes the costs of \"per-key\"",
+    ),
+    (
         "meter misspelt",
         "[[limit]]\nname = \"api\"\nquota = \"1/s\"\nmeter = \"bytes\"\n",
         4,
@@ -847,4 +861,65 @@ fn a_file_cut_mid_write_is_refused_or_reads_as_a_shorter_file() {
     )
     .expect("a shorter, valid file");
     assert_eq!(first.policies().len(), 1);
+}
+
+/// `max_actual = 0` made a metered limit limit nothing (every request settled to 0:
+/// 50 of 50 served on 5/min); it is refused, in the file and in code, naming the input.
+#[test]
+fn max_actual_0_is_refused_in_the_file_and_in_code() {
+    let file = format!("{HEAD}metered = true\nmax_actual = 0\n");
+    let err = Limits::from_toml(&file).expect_err("max_actual 0");
+    assert_eq!((err.line(), err.column()), (Some(5), Some(14)), "{err}");
+    assert!(err.to_string().contains("invalid max_actual 0"), "{err}");
+
+    let policy = Policy::new("tokens", Quota::per_minute(5))
+        .expect("a policy")
+        .metered()
+        .max_actual(0);
+    let err = tollgate::RateLimitLayer::builder()
+        .policy(policy)
+        .build()
+        .expect_err("max_actual 0");
+    assert!(
+        err.to_string()
+            .starts_with("invalid policy \"tokens\": it has max_actual 0"),
+        "{err}"
+    );
+    // 1 is the least that still limits.
+    assert!(Limits::from_toml(&format!("{HEAD}metered = true\nmax_actual = 1\n")).is_ok());
+}
+
+/// A UTF-8 byte-order mark (what some Windows editors write first) is not a
+/// character of the first line: errors there are placed where they are without it.
+#[test]
+fn a_byte_order_mark_does_not_shift_first_line_columns() {
+    let cases: &[(&str, usize, usize)] = &[
+        // A misspelt table name on line 1: `limits` starts at column 3.
+        ("[[limits]]\nname = \"api\"\nquota = \"1/s\"\n", 1, 3),
+        // A value of the wrong type on line 1: it starts at column 9.
+        ("limit = 5\n", 1, 9),
+        // Later lines were never shifted; they stay as they are.
+        (
+            "[[limit]]\nname = \"api\"\nquota = \"100/fortnight\"\n",
+            3,
+            9,
+        ),
+    ];
+    for &(text, line, column) in cases {
+        let plain = Limits::from_toml(text).expect_err("a mistake");
+        let marked = Limits::from_toml(&format!("\u{feff}{text}")).expect_err("a mistake");
+        assert_eq!(
+            (plain.line(), plain.column()),
+            (Some(line), Some(column)),
+            "{plain}"
+        );
+        assert_eq!(
+            (marked.line(), marked.column()),
+            (Some(line), Some(column)),
+            "{marked}"
+        );
+        assert_eq!(marked.to_string(), plain.to_string());
+    }
+    let marked = Limits::from_toml(&format!("\u{feff}{HEAD}")).expect("a file with a BOM reads");
+    assert_eq!(marked.policies()[0].quota(), Quota::per_minute(100));
 }

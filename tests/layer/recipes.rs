@@ -341,3 +341,213 @@ async fn a_reload_of_the_file_keeps_the_rules_hooked_in_code()
     assert_eq!(status(server.send(as_user("d")).await), StatusCode::OK);
     Ok(())
 }
+
+/// `routes` behind a layer with the file's limits, on `store`.
+async fn serve_on(
+    file: &str,
+    store: impl tollgate::store::Store,
+) -> Result<Server, Box<dyn std::error::Error>> {
+    let routes = Router::new()
+        .route("/health", get(|| async { "up" }))
+        .route("/api/upload", post(|| async { "stored" }))
+        .route("/api/{*rest}", axum::routing::any(|| async { "api" }));
+    let layer = RateLimitLayer::builder()
+        .policies(Limits::from_toml(file)?.into_policies())
+        .store(store)
+        .build()?;
+    Ok(Server::start(routes.layer(layer)).await)
+}
+
+/// A request to `path` with `method`, with the API key `key` if any.
+fn call(method: &str, path: &str, key: Option<&str>) -> Request<Full<bytes::Bytes>> {
+    let mut request = Request::builder().method(method).uri(path);
+    if let Some(key) = key {
+        request = request.header("x-api-key", key);
+    }
+    request.body(Full::default()).expect("a request")
+}
+
+/// The fallback's own routes include one the main policy is scoped away from.
+const FALLBACK_OWN_ROUTES: &str = r#"
+[[limit]]
+name = "per-key"
+quota = "3/min"
+algorithm = "fixed_window"
+key = "header:x-api-key"
+routes = ["* /api/{*rest}"]
+
+[[limit]]
+name = "anonymous"
+quota = "1/min"
+algorithm = "fixed_window"
+key = "peer_ip"
+routes = ["GET /health", "* /api/{*rest}"]
+fallback_for = "per-key"
+"#;
+
+/// A request with the main policy's key is that policy's business wherever it goes:
+/// where the main policy is scoped away from the route, the fallback does not charge
+/// it either (before, it charged it as if it had no key: the 2nd keyed `/health` of a
+/// minute got a 429 from "anonymous").
+async fn a_fallback_never_charges_a_request_that_has_the_main_policys_key(
+    store: impl tollgate::store::Store,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let server = serve_on(FALLBACK_OWN_ROUTES, store).await?;
+    for i in 0..3 {
+        let reply = server.send(call("GET", "/health", Some("k1"))).await;
+        assert_eq!(reply.status, StatusCode::OK, "keyed /health {i}");
+        assert_eq!(reply.header("ratelimit-policy"), "", "keyed /health {i}");
+    }
+    // Without the key, the fallback's own route is limited by it.
+    let first = server.send(call("GET", "/health", None)).await;
+    assert_eq!(first.status, StatusCode::OK);
+    assert_eq!(first.header("ratelimit-policy"), r#""anonymous";q=1;w=60"#);
+    let second = server.send(call("GET", "/health", None)).await;
+    assert_eq!(second.status, StatusCode::TOO_MANY_REQUESTS);
+    // On the main policy's routes, the key is counted there, never by the fallback.
+    for _ in 0..3 {
+        let reply = server.send(call("GET", "/api/items", Some("k1"))).await;
+        assert_eq!(reply.status, StatusCode::OK);
+        assert_eq!(reply.header("ratelimit-policy"), r#""per-key";q=3;w=60"#);
+    }
+    assert_eq!(
+        server
+            .send(call("GET", "/api/items", Some("k1")))
+            .await
+            .status,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_fallback_never_charges_a_request_that_has_the_main_policys_key_on_memory()
+-> Result<(), Box<dyn std::error::Error>> {
+    let store = MemoryStore::with_clock(ManualClock::new(BASE));
+    a_fallback_never_charges_a_request_that_has_the_main_policys_key(store).await
+}
+
+#[cfg(feature = "redis")]
+#[tokio::test]
+async fn a_fallback_never_charges_a_request_that_has_the_main_policys_key_on_redis()
+-> Result<(), Box<dyn std::error::Error>> {
+    let store = crate::shared_redis::redis_store("fallback-key", ManualClock::new(BASE));
+    a_fallback_never_charges_a_request_that_has_the_main_policys_key(store).await
+}
+
+/// The main policy is scoped to `/api`; the fallback says nothing of routes.
+const FALLBACK_INHERITS: &str = r#"
+[[limit]]
+name = "per-key"
+quota = "30/min"
+algorithm = "fixed_window"
+key = "header:x-api-key"
+routes = ["* /api/{*rest}"]
+
+[limit.costs]
+"POST /api/upload" = 3
+
+[[limit]]
+name = "anonymous"
+quota = "6/min"
+algorithm = "fixed_window"
+key = "peer_ip"
+fallback_for = "per-key"
+"#;
+
+/// A fallback that says nothing of routes applies on the main policy's routes only
+/// (before, it limited every route, `/health` included, for callers without a key).
+async fn a_fallback_takes_the_main_policys_routes_unless_the_file_gives_its_own(
+    store: impl tollgate::store::Store,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let server = serve_on(FALLBACK_INHERITS, store).await?;
+    for i in 0..8 {
+        let reply = server.send(call("GET", "/health", None)).await;
+        assert_eq!(reply.status, StatusCode::OK, "/health {i}");
+        assert_eq!(reply.header("ratelimit-policy"), "", "/health {i}");
+    }
+    for i in 0..6 {
+        let reply = server.send(call("GET", "/api/items", None)).await;
+        assert_eq!(reply.status, StatusCode::OK, "/api/items {i}");
+        assert_eq!(reply.header("ratelimit-policy"), r#""anonymous";q=6;w=60"#);
+    }
+    assert_eq!(
+        server.send(call("GET", "/api/items", None)).await.status,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_fallback_takes_the_main_policys_routes_unless_the_file_gives_its_own_on_memory()
+-> Result<(), Box<dyn std::error::Error>> {
+    let store = MemoryStore::with_clock(ManualClock::new(BASE));
+    a_fallback_takes_the_main_policys_routes_unless_the_file_gives_its_own(store).await
+}
+
+#[cfg(feature = "redis")]
+#[tokio::test]
+async fn a_fallback_takes_the_main_policys_routes_unless_the_file_gives_its_own_on_redis()
+-> Result<(), Box<dyn std::error::Error>> {
+    let store = crate::shared_redis::redis_store("fallback-routes", ManualClock::new(BASE));
+    a_fallback_takes_the_main_policys_routes_unless_the_file_gives_its_own(store).await
+}
+
+/// A fallback that says nothing of costs prices requests as the main policy does
+/// (before, an upload the main policy prices at 3 cost a caller without a key 1: six
+/// uploads a minute on 6/min instead of two); with costs of its own, it uses those.
+async fn a_fallback_takes_the_main_policys_costs_unless_the_file_gives_its_own<S, F>(
+    store: F,
+) -> Result<(), Box<dyn std::error::Error>>
+where
+    S: tollgate::store::Store,
+    F: Fn(&str) -> S,
+{
+    let server = serve_on(FALLBACK_INHERITS, store("inherited")).await?;
+    let upload = || call("POST", "/api/upload", None);
+    let first = server.send(upload()).await;
+    assert_eq!(first.status, StatusCode::OK);
+    assert_eq!(first.header("ratelimit"), r#""anonymous";r=3;t=60"#);
+    assert_eq!(server.send(upload()).await.status, StatusCode::OK);
+    assert_eq!(
+        server.send(upload()).await.status,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+
+    let own = FALLBACK_INHERITS.replace(
+        "fallback_for = \"per-key\"",
+        "fallback_for = \"per-key\"\ncosts = { default = 2 }",
+    );
+    let server = serve_on(&own, store("own")).await?;
+    for i in 0..3 {
+        assert_eq!(
+            server.send(upload()).await.status,
+            StatusCode::OK,
+            "upload {i}"
+        );
+    }
+    assert_eq!(
+        server.send(upload()).await.status,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_fallback_takes_the_main_policys_costs_unless_the_file_gives_its_own_on_memory()
+-> Result<(), Box<dyn std::error::Error>> {
+    a_fallback_takes_the_main_policys_costs_unless_the_file_gives_its_own(|_| {
+        MemoryStore::with_clock(ManualClock::new(BASE))
+    })
+    .await
+}
+
+#[cfg(feature = "redis")]
+#[tokio::test]
+async fn a_fallback_takes_the_main_policys_costs_unless_the_file_gives_its_own_on_redis()
+-> Result<(), Box<dyn std::error::Error>> {
+    a_fallback_takes_the_main_policys_costs_unless_the_file_gives_its_own(|name| {
+        crate::shared_redis::redis_store(&format!("fallback-costs-{name}"), ManualClock::new(BASE))
+    })
+    .await
+}
