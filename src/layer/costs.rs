@@ -245,6 +245,7 @@ impl Costs {
 
     /// Each route of the table as written (`POST /login`, `/admin/{*rest} (any
     /// method)`), most specific first: for logs.
+    #[cfg(feature = "tracing")]
     pub(super) fn describe_routes(&self) -> Vec<String> {
         self.routes.iter().map(Route::describe).collect()
     }

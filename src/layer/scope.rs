@@ -63,7 +63,9 @@ impl Policy {
     /// Applies this policy only to requests `extractor` finds no key for: a fallback
     /// with its own quota and key for callers without the main policy's key (e.g. a
     /// smaller per-IP limit for requests without an API key). Each caller is counted
-    /// by exactly one of the two.
+    /// by exactly one of the two where both apply to the route: this policy keeps its
+    /// own routes and costs (a file's `fallback_for` takes the main limit's, unless
+    /// it has its own).
     ///
     /// ```
     /// use tollgate::{Policy, Quota, key};
@@ -154,6 +156,7 @@ impl Policy {
 
     /// The routes this policy applies to, as written (`POST /login, /admin/{*rest}
     /// (any method)`), or `every route`: what the layer logs at build and reload.
+    #[cfg(feature = "tracing")]
     pub(crate) fn describe_scope(&self) -> String {
         self.scope.as_ref().map_or_else(
             || "every route".to_owned(),
@@ -162,11 +165,13 @@ impl Policy {
     }
 
     /// The key extractor, as its name (`Extractor("peer_ip")`): for logs.
+    #[cfg(feature = "tracing")]
     pub(crate) fn describe_key(&self) -> String {
         format!("{:?}", self.key)
     }
 
     /// The name of the policy this one stands in for (a file's `fallback_for`).
+    #[cfg(feature = "tracing")]
     pub(crate) fn stands_in_for(&self) -> Option<&'static str> {
         self.stands_in_for
     }

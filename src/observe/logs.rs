@@ -91,11 +91,8 @@ pub(crate) fn headers_too_long(error: &crate::ConfigError) {
 /// `unapplied.rs`): once per policy and installed set, a warning, and the
 /// `tollgate_policy_unapplied` gauge up. `keyless` of them were on its routes without
 /// a key; the others were outside its routes.
-#[cfg(feature = "layer")]
-#[cfg_attr(
-    not(any(feature = "tracing", feature = "metrics")),
-    allow(unused_variables)
-)]
+#[cfg(all(feature = "layer", any(feature = "metrics", feature = "tracing")))]
+#[cfg_attr(not(feature = "tracing"), allow(unused_variables))]
 pub(crate) fn policy_unapplied(policy: &crate::Policy, keyless: u32) {
     #[cfg(feature = "metrics")]
     super::names::gauge(
@@ -128,11 +125,7 @@ pub(crate) fn policy_unapplied(policy: &crate::Policy, keyless: u32) {
 
 /// Records that a policy reported as applying to nothing applied to a request after
 /// all: the gauge goes back down.
-#[cfg(feature = "layer")]
-#[cfg_attr(
-    not(any(feature = "tracing", feature = "metrics")),
-    allow(unused_variables)
-)]
+#[cfg(all(feature = "layer", any(feature = "metrics", feature = "tracing")))]
 pub(crate) fn policy_applies_after_all(policy: &'static str) {
     unapplied_report_ended(policy);
     #[cfg(feature = "tracing")]
@@ -141,7 +134,7 @@ pub(crate) fn policy_applies_after_all(policy: &'static str) {
 
 /// Ends a report of a policy that applied to nothing (it applied after all, or its
 /// set of policies was replaced): the gauge goes back down.
-#[cfg(feature = "layer")]
+#[cfg(all(feature = "layer", any(feature = "metrics", feature = "tracing")))]
 #[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
 pub(crate) fn unapplied_report_ended(policy: &'static str) {
     #[cfg(feature = "metrics")]

@@ -13,6 +13,7 @@
 use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
 
 /// How many requests a policy may pass over before it is reported.
+#[cfg(any(feature = "metrics", feature = "tracing"))]
 pub(crate) const WATCHED: u32 = 1_000;
 
 /// Why a policy did not apply to a request.
