@@ -913,3 +913,45 @@ fn a_policy_that_applies_never_warns() {
         assert!(events(&spans, UNAPPLIED, policy).is_empty(), "{policy}");
     }
 }
+
+/// The report of a policy that applied to nothing ends when it applies after all,
+/// and when a reload replaces its set (the typo fixed): the gauge goes back to 0.
+#[tokio::test]
+async fn the_unapplied_report_ends_when_the_policy_applies_or_is_replaced() {
+    let _tracing = TRACING.read().await;
+    snapshotter();
+    let gauge = |policy| value("tollgate_policy_unapplied", &[("policy", policy)]);
+    let on = |name: &'static str, route: &str| {
+        Policy::new(name, Quota::per_minute(10_000))
+            .expect("policy")
+            .algorithm(Algorithm::FixedWindow)
+            .on_route(http::Method::POST, route)
+            .expect("a route")
+    };
+    let layer = RateLimitLayer::builder()
+        .policy(on("late-login", "/login"))
+        .policy(on("typo-fixed", "/logni"))
+        .store(MemoryStore::with_clock(ManualClock::new(BASE)))
+        .build()
+        .expect("layer");
+    let server = Server::start(login_app(layer.clone())).await;
+    for _ in 0..1_000 {
+        assert_eq!(server.get("/").await.status, StatusCode::OK);
+    }
+    assert_eq!((gauge("late-login"), gauge("typo-fixed")), (1, 1));
+    // The first login, after 1,000 other requests: "late-login" applies after all.
+    assert_eq!(server.send(login()).await.status, StatusCode::UNAUTHORIZED);
+    assert_eq!((gauge("late-login"), gauge("typo-fixed")), (0, 1));
+    // The typo fixed by a reload: the next request is decided under the new set, and
+    // the old set's report ends with it.
+    layer
+        .reload([on("late-login", "/login"), on("typo-fixed", "/login")])
+        .expect("a reload");
+    let reply = server.send(login()).await;
+    assert_eq!(reply.status, StatusCode::UNAUTHORIZED);
+    assert!(
+        reply.header("ratelimit-policy").contains("\"typo-fixed\""),
+        "{reply:?}"
+    );
+    assert_eq!((gauge("late-login"), gauge("typo-fixed")), (0, 0));
+}
