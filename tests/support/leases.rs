@@ -1,12 +1,15 @@
 //! Many "processes" (each its own `LeasedStore` on its own backing store, sharing one
 //! server or cluster) × many tasks hammering one hot key: for the Redis and the Redis
-//! Cluster lease tests alike.
+//! Cluster lease tests alike. And issue 35's case 5, a stream of rejections a penalty
+//! box must count wherever they are answered, for the memory and Redis lease tests.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
+use tollgate::clock::ManualClock;
 use tollgate::store::{LeasedStore, Store};
-use tollgate::{Algorithm, Key, Limit, Limiter};
+use tollgate::{Algorithm, Key, Limit, Limiter, Penalty};
 
 /// What a hammering admitted and what it cost.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -92,4 +95,66 @@ pub async fn assert_exact<S: Store + Clone>(
     assert_eq!(returned, if fluid { 0 } else { held }, "{algorithm}");
     let again = hammer(&fresh, limit, 8, 20).await;
     assert_eq!(again.admitted, returned, "{algorithm}");
+}
+
+/// The penalty box of issue 35's case 5: the 3rd rejection within 500 ms blocks the
+/// key for 10 minutes; with `escalate`, a second trip within the hour for 20.
+pub fn case_five_penalty(escalate: bool) -> Penalty {
+    let penalty = Penalty::after(3)
+        .within(Duration::from_millis(500))
+        .block_for(Duration::from_secs(600));
+    if escalate {
+        penalty
+            .escalate(&[Duration::from_secs(1_200)])
+            .remember(Duration::from_secs(3_600))
+    } else {
+        penalty
+    }
+}
+
+/// What one request was told: admitted, and the block it reported.
+pub type Told = (bool, Option<Duration>);
+
+/// Issue 35's case 5, from the clock's instant now: `spend` requests at that instant
+/// (the quota), then one request every 100 ms for 1 s (the first at the same
+/// instant), then one 61 s after the first rejection; what each was told. Leaves the
+/// clock at that last request.
+pub async fn rejected_every_100_ms(
+    limiter: &Limiter,
+    name: &str,
+    key: &Key,
+    clock: &ManualClock,
+    spend: u64,
+) -> Vec<Told> {
+    let ask = async || {
+        let d = limiter.check(name, key, 1).await.expect("a decision");
+        (d.allowed, d.blocked_for)
+    };
+    let mut told = Vec::new();
+    for _ in 0..spend {
+        told.push(ask().await);
+    }
+    for i in 0..=10 {
+        if i > 0 {
+            clock.advance(Duration::from_millis(100));
+        }
+        told.push(ask().await);
+    }
+    clock.advance(Duration::from_secs(60));
+    told.push(ask().await);
+    told
+}
+
+/// What [`rejected_every_100_ms`] tells a key whose box trips as its rule says: `spend`
+/// admitted, two rejections, the third (at +200 ms) blocked for `block`, every later
+/// request blocked for what is left of it, 61 s after the first rejection too.
+pub fn tripped_at_the_third_rejection(spend: u64, block: Duration) -> Vec<Told> {
+    let mut told = vec![(true, None); spend as usize];
+    told.push((false, None));
+    told.push((false, None));
+    for i in 0..=8_u64 {
+        told.push((false, Some(block - Duration::from_millis(100 * i))));
+    }
+    told.push((false, Some(block - Duration::from_millis(60_800))));
+    told
 }
