@@ -13,10 +13,13 @@
 //!   blocked (a blocked key's rejections count for nothing, on every store). The rule
 //!   asks the limit as it is when the request comes (a reload may have added a box
 //!   since the denial was recorded), not as it was.
-//! - **A batch is answered here only if the store would count nothing more.** The store
+//! - **A batch is answered here only if the store would count nothing more.** A store
 //!   decides every charge of a denied batch and counts each one that denies in its box;
 //!   so a batch with a charge under a penalty box that no block answers here goes to
-//!   the store, even when another of its charges is denied here ([`answer_batch`]).
+//!   the store that made the denials, even when another of its charges is denied here
+//!   ([`answer_batch`] with [`Asked::TheSameStore`]). A denial carried to a store that
+//!   never saw it (`Fallback`'s insurance, [`Asked::Another`]) answers the batch
+//!   whatever else it holds: asked, that store would admit what the denial denies.
 
 use super::{Charge, decision};
 use crate::algorithm::Verdict;
@@ -121,28 +124,48 @@ fn counts_rejections(limit: &Limit) -> bool {
     limit.penalty_box().is_some()
 }
 
+/// Which store a request answered nowhere here is asked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Asked {
+    /// The store that made the denials held here (the Redis denial cache): it knows
+    /// them, and counts what a penalty box must count.
+    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
+    TheSameStore,
+    /// A store that never saw them (`Fallback`'s insurance while its primary is down):
+    /// asked, it would admit what they deny.
+    Another,
+}
+
 /// The local answer to an all-or-nothing batch, by `local` (each charge's denial here,
-/// answered by [`Denial::answer`]): `None` unless some charge is denied here and the
-/// store would count nothing more for the batch — every charge under a penalty box
-/// is itself blocked here. One denied charge denies the whole batch, so the others
-/// are not evaluated and nothing is charged to them: each reports [`not_evaluated`].
+/// answered by [`Denial::answer`]): `None` unless some charge is denied here and,
+/// when the same store is asked otherwise, it would count nothing more for the batch
+/// (every charge under a penalty box is itself blocked here). One denied charge
+/// denies the whole batch, so the others are not evaluated and nothing is charged to
+/// them: each reports [`not_evaluated`].
+///
+/// With [`Asked::Another`] a penalty box beside a denied charge misses the rejection
+/// that store would have made (it decides nothing here): a carried denial must hold,
+/// and the box counts again as soon as no carried denial answers the batch.
 pub(crate) fn answer_batch(
     charges: &[Charge<'_>],
+    asked: Asked,
     mut local: impl FnMut(&Charge<'_>) -> Option<Decision>,
 ) -> Option<Vec<Decision>> {
     let mut answers: Option<Vec<Decision>> = None;
+    let mut uncounted = false;
     for (i, charge) in charges.iter().enumerate() {
         let answer = local(charge);
         let counted = charge.cost > 0 && counts_rejections(charge.limit);
-        if counted && answer.as_ref().is_none_or(|d| d.blocked_for.is_none()) {
-            // This charge's rejection, if the store made one, would be an offence.
-            return None;
-        }
+        // This charge's rejection, if the store made one, would be an offence.
+        uncounted |= counted && answer.as_ref().is_none_or(|d| d.blocked_for.is_none());
         if let Some(denial) = answer {
             let answers =
                 answers.get_or_insert_with(|| charges.iter().map(|c| not_evaluated(c)).collect());
             answers[i] = denial;
         }
+    }
+    if uncounted && asked == Asked::TheSameStore {
+        return None;
     }
     answers
 }
@@ -312,7 +335,10 @@ mod tests {
                 .then(|| denial.answer(c, 1))
                 .flatten()
         };
-        assert!(answer_batch(&batch, only_first).is_none());
+        assert!(answer_batch(&batch, Asked::TheSameStore, only_first).is_none());
+        // Carried to a store that never saw it, the denial holds.
+        let carried = answer_batch(&batch, Asked::Another, only_first).expect("answered here");
+        assert!(!carried[0].allowed && carried[1].allowed && carried[1].capacity == 0);
         // The boxed charge is blocked here: nothing more to count.
         let both = |c: &Charge<'_>| {
             if c.limit.penalty_box().is_none() {
@@ -321,11 +347,12 @@ mod tests {
                 block.answer(c, 1)
             }
         };
-        let answers = answer_batch(&batch, both).expect("answered here");
+        let answers = answer_batch(&batch, Asked::TheSameStore, both).expect("answered here");
         assert!(!answers[0].allowed && answers[1].blocked_for.is_some());
         // A peek of a boxed limit beside a denied charge counts nothing either.
         let peeking = [charge(&unboxed, &key, 1), charge(&limit, &key, 0)];
-        let answers = answer_batch(&peeking, only_first).expect("answered here");
+        let answers =
+            answer_batch(&peeking, Asked::TheSameStore, only_first).expect("answered here");
         assert!(!answers[0].allowed && answers[1].allowed && answers[1].capacity == 0);
     }
 }

@@ -30,7 +30,7 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 use foldhash::fast::RandomState;
 
 use super::Charge;
-use super::denial::{Denial, answer_batch};
+use super::denial::{Asked, Denial, answer_batch};
 use crate::algorithm::Params;
 use crate::{Decision, Key};
 
@@ -171,13 +171,29 @@ impl DenialCache {
         Some(answer)
     }
 
-    /// The local answer to an all-or-nothing batch at `now`: `None` unless the rule
-    /// ([`answer_batch`]) answers it here — some charge's key is denied for its cost,
-    /// and no charge under a penalty box could be a rejection the store would count.
-    /// The charges not denied here report [`answer_batch`]'s "not evaluated".
+    /// The local answer to an all-or-nothing batch at `now`, for a cache in front of
+    /// the store that made its denials (the Redis denial cache): `None` unless the
+    /// rule ([`answer_batch`], [`Asked::TheSameStore`]) answers it here — some charge's
+    /// key is denied for its cost, and no charge under a penalty box could be a
+    /// rejection that store would count. The charges not denied here report
+    /// [`answer_batch`]'s "not evaluated".
+    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
+    pub(crate) fn check_in_front(&self, charges: &[Charge<'_>], now: u64) -> Option<Vec<Decision>> {
+        let mut denials = self.lock();
+        answer_batch(charges, Asked::TheSameStore, |charge| {
+            Self::check_one(&mut denials, charge, now)
+        })
+    }
+
+    /// The local answer to an all-or-nothing batch at `now` by denials carried to a
+    /// store that never saw them (`Fallback`'s blocks, while the insurance serves):
+    /// any charge denied here answers the batch ([`Asked::Another`]). A cache in front
+    /// of the store that made its denials uses [`check_in_front`](Self::check_in_front).
     pub(crate) fn check(&self, charges: &[Charge<'_>], now: u64) -> Option<Vec<Decision>> {
         let mut denials = self.lock();
-        answer_batch(charges, |charge| Self::check_one(&mut denials, charge, now))
+        answer_batch(charges, Asked::Another, |charge| {
+            Self::check_one(&mut denials, charge, now)
+        })
     }
 
     /// Records the denial the store made for `charge`, sent at `sent`, if the rule

@@ -50,7 +50,7 @@ impl RedisStore {
         sent: Option<u64>,
     ) -> Option<Vec<Decision>> {
         match (&self.cache, sent) {
-            (Some(cache), Some(sent)) => cache.check(charges, sent),
+            (Some(cache), Some(sent)) => cache.check_in_front(charges, sent),
             _ => None,
         }
     }
