@@ -153,8 +153,22 @@ pub fn tripped_at_the_third_rejection(spend: u64, block: Duration) -> Vec<Told> 
     told.push((false, None));
     told.push((false, None));
     for i in 0..=8_u64 {
-        told.push((false, Some(block - Duration::from_millis(100 * i))));
+        told.push((
+            false,
+            Some(
+                block
+                    .checked_sub(Duration::from_millis(100 * i))
+                    .expect("a block longer than 61 s"),
+            ),
+        ));
     }
-    told.push((false, Some(block - Duration::from_millis(60_800))));
+    told.push((
+        false,
+        Some(
+            block
+                .checked_sub(Duration::from_millis(60_800))
+                .expect("a block longer than 61 s"),
+        ),
+    ));
     told
 }
