@@ -591,3 +591,28 @@ fn admitted_of(limiter: &Limiter, name: &str, key: &Key, tries: usize) -> usize 
         })
         .count()
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_rejections_through_leases_are_each_counted_once() {
+    // Four processes × 16 tasks on one key at a frozen instant, 2,560 requests on
+    // 1,000/min: exactly two rejections before the third trips the box.
+    let penalty = Penalty::after(3)
+        .within(Duration::from_secs(60))
+        .block_for(Duration::from_secs(600));
+    for algorithm in LEASABLE {
+        let clock = ManualClock::new(Duration::from_micros(BASE_US));
+        let memory = MemoryStore::with_clock(clock.clone());
+        let stores: Vec<_> = (0..4)
+            .map(|_| {
+                LeasedStore::builder(memory.clone())
+                    .clock(clock.clone())
+                    .build()
+            })
+            .collect();
+        let limit = Limit::new("hot", Quota::per_minute(1_000))
+            .expect("policy")
+            .algorithm(algorithm)
+            .penalty(penalty);
+        support::leases::assert_each_rejection_counted_once(&stores, &limit, 16, 40, 1_000).await;
+    }
+}

@@ -12,7 +12,8 @@ use std::time::Duration;
 
 use super::exactness::ALGORITHMS;
 use support::leases::{
-    assert_exact, case_five_penalty, hammer, rejected_every_100_ms, tripped_at_the_third_rejection,
+    assert_each_rejection_counted_once, assert_exact, case_five_penalty, hammer,
+    rejected_every_100_ms, tripped_at_the_third_rejection,
 };
 use support::redis_cluster::shared_cluster;
 use support::redis_server::{RedisServer, script_calls, shared_server, unique_prefix};
@@ -449,4 +450,34 @@ async fn a_slice_that_does_not_fit_is_not_counted_as_a_rejection_on_redis() {
 #[tokio::test]
 async fn a_slice_that_does_not_fit_is_not_counted_as_a_rejection_on_a_cluster() {
     slice_not_counted(None).await;
+}
+
+/// Four processes × 16 tasks on one key at a frozen instant, 2,560 requests on
+/// 1,000/min, a box that trips at the 3rd rejection.
+async fn each_rejection_counted_once(url: Option<&str>) {
+    let penalty = Penalty::after(3)
+        .within(Duration::from_secs(60))
+        .block_for(Duration::from_secs(600));
+    for algorithm in ALGORITHMS {
+        if algorithm == Algorithm::SlidingWindowLog {
+            continue; // not leased
+        }
+        let clock = ManualClock::new(BASE + Duration::from_millis(61));
+        let stores = processes(url, &unique_prefix("counted-once"), Some(&clock));
+        let limit = Limit::new("hot", Quota::per_minute(1_000))
+            .expect("a limit")
+            .algorithm(algorithm)
+            .penalty(penalty);
+        assert_each_rejection_counted_once(&stores, &limit, 16, 40, 1_000).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_rejections_through_leases_are_each_counted_once_on_redis() {
+    each_rejection_counted_once(Some(&shared_server().url())).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_rejections_through_leases_are_each_counted_once_on_a_cluster() {
+    each_rejection_counted_once(None).await;
 }

@@ -20,6 +20,10 @@ pub struct Hammered {
     pub decisions: u64,
     /// Calls the leases made to their backing stores, over every process.
     pub store_calls: u64,
+    /// Requests denied without a block (each one a rejection a penalty box counts).
+    pub rejected: u64,
+    /// Requests denied by a block (an operator's, a tripped penalty box's).
+    pub blocked: u64,
 }
 
 /// `tasks` tasks per store each ask `attempts` times for one unit of `limit` on the key
@@ -31,6 +35,8 @@ pub async fn hammer<S: Store + Clone>(
     attempts: usize,
 ) -> Hammered {
     let admitted = Arc::new(AtomicU64::new(0));
+    let rejected = Arc::new(AtomicU64::new(0));
+    let blocked = Arc::new(AtomicU64::new(0));
     let mut handles = Vec::new();
     for store in stores {
         let limiter = Limiter::builder()
@@ -40,7 +46,8 @@ pub async fn hammer<S: Store + Clone>(
             .expect("a limiter");
         for _ in 0..tasks {
             let limiter = limiter.clone();
-            let admitted = admitted.clone();
+            let (admitted, rejected, blocked) =
+                (admitted.clone(), rejected.clone(), blocked.clone());
             let name = limit.name();
             handles.push(tokio::spawn(async move {
                 for _ in 0..attempts {
@@ -48,9 +55,14 @@ pub async fn hammer<S: Store + Clone>(
                         .check(name, &Key::from("shared"), 1)
                         .await
                         .expect("a decision");
-                    if decision.allowed {
-                        admitted.fetch_add(1, Ordering::Relaxed);
-                    }
+                    let outcome = if decision.allowed {
+                        &admitted
+                    } else if decision.blocked_for.is_some() {
+                        &blocked
+                    } else {
+                        &rejected
+                    };
+                    outcome.fetch_add(1, Ordering::Relaxed);
                 }
             }));
         }
@@ -62,6 +74,8 @@ pub async fn hammer<S: Store + Clone>(
         admitted: admitted.load(Ordering::Relaxed),
         decisions: (stores.len() * tasks * attempts) as u64,
         store_calls: stores.iter().map(LeasedStore::store_calls).sum(),
+        rejected: rejected.load(Ordering::Relaxed),
+        blocked: blocked.load(Ordering::Relaxed),
     }
 }
 
@@ -171,4 +185,32 @@ pub fn tripped_at_the_third_rejection(spend: u64, block: Duration) -> Vec<Told> 
         ),
     ));
     told
+}
+
+/// `tasks` tasks in each of `stores` (processes sharing one backing store) hammer one
+/// key of `limit` (whose box trips at its 3rd rejection) at a frozen instant: every
+/// rejection is counted once, wherever it is answered. Exactly two requests are denied
+/// without a block (the 3rd rejection trips the box), every later one is blocked, and
+/// what was admitted plus what the leases still hold is the capacity.
+pub async fn assert_each_rejection_counted_once<S: Store + Clone>(
+    stores: &[LeasedStore<S>],
+    limit: &Limit,
+    tasks: usize,
+    attempts: usize,
+    capacity: u64,
+) {
+    let algorithm = limit.get_algorithm();
+    let run = hammer(stores, limit, tasks, attempts).await;
+    let held: u64 = stores.iter().map(LeasedStore::held).sum();
+    assert_eq!(run.rejected, 2, "{algorithm}: {run:?}");
+    assert_eq!(
+        run.admitted + run.rejected + run.blocked,
+        run.decisions,
+        "{algorithm}: {run:?}"
+    );
+    assert_eq!(
+        run.admitted + held,
+        capacity,
+        "{algorithm}: {run:?}, {held} held"
+    );
 }
