@@ -225,6 +225,16 @@ impl Limit {
         self.penalty.as_ref()
     }
 
+    /// This limit without its penalty box: what a lease's slice is charged under (a
+    /// slice that does not fit is no request's rejection; see `store/lease/charge.rs`).
+    pub(crate) fn without_penalty(&self) -> Self {
+        Self {
+            penalty: None,
+            penalty_print: None,
+            ..self.clone()
+        }
+    }
+
     /// The fingerprint of the limit's penalty box, if it has one: 16 bytes to key a
     /// cache on where the penalty itself is about 150.
     #[inline]

@@ -1,5 +1,7 @@
 //! The denial cache: once a remote store denies a key until T, the same process
-//! denies it locally until T, without a round trip, for at most a bounded age.
+//! denies it locally until T, without a round trip, for at most a bounded age. What
+//! it records and answers is decided by the one denial rule (`store/denial.rs`): a
+//! rejection a penalty box must count is neither; this file keeps the entries.
 //!
 //! A denied key under attack is the hottest key there is; answering it locally keeps
 //! the attacker's traffic off Redis; so is a key in a penalty box or blocked by an
@@ -27,9 +29,9 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use foldhash::fast::RandomState;
 
-use super::denial::Denial;
-use super::{Charge, decision};
-use crate::algorithm::{Params, Verdict};
+use super::Charge;
+use super::denial::{Asked, Denial, answer_batch};
+use crate::algorithm::Params;
 use crate::{Decision, Key};
 
 /// A recorded denial and which record made it: the recording order holds
@@ -154,11 +156,9 @@ impl DenialCache {
         self.denials.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// The local denial of `charge` at `now`, if its key is blocked for that cost.
+    /// The answer to `charge` at `now` by its cached denial, by the rule of
+    /// `store/denial.rs`; an entry whose trust ran out leaves.
     fn check_one(denials: &mut Denials, charge: &Charge<'_>, now: u64) -> Option<Decision> {
-        if charge.cost == 0 || charge.cost > charge.limit.params().capacity {
-            return None;
-        }
         let id = Self::denial_key(charge);
         let cached = *denials.map.get(&id)?;
         if cached.denial.is_over(now) {
@@ -166,33 +166,40 @@ impl DenialCache {
             denials.map.remove(&id);
             return None;
         }
-        if !cached.denial.covers(now, charge.cost) {
-            return None;
-        }
+        let answer = cached.denial.answer(charge, now)?;
         crate::observe::denial_cache_hit();
-        Some(cached.denial.repeat(now, charge.limit))
+        Some(answer)
     }
 
-    /// The local answer to an all-or-nothing batch at `now`: `None` unless some
-    /// charge's key is blocked for its cost. One blocked charge denies the whole
-    /// batch, so the others are not evaluated and nothing is charged to them: each
-    /// reports [`not_evaluated`].
+    /// The local answer to an all-or-nothing batch at `now`, for a cache in front of
+    /// the store that made its denials (the Redis denial cache): `None` unless the
+    /// rule ([`answer_batch`], [`Asked::TheSameStore`]) answers it here — some charge's
+    /// key is denied for its cost, and no charge under a penalty box could be a
+    /// rejection that store would count. The charges not denied here report
+    /// [`answer_batch`]'s "not evaluated".
+    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
+    pub(crate) fn check_in_front(&self, charges: &[Charge<'_>], now: u64) -> Option<Vec<Decision>> {
+        let mut denials = self.lock();
+        answer_batch(charges, Asked::TheSameStore, |charge| {
+            Self::check_one(&mut denials, charge, now)
+        })
+    }
+
+    /// The local answer to an all-or-nothing batch at `now` by denials carried to a
+    /// store that never saw them (`Fallback`'s blocks, while the insurance serves):
+    /// any charge denied here answers the batch ([`Asked::Another`]). A cache in front
+    /// of the store that made its denials uses [`check_in_front`](Self::check_in_front).
     pub(crate) fn check(&self, charges: &[Charge<'_>], now: u64) -> Option<Vec<Decision>> {
         let mut denials = self.lock();
-        let mut answers: Option<Vec<Decision>> = None;
-        for (i, charge) in charges.iter().enumerate() {
-            if let Some(denial) = Self::check_one(&mut denials, charge, now) {
-                let answers = answers
-                    .get_or_insert_with(|| charges.iter().map(|c| not_evaluated(c)).collect());
-                answers[i] = denial;
-            }
-        }
-        answers
+        answer_batch(charges, Asked::Another, |charge| {
+            Self::check_one(&mut denials, charge, now)
+        })
     }
 
-    /// Records a denial that the store made for a request sent at `sent`.
+    /// Records the denial the store made for `charge`, sent at `sent`, if the rule
+    /// repeats it ([`Denial::of`]: not a rejection a penalty box must count).
     pub(crate) fn record(&self, charge: &Charge<'_>, sent: u64, denied: &Decision) {
-        let Some(denial) = Denial::of(denied, charge.cost, sent, self.max_age_us) else {
+        let Some(denial) = Denial::of(denied, charge, sent, self.max_age_us) else {
             return;
         };
         let mut denials = self.lock();
@@ -239,30 +246,6 @@ impl DenialCache {
     pub(crate) fn max_age_us(&self) -> u64 {
         self.max_age_us
     }
-}
-
-/// The decision of a charge that a blocked charge of the same batch denied before
-/// it was evaluated: `allowed` (this limit did not deny the request, and nothing
-/// was charged to it), `capacity`, `remaining` and `reset_after` 0 (nothing is known
-/// of its key, so it promises no capacity: see [`Decision::evaluated`]), no
-/// `retry_after`, no delay.
-fn not_evaluated(charge: &Charge<'_>) -> Decision {
-    let mut unknown = decision(
-        charge.limit,
-        Verdict {
-            allowed: true,
-            remaining: 0,
-            reset_after_us: 0,
-            retry_after_us: None,
-            delay_us: 0,
-            receipt: None,
-            blocked_us: None,
-            tripped: false,
-            trips: 0,
-        },
-    );
-    unknown.capacity = 0;
-    unknown
 }
 
 #[cfg(test)]

@@ -17,7 +17,7 @@ use proptest::prelude::*;
 use support::immediate::immediate;
 use tollgate::clock::ManualClock;
 use tollgate::store::{LeasedStore, SliceSizing};
-use tollgate::{Algorithm, Decision, Key, Limit, Limiter, MemoryStore, Quota};
+use tollgate::{Algorithm, Decision, Key, Limit, Limiter, MemoryStore, Penalty, Quota};
 
 use super::bounds::{BASE_US, PERIOD_US, algorithms, check_fluid_bound, check_window_bounds};
 
@@ -434,4 +434,185 @@ fn other_keys_keep_their_leases_through_an_operators_call() {
         calls,
         "spent from the lease, no store call"
     );
+}
+
+// ---------------------------------------------------------------------------------------
+// One denial rule: a penalty box counts every rejection, whether the store or a lease
+// table answers it (issue 35, case 5). Before: the table repeated the first rejection
+// for up to `max_lease`, uncounted, and the box never tripped (the caller was admitted
+// 61 s later); a slice that did not fit counted as a rejection of its own.
+// ---------------------------------------------------------------------------------------
+
+/// A limiter of one limit on `store`.
+fn one_limit(limit: Limit, store: impl tollgate::store::Store + 'static) -> Limiter {
+    Limiter::builder()
+        .limit(limit)
+        .store(store)
+        .build()
+        .expect("limiter")
+}
+
+/// A leased memory store on `clock` (processes 1, `sizing`), and its backing store.
+fn leased_on(clock: &ManualClock, sizing: SliceSizing) -> LeasedStore<MemoryStore> {
+    LeasedStore::builder(MemoryStore::with_clock(clock.clone()))
+        .clock(clock.clone())
+        .processes(1)
+        .expect("processes")
+        .sizing(sizing)
+        .expect("sizing")
+        .build()
+}
+
+#[test]
+fn a_penalty_box_trips_at_the_third_rejection_through_a_lease_as_without_it() {
+    let penalty = support::leases::case_five_penalty(false);
+    let expected = support::leases::tripped_at_the_third_rejection(3, Duration::from_secs(600));
+    for algorithm in Algorithm::ALL {
+        for sizing in [SliceSizing::Adaptive, SliceSizing::Fixed(2)] {
+            let limit = Limit::new("login", Quota::per_minute(3))
+                .expect("policy")
+                .algorithm(algorithm)
+                .penalty(penalty);
+            let key = Key::from("mallory");
+            let clock = ManualClock::new(Duration::from_micros(BASE_US));
+            let plain = one_limit(limit.clone(), MemoryStore::with_clock(clock.clone()));
+            let told = immediate(support::leases::rejected_every_100_ms(
+                &plain, "login", &key, &clock, 3,
+            ));
+            assert_eq!(told, expected, "{algorithm} without a lease");
+
+            let clock = ManualClock::new(Duration::from_micros(BASE_US));
+            let leased = one_limit(limit, leased_on(&clock, sizing));
+            let told = immediate(support::leases::rejected_every_100_ms(
+                &leased, "login", &key, &clock, 3,
+            ));
+            assert_eq!(told, expected, "{algorithm} through a lease ({sizing:?})");
+        }
+    }
+}
+
+#[test]
+fn a_penalty_box_counts_every_rejection_of_a_hot_leased_key() {
+    // 64/min with slices of 8: the quota is spent from leases, the rejections follow.
+    let expected = support::leases::tripped_at_the_third_rejection(64, Duration::from_secs(600));
+    for algorithm in LEASABLE {
+        let mut limit = Limit::new("api", Quota::per_minute(64))
+            .expect("policy")
+            .algorithm(algorithm)
+            .penalty(support::leases::case_five_penalty(false));
+        if algorithm == Algorithm::LeakyBucket {
+            // The whole queue at one instant: 63 places of 0.94 s.
+            limit = limit.max_delay(Duration::from_secs(60));
+        }
+        let key = Key::from("mallory");
+        let clock = ManualClock::new(Duration::from_micros(BASE_US));
+        let store = leased_on(&clock, SliceSizing::Fixed(8));
+        let leased = one_limit(limit, store.clone());
+        let told = immediate(support::leases::rejected_every_100_ms(
+            &leased, "api", &key, &clock, 64,
+        ));
+        assert_eq!(told, expected, "{algorithm}");
+        assert!(store.store_calls() < 64, "{algorithm}: leased, not passed");
+    }
+}
+
+#[test]
+fn an_escalating_penalty_box_trips_through_a_lease_as_without_it() {
+    let penalty = support::leases::case_five_penalty(true);
+    let first = support::leases::tripped_at_the_third_rejection(3, Duration::from_secs(600));
+    let second = support::leases::tripped_at_the_third_rejection(3, Duration::from_secs(1_200));
+    for algorithm in Algorithm::ALL {
+        let limit = Limit::new("login", Quota::per_minute(3))
+            .expect("policy")
+            .algorithm(algorithm)
+            .penalty(penalty);
+        let key = Key::from("mallory");
+        let clock = ManualClock::new(Duration::from_micros(BASE_US));
+        let leased = one_limit(limit, leased_on(&clock, SliceSizing::Adaptive));
+        let stream = || support::leases::rejected_every_100_ms(&leased, "login", &key, &clock, 3);
+        assert_eq!(immediate(stream()), first, "{algorithm}: the first trip");
+        // Past the 10-minute block (and the quota back): the second trip, 20 minutes.
+        clock.advance(Duration::from_secs(600));
+        assert_eq!(immediate(stream()), second, "{algorithm}: the second trip");
+        let d = immediate(leased.check("login", &key, 1)).expect("memory");
+        assert_eq!(d.trips, 2, "{algorithm}");
+    }
+}
+
+#[test]
+fn a_slice_that_does_not_fit_is_not_counted_as_a_rejection() {
+    // Two rejections within a minute trip the box. A leased process spends its slice of
+    // 8 while another process takes all but one unit of the rest: its next slice
+    // (8, of the 56 it last saw left) does not fit, the request's own unit does.
+    let penalty = Penalty::after(2)
+        .within(Duration::from_secs(60))
+        .block_for(Duration::from_secs(600));
+    for algorithm in [Algorithm::FixedWindow, Algorithm::SlidingWindow] {
+        let limit = Limit::new("api", Quota::per_minute(64))
+            .expect("policy")
+            .algorithm(algorithm)
+            .penalty(penalty);
+        let key = Key::from("busy");
+        let clock = ManualClock::new(Duration::from_micros(BASE_US));
+        let memory = MemoryStore::with_clock(clock.clone());
+        let store = LeasedStore::builder(memory.clone())
+            .clock(clock.clone())
+            .processes(1)
+            .expect("processes")
+            .sizing(SliceSizing::Fixed(8))
+            .expect("sizing")
+            .build();
+        let leased = one_limit(limit.clone(), store.clone());
+        let other = one_limit(limit, memory);
+        assert_eq!(admitted_of(&leased, "api", &key, 8), 8);
+        assert_eq!(store.held(), 0);
+        assert_eq!(admitted_of(&other, "api", &key, 55), 55);
+        // The slice of 8 does not fit; the unit does: admitted, and no offence.
+        assert_eq!(admitted_of(&leased, "api", &key, 1), 1, "{algorithm}");
+        // The first rejection: counted once, not blocked.
+        let d = immediate(leased.check("api", &key, 1)).expect("memory");
+        assert_eq!((d.allowed, d.blocked_for), (false, None), "{algorithm}");
+        // The second trips the box, as it would without the lease.
+        let d = immediate(leased.check("api", &key, 1)).expect("memory");
+        assert_eq!(
+            (d.allowed, d.blocked_for),
+            (false, Some(Duration::from_secs(600))),
+            "{algorithm}"
+        );
+    }
+}
+
+fn admitted_of(limiter: &Limiter, name: &str, key: &Key, tries: usize) -> usize {
+    (0..tries)
+        .filter(|_| {
+            immediate(limiter.check(name, key, 1))
+                .expect("memory")
+                .allowed
+        })
+        .count()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_rejections_through_leases_are_each_counted_once() {
+    // Four processes × 16 tasks on one key at a frozen instant, 2,560 requests on
+    // 1,000/min: exactly two rejections before the third trips the box.
+    let penalty = Penalty::after(3)
+        .within(Duration::from_secs(60))
+        .block_for(Duration::from_secs(600));
+    for algorithm in LEASABLE {
+        let clock = ManualClock::new(Duration::from_micros(BASE_US));
+        let memory = MemoryStore::with_clock(clock.clone());
+        let stores: Vec<_> = (0..4)
+            .map(|_| {
+                LeasedStore::builder(memory.clone())
+                    .clock(clock.clone())
+                    .build()
+            })
+            .collect();
+        let limit = Limit::new("hot", Quota::per_minute(1_000))
+            .expect("policy")
+            .algorithm(algorithm)
+            .penalty(penalty);
+        support::leases::assert_each_rejection_counted_once(&stores, &limit, 16, 40, 1_000).await;
+    }
 }

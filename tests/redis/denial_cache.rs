@@ -428,3 +428,75 @@ async fn every_operation_is_one_round_trip_and_blocks_are_answered_locally_on_th
 -> TestResult {
     every_operation_is_one_round_trip(cluster().await).await
 }
+
+/// "burst" (1/day, no penalty box) and "login" (1/day, `penalty`) on `store`.
+fn boxed_beside_plain(
+    store: impl tollgate::store::Store,
+    penalty: tollgate::Penalty,
+) -> Result<Limiter, tollgate::ConfigError> {
+    Limiter::builder()
+        .limit(Limit::new("burst", Quota::per_day(1))?.algorithm(Algorithm::FixedWindow))
+        .limit(
+            Limit::new("login", Quota::per_day(1))?
+                .algorithm(Algorithm::FixedWindow)
+                .penalty(penalty),
+        )
+        .store(store)
+        .build()
+}
+
+/// One denial rule, for batches (issue 35): a batch whose charge under a penalty box
+/// could be a rejection goes to Redis, even when another of its charges is denied
+/// here, because Redis counts every charge of a denied batch that denies. Before, the
+/// cached denial of the other limit answered the batch, and the box never counted.
+async fn a_batch_beside_a_cached_denial_still_counts_its_penalty_box(target: Target) -> TestResult {
+    let penalty = tollgate::Penalty::after(2)
+        .within(Duration::from_secs(60))
+        .block_for(Duration::from_secs(600));
+    let clock = ManualClock::new(BASE);
+    let on_redis = boxed_beside_plain(target.store(&unique_prefix("batch-box"), &clock), penalty)?;
+    let on_memory = boxed_beside_plain(tollgate::MemoryStore::with_clock(clock.clone()), penalty)?;
+    let key = Key::from("mallory");
+    let batch = [("burst", &key, 1), ("login", &key, 1)];
+    let said = |d: &[tollgate::Decision]| -> Vec<(bool, Option<Duration>)> {
+        d.iter().map(|d| (d.allowed, d.blocked_for)).collect()
+    };
+    let block = Some(Duration::from_secs(600));
+    let expected = [
+        vec![(true, None), (true, None)],
+        // The first rejection: counted, and `burst`'s denial cached.
+        vec![(false, None), (false, None)],
+        // The second trips the box: Redis was asked.
+        vec![(false, None), (false, block)],
+    ];
+    for (i, expected) in expected.iter().enumerate() {
+        assert_eq!(
+            &said(&on_memory.check_all(&batch).await?),
+            expected,
+            "memory, batch {i}"
+        );
+        assert_eq!(
+            &said(&on_redis.check_all(&batch).await?),
+            expected,
+            "redis, batch {i}"
+        );
+    }
+    // Both keys denied here, the boxed one blocked: nothing more to count, and the
+    // batch is answered without a round trip.
+    let calls = target.script_calls();
+    let local = on_redis.check_all(&batch).await?;
+    assert_eq!(target.script_calls(), calls, "answered here");
+    assert!(!local[0].allowed && local[1].blocked_for == block);
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_batch_beside_a_cached_denial_still_counts_its_penalty_box_on_redis() -> TestResult {
+    a_batch_beside_a_cached_denial_still_counts_its_penalty_box(standalone()).await
+}
+
+#[tokio::test]
+async fn a_batch_beside_a_cached_denial_still_counts_its_penalty_box_on_the_cluster() -> TestResult
+{
+    a_batch_beside_a_cached_denial_still_counts_its_penalty_box(cluster().await).await
+}

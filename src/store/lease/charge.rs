@@ -26,7 +26,20 @@ impl<S: Store> LeasedStore<S> {
         let cost = charge.cost;
         let sent = self.now();
         let mut charged = slice;
-        let mut decision = self.acquire_one(charge, slice).await?;
+        // A slice is quota charged ahead of requests, not a request: one that does not
+        // fit is no rejection, so a penalty box must not count it (it counted one for a
+        // request then admitted at its own cost, and two for a request then denied).
+        // Charged under the limit without its box, it still meets every block; only
+        // the request's own cost, charged as itself, can be an offence, once.
+        let unboxed = charge
+            .limit
+            .penalty_box()
+            .map(|_| charge.limit.without_penalty());
+        let ahead = Charge {
+            limit: unboxed.as_ref().unwrap_or(charge.limit),
+            ..*charge
+        };
+        let mut decision = self.acquire_one(&ahead, slice).await?;
         if !decision.allowed && slice > cost {
             charged = cost;
             decision = self.acquire_one(charge, cost).await?;
@@ -53,11 +66,17 @@ impl<S: Store> LeasedStore<S> {
 
     /// Records what a charge of the request's own cost, made alongside a refill, says
     /// about the key: what is left, and a denial to repeat.
-    pub(super) fn note(&self, decision: &Decision, cost: u64, sent: u64, table_key: &TableKey) {
+    pub(super) fn note(
+        &self,
+        charge: &Charge<'_>,
+        decision: &Decision,
+        sent: u64,
+        table_key: &TableKey,
+    ) {
         let mut shard = lock(self.shard(table_key));
         if let Some(entry) = shard.entries.get_mut(table_key) {
             entry.left = Some(decision.remaining);
-            if let Some(denial) = Denial::of(decision, cost, sent, self.inner.max_lease_us) {
+            if let Some(denial) = Denial::of(decision, charge, sent, self.inner.max_lease_us) {
                 entry.denied = Some(denial);
             }
         }
@@ -102,7 +121,7 @@ impl<S: Store> LeasedStore<S> {
                 decision.receipt = lease.issue(cost);
                 entry.lease = Some(lease);
             }
-        } else if let Some(denial) = Denial::of(decision, cost, sent, self.inner.max_lease_us) {
+        } else if let Some(denial) = Denial::of(decision, charge, sent, self.inner.max_lease_us) {
             entry.denied = Some(denial);
         }
         true

@@ -35,8 +35,9 @@ enum Step {
 
 impl Entry {
     /// Decides `charge` at local `now` from this entry alone: units spent from its
-    /// lease, or its denial repeated. Else why the lease cannot serve it (`None`: there
-    /// is none), having changed nothing.
+    /// lease, or its denial answered by the one denial rule (`store/denial.rs`: never a
+    /// rejection a penalty box must count). Else why the lease cannot serve it
+    /// (`None`: there is none), having changed nothing.
     ///
     /// A live lease's units serve before a denial the store gave since (another
     /// request's, made alongside the slice charge or while passing): they were charged
@@ -49,10 +50,7 @@ impl Entry {
         charge: &Charge<'_>,
         now: u64,
     ) -> Result<Decision, Option<Spent>> {
-        if let Some(denied) = &self.denied
-            && denied.covers(now, charge.cost)
-        {
-            let repeated = denied.repeat(now, charge.limit);
+        if let Some(repeated) = self.denied.and_then(|denied| denied.answer(charge, now)) {
             if repeated.blocked_for.is_none()
                 && let Ok(decision) = self.spend_lease(charge, now)
             {
@@ -111,7 +109,7 @@ impl<S: Store> LeasedStore<S> {
                 Step::Direct => {
                     let sent = self.now();
                     let decision = self.acquire_one(charge, charge.cost).await?;
-                    self.note(&decision, charge.cost, sent, &table_key);
+                    self.note(charge, &decision, sent, &table_key);
                     return Ok(decision);
                 }
                 Step::Pass(seen) => {

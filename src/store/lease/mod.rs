@@ -59,8 +59,9 @@
 //! it; `pass.rs` the plain calls of keys a lease would not help, and when leasing
 //! resumes; `sizing.rs` how big the next slice is; `charge.rs` the slice charges;
 //! `returns.rs` units given back; `slice.rs` one lease's rule per algorithm;
-//! `delegate.rs` the [`Store`] methods. Denials are repeated locally by the rule the
-//! Redis denial cache uses too (`store/denial.rs`).
+//! `delegate.rs` the [`Store`] methods. Denials are repeated locally by the one denial
+//! rule the Redis denial cache and `Fallback`'s carried blocks use too
+//! (`store/denial.rs`): never a rejection a penalty box must count.
 
 mod builder;
 mod charge;
@@ -191,10 +192,17 @@ pub enum SliceSizing {
 ///
 /// After a denial with a `retry_after`, the same or a larger cost for that key (a
 /// blocked key: every cost) is denied here, without a round trip, until then (at most
-/// `max_lease`), by the rule the Redis denial cache follows: stricter, never looser,
-/// than asking; passing keys too. Units of a live lease still serve first (they were
-/// charged before the denial, so spending them is exact), except for a blocked key. A `check_all` of several limits, a cost-0 peek, and the
-/// sliding log go to `S` as they would without leases.
+/// `max_lease`), by the one denial rule the Redis denial cache follows too: stricter,
+/// never looser, than asking; passing keys too. Units of a live lease still serve
+/// first (they were charged before the denial, so spending them is exact), except for
+/// a blocked key. A limit with a [`Penalty`](crate::Penalty) box sees every rejection
+/// it would see without leases, at the same instant: its rejections are never
+/// repeated here (only its blocks, whose rejections count for nothing), and a slice
+/// is charged under the limit without its box, so a slice that does not fit is no
+/// rejection (a decision admitted from a slice reports no
+/// [`trips`](crate::Decision::trips), as one admitted from a lease). A `check_all` of
+/// several limits, a cost-0 peek, and the sliding log go to `S` as they would without
+/// leases.
 ///
 /// An operator's [`block`](crate::Limiter::block), [`reset`](crate::Limiter::reset)
 /// or [`penalize`](crate::Limiter::penalize) through this store drops the key's

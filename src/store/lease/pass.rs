@@ -201,7 +201,7 @@ impl<S: Store> LeasedStore<S> {
     fn record_in(&self, entry: &mut Entry, charge: &Charge<'_>, decision: &Decision, seen: Seen) {
         let sent = seen.at;
         entry.left = Some(decision.remaining);
-        if let Some(denial) = Denial::of(decision, charge.cost, sent, self.inner.max_lease_us) {
+        if let Some(denial) = Denial::of(decision, charge, sent, self.inner.max_lease_us) {
             entry.denied = Some(denial);
         }
         if !entry.passing {

@@ -19,7 +19,10 @@
 //!   [`Penalty`](crate::Penalty)) is cached for every cost, so a caller hammering a
 //!   blocked key costs Redis one call per key per max age.
 //! - **A penalty box sees its rejections.** The denials of a limit with a penalty box
-//!   are not cached until it trips: each rejection must reach Redis to be counted.
+//!   are not cached until it trips: each rejection must reach Redis to be counted
+//!   (nor is a batch with such a charge answered locally, unless that charge is
+//!   blocked here). The one denial rule, `store/denial.rs`, says so for every local
+//!   answer: this cache, `LeasedStore`'s table and `Fallback`'s carried blocks.
 //! - **This process's own changes show at once.** A [`reset`](crate::Limiter::reset),
 //!   a refund or a [`settle`](crate::Limiter::settle) that gives back through this
 //!   process forgets the key at once (a settle that only adds debt leaves a denial
@@ -47,7 +50,7 @@ impl RedisStore {
         sent: Option<u64>,
     ) -> Option<Vec<Decision>> {
         match (&self.cache, sent) {
-            (Some(cache), Some(sent)) => cache.check(charges, sent),
+            (Some(cache), Some(sent)) => cache.check_in_front(charges, sent),
             _ => None,
         }
     }
@@ -61,12 +64,9 @@ impl RedisStore {
     ) {
         if let (Some(cache), Some(sent)) = (&self.cache, sent) {
             for (charge, decision) in charges.iter().zip(decisions) {
-                // A limit with a penalty box must see its rejections to count them:
-                // only its blocks are answered locally.
-                let counted = charge.limit.penalty_box().is_some();
-                if !decision.allowed && (decision.blocked_for.is_some() || !counted) {
-                    cache.record(charge, sent, decision);
-                }
+                // What may be repeated is the one denial rule's to say (a penalty box's
+                // rejections never are): `store/denial.rs`.
+                cache.record(charge, sent, decision);
             }
         }
     }
