@@ -24,6 +24,7 @@ mod conformance;
 mod connections;
 mod denial_cache;
 mod escalation;
+mod fallback;
 mod exactness;
 mod faults;
 mod functions;
