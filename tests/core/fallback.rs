@@ -13,9 +13,11 @@ use tollgate::clock::ManualClock;
 async fn a_primary_failing_half_its_calls_admits_one_quota_at_one_instant() {
     let clock = ManualClock::new(BASE);
     let (admitted, switches, left) =
-        admitted_under_a_half_failing_primary(MemoryStore::with_clock(clock.clone()), &clock)
-            .await;
+        admitted_under_a_half_failing_primary(MemoryStore::with_clock(clock.clone()), &clock).await;
     assert_eq!(admitted, 10, "one store's quota, after {switches} switches");
     assert!(switches >= 2, "it failed over and back: {switches}");
-    assert_eq!(left, 0, "the primary was charged what the insurance admitted");
+    assert_eq!(
+        left, 0,
+        "the primary was charged what the insurance admitted"
+    );
 }

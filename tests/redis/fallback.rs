@@ -116,7 +116,9 @@ async fn a_block_holds_on_a_redis_that_comes_back_empty() -> TestResult {
     let api = || Limit::new("api", Quota::per_minute(100)).expect("a limit");
     let limiter = limiter(vec![api()], store.clone());
     let mallory = Key::from("mallory");
-    limiter.block("api", &mallory, Duration::from_secs(600)).await?;
+    limiter
+        .block("api", &mallory, Duration::from_secs(600))
+        .await?;
 
     server.kill();
     // The outage is seen: the insurance store serves, and mallory stays blocked.
@@ -145,8 +147,7 @@ fn limiter_on_redis(url: &str, limit: Limit) -> Result<Limiter, Box<dyn std::err
 /// once, before Redis decides again. No request waits for the replay, and the key
 /// blocked for an hour is never admitted, before, during or after it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn missed_blocks_are_replayed_in_the_background_before_redis_decides_again() -> TestResult
-{
+async fn missed_blocks_are_replayed_in_the_background_before_redis_decides_again() -> TestResult {
     let mut server = RedisServer::start();
     let redis = RedisStore::from_url(&server.url())?
         .deadline(Duration::from_millis(500))?
@@ -160,12 +161,23 @@ async fn missed_blocks_are_replayed_in_the_background_before_redis_decides_again
     assert!(limiter.check("api", &hour, 1).await?.allowed);
 
     server.kill();
-    assert!(limiter.check("api", &Key::from("someone"), 1).await?.allowed);
+    assert!(
+        limiter
+            .check("api", &Key::from("someone"), 1)
+            .await?
+            .allowed
+    );
     assert!(!store.serving_primary());
-    limiter.block("api", &hour, Duration::from_secs(3_600)).await?;
+    limiter
+        .block("api", &hour, Duration::from_secs(3_600))
+        .await?;
     for i in 0..2_000 {
         limiter
-            .block("api", &Key::from(format!("abuser-{i}").as_str()), Duration::from_secs(600))
+            .block(
+                "api",
+                &Key::from(format!("abuser-{i}").as_str()),
+                Duration::from_secs(600),
+            )
             .await?;
     }
     server.restart();
@@ -173,7 +185,10 @@ async fn missed_blocks_are_replayed_in_the_background_before_redis_decides_again
     let started = Instant::now();
     let (mut slowest, mut admitted, mut asked) = (Duration::ZERO, 0, 0);
     while !store.serving_primary() || started.elapsed() < Duration::from_millis(300) {
-        assert!(started.elapsed() < Duration::from_secs(20), "never recovered");
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "never recovered"
+        );
         let sent = Instant::now();
         if limiter.check("api", &hour, 1).await?.allowed {
             admitted += 1;
@@ -187,7 +202,10 @@ async fn missed_blocks_are_replayed_in_the_background_before_redis_decides_again
         started.elapsed()
     );
     assert_eq!(admitted, 0, "the hour's block held through the replay");
-    assert!(slowest < Duration::from_millis(250), "a request waited {slowest:?}");
+    assert!(
+        slowest < Duration::from_millis(250),
+        "a request waited {slowest:?}"
+    );
     let direct = limiter_on_redis(&server.url(), api())?;
     for key in [hour, Key::from("abuser-0"), Key::from("abuser-1999")] {
         assert!(direct.check("api", &key, 0).await?.blocked_for.is_some());

@@ -92,9 +92,12 @@ pub async fn admitted_under_a_half_failing_primary<S: Store + Clone>(
     clock: &ManualClock,
 ) -> (u64, u64, u64) {
     let limit = || Limit::new("half-down", Quota::per_minute(10)).expect("a limit");
-    let store = Fallback::new(HalfDown::new(primary.clone(), 3), MemoryStore::with_clock(clock.clone()))
-        .min_down(Duration::from_millis(5))
-        .probe_interval(Duration::from_millis(2));
+    let store = Fallback::new(
+        HalfDown::new(primary.clone(), 3),
+        MemoryStore::with_clock(clock.clone()),
+    )
+    .min_down(Duration::from_millis(5))
+    .probe_interval(Duration::from_millis(2));
     let limiter = Limiter::builder()
         .limit(limit())
         .store(store.clone())
@@ -103,7 +106,12 @@ pub async fn admitted_under_a_half_failing_primary<S: Store + Clone>(
     let key = Key::from("alice");
     let mut admitted = 0;
     for _ in 0..200 {
-        if limiter.check("half-down", &key, 1).await.expect("answered").allowed {
+        if limiter
+            .check("half-down", &key, 1)
+            .await
+            .expect("answered")
+            .allowed
+        {
             admitted += 1;
         }
         tokio::time::sleep(Duration::from_millis(1)).await;

@@ -119,11 +119,6 @@ impl Health {
         self.outage.load(Ordering::Acquire)
     }
 
-    /// Whether the primary has answered a call since this `Fallback` was built.
-    pub(super) fn ever_answered(&self) -> bool {
-        self.ever_answered.load(Ordering::Relaxed)
-    }
-
     /// The primary failed: the insurance store serves from now on, for at least the
     /// minimum down time (longer while it flaps).
     pub(super) fn failed(&self) -> Failed {

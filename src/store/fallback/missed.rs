@@ -30,6 +30,9 @@ struct MissedOp {
     block_until: Option<Instant>,
 }
 
+/// One replay's outcome: what failed is kept, with its error.
+type Replayed = Result<(), (Key, MissedOp, StoreError)>;
+
 /// The most keys whose missed operations a `Fallback` keeps for its primary.
 const MAX_MISSED: usize = 10_000;
 
@@ -87,7 +90,7 @@ impl<P: Store, I: Store> Shared<P, I> {
             self.missed.any.store(false, Ordering::Release);
             ops.drain().collect()
         };
-        let mut replays: Vec<Work<'_, Result<(), (Key, MissedOp, StoreError)>>> = Vec::new();
+        let mut replays: Vec<Work<'_, Replayed>> = Vec::new();
         for ((_, key), op) in ops {
             replays.push(Box::pin(async move {
                 let replayed = async {

@@ -159,9 +159,9 @@ impl<P, I> Drop for Shared<P, I> {
 impl<P: Store, I: Store> Fallback<P, I> {
     /// Serves from `primary`, falling back to `insurance` while `primary` fails.
     ///
-    /// Within a Tokio runtime, the primary is probed once at once, in the background:
-    /// a primary unreachable at startup is logged, and the insurance store serves
-    /// from the start.
+    /// Nothing is sent until the first call: a primary that fails before it ever
+    /// answered is logged as unreachable since startup (a `tracing` warning), and
+    /// counted in `tollgate_store_errors_total`.
     ///
     /// ```
     /// use tollgate::MemoryStore;
@@ -185,7 +185,6 @@ impl<P: Store, I: Store> Fallback<P, I> {
                 Key::from("tollgate-fallback-probe"),
             ),
         });
-        recovery::probe_at_startup(&shared);
         Self { shared }
     }
 

@@ -1,5 +1,5 @@
-//! Bringing a `Fallback`'s primary back, in the background: probed (at startup, and
-//! after each failure once its hold is over), then caught up before it decides again
+//! Bringing a `Fallback`'s primary back, in the background: probed after a failure
+//! once its hold is over, then caught up before it decides again
 //! — the operators' calls it missed replayed, the blocks this process knows
 //! re-asserted where it lost them, the insurance store's admissions charged to it —
 //! and only then serving. Requests meanwhile go to the insurance store: none waits
@@ -58,27 +58,6 @@ pub(super) async fn at_most<T>(work: Vec<Work<'_, T>>) -> Vec<T> {
     })
     .await;
     ended
-}
-
-/// Within a Tokio runtime, probes the primary once in the background: a primary
-/// unreachable at startup is logged, and the insurance store serves at once.
-pub(super) fn probe_at_startup<P: Store, I: Store>(shared: &Arc<Shared<P, I>>) {
-    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-        return;
-    };
-    let weak = Arc::downgrade(shared);
-    runtime.spawn(async move {
-        let Some(shared) = weak.upgrade() else {
-            return;
-        };
-        if shared.health.ever_answered() || !shared.health.serves_primary() {
-            return;
-        }
-        match shared.probe().await {
-            Ok(()) => shared.primary_answered(),
-            Err(error) => shared.primary_failed(&error),
-        }
-    });
 }
 
 /// Starts the background prober of a primary that just went down, unless there is

@@ -227,11 +227,18 @@ impl<P: Store, I: Store> Store for Fallback<P, I> {
             let settled = if insurance {
                 shared.insurance.settle(charge, receipt).await?
             } else if shared.health.serves_primary() {
-                shared
+                let sent = shared.seen.now();
+                let settled = shared
                     .primary
                     .settle(charge, receipt)
                     .await
-                    .inspect_err(|error| shared.primary_failed(error))?
+                    .inspect_err(|error| shared.primary_failed(error))?;
+                shared.noted(
+                    std::slice::from_ref(&charge),
+                    std::slice::from_ref(&settled),
+                    sent,
+                );
+                settled
             } else {
                 return Err(settle_dropped(
                     "the primary store took this charge and is down",
@@ -286,21 +293,19 @@ impl<P: Store, I: Store> Store for Fallback<P, I> {
             let primary = shared
                 .on_primary_too(shared.primary.block(limit, key, duration))
                 .await;
-            match &primary {
+            if let Ok(decision) = &primary {
                 // Known to this process: re-asserted should the primary come back empty.
-                Ok(decision) => shared.seen.note(
+                shared.seen.note(
                     std::slice::from_ref(&charge),
                     std::slice::from_ref(decision),
                     sent,
-                ),
-                Err(_) => {
-                    // Replayed on the primary before it decides again, for what is
-                    // left of it.
-                    let until = std::time::Instant::now()
-                        .checked_add(duration)
-                        .unwrap_or_else(|| std::time::Instant::now() + crate::Penalty::MAX_DENIAL);
-                    shared.missed(limit, key, false, Some(until));
-                }
+                );
+            } else {
+                // Replayed on the primary before it decides again, for what is left of it.
+                let until = std::time::Instant::now()
+                    .checked_add(duration)
+                    .unwrap_or_else(|| std::time::Instant::now() + crate::Penalty::MAX_DENIAL);
+                shared.missed(limit, key, false, Some(until));
             }
             let insurance = shared.insurance.block(limit, key, duration).await;
             primary.or(insurance)
@@ -313,9 +318,15 @@ impl<P: Store, I: Store> Store for Fallback<P, I> {
         let shared = &self.shared;
         StoreCall::future(async move {
             if shared.to_primary().await {
+                let sent = shared.seen.now();
                 match shared.primary.penalize(charge).await {
                     Ok(decision) => {
                         shared.primary_answered();
+                        shared.noted(
+                            std::slice::from_ref(&charge),
+                            std::slice::from_ref(&decision),
+                            sent,
+                        );
                         return Ok(decision);
                     }
                     Err(error) => shared.primary_failed(&error),
