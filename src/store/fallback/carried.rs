@@ -100,6 +100,23 @@ impl Carried {
         }
     }
 
+    /// Whether a key of `charges` is still to be seeded in `outage` (reads only: a
+    /// store call made and dropped unpolled must change nothing).
+    pub(super) fn needs_seed(&self, charges: &[Charge<'_>], outage: u64) -> bool {
+        let tables = self.lock();
+        if tables.young.is_empty() && tables.old.is_empty() {
+            return false;
+        }
+        charges.iter().any(|charge| {
+            let slot = (charge.limit.name(), *charge.key);
+            tables
+                .young
+                .get(&slot)
+                .or_else(|| tables.old.get(&slot))
+                .is_some_and(|last| last.seeded != outage)
+        })
+    }
+
     /// The charges of `charges` whose key the insurance store has not yet been seeded
     /// with in `outage`, each with the usage to seed it with; marks them seeded.
     pub(super) fn seeds(&self, charges: &[Charge<'_>], outage: u64) -> Vec<Seed> {

@@ -85,8 +85,8 @@ impl<P: Store, I: Store> Shared<P, I> {
         if let Some(blocked) = self.seen.check(charges) {
             return StoreCall::ready(Ok(blocked));
         }
-        let seeds = self.carried.seeds(charges, self.health.outage());
-        if seeds.is_empty() {
+        let outage = self.health.outage();
+        if !self.carried.needs_seed(charges, outage) {
             return self.insurance.decide(charges).map(move |answer| {
                 answer.map(|decisions| {
                     self.carried.served(charges, &decisions);
@@ -95,7 +95,8 @@ impl<P: Store, I: Store> Shared<P, I> {
             });
         }
         StoreCall::future(async move {
-            self.seed(charges, seeds).await;
+            self.seed(charges, self.carried.seeds(charges, outage))
+                .await;
             let decisions = self.insurance.decide(charges).await?;
             self.carried.served(charges, &decisions);
             Ok(routed(decisions, true))
@@ -147,8 +148,8 @@ impl<P: Store, I: Store> Store for Fallback<P, I> {
             if let Some(mut blocked) = shared.seen.check(one) {
                 return StoreCall::ready(Ok(blocked.remove(0)));
             }
-            let seeds = shared.carried.seeds(one, shared.health.outage());
-            if seeds.is_empty() {
+            let outage = shared.health.outage();
+            if !shared.carried.needs_seed(one, outage) {
                 return shared.insurance.decide_one(charge).map(move |answer| {
                     answer.map(|decision| {
                         shared.carried.served(
@@ -161,7 +162,7 @@ impl<P: Store, I: Store> Store for Fallback<P, I> {
             }
             return StoreCall::future(async move {
                 let one = std::slice::from_ref(&charge);
-                shared.seed(one, seeds).await;
+                shared.seed(one, shared.carried.seeds(one, outage)).await;
                 let decision = shared.insurance.decide_one(charge).await?;
                 shared.carried.served(one, std::slice::from_ref(&decision));
                 Ok(routed_one(decision, true))
