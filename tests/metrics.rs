@@ -26,7 +26,7 @@ use tokio::sync::Notify;
 use tollgate::clock::ManualClock;
 use tollgate::layer::FailMode;
 use tollgate::observe::{METRICS, MetricKind, MetricNames, set_metric_names};
-use tollgate::store::{Charge, LeasedStore, Store, StoreCall};
+use tollgate::store::{Charge, Fallback, LeasedStore, Store, StoreCall};
 use tollgate::{
     Algorithm, Decision, Key, MemoryStore, Penalty, Policy, Quota, RateLimitLayer, StoreError,
     StoreErrorKind, key,
@@ -297,6 +297,26 @@ async fn every_metric(prefix: &'static str) {
         assert_eq!(send(&server, "dave").await.status, expected);
     }
 
+    // A `Fallback` whose primary is down: the insurance store answers, the gauge moves
+    // to it, and the call is labelled with the store that answered.
+    let fallback = Fallback::new(Down, MemoryStore::new());
+    let layer = RateLimitLayer::builder()
+        .policy(per_user(name("fallback"), Quota::per_minute(10)))
+        .store(fallback.clone())
+        .build()
+        .expect("layer");
+    let server = Server::start(app(layer)).await;
+    for _ in 0..2 {
+        assert_eq!(send(&server, "gina").await.status, StatusCode::OK);
+    }
+    assert!(!fallback.serving_primary());
+    let gauge = if prefix == "prom" {
+        "tollgate_fallback_serving"
+    } else {
+        "rate_limit.fallback.serving"
+    };
+    assert!(value(gauge, &[("store", "insurance")]) >= 1);
+
     // The memory store: keys, bytes, evictions at its key bound and at its byte bound.
     let small = MemoryStore::with_clock(clock.clone())
         .max_keys(2)
@@ -419,6 +439,12 @@ async fn every_metric_of_the_table_is_emitted_under_both_names() {
         samples(
             "tollgate_store_duration_seconds",
             &[("store", "MemoryStore"), ("operation", "decide")]
+        ) >= 1
+    );
+    assert!(
+        samples(
+            "tollgate_store_duration_seconds",
+            &[("store", "insurance"), ("operation", "decide")]
         ) >= 1
     );
     assert_eq!(value("tollgate_held", &[("policy", "prom-queue")]), 0);

@@ -74,8 +74,9 @@ pub(crate) const STORE_DURATION: Metric = Metric {
     kind: MetricKind::Histogram,
     labels: &["store", "operation"],
     meaning: "Time the layer waited for its store, by store type (`MemoryStore`, \
-              `RedisStore`, `LeasedStore`, `Fallback`, …) and operation (`decide`, `reserve`, \
-              `in_flight`). Timed only while a recorder is installed.",
+              `RedisStore`, `LeasedStore`, …; for a `Fallback`, the store that answered: \
+              `primary` or `insurance`) and operation (`decide`, `reserve`, `in_flight`). \
+              Timed only while a recorder is installed.",
 };
 
 pub(crate) const STORE_ERRORS: Metric = Metric {
@@ -83,7 +84,8 @@ pub(crate) const STORE_ERRORS: Metric = Metric {
     open_telemetry_name: "rate_limit.store.errors",
     kind: MetricKind::Counter,
     labels: &["kind"],
-    meaning: "Failed store calls (decisions, refunds, in-flight slot records), by \
+    meaning: "Failed store calls (decisions, refunds, in-flight slot records; a \
+              `Fallback`'s primary's too, when its insurance store answered), by \
               `StoreErrorKind` (`timeout`, `connection`, …).",
 };
 
@@ -197,6 +199,15 @@ pub(crate) const DENIAL_CACHE_HITS: Metric = Metric {
     meaning: "Requests the Redis store's denial cache denied without a round trip.",
 };
 
+pub(crate) const FALLBACK_SERVING: Metric = Metric {
+    name: "tollgate_fallback_serving",
+    open_telemetry_name: "rate_limit.fallback.serving",
+    kind: MetricKind::Gauge,
+    labels: &["store"],
+    meaning: "`Fallback`s served now by their `primary` or their `insurance` store (a \
+              switch moves one from one series to the other).",
+};
+
 /// Every metric tollgate emits, in the order of the README's table.
 ///
 /// ```
@@ -221,4 +232,5 @@ pub const METRICS: &[Metric] = &[
     LEASE_SLICES,
     LEASE_UNITS_RETURNED,
     DENIAL_CACHE_HITS,
+    FALLBACK_SERVING,
 ];

@@ -18,7 +18,8 @@
 //! layer: decisions, near-limit, held and running requests), `decisions.rs` (what
 //! became of a request: metrics, the decision's span and its log lines), `store.rs`
 //! (store-call latency, failures), `memory.rs` (the memory store's size and evictions),
-//! `lease.rs` (leases and the denial cache), `logs.rs` (penalties, refunds, slot
+//! `lease.rs` (leases and the denial cache), `fallback.rs` (which store of a
+//! `Fallback` serves, its primary's errors), `logs.rs` (penalties, refunds, slot
 //! records, oversized headers, installed policies), `unapplied.rs` (policies that
 //! apply to no request).
 
@@ -26,6 +27,7 @@
 mod catalogue;
 #[cfg(feature = "layer")]
 mod decisions;
+mod fallback;
 mod lease;
 mod logs;
 mod memory;
@@ -47,6 +49,10 @@ pub use names::{MetricNames, metric_names, set_metric_names};
 
 #[cfg(feature = "layer")]
 pub(crate) use decisions::{Outcome, decided, refused};
+pub(crate) use fallback::{
+    fallback_built, fallback_dropped, primary_error, recovery_failed, switched_to_insurance,
+    switched_to_primary,
+};
 pub(crate) use lease::{denial_cache_hit, lease_hit, lease_slice, lease_units_returned};
 #[cfg(feature = "layer")]
 pub(crate) use logs::headers_too_long;

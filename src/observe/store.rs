@@ -1,6 +1,10 @@
 //! The layer's store calls: how long each took (`tollgate_store_duration_seconds`,
 //! timed only while a recorder is installed), and what the layer did when one failed.
+//! A `Fallback`'s calls are labelled with the store that answered them: `primary` or
+//! `insurance` (read from its switch when the answer comes).
 
+#[cfg(feature = "metrics")]
+use std::sync::atomic::{AtomicBool, Ordering};
 #[cfg(feature = "metrics")]
 use std::sync::{Arc, OnceLock};
 
@@ -48,6 +52,9 @@ pub(crate) struct StoreMetrics {
 #[cfg(feature = "metrics")]
 struct Inner {
     store: &'static str,
+    /// A `Fallback`'s flag "the insurance store serves": its calls are labelled with
+    /// the store that answered (`primary`, `insurance`), not with `Fallback`.
+    switch: Option<Arc<AtomicBool>>,
     handles: OnceLock<Handles>,
 }
 
@@ -56,8 +63,10 @@ struct Handles {
     /// Whether a recorder was installed when these were registered: if not, nobody
     /// records the latencies, and the clock is not read for them.
     timing: bool,
-    durations: [Dual<Histogram>; Operation::ALL.len()],
-    fail_open: Dual<Counter>,
+    /// By serving store (`[primary, insurance]`: the same for a store that does not
+    /// switch), then by operation.
+    durations: [[Dual<Histogram>; Operation::ALL.len()]; 2],
+    fail_open: [Dual<Counter>; 2],
 }
 
 #[cfg_attr(not(feature = "metrics"), allow(clippy::unused_self))]
@@ -68,6 +77,7 @@ impl StoreMetrics {
             #[cfg(feature = "metrics")]
             inner: Arc::new(Inner {
                 store: store_label(store),
+                switch: store.insurance_serving(),
                 handles: OnceLock::new(),
             }),
         }
@@ -78,18 +88,40 @@ impl StoreMetrics {
     fn handles(&self) -> &Handles {
         self.inner.handles.get_or_init(|| {
             use super::catalogue::{FAIL_OPEN, STORE_DURATION};
-            let store = self.inner.store;
+            let labels = [false, true].map(|insurance| self.label(insurance));
             Handles {
                 timing: recording(),
-                durations: Operation::ALL.map(|operation| {
-                    histogram(
-                        &STORE_DURATION,
-                        &[("store", store), ("operation", operation.label())],
-                    )
+                durations: labels.map(|store| {
+                    Operation::ALL.map(|operation| {
+                        histogram(
+                            &STORE_DURATION,
+                            &[("store", store), ("operation", operation.label())],
+                        )
+                    })
                 }),
-                fail_open: counter(&FAIL_OPEN, &[("store", store)]),
+                fail_open: labels.map(|store| counter(&FAIL_OPEN, &[("store", store)])),
             }
         })
+    }
+
+    /// The `store` label: the store's type, or for a `Fallback` the store serving.
+    #[cfg(feature = "metrics")]
+    fn label(&self, insurance: bool) -> &'static str {
+        match (&self.inner.switch, insurance) {
+            (None, _) => self.inner.store,
+            (Some(_), false) => "primary",
+            (Some(_), true) => "insurance",
+        }
+    }
+
+    /// Which of the handles to use now: 1 while a `Fallback`'s insurance store serves.
+    #[cfg(feature = "metrics")]
+    #[inline]
+    fn serving(&self) -> usize {
+        self.inner
+            .switch
+            .as_ref()
+            .map_or(0, |flag| usize::from(flag.load(Ordering::Relaxed)))
     }
 
     /// Starts timing a store call of `operation`: the clock is read only while a
@@ -109,7 +141,8 @@ impl StoreMetrics {
     pub(crate) fn stop(&self, timer: StoreTimer) {
         #[cfg(feature = "metrics")]
         if let Some((operation, since)) = timer.started {
-            self.handles().durations[operation as usize].record(elapsed_seconds(since));
+            self.handles().durations[self.serving()][operation as usize]
+                .record(elapsed_seconds(since));
         }
     }
 
@@ -119,7 +152,7 @@ impl StoreMetrics {
         super::logs::store_error(error);
         #[cfg(feature = "metrics")]
         if failing_open {
-            self.handles().fail_open.increment(1);
+            self.handles().fail_open[self.serving()].increment(1);
         }
         #[cfg(feature = "tracing")]
         tracing::warn!(target: "tollgate", %error, fail_open = failing_open, "rate-limit store failed");

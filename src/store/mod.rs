@@ -380,6 +380,23 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
     fn supports_in_flight(&self) -> bool {
         false
     }
+
+    /// For a store that switches between two stores (a [`Fallback`]): a flag that
+    /// reads `true` while its insurance store serves, so that the layer's metrics
+    /// label each call with the store that answered it. The default, `None`: a store
+    /// that does not switch. A store that wraps another may pass the call on.
+    ///
+    /// ```
+    /// use tollgate::MemoryStore;
+    /// use tollgate::store::{Fallback, Store};
+    /// assert!(MemoryStore::new().insurance_serving().is_none());
+    /// let fallback = Fallback::new(MemoryStore::new(), MemoryStore::new());
+    /// let flag = fallback.insurance_serving().expect("a switch");
+    /// assert!(!flag.load(std::sync::atomic::Ordering::Relaxed));
+    /// ```
+    fn insurance_serving(&self) -> Option<std::sync::Arc<std::sync::atomic::AtomicBool>> {
+        None
+    }
 }
 
 /// Builds the public decision from an algorithm's verdict.

@@ -14,6 +14,7 @@ mod conformance;
 mod escalation;
 mod eviction;
 mod extremes;
+mod fallback;
 mod key;
 mod leases;
 mod limiter;

@@ -193,8 +193,9 @@ async fn a_read_only_replica_is_unavailable() -> TestResult {
 async fn fallback_serves_from_memory_while_redis_is_down_and_returns() -> TestResult {
     let mut server = RedisServer::start();
     let redis = store(&server);
-    let fallback =
-        Fallback::new(redis.clone(), MemoryStore::new()).probe_interval(Duration::from_millis(100));
+    let fallback = Fallback::new(redis.clone(), MemoryStore::new())
+        .probe_interval(Duration::from_millis(100))
+        .min_down(Duration::from_millis(100));
     let limiter = limiter(fallback.clone());
     let policy = limiter.limit("api").ok_or("policy")?.clone();
     let key = Key::from("alice");

@@ -25,6 +25,7 @@ mod connections;
 mod denial_cache;
 mod escalation;
 mod exactness;
+mod fallback;
 mod faults;
 mod functions;
 mod in_flight;

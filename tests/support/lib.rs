@@ -37,6 +37,7 @@
 //! are killed when they are dropped, and by the same watchdog if the test aborts.
 
 pub mod conformance;
+pub mod fallback;
 pub mod http;
 pub mod immediate;
 pub mod in_flight;

@@ -1,12 +1,14 @@
 //! What a `Fallback`'s primary missed (operators' resets and blocks made while it was
-//! down, or that it failed), and their replay on it before it decides again.
+//! down, or that it failed), and their replay on it before it decides again: in the
+//! background, a bounded number at once, never inside one request.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, PoisonError};
 use std::time::Instant;
 
-use super::Fallback;
+use super::Shared;
+use super::recovery::{Work, at_most};
 use crate::store::Store;
 use crate::{Key, Limit, StoreError};
 
@@ -14,7 +16,7 @@ use crate::{Key, Limit, StoreError};
 /// of each, at most [`MAX_MISSED`] keys (beyond, one is dropped with a warning).
 #[derive(Debug, Default)]
 pub(super) struct Missed {
-    /// Whether any is waiting: the one load a decision pays while none is.
+    /// Whether any is waiting: the one load a recovery pays while none is.
     any: AtomicBool,
     ops: Mutex<HashMap<(&'static str, Key), MissedOp>>,
 }
@@ -28,11 +30,14 @@ struct MissedOp {
     block_until: Option<Instant>,
 }
 
+/// One replay's outcome: what failed is kept, with its error.
+type Replayed = Result<(), (Key, MissedOp, StoreError)>;
+
 /// The most keys whose missed operations a `Fallback` keeps for its primary.
 const MAX_MISSED: usize = 10_000;
 
 /// Replaying what the primary missed.
-impl<P: Store, I: Store> Fallback<P, I> {
+impl<P: Store, I: Store> Shared<P, I> {
     /// Remembers that the primary missed `op` for `key` under `limit`.
     pub(super) fn missed(
         &self,
@@ -70,8 +75,8 @@ impl<P: Store, I: Store> Fallback<P, I> {
     }
 
     /// Replays on the primary what it missed, before it decides again: a block made
-    /// while it was down holds on it once it is back. What fails stays for the next
-    /// try (and fails this call over to the insurance store).
+    /// while it was down holds on it once it is back. A bounded number of calls at
+    /// once; what fails stays for the next try, and the error is returned.
     pub(super) async fn replay_missed(&self) -> Result<(), StoreError> {
         if !self.missed.any.load(Ordering::Acquire) {
             return Ok(());
@@ -85,27 +90,31 @@ impl<P: Store, I: Store> Fallback<P, I> {
             self.missed.any.store(false, Ordering::Release);
             ops.drain().collect()
         };
-        let mut ops = ops.into_iter();
-        while let Some((slot, op)) = ops.next() {
-            let replayed = async {
-                if op.reset {
-                    self.primary.reset(&op.limit, &slot.1).await?;
+        let mut replays: Vec<Work<'_, Replayed>> = Vec::new();
+        for ((_, key), op) in ops {
+            replays.push(Box::pin(async move {
+                let replayed = async {
+                    if op.reset {
+                        self.primary.reset(&op.limit, &key).await?;
+                    }
+                    if let Some(until) = op.block_until {
+                        let left = until.saturating_duration_since(Instant::now());
+                        self.primary.block(&op.limit, &key, left).await?;
+                    }
+                    Ok::<(), StoreError>(())
                 }
-                if let Some(until) = op.block_until {
-                    let left = until.saturating_duration_since(Instant::now());
-                    self.primary.block(&op.limit, &slot.1, left).await?;
-                }
-                Ok::<(), StoreError>(())
-            }
-            .await;
-            if let Err(error) = replayed {
-                // Kept, with the rest, for the next time the primary answers.
-                for (slot, op) in std::iter::once((slot, op)).chain(ops) {
-                    self.missed(&op.limit, &slot.1, op.reset, op.block_until);
-                }
-                return Err(error);
+                .await;
+                replayed.map_err(|error| (key, op, error))
+            }));
+        }
+        let mut first = None;
+        for failed in at_most(replays).await {
+            if let Err((key, op, error)) = failed {
+                // Kept for the next time the primary answers.
+                self.missed(&op.limit, &key, op.reset, op.block_until);
+                first.get_or_insert(error);
             }
         }
-        Ok(())
+        first.map_or(Ok(()), Err)
     }
 }

@@ -5,12 +5,19 @@
 //! (`store/denial.rs`, `store/denial_cache.rs`): per limit, quota and key, at most
 //! [`MAX_SEEN`] keys (the oldest leave first), each until its block ends, on this
 //! process's monotonic clock.
+//!
+//! They are also listed with their limit, so that on recovery each block still in
+//! force is re-asserted on a primary that came back without it (restarted empty, or
+//! flushed while it was down).
 
-use std::time::Instant;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
 
-use crate::Decision;
 use crate::store::Charge;
 use crate::store::denial_cache::DenialCache;
+use crate::{Decision, Key, Limit};
 
 /// The most blocked keys a `Fallback` remembers.
 pub(super) const MAX_SEEN: usize = 10_000;
@@ -20,6 +27,16 @@ pub(super) struct SeenBlocks {
     cache: DenialCache,
     /// µs are counted from here.
     epoch: Instant,
+    /// The same blocks, by (limit name, key), with their limit and end.
+    known: Mutex<HashMap<(&'static str, Key), Known>>,
+    /// Whether `known` holds any: the one load a primary's answer pays while none.
+    any: AtomicBool,
+}
+
+/// A block this process knows of, to re-assert on the primary.
+pub(super) struct Known {
+    pub(super) limit: Limit,
+    pub(super) until: Instant,
 }
 
 impl std::fmt::Debug for SeenBlocks {
@@ -36,6 +53,8 @@ impl Default for SeenBlocks {
             // A block is kept until it ends: at most a century (`Penalty::MAX_DENIAL`).
             cache: DenialCache::new(MAX_SEEN, crate::time::micros(crate::Penalty::MAX_DENIAL)),
             epoch: Instant::now(),
+            known: Mutex::default(),
+            any: AtomicBool::new(false),
         }
     }
 }
@@ -49,12 +68,76 @@ impl SeenBlocks {
 
     /// Remembers every block among the primary's `decisions` for `charges`, measured
     /// from `sent` (µs, [`now`](Self::now) when the call was sent).
+    /// A key the primary answers unblocked is forgotten: the primary is the judge
+    /// while it serves (another process may have reset the key).
     pub(super) fn note(&self, charges: &[Charge<'_>], decisions: &[Decision], sent: u64) {
         for (charge, decision) in charges.iter().zip(decisions) {
-            if decision.blocked_for.is_some() {
+            if let Some(left) = decision.blocked_for {
                 self.cache.record(charge, sent, decision);
+                let until = self
+                    .epoch
+                    .checked_add(Duration::from_micros(sent))
+                    .and_then(|at| at.checked_add(left))
+                    .unwrap_or_else(|| Instant::now() + crate::Penalty::MAX_DENIAL);
+                self.know(charge.limit, charge.key, until);
+            } else if self.any.load(Ordering::Acquire) {
+                self.known().remove(&(charge.limit.name(), *charge.key));
             }
         }
+    }
+
+    fn known(&self) -> MutexGuard<'_, HashMap<(&'static str, Key), Known>> {
+        self.known.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Lists a block of `key` under `limit` until `until`, to re-assert on recovery.
+    fn know(&self, limit: &Limit, key: &Key, until: Instant) {
+        let mut known = self.known();
+        let slot = (limit.name(), *key);
+        if known.len() >= MAX_SEEN && !known.contains_key(&slot) {
+            // Full: the block that ends first leaves (rare: a scan of the table).
+            let now = Instant::now();
+            known.retain(|_, block| block.until > now);
+            if known.len() >= MAX_SEEN {
+                let first = known
+                    .iter()
+                    .min_by_key(|(_, block)| block.until)
+                    .map(|(slot, _)| *slot);
+                if let Some(first) = first {
+                    known.remove(&first);
+                }
+            }
+        }
+        known.insert(
+            slot,
+            Known {
+                limit: limit.clone(),
+                until,
+            },
+        );
+        self.any.store(true, Ordering::Release);
+    }
+
+    /// The blocks still in force, with their keys (ended ones are dropped).
+    pub(super) fn in_force(&self) -> Vec<(Key, Known)> {
+        if !self.any.load(Ordering::Acquire) {
+            return Vec::new();
+        }
+        let now = Instant::now();
+        let mut known = self.known();
+        known.retain(|_, block| block.until > now);
+        known
+            .iter()
+            .map(|((_, key), block)| {
+                (
+                    *key,
+                    Known {
+                        limit: block.limit.clone(),
+                        until: block.until,
+                    },
+                )
+            })
+            .collect()
     }
 
     /// The denial of a batch one of whose keys this process saw blocked, if any.
@@ -65,5 +148,8 @@ impl SeenBlocks {
     /// Forgets `charge`'s key under its limit (after a reset through this process).
     pub(super) fn forget(&self, charge: &Charge<'_>) {
         self.cache.forget_key(charge);
+        if self.any.load(Ordering::Acquire) {
+            self.known().remove(&(charge.limit.name(), *charge.key));
+        }
     }
 }
