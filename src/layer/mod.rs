@@ -48,6 +48,7 @@ mod limiter_calls;
 mod meter;
 mod metered_body;
 mod partition_key;
+mod pending_outcomes;
 mod policy;
 mod problem;
 mod refunds;
