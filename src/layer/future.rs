@@ -504,9 +504,8 @@ where
                     let (Some(service), Some(request)) = (service.take(), request.take()) else {
                         unreachable!("a waiting future has its service and request")
                     };
-                    let (state, context, outcomes) = resume(service, request, turned);
-                    *this.context = context;
-                    *this.outcomes = outcomes;
+                    let state;
+                    (state, *this.context, *this.outcomes) = resume(service, request, turned);
                     state
                 }
                 StateProj::Answered { response } => {

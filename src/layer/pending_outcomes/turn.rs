@@ -193,7 +193,7 @@ async fn look(shared: &Shared, view: &View, checks: &Checks) -> Result<Decided, 
     let mut looked = Decided::new();
     for check in checks.iter() {
         let limit = limiter.with_quota(&view.set.limits[check.index], check.quota)?;
-        let decision = limiter.store().peek(&*limit, &check.key).await?;
+        let decision = limiter.store().peek(&limit, &check.key).await?;
         looked.push(decision);
     }
     Ok(looked)
