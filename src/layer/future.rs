@@ -21,6 +21,8 @@ use crate::layer::few::{Checks, Claims, Decided, Few};
 use crate::layer::grpc::GrpcContentType;
 use crate::layer::in_flight_entry::{Entering, Entry};
 use crate::layer::limiter_calls::Pending;
+use crate::layer::pending_outcomes::{self, AwaitingTurn, OutcomeHold, Parked, Verdict};
+use crate::layer::service::checked;
 use crate::layer::shared::{HeldSlot, Shared, View};
 use crate::limiter::Taking;
 use crate::store::StoreFuture;
@@ -35,6 +37,9 @@ pin_project! {
         state: State<S, ReqBody, S::Future>,
         // `None` when no policy applied: no headers, no refunds.
         context: Option<RequestContext>,
+        // `count_when`: the request's turn, then its charges awaiting their outcome
+        // (see `pending_outcomes`); `None` for most requests.
+        outcomes: Option<Box<OutcomeHold>>,
     }
 }
 
@@ -68,8 +73,31 @@ pin_project! {
         Calling { #[pin] future: F },
         /// The layer answers itself.
         Answered { response: Option<Response<Bytes>> },
+        /// Waiting for its turn while its caller's `count_when` charges await their
+        /// outcome; then decided by `resume` (see `pending_outcomes`).
+        Awaiting {
+            turn: AwaitingTurn,
+            service: Option<S>,
+            request: Option<Request<ReqBody>>,
+            resume: Resume<S, ReqBody, F>,
+        },
     }
 }
+
+/// How a request that waited for its turn is decided, with the service and the
+/// request it waited with: [`ResponseFuture::resume`], made where the service's
+/// bounds are known.
+type Resume<S, ReqBody, F> = fn(S, Request<ReqBody>, Turned) -> Resumed<S, ReqBody, F>;
+
+/// A request's future once its wait ended: its state, context and hold.
+type Resumed<S, ReqBody, F> = (
+    State<S, ReqBody, F>,
+    Option<RequestContext>,
+    Option<Box<OutcomeHold>>,
+);
+
+/// What a waiting request's turn ends with (see `pending_outcomes`).
+type Turned = (Option<Box<OutcomeHold>>, Verdict, Parked);
 
 pin_project! {
     /// A held request's timer and its place, in one allocation: kept out of the
@@ -128,6 +156,7 @@ where
                 response: Some(response),
             },
             context: None,
+            outcomes: None,
         }
     }
 
@@ -136,6 +165,7 @@ where
         Self {
             state: State::Calling { future },
             context: None,
+            outcomes: None,
         }
     }
 
@@ -186,6 +216,7 @@ where
         Self {
             state,
             context: Some(context),
+            outcomes: None,
         }
     }
 
@@ -243,6 +274,7 @@ where
                 Self {
                     state,
                     context: Some(context),
+                    outcomes: None,
                 }
             }
             Entering::Waiting(slots) => Self {
@@ -252,6 +284,7 @@ where
                     request: Some(request),
                 },
                 context: Some(context),
+                outcomes: None,
             },
         }
     }
@@ -279,6 +312,92 @@ where
                 Claims::new(),
                 grpc,
             )),
+            outcomes: None,
+        }
+    }
+}
+
+/// `count_when` (see `pending_outcomes`): waiting for a turn, and holding one.
+impl<S, ReqBody> ResponseFuture<S, ReqBody>
+where
+    S: Service<Request<ReqBody>>,
+{
+    /// The request waits for its turn, then is decided.
+    pub(crate) fn awaiting<ResBody>(
+        turn: AwaitingTurn,
+        service: S,
+        request: Request<ReqBody>,
+    ) -> Self
+    where
+        S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone,
+    {
+        Self {
+            state: State::Awaiting {
+                turn,
+                service: Some(service),
+                request: Some(request),
+                resume: Self::resume,
+            },
+            context: None,
+            outcomes: None,
+        }
+    }
+
+    /// A request that waited for its turn: decided as any other, holding its turn,
+    /// or refused as its wait found it.
+    fn resume<ResBody>(
+        mut service: S,
+        request: Request<ReqBody>,
+        (hold, verdict, parked): Turned,
+    ) -> Resumed<S, ReqBody, S::Future>
+    where
+        S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone,
+    {
+        let Parked {
+            shared,
+            view,
+            checks,
+            claims,
+            grpc,
+        } = parked;
+        let mut future = match verdict {
+            Verdict::Decide => {
+                checked(&shared, view, &mut service, request, (checks, claims), grpc)
+            }
+            Verdict::Refuse(decisions) => Self::decided(
+                shared,
+                view,
+                &mut service,
+                request,
+                checks,
+                grpc,
+                Ok(decisions),
+            ),
+        };
+        if let Some(hold) = hold {
+            future = future.holding(hold);
+        }
+        (future.state, future.context, future.outcomes)
+    }
+
+    /// The request holds `hold` (its turn) from here.
+    pub(crate) fn holding(mut self, hold: Box<OutcomeHold>) -> Self {
+        self.outcomes = Some(hold);
+        self.state.follow_outcomes(&mut self.outcomes);
+        self
+    }
+}
+
+impl<S, ReqBody, F> State<S, ReqBody, F> {
+    /// What the request's `count_when` hold becomes in this state: charges awaiting
+    /// their outcome once it is admitted (called, or held for its turn), nothing once
+    /// the layer answers it.
+    fn follow_outcomes(&self, hold: &mut Option<Box<OutcomeHold>>) {
+        match self {
+            _ if hold.is_none() => {}
+            Self::Calling { .. } | Self::Delaying { .. } => pending_outcomes::admitted(hold),
+            Self::Answered { .. } => *hold = None,
+            Self::Entering { .. } | Self::Deciding { .. } | Self::Awaiting { .. } => {}
         }
     }
 }
@@ -368,11 +487,26 @@ where
                         .context
                         .as_mut()
                         .and_then(|context| context.finish(&mut head));
+                    let on_status = pending_outcomes::known_after(this.outcomes.take(), on_status);
                     let body = match on_status {
                         Some(on_status) => RateLimitBody::watching(body, on_status),
                         None => RateLimitBody::inner(body),
                     };
                     return Poll::Ready(Ok(Response::from_parts(head, body)));
+                }
+                StateProj::Awaiting {
+                    turn,
+                    service,
+                    request,
+                    resume,
+                } => {
+                    let turned = ready!(turn.as_mut().poll(cx));
+                    let (Some(service), Some(request)) = (service.take(), request.take()) else {
+                        unreachable!("a waiting future has its service and request")
+                    };
+                    let state;
+                    (state, *this.context, *this.outcomes) = resume(service, request, turned);
+                    state
                 }
                 StateProj::Answered { response } => {
                     let response = response
@@ -381,6 +515,7 @@ where
                     return Poll::Ready(Ok(response.map(RateLimitBody::rejection)));
                 }
             };
+            next.follow_outcomes(this.outcomes);
             this.state.set(next);
         }
     }

@@ -180,6 +180,7 @@ impl RateLimitLayer {
                 held_per_key: Arc::default(),
                 slot_lines: Arc::default(),
                 hooks: super::hooks::Hooks::default(),
+                pending_outcomes: Arc::default(),
             }),
         }
     }
@@ -479,6 +480,19 @@ impl RateLimitLayer {
     /// ```
     pub fn held(&self) -> usize {
         self.shared.held.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// How many callers (policy, key) of `count_when` policies have, in this process,
+    /// a request being decided or charges awaiting their outcome (see
+    /// [`Policy::wait_for_outcomes`](crate::Policy::wait_for_outcomes)); bounded.
+    ///
+    /// ```
+    /// # let limiter = tollgate::Limiter::builder().limit(tollgate::Limit::new("api", tollgate::Quota::per_second(10))?).build()?;
+    /// assert_eq!(tollgate::RateLimitLayer::new(limiter).awaiting_outcomes(), 0);
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    pub fn awaiting_outcomes(&self) -> usize {
+        self.shared.pending_outcomes.tracked()
     }
 
     /// The layer's limiter, shared with every clone of the layer and its services: for

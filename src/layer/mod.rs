@@ -23,7 +23,9 @@
 //! `extract.rs` (axum's extractor and responses) and `body.rs`. Metered policies:
 //! `meter.rs` (the [`Meter`] a handler reports the actual cost to) and `settles.rs`
 //! (settling it); bytes as the unit: `unit.rs`, `bytes.rs` (the [`MeterBytes`] layer),
-//! `metered_body.rs` and `byte_account.rs`.
+//! `metered_body.rs` and `byte_account.rs`. `pending_outcomes/`: `count_when` under
+//! concurrency (a request kept out only by charges awaiting their outcome waits for
+//! them instead of being refused as an offence).
 
 mod body;
 mod builder;
@@ -48,6 +50,7 @@ mod limiter_calls;
 mod meter;
 mod metered_body;
 mod partition_key;
+mod pending_outcomes;
 mod policy;
 mod problem;
 mod refunds;

@@ -55,7 +55,13 @@ pub(super) fn refund_uncounted(
                     receipt,
                     decision.quota,
                 ) {
-                    spawn_refund(refund);
+                    // Pending for the caller's waiters until it lands.
+                    let target = (policy.name(), check.key);
+                    spawn_refund(
+                        shared
+                            .pending_outcomes
+                            .landing(target, receipt.cost(), refund),
+                    );
                 }
             }
         }

@@ -17,10 +17,11 @@ use crate::layer::RateLimitBody;
 use crate::layer::context::rejection;
 use crate::layer::few::{Checks, Claims};
 use crate::layer::future::{ResponseFuture, take_ready};
-use crate::layer::grpc::grpc_flavour;
+use crate::layer::grpc::{GrpcContentType, grpc_flavour};
 use crate::layer::headers::Report;
 use crate::layer::in_flight_entry::Claim;
 use crate::layer::limiter_calls::{LayerCheck, Pending};
+use crate::layer::pending_outcomes::{self, FirstTurn, Parked};
 use crate::layer::rejection::{RejectReason, RejectionInfo};
 use crate::layer::shared::{Shared, View};
 use crate::layer::{Decisions, MissingKey};
@@ -167,39 +168,79 @@ where
             return ResponseFuture::unlimited(self.inner.call(unchecked(shared, parts, body)));
         }
         let request = Request::from_parts(parts, body);
-        if !claims.is_empty() {
-            return ResponseFuture::entering(
-                shared,
-                view,
-                &mut self.inner,
-                request,
-                (checks, claims),
-                grpc,
-            );
+        // `count_when`: a request of a caller whose charges await their outcome looks
+        // before it is charged, and may wait for them (see `pending_outcomes`).
+        match pending_outcomes::first_turn(shared, &view, &checks) {
+            None => {}
+            Some(FirstTurn::Now(hold)) => {
+                return checked(
+                    shared,
+                    view,
+                    &mut self.inner,
+                    request,
+                    (checks, claims),
+                    grpc,
+                )
+                .holding(hold);
+            }
+            Some(FirstTurn::Later(first, targets)) => {
+                let parked = Parked {
+                    shared: shared.clone(),
+                    view,
+                    checks,
+                    claims,
+                    grpc,
+                };
+                return ResponseFuture::awaiting(
+                    pending_outcomes::await_turn(first, targets, parked),
+                    take_ready(&mut self.inner),
+                    request,
+                );
+            }
         }
-        // The memory store decides here and now: an admitted request goes straight to
-        // the inner service. Only a request that waits (a remote store, a leaky-bucket
-        // delay) takes the ready service along and leaves a clone in its place.
-        match shared.decide(&view, &checks) {
-            Pending::Ready(result) => ResponseFuture::decided(
-                shared.clone(),
-                view,
-                &mut self.inner,
-                request,
-                checks,
-                grpc,
-                result,
-            ),
-            Pending::Waiting(decision) => ResponseFuture::deciding(
-                shared.clone(),
-                view,
-                take_ready(&mut self.inner),
-                request,
-                checks,
-                grpc,
-                decision,
-            ),
+        checked(
+            shared,
+            view,
+            &mut self.inner,
+            request,
+            (checks, claims),
+            grpc,
+        )
+    }
+}
+
+/// The future of a request with rate `checks` and in-flight `claims`: decided now on
+/// a store that answers at once, else on its way.
+pub(super) fn checked<S, ReqBody, ResBody>(
+    shared: &Arc<Shared>,
+    view: Arc<View>,
+    inner: &mut S,
+    request: Request<ReqBody>,
+    (checks, claims): (Checks, Claims),
+    grpc: Option<GrpcContentType>,
+) -> ResponseFuture<S, ReqBody>
+where
+    S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone,
+{
+    if !claims.is_empty() {
+        return ResponseFuture::entering(shared, view, inner, request, (checks, claims), grpc);
+    }
+    // The memory store decides here and now: an admitted request goes straight to
+    // the inner service. Only a request that waits (a remote store, a leaky-bucket
+    // delay) takes the ready service along and leaves a clone in its place.
+    match shared.decide(&view, &checks) {
+        Pending::Ready(result) => {
+            ResponseFuture::decided(shared.clone(), view, inner, request, checks, grpc, result)
         }
+        Pending::Waiting(decision) => ResponseFuture::deciding(
+            shared.clone(),
+            view,
+            take_ready(inner),
+            request,
+            checks,
+            grpc,
+            decision,
+        ),
     }
 }
 

@@ -65,6 +65,9 @@ pub(crate) struct Shared {
     pub(crate) slot_lines: Arc<SlotLines>,
     /// Rules added in code by policy name, applied again to every reloaded set.
     pub(crate) hooks: super::hooks::Hooks,
+    /// `count_when` charges awaiting their outcome, per (policy, key), shared by every
+    /// clone (see `pending_outcomes`).
+    pub(crate) pending_outcomes: Arc<super::pending_outcomes::PendingOutcomes>,
 }
 
 /// Held requests per (policy name, key).

@@ -18,6 +18,7 @@ mod client_ip_sources;
 #[cfg(feature = "config")]
 mod config;
 mod costs;
+mod count_when;
 mod escalation;
 #[cfg(feature = "redis")]
 mod failover;

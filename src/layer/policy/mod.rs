@@ -82,6 +82,9 @@ pub struct Policy {
     rate: bool,
     /// Hold a request that will fit within this long instead of rejecting it.
     wait: Option<Duration>,
+    /// How long a request refused only for charges still awaiting their `count_when`
+    /// outcome waits for them (`Policy::wait_for_outcomes`, in `pending_outcomes/`).
+    pub(crate) outcome_wait: Duration,
     /// The routes this policy applies to (cost 1 each, 0 elsewhere); `None`: all
     /// (see `scope.rs`).
     pub(super) scope: Option<Costs>,
@@ -391,6 +394,7 @@ impl fmt::Debug for Policy {
             .field("in_flight", &self.in_flight)
             .field("rate", &self.rate)
             .field("wait", &self.wait)
+            .field("outcome_wait", &self.outcome_wait)
             .field("rollout", &self.rollout)
             .field("metered", &self.metering.metered)
             .field(
@@ -419,6 +423,7 @@ impl From<Limit> for Policy {
             in_flight: None,
             rate: true,
             wait: None,
+            outcome_wait: crate::layer::pending_outcomes::DEFAULT_OUTCOME_WAIT,
             scope: None,
             own_routes: false,
             unless_key: None,

@@ -1,0 +1,47 @@
+//! [`Policy::wait_for_outcomes`]: how long a request waits for its caller's pending
+//! `count_when` outcomes.
+
+use std::time::Duration;
+
+use crate::Policy;
+
+impl Policy {
+    /// How long a request waits, at most, for the outcomes of this process's charges
+    /// of its key that [`count_when`](Policy::count_when) has not classified yet, when
+    /// only they stand between it and admission (default 5 s). A charge whose
+    /// response does not count is refunded and frees quota for it; once none is
+    /// pending, a request that still does not fit is rejected as usual (an offence for
+    /// a [`penalty`](Policy::penalty)). Past the wait it is refused, with no charge
+    /// and no offence. 0 refuses such a request at once, still without an offence.
+    ///
+    /// While it waits, the request is one of the layer's
+    /// [held requests](crate::RateLimitLayer::max_held); when the layer holds as many
+    /// as it may, it is refused at once, without an offence. Charges pending in other
+    /// processes are not seen: there, they count as spent until their refund lands.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let logins = tollgate::Policy::new("logins", tollgate::Quota::per_minute(5))?
+    ///     .count_when(|status| status == http::StatusCode::UNAUTHORIZED)
+    ///     .wait_for_outcomes(Duration::from_secs(2));
+    /// assert_eq!(logins.get_wait_for_outcomes(), Duration::from_secs(2));
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    #[must_use]
+    pub fn wait_for_outcomes(mut self, max_wait: Duration) -> Self {
+        self.outcome_wait = max_wait;
+        self
+    }
+
+    /// How long a request waits for its key's pending `count_when` outcomes (see
+    /// [`wait_for_outcomes`](Policy::wait_for_outcomes)).
+    ///
+    /// ```
+    /// let policy = tollgate::Policy::new("logins", tollgate::Quota::per_minute(5))?;
+    /// assert_eq!(policy.get_wait_for_outcomes(), std::time::Duration::from_secs(5));
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    pub fn get_wait_for_outcomes(&self) -> Duration {
+        self.outcome_wait
+    }
+}
