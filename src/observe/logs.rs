@@ -94,6 +94,9 @@ pub(crate) fn headers_too_long(error: &crate::ConfigError) {
 #[cfg(all(feature = "layer", any(feature = "metrics", feature = "tracing")))]
 #[cfg_attr(not(feature = "tracing"), allow(unused_variables))]
 pub(crate) fn policy_unapplied(policy: &crate::Policy, keyless: u32) {
+    // The layer may never have described its metrics: no policy of it applied yet.
+    #[cfg(feature = "metrics")]
+    super::names::describe_all();
     #[cfg(feature = "metrics")]
     super::names::gauge(
         &super::catalogue::POLICY_UNAPPLIED,

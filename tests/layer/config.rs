@@ -473,6 +473,13 @@ const MALFORMED: &[Case] = &[
         "takes the costs of \"per-key\"",
     ),
     (
+        "fallback for a limit every request has a key for, scoped to a route",
+        "[[limit]]\nname = \"all\"\nquota = \"10/min\"\nroutes = [\"GET /a\"]\n[[limit]]\nname = \"anon\"\nquota = \"1/min\"\nkey = \"peer_ip\"\nfallback_for = \"all\"\n",
+        9,
+        16,
+        "finds a key for every request",
+    ),
+    (
         "meter misspelt",
         "[[limit]]\nname = \"api\"\nquota = \"1/s\"\nmeter = \"bytes\"\n",
         4,
