@@ -347,4 +347,32 @@ mod tests {
         cache.record(&charge(&limit, &other), sent + 2 * SECOND, &denial(year));
         assert_eq!(cache.len(), 1);
     }
+
+    #[test]
+    fn a_penalty_boxs_rejections_are_not_kept_and_its_batches_reach_the_store() {
+        let plain = Limit::new("burst", Quota::per_day(1)).expect("limit");
+        let boxed = Limit::new("login", Quota::per_day(1))
+            .expect("limit")
+            .penalty(crate::Penalty::after(3).within(Duration::from_secs(60)));
+        let key = Key::from("mallory");
+        let cache = DenialCache::new(10, 3_600 * SECOND);
+        let minute = Duration::from_secs(60);
+        cache.record(&charge(&boxed, &key), SECOND, &denial(minute));
+        assert_eq!(cache.len(), 0, "a rejection the box must count");
+        cache.record(&charge(&plain, &key), SECOND, &denial(minute));
+        let batch = [charge(&plain, &key), charge(&boxed, &key)];
+        assert!(
+            cache.check_in_front(&batch, SECOND).is_none(),
+            "the store that denied counts the boxed charge"
+        );
+        let carried = cache.check(&batch, SECOND).expect("a carried denial holds");
+        assert!(!carried[0].allowed && carried[1].allowed);
+        let mut blocked = denial(minute);
+        blocked.blocked_for = Some(minute);
+        cache.record(&charge(&boxed, &key), SECOND, &blocked);
+        let local = cache
+            .check_in_front(&batch, SECOND)
+            .expect("nothing more to count");
+        assert_eq!(local[1].blocked_for, Some(minute));
+    }
 }
