@@ -166,9 +166,16 @@ impl DenialCache {
             denials.map.remove(&id);
             return None;
         }
-        let answer = cached.denial.answer(charge, now)?;
-        crate::observe::denial_cache_hit();
-        Some(answer)
+        cached.denial.answer(charge, now)
+    }
+
+    /// Counts the requests a batch's local answer denied (a batch the rule sent to
+    /// the store counts none).
+    fn hits(answers: Option<Vec<Decision>>) -> Option<Vec<Decision>> {
+        for _ in answers.iter().flatten().filter(|d| !d.allowed) {
+            crate::observe::denial_cache_hit();
+        }
+        answers
     }
 
     /// The local answer to an all-or-nothing batch at `now`, for a cache in front of
@@ -180,9 +187,9 @@ impl DenialCache {
     #[cfg_attr(not(feature = "redis"), allow(dead_code))]
     pub(crate) fn check_in_front(&self, charges: &[Charge<'_>], now: u64) -> Option<Vec<Decision>> {
         let mut denials = self.lock();
-        answer_batch(charges, Asked::TheSameStore, |charge| {
+        Self::hits(answer_batch(charges, Asked::TheSameStore, |charge| {
             Self::check_one(&mut denials, charge, now)
-        })
+        }))
     }
 
     /// The local answer to an all-or-nothing batch at `now` by denials carried to a
@@ -191,9 +198,9 @@ impl DenialCache {
     /// of the store that made its denials uses [`check_in_front`](Self::check_in_front).
     pub(crate) fn check(&self, charges: &[Charge<'_>], now: u64) -> Option<Vec<Decision>> {
         let mut denials = self.lock();
-        answer_batch(charges, Asked::Another, |charge| {
+        Self::hits(answer_batch(charges, Asked::Another, |charge| {
             Self::check_one(&mut denials, charge, now)
-        })
+        }))
     }
 
     /// Records the denial the store made for `charge`, sent at `sent`, if the rule
