@@ -166,9 +166,16 @@ impl DenialCache {
             denials.map.remove(&id);
             return None;
         }
-        let answer = cached.denial.answer(charge, now)?;
-        crate::observe::denial_cache_hit();
-        Some(answer)
+        cached.denial.answer(charge, now)
+    }
+
+    /// Counts the requests a batch's local answer denied (a batch the rule sent to
+    /// the store counts none).
+    fn hits(answers: Option<Vec<Decision>>) -> Option<Vec<Decision>> {
+        for _ in answers.iter().flatten().filter(|d| !d.allowed) {
+            crate::observe::denial_cache_hit();
+        }
+        answers
     }
 
     /// The local answer to an all-or-nothing batch at `now`, for a cache in front of
@@ -180,9 +187,9 @@ impl DenialCache {
     #[cfg_attr(not(feature = "redis"), allow(dead_code))]
     pub(crate) fn check_in_front(&self, charges: &[Charge<'_>], now: u64) -> Option<Vec<Decision>> {
         let mut denials = self.lock();
-        answer_batch(charges, Asked::TheSameStore, |charge| {
+        Self::hits(answer_batch(charges, Asked::TheSameStore, |charge| {
             Self::check_one(&mut denials, charge, now)
-        })
+        }))
     }
 
     /// The local answer to an all-or-nothing batch at `now` by denials carried to a
@@ -191,9 +198,9 @@ impl DenialCache {
     /// of the store that made its denials uses [`check_in_front`](Self::check_in_front).
     pub(crate) fn check(&self, charges: &[Charge<'_>], now: u64) -> Option<Vec<Decision>> {
         let mut denials = self.lock();
-        answer_batch(charges, Asked::Another, |charge| {
+        Self::hits(answer_batch(charges, Asked::Another, |charge| {
             Self::check_one(&mut denials, charge, now)
-        })
+        }))
     }
 
     /// Records the denial the store made for `charge`, sent at `sent`, if the rule
@@ -346,5 +353,33 @@ mod tests {
         let other = Key::from("bob");
         cache.record(&charge(&limit, &other), sent + 2 * SECOND, &denial(year));
         assert_eq!(cache.len(), 1);
+    }
+
+    #[test]
+    fn a_penalty_boxs_rejections_are_not_kept_and_its_batches_reach_the_store() {
+        let plain = Limit::new("burst", Quota::per_day(1)).expect("limit");
+        let boxed = Limit::new("login", Quota::per_day(1))
+            .expect("limit")
+            .penalty(crate::Penalty::after(3).within(Duration::from_secs(60)));
+        let key = Key::from("mallory");
+        let cache = DenialCache::new(10, 3_600 * SECOND);
+        let minute = Duration::from_secs(60);
+        cache.record(&charge(&boxed, &key), SECOND, &denial(minute));
+        assert_eq!(cache.len(), 0, "a rejection the box must count");
+        cache.record(&charge(&plain, &key), SECOND, &denial(minute));
+        let batch = [charge(&plain, &key), charge(&boxed, &key)];
+        assert!(
+            cache.check_in_front(&batch, SECOND).is_none(),
+            "the store that denied counts the boxed charge"
+        );
+        let carried = cache.check(&batch, SECOND).expect("a carried denial holds");
+        assert!(!carried[0].allowed && carried[1].allowed);
+        let mut blocked = denial(minute);
+        blocked.blocked_for = Some(minute);
+        cache.record(&charge(&boxed, &key), SECOND, &blocked);
+        let local = cache
+            .check_in_front(&batch, SECOND)
+            .expect("nothing more to count");
+        assert_eq!(local[1].blocked_for, Some(minute));
     }
 }

@@ -28,11 +28,12 @@
 //! sent and answered, so "`d` of store time after the charge" is never later than
 //! `d` after sending. A deadline is measured from the send, a delay from the answer.
 //! This is exact while the store's clock advances no faster than the local one, as
-//! one Redis server's `TIME` does seen from the monotonic [`SystemClock`]. A store
-//! clock that steps *forward* by `Δ` during a lease (an NTP step on the Redis host;
-//! skewed injected clocks) is invisible here: the units parked at that moment may then
-//! be spent up to `Δ` (never more than `max_lease`) later than their rule allows, so
-//! one forward step can admit at most the parked units beyond the bound.
+//! one Redis server's `TIME` does seen from the monotonic
+//! [`SystemClock`](crate::clock::SystemClock). A store clock that steps *forward* by
+//! `Δ` during a lease (an NTP step on the Redis host; skewed injected clocks) is
+//! invisible here: the units parked at that moment may then be spent up to `Δ` (never
+//! more than `max_lease`) later than their rule allows, so one forward step can admit
+//! at most the parked units beyond the bound.
 //!
 //! # Returning units
 //!
