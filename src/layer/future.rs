@@ -220,7 +220,7 @@ where
             context.claims(),
             wait,
             &shared.slot_lines,
-            (shared.max_held, shared.max_held_per_key),
+            (&shared.held, shared.max_held, shared.max_held_per_key),
             &shared.store_metrics,
         ) {
             Entering::Ready(result) => {
@@ -351,10 +351,11 @@ where
                     service,
                     request,
                 } => {
-                    let hold = hold.as_mut().project();
-                    ready!(hold.sleep.poll(cx));
-                    // Its turn: the charge stands; the place is freed with the state.
-                    hold.slot.serve();
+                    ready!(hold.as_mut().project().sleep.poll(cx));
+                    // Its turn: the charges stand; the place is freed with the state.
+                    if let Some(context) = this.context.as_mut() {
+                        context.serve();
+                    }
                     match (service.take(), request.take()) {
                         (Some(mut service), Some(request)) => State::Calling {
                             future: service.call(request),

@@ -25,6 +25,7 @@
 //! (settling it); bytes as the unit: `unit.rs`, `bytes.rs` (the [`MeterBytes`] layer),
 //! `metered_body.rs` and `byte_account.rs`.
 
+mod account;
 mod body;
 mod builder;
 mod byte_account;
