@@ -146,7 +146,8 @@ impl Charge {
 /// another would take from state its receipt does not name.
 fn limit_unchanged(shared: &Shared, view: &View, index: usize) -> bool {
     let current = shared.limiter.current();
-    if std::ptr::eq(&*current, Arc::as_ptr(&view.set)) {
+    let current: &crate::limiter::Set = &current;
+    if std::ptr::eq(current, Arc::as_ptr(&view.set)) {
         return true;
     }
     let charged = &view.set.limits[index];

@@ -381,11 +381,10 @@ mod tests {
 
     #[test]
     fn text_bodies_are_exact_size() {
-        let info = super::RejectionInfo {
-            reason: RejectReason::RateLimited,
-            decisions: Vec::new(),
-            retry_after: Some(Duration::from_millis(86_399_500)),
-        };
+        let info = super::RejectionInfo::without_decisions(
+            RejectReason::RateLimited,
+            Some(Duration::from_millis(86_399_500)),
+        );
         let response = super::Rejection::Text.http_response(&info);
         assert_eq!(
             response.body(),

@@ -77,19 +77,19 @@ async fn past_the_hold_cap_the_enforced_policy_keeps_counting(store: impl Store)
             tokio::spawn(async move { server.send(from("mallory")).await.status })
         })
         .collect();
-    let (mut served, mut refused) = (0, 0);
+    let (mut ok, mut refused) = (0, 0);
     for request in requests {
         let status = tokio::time::timeout(HANG, request)
             .await
             .expect("answered")
             .expect("a reply");
         match status {
-            StatusCode::OK => served += 1,
+            StatusCode::OK => ok += 1,
             StatusCode::TOO_MANY_REQUESTS => refused += 1,
             other => panic!("unexpected {other}"),
         }
     }
-    assert_eq!((served, refused), (10, 20));
+    assert_eq!((ok, refused), (10, 20));
     assert_eq!(layer.held(), 0);
     let left = layer
         .limiter()

@@ -708,11 +708,11 @@ async fn alternating_successes_and_failures_move_at_most_the_window_on(store: im
         let path = if n % 2 == 0 { "/read/200" } else { "/read/500" };
         answered.push(send_body(&server, path, "alice", (1_000, 1)).await.status);
     }
-    let served = answered
+    let handled = answered
         .iter()
         .filter(|&&status| status != StatusCode::TOO_MANY_REQUESTS)
         .count();
-    assert_eq!(served, 10, "{answered:?}");
+    assert_eq!(handled, 10, "{answered:?}");
     assert_eq!(read.load(Ordering::Relaxed), 10_000);
     assert_eq!(upload_left(&layer).await, 0);
 }
