@@ -21,7 +21,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use crate::decision::Receipt;
 use crate::layer::few::Few;
 use crate::layer::limiter_calls::LayerCheck;
-use crate::layer::settles::{Settled, When, refund, settle};
+use crate::layer::settles::{Settled, When, refund, refund_shown, settle};
 use crate::layer::shared::{Shared, View};
 use crate::{Decision, Key, Quota};
 
@@ -83,15 +83,28 @@ impl Charge {
         self.cost
     }
 
-    /// Gives the whole charge back, once. Returns where the caller stands after it
-    /// when the store answered at once (for the headers).
-    pub(crate) fn give_back(&mut self, shared: &Shared, view: &View) -> Option<Decision> {
+    /// Gives the whole charge back, once (the request will not be served, or a
+    /// shadowed place it will not use).
+    pub(crate) fn give_back(&mut self, shared: &Shared, view: &View) {
+        if let Some(standing) = self.take(shared, view) {
+            refund(shared, view, (self.index, self.key), standing.parts());
+        }
+    }
+
+    /// Gives the whole charge back, once, for a response whose headers show it
+    /// (a `count_when` refund). Returns where the caller stands after it when the
+    /// store answered at once.
+    pub(crate) fn give_back_shown(&mut self, shared: &Shared, view: &View) -> Option<Decision> {
+        let standing = self.take(shared, view)?;
+        refund_shown(shared, view, (self.index, self.key), standing.parts())
+    }
+
+    /// Takes the standing out of the charge, to give it back: `None` when nothing
+    /// stands, or when the limit changed since (then nothing comes back either).
+    fn take(&mut self, shared: &Shared, view: &View) -> Option<Standing> {
         let standing = self.standing.take()?;
         self.cost = 0;
-        if !limit_unchanged(shared, view, self.index) {
-            return None;
-        }
-        refund(shared, view, (self.index, self.key), standing.parts())
+        limit_unchanged(shared, view, self.index).then_some(standing)
     }
 
     /// Moves the charge to `actual`: less gives back (by receipt, never more than

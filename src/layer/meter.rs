@@ -43,7 +43,9 @@ use crate::layer::shared::{Shared, View};
 ///   standing after the estimate, and the settle follows in the background.
 /// - **Failures.** A settle never fails the response: a store error is logged and
 ///   counted (`tollgate_store_errors_total`), and the estimate stands. A request
-///   that charged nothing (the store failed open, a shadowed denial) settles nothing.
+///   that charged nothing (the store failed open, a shadowed denial), or whose charge
+///   came back already (a `count_when` refund, a shadowed delay past
+///   [`max_held`](crate::RateLimitLayer::max_held)), settles nothing.
 ///
 /// **The bound on under-estimating.** A caller picks its estimate (`max_tokens: 1`),
 /// so it is admitted whenever its key has that much left, and the work it then does

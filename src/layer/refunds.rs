@@ -38,7 +38,7 @@ pub(super) fn refund_uncounted(
         {
             continue;
         }
-        if let Some(after) = charge.give_back(shared, view)
+        if let Some(after) = charge.give_back_shown(shared, view)
             && let Some((_, shown)) = decisions
                 .iter_mut()
                 .find(|(index, _)| *index == charge.index())

@@ -64,11 +64,28 @@ pub(crate) fn settle(
     }
 }
 
-/// Takes back the whole charge of `receipt` (decided under `quota`) at `target`.
-/// Returns where the caller stands after it when the store answered at once (a
-/// settle to 0, for the headers); elsewhere the refund by receipt runs in the
-/// background.
+/// Takes back the whole charge of `receipt` (decided under `quota`) at `target`, as
+/// [`Limiter::refund_charge`](crate::Limiter::refund_charge) does: at once on a store
+/// that answers at once, else in the background.
 pub(crate) fn refund(
+    shared: &Shared,
+    view: &View,
+    (index, key): Target,
+    (receipt, quota): (Receipt, Quota),
+) {
+    if let Some(refund) = shared
+        .limiter
+        .refund_charge_later(&view.set, index, key, receipt, quota)
+    {
+        spawn_refund(refund);
+    }
+}
+
+/// [`refund`], for a response whose headers show it: on a store that answers at once
+/// (the memory store) a settle to 0, whose answer says where the caller stands after
+/// it; elsewhere the refund by receipt runs in the background, and `None` says the
+/// headers show the charge.
+pub(crate) fn refund_shown(
     shared: &Shared,
     view: &View,
     (index, key): Target,
@@ -85,12 +102,7 @@ pub(crate) fn refund(
         }
         // Not sent: the refund by receipt runs in the background instead.
         Settling::Later(_unsent) => {
-            if let Some(refund) = shared
-                .limiter
-                .refund_charge_later(&view.set, index, key, receipt, quota)
-            {
-                spawn_refund(refund);
-            }
+            refund(shared, view, (index, key), (receipt, quota));
             None
         }
     }
