@@ -115,3 +115,11 @@ async fn on_redis_past_the_hold_cap_only_the_shadowed_policy_gives_back_and_the_
     let store = crate::shared_redis::redis_store("account-hold-cap", ManualClock::new(BASE));
     past_the_hold_cap_the_enforced_policy_keeps_counting(store).await;
 }
+
+#[cfg(feature = "redis")]
+#[tokio::test]
+async fn on_the_cluster_past_the_hold_cap_only_the_shadowed_policy_gives_back_and_the_enforced_one_keeps_counting()
+ {
+    let store = crate::shared_redis::cluster_store("account-hold-cap", ManualClock::new(BASE));
+    past_the_hold_cap_the_enforced_policy_keeps_counting(store).await;
+}

@@ -748,3 +748,11 @@ async fn on_redis_alternating_successes_and_failures_never_move_more_bytes_than_
     let store = crate::shared_redis::redis_store("bytes-alternating", clock);
     alternating_successes_and_failures_move_at_most_the_window_on(store).await;
 }
+
+#[cfg(feature = "redis")]
+#[tokio::test]
+async fn on_the_cluster_a_failed_request_gives_its_byte_advance_back_once() {
+    let clock = tollgate::clock::ManualClock::new(Duration::from_secs(1_699_920_000));
+    let store = crate::shared_redis::cluster_store("bytes-advance-once", clock);
+    a_failed_request_gives_its_byte_advance_back_once_on(store).await;
+}

@@ -981,3 +981,12 @@ async fn on_redis_past_the_hold_cap_an_enforced_metered_policy_keeps_its_charge_
     let store = crate::shared_redis::redis_store("metered-hold-cap-enforced", clock.clone());
     past_the_hold_cap_an_enforced_meter_settles_its_charge_once(store, clock).await;
 }
+
+#[cfg(feature = "redis")]
+#[tokio::test]
+async fn on_the_cluster_past_the_hold_cap_an_enforced_metered_policy_keeps_its_charge_and_settles_it_once()
+ {
+    let clock = ManualClock::new(BASE);
+    let store = crate::shared_redis::cluster_store("metered-hold-cap-enforced", clock.clone());
+    past_the_hold_cap_an_enforced_meter_settles_its_charge_once(store, clock).await;
+}
