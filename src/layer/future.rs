@@ -57,8 +57,9 @@ pin_project! {
             request: Option<Request<ReqBody>>,
         },
         /// Holding an admitted request until its turn (a leaky-bucket delay, a place
-        /// in wait mode), in one of the layer's places for held requests, which owns
-        /// the charge made for it: dropped before its turn, both go back.
+        /// in wait mode), in one of the layer's places for held requests; the charge
+        /// made for it stands in the request's account: dropped before its turn, both
+        /// go back.
         Delaying {
             hold: Pin<Box<Hold>>,
             service: Option<S>,
@@ -304,8 +305,8 @@ where
                     service,
                     request,
                 } => {
-                    // Settled with no await in between: from here the context (a
-                    // held request's slot) owns what the call took.
+                    // Settled with no await in between: from here the context (the
+                    // request's account) owns what the call took.
                     let result =
                         ready!(Pin::new(decision).poll(cx)).map(|taken| Few::from(taken.keep()));
                     let (Some(context), Some(service), Some(mut request)) =
