@@ -990,3 +990,71 @@ async fn on_the_cluster_past_the_hold_cap_an_enforced_metered_policy_keeps_its_c
     let store = crate::shared_redis::cluster_store("metered-hold-cap-enforced", clock.clone());
     past_the_hold_cap_an_enforced_meter_settles_its_charge_once(store, clock).await;
 }
+
+/// A metered request admitted under a fixed window, settled to 0 after a reload made
+/// the limit GCRA: its receipt names nothing in the fresh GCRA state, so nothing comes
+/// back, and the burst of 10 stays 10 (before: 15).
+async fn a_settle_after_a_reload_to_another_algorithm_gives_nothing_back_on(
+    store: impl Store,
+    clock: ManualClock,
+) {
+    let (entered_tx, mut entered) = mpsc::unbounded_channel();
+    let release = Arc::new(Notify::new());
+    let policy = Policy::new("tokens", Quota::per_minute(10))
+        .expect("policy")
+        .algorithm(tollgate::Algorithm::FixedWindow)
+        .key(key::header("x-api-key").expect("header"))
+        .costs(Costs::from_fn(max_tokens))
+        .metered();
+    let app = App::on(
+        policy,
+        gated_routes(0, entered_tx, release.clone()),
+        store,
+        clock,
+    )
+    .await;
+    let server = app.server.clone();
+    let running = tokio::spawn(async move { server.send(request("/work", "mallory", 5)).await });
+    tokio::time::timeout(HANG, entered.recv())
+        .await
+        .expect("the handler runs");
+    let gcra = Limit::new("tokens", Quota::per_minute(10))
+        .expect("limit")
+        .algorithm(tollgate::Algorithm::Gcra);
+    app.layer.limiter().reload([gcra]).expect("a reload");
+    let mut admitted = 0;
+    for _ in 0..10 {
+        if app.call("/never", "mallory", 1).await.status == StatusCode::OK {
+            admitted += 1;
+        }
+    }
+    assert_eq!(admitted, 10, "a fresh GCRA state admits its burst");
+    // The work used nothing: settled to 0 under a limit that is GCRA now.
+    release.notify_one();
+    let reply = tokio::time::timeout(HANG, running)
+        .await
+        .expect("answered")
+        .expect("a reply");
+    assert_eq!(reply.status, StatusCode::OK);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(app.remaining("mallory").await, 0, "nothing came back");
+    assert_eq!(
+        app.call("/never", "mallory", 1).await.status,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+}
+
+#[tokio::test]
+async fn a_settle_after_a_reload_to_another_algorithm_gives_nothing_back() {
+    let clock = ManualClock::new(BASE);
+    let store = MemoryStore::with_clock(clock.clone());
+    a_settle_after_a_reload_to_another_algorithm_gives_nothing_back_on(store, clock).await;
+}
+
+#[cfg(feature = "redis")]
+#[tokio::test]
+async fn on_redis_a_settle_after_a_reload_to_another_algorithm_gives_nothing_back() {
+    let clock = ManualClock::new(BASE);
+    let store = crate::shared_redis::redis_store("metered-reload", clock.clone());
+    a_settle_after_a_reload_to_another_algorithm_gives_nothing_back_on(store, clock).await;
+}
