@@ -10,12 +10,13 @@ use bytes::Bytes;
 use http::Response;
 
 use crate::Decision;
+use crate::layer::account::SharedAccount;
 use crate::layer::context::rejection;
 use crate::layer::grpc::GrpcContentType;
 use crate::layer::headers::Report;
 use crate::layer::limiter_calls::{LayerCheck, Pending};
 use crate::layer::rejection::{RejectReason, RejectionInfo};
-use crate::layer::settles::{Standing, When, settle};
+use crate::layer::settles::When;
 use crate::layer::shared::{Shared, View};
 use crate::limiter::Taken;
 use crate::observe::Operation;
@@ -35,6 +36,9 @@ pub(crate) struct ByteMeters {
     shared: Arc<Shared>,
     view: Arc<View>,
     grpc: Option<GrpcContentType>,
+    /// The request's account, where each policy's advance stands: settled through it,
+    /// so an advance given back already is never given back again.
+    account: SharedAccount,
     accounts: Vec<ByteAccount>,
     /// Whether a [`MeterBytes`](crate::layer::MeterBytes) layer took the bodies; if
     /// none did, nothing was counted, and the admission's charge stands.
@@ -61,8 +65,6 @@ pub(crate) struct ByteAccount {
 }
 
 struct Counted {
-    /// What the admission charged: the bytes paid in advance.
-    advance: Standing,
     /// What is left of the advance.
     credit: u64,
     /// The bytes delivered (both directions).
@@ -73,12 +75,14 @@ struct Counted {
 }
 
 impl ByteMeters {
-    /// The byte meters of a request whose `charges` were admitted under `view`;
-    /// `None` when no policy of the request counts bytes.
+    /// The byte meters of a request whose `charges` were admitted under `view`, with
+    /// what stands of them in `account`; `None` when no policy of the request counts
+    /// bytes.
     pub(crate) fn new(
         shared: &Arc<Shared>,
         view: &Arc<View>,
         grpc: Option<GrpcContentType>,
+        account: SharedAccount,
         charges: impl Iterator<Item = (LayerCheck, Decision)>,
     ) -> Option<Arc<Self>> {
         let policies = view.policies();
@@ -93,8 +97,12 @@ impl ByteMeters {
                 } else {
                     policy.capacity()
                 };
-                // The advance: what the admission charged (nothing when it did not).
-                let advance = decision.receipt.map_or(0, |receipt| receipt.cost());
+                // The advance: what the admission charged and still stands (nothing
+                // when it did not, or gave it back already).
+                let advance = account
+                    .lock()
+                    .charge(check.index)
+                    .map_or(0, |charge| charge.cost());
                 Some(ByteAccount {
                     name: policy.name(),
                     request: policy.meters_request_bytes(),
@@ -102,7 +110,6 @@ impl ByteMeters {
                     capacity: capacity.max(1),
                     wait: shared.wait_of(policy).unwrap_or(decision.quota.period()),
                     state: Mutex::new(Counted {
-                        advance: Standing::new(check.index, check.key, decision, advance),
                         credit: advance,
                         delivered: 0,
                         tripped: None,
@@ -116,6 +123,7 @@ impl ByteMeters {
                 shared: shared.clone(),
                 view: view.clone(),
                 grpc,
+                account,
                 accounts,
                 attached: AtomicBool::new(false),
             })
@@ -190,6 +198,7 @@ impl ByteMeters {
             reason: RejectReason::RateLimited,
             retry_after: decision.retry_after,
             decisions: vec![decision.clone()],
+            shadowed: Vec::new(),
         };
         Some(rejection(
             &self.shared,
@@ -260,18 +269,15 @@ impl Drop for ByteMeters {
             // Nothing counted the bytes: the admission's charge stands.
             return;
         }
+        let mut standing = self.account.lock();
         for account in &self.accounts {
-            let mut state = account.state();
-            let delivered = state.delivered;
-            // Paid in advance for more than went through: the rest comes back.
-            if delivered < state.advance.cost {
-                settle(
-                    &self.shared,
-                    &self.view,
-                    &mut state.advance,
-                    delivered,
-                    When::NowOrLater,
-                );
+            let delivered = account.state().delivered;
+            // Paid in advance for more than went through: the rest comes back, once,
+            // from what stands of the advance.
+            if let Some(charge) = standing.charge(account.check.index)
+                && delivered < charge.cost()
+            {
+                charge.settle(&self.shared, &self.view, delivered, When::NowOrLater);
             }
         }
     }

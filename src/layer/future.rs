@@ -62,8 +62,9 @@ pin_project! {
             request: Option<Request<ReqBody>>,
         },
         /// Holding an admitted request until its turn (a leaky-bucket delay, a place
-        /// in wait mode), in one of the layer's places for held requests, which owns
-        /// the charge made for it: dropped before its turn, both go back.
+        /// in wait mode), in one of the layer's places for held requests; the charge
+        /// made for it stands in the request's account: dropped before its turn, both
+        /// go back.
         Delaying {
             hold: Pin<Box<Hold>>,
             service: Option<S>,
@@ -251,7 +252,7 @@ where
             context.claims(),
             wait,
             &shared.slot_lines,
-            (shared.max_held, shared.max_held_per_key),
+            (&shared.held, shared.max_held, shared.max_held_per_key),
             &shared.store_metrics,
         ) {
             Entering::Ready(result) => {
@@ -423,8 +424,8 @@ where
                     service,
                     request,
                 } => {
-                    // Settled with no await in between: from here the context (a
-                    // held request's slot) owns what the call took.
+                    // Settled with no await in between: from here the context (the
+                    // request's account) owns what the call took.
                     let result =
                         ready!(Pin::new(decision).poll(cx)).map(|taken| Few::from(taken.keep()));
                     let (Some(context), Some(service), Some(mut request)) =
@@ -470,10 +471,11 @@ where
                     service,
                     request,
                 } => {
-                    let hold = hold.as_mut().project();
-                    ready!(hold.sleep.poll(cx));
-                    // Its turn: the charge stands; the place is freed with the state.
-                    hold.slot.serve();
+                    ready!(hold.as_mut().project().sleep.poll(cx));
+                    // Its turn: the charges stand; the place is freed with the state.
+                    if let Some(context) = this.context.as_mut() {
+                        context.serve();
+                    }
                     match (service.take(), request.take()) {
                         (Some(mut service), Some(request)) => State::Calling {
                             future: service.call(request),

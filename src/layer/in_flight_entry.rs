@@ -3,8 +3,10 @@
 //! for the same key.
 
 use std::sync::Arc;
+use std::sync::atomic::AtomicUsize;
 
-use crate::layer::slot_lines::SlotLines;
+use crate::layer::shared::HeldCount;
+use crate::layer::slot_lines::{SlotLines, Ticket};
 use crate::limiter::{Limiter, Set};
 use crate::observe::{Operation, StoreMetrics};
 use crate::store::{InFlightSlot, StoreFuture};
@@ -34,6 +36,13 @@ pub(crate) struct Entered {
     pub(crate) shadowed: Vec<usize>,
 }
 
+/// A request in a key's line for an in-flight slot, counted among the layer's held
+/// requests until it leaves the line (served, refused, or gone).
+struct InLine {
+    ticket: Ticket,
+    _count: HeldCount,
+}
+
 /// In-flight slots taken without awaiting (memory store), or a future for them.
 pub(crate) enum Entering {
     Ready(Result<Entry, StoreError>),
@@ -52,13 +61,17 @@ impl Limiter {
     /// nothing orders them: a freed slot goes to whichever process asks first, so a
     /// waiter may be overtaken by another process's requests, never beyond its
     /// `wait` (then it is refused).
+    ///
+    /// A request in line counts in `held`, the layer's one budget of held requests
+    /// (`max_held`, shared with the requests held for their turn); a line holds at
+    /// most `per_key` waiters. Past either bound the request is refused at once.
     pub(crate) fn enter(
         &self,
         set: &Arc<Set>,
         claims: &[Claim],
         wait: Option<std::time::Duration>,
         lines: &Arc<SlotLines>,
-        bounds: (usize, usize),
+        (held, max_held, per_key): (&Arc<AtomicUsize>, usize, usize),
         metrics: &StoreMetrics,
     ) -> Entering {
         let line = claims.first().map(|claim| (claim.index, claim.key));
@@ -82,12 +95,20 @@ impl Limiter {
             }
         }
         let (store, set, claims) = (store.clone(), set.clone(), claims.to_vec());
+        let held = Arc::clone(held);
+        let in_line = move |lines: &Arc<SlotLines>, line| {
+            let count = HeldCount::take(&held, max_held)?;
+            lines.join(line, per_key).map(|ticket| InLine {
+                ticket,
+                _count: count,
+            })
+        };
         // In line from the start when others wait; else after a first try.
         let mut ticket = None;
         if let Some(line) = line.filter(|_| queued) {
-            match lines.join(line, bounds) {
+            match in_line(lines, line) {
                 Some(joined) => ticket = Some(joined),
-                // The line is full: refused at once.
+                // The line, or the layer, is full: refused at once.
                 None => return Entering::Ready(Ok(Err(claims[0].index))),
             }
         }
@@ -95,7 +116,7 @@ impl Limiter {
         let metrics = metrics.clone();
         Entering::Waiting(Box::pin(async move {
             let until = wait.map(|wait| tokio::time::Instant::now() + wait);
-            if let (Some(ticket), Some(until)) = (&ticket, until)
+            if let (Some(InLine { ticket, .. }), Some(until)) = (&ticket, until)
                 && !ticket.turn(until).await
             {
                 return Ok(Err(claims[0].index));
@@ -114,11 +135,11 @@ impl Limiter {
                             // No slot at the first try: in line, and wait for a turn
                             // behind any who came before (or refused now when the line
                             // is full).
-                            let Some(joined) = lines.join(line, bounds) else {
+                            let Some(joined) = in_line(&lines, line) else {
                                 return Ok(entry);
                             };
                             let joined = ticket.insert(joined);
-                            if !joined.turn(tries.until).await {
+                            if !joined.ticket.turn(tries.until).await {
                                 return Ok(entry);
                             }
                         }

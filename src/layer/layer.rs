@@ -404,8 +404,11 @@ impl RateLimitLayer {
     /// connection and unread body. Past this cap, a request the store admitted with a
     /// delay is rejected at once with 429 (gRPC `RESOURCE_EXHAUSTED`), `Retry-After` its
     /// delay, and its charge refunded; a request admitted without a delay is never
-    /// affected. In [shadow](RateLimitLayer::shadow) mode it is refunded and passed on
-    /// at once instead. 0 holds nothing: only requests served at once pass.
+    /// affected. When only shadowed policies asked for the delay, those give their
+    /// places back and the request is passed on at once; the enforced policies keep
+    /// their charges. 0 holds nothing: only requests served at once pass. One budget
+    /// for every request the layer holds: requests waiting in wait mode for an
+    /// in-flight slot count in it too.
     ///
     /// ```
     /// # let limiter = tollgate::Limiter::builder().limit(tollgate::Limit::new("api", tollgate::Quota::per_second(10))?).build()?;
@@ -469,8 +472,9 @@ impl RateLimitLayer {
         self
     }
 
-    /// How many requests the layer (with its clones) holds now for their leaky-bucket
-    /// turn; at most [`max_held`](RateLimitLayer::max_held).
+    /// How many requests the layer (with its clones) holds now: for their turn (a
+    /// leaky-bucket delay, a place in wait mode) or waiting for an in-flight slot;
+    /// at most [`max_held`](RateLimitLayer::max_held).
     ///
     /// ```
     /// # let limiter = tollgate::Limiter::builder().limit(tollgate::Limit::new("api", tollgate::Quota::per_second(10))?).build()?;

@@ -7,7 +7,8 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use http::StatusCode;
 
 use crate::Decision;
-use crate::layer::settles::{Standing, When, settle};
+use crate::layer::account::SharedAccount;
+use crate::layer::settles::When;
 use crate::layer::shared::{Shared, View};
 
 /// The actual cost of a request, reported by the inner service for the request's
@@ -42,7 +43,9 @@ use crate::layer::shared::{Shared, View};
 ///   standing after the estimate, and the settle follows in the background.
 /// - **Failures.** A settle never fails the response: a store error is logged and
 ///   counted (`tollgate_store_errors_total`), and the estimate stands. A request
-///   that charged nothing (the store failed open, a shadowed denial) settles nothing.
+///   that charged nothing (the store failed open, a shadowed denial), or whose charge
+///   came back already (a `count_when` refund, a shadowed delay past
+///   [`max_held`](crate::RateLimitLayer::max_held)), settles nothing.
 ///
 /// **The bound on under-estimating.** A caller picks its estimate (`max_tokens: 1`),
 /// so it is admitted whenever its key has that much left, and the work it then does
@@ -93,6 +96,9 @@ pub struct Meter {
 pub(crate) struct Metering {
     shared: Arc<Shared>,
     view: Arc<View>,
+    /// The request's account, where each line's charge stands: a charge given back
+    /// already (a `count_when` refund, the hold cap) settles nothing.
+    account: SharedAccount,
     lines: Mutex<Lines>,
 }
 
@@ -105,7 +111,11 @@ struct Lines {
 /// One metered policy of the request.
 struct Line {
     name: &'static str,
-    standing: Standing,
+    /// The policy's index in the request's view: its charge in the account.
+    index: usize,
+    /// Settled for good: by a figure from the response head, by a settle sent to a
+    /// remote store (whose answer nobody waits for), or by a `count_when` refund.
+    done: bool,
     /// What the inner service reported, if it did.
     reported: Option<u64>,
 }
@@ -203,7 +213,7 @@ impl Meter {
         }
         let mut taken = false;
         for line in &mut lines.lines {
-            if policy.is_some_and(|name| name != line.name) || line.standing.done {
+            if policy.is_some_and(|name| name != line.name) || line.done {
                 continue;
             }
             line.reported = Some(actual(line.reported));
@@ -225,19 +235,22 @@ impl fmt::Debug for Meter {
 }
 
 impl Metering {
-    /// The metering of a request, for its metered policies' charges; `None` when no
+    /// The metering of a request, for the metered policies among its checked ones
+    /// (`checked`, policy indices), whose charges stand in `account`; `None` when no
     /// policy of the request is metered.
     pub(crate) fn new(
         shared: &Arc<Shared>,
         view: &Arc<View>,
-        charges: impl Iterator<Item = Standing>,
+        account: SharedAccount,
+        checked: impl Iterator<Item = usize>,
     ) -> Option<Arc<Self>> {
         let policies = view.policies();
-        let lines: Vec<Line> = charges
-            .filter(|standing| policies[standing.index].is_metered())
-            .map(|standing| Line {
-                name: policies[standing.index].name(),
-                standing,
+        let lines: Vec<Line> = checked
+            .filter(|&index| policies[index].is_metered())
+            .map(|index| Line {
+                name: policies[index].name(),
+                index,
+                done: false,
                 reported: None,
             })
             .collect();
@@ -245,6 +258,7 @@ impl Metering {
             Arc::new(Self {
                 shared: shared.clone(),
                 view: view.clone(),
+                account,
                 lines: Mutex::new(Lines {
                     closed: false,
                     lines,
@@ -267,9 +281,24 @@ impl Metering {
 
     /// The actual a line is settled to: what was reported, within its policy's cap.
     fn actual(&self, line: &Line) -> Option<u64> {
-        let policy = &self.view.policies()[line.standing.index];
+        let policy = &self.view.policies()[line.index];
         line.reported
             .map(|reported| reported.min(policy.get_max_actual().unwrap_or(u64::MAX)))
+    }
+
+    /// Settles `line`'s charge, as it stands in the account, to `actual`. A settle
+    /// sent to a remote store or failed ends the line: nothing more can follow it.
+    fn settle(&self, line: &mut Line, actual: u64, when: When) -> Option<Decision> {
+        if line.done {
+            return None;
+        }
+        let mut account = self.account.lock();
+        let charge = account.charge(line.index)?;
+        let settled = charge.settle(&self.shared, &self.view, actual, when);
+        if settled.is_none() && when == When::NowOrLater {
+            line.done = true;
+        }
+        settled
     }
 
     /// The response head has arrived: each policy that reads its actual from `head`
@@ -287,10 +316,10 @@ impl Metering {
     ) {
         let mut lines = self.lines();
         for line in &mut lines.lines {
-            let policy = &self.view.policies()[line.standing.index];
+            let policy = &self.view.policies()[line.index];
             match refunds {
                 Refunds::Made(status) if !policy.counts(status) => {
-                    line.standing.done = true;
+                    line.done = true;
                     continue;
                 }
                 Refunds::AtTrailers if policy.refunds_some_responses() => continue,
@@ -311,14 +340,13 @@ impl Metering {
             if when == When::NowOnly && actual == 0 {
                 continue;
             }
-            let settled = settle(&self.shared, &self.view, &mut line.standing, actual, when);
+            let settled = self.settle(line, actual, when);
             if from_head.is_some() {
-                line.standing.done = true;
+                line.done = true;
             }
             if let Some(settled) = settled
-                && let Some((_, shown)) = decisions
-                    .iter_mut()
-                    .find(|(index, _)| *index == line.standing.index)
+                && let Some((_, shown)) =
+                    decisions.iter_mut().find(|(index, _)| *index == line.index)
             {
                 *shown = settled;
             }
@@ -330,8 +358,8 @@ impl Metering {
     pub(crate) fn refunded(&self, status: StatusCode) {
         let mut lines = self.lines();
         for line in &mut lines.lines {
-            if !self.view.policies()[line.standing.index].counts(status) {
-                line.standing.done = true;
+            if !self.view.policies()[line.index].counts(status) {
+                line.done = true;
             }
         }
     }
@@ -345,13 +373,7 @@ impl Metering {
         }
         for line in &mut lines.lines {
             if let Some(actual) = self.actual(line) {
-                settle(
-                    &self.shared,
-                    &self.view,
-                    &mut line.standing,
-                    actual,
-                    When::NowOrLater,
-                );
+                self.settle(line, actual, When::NowOrLater);
             }
         }
     }

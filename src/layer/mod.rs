@@ -18,15 +18,18 @@
 //! service), `context/` (what becomes of the request once decided, and of its
 //! response: `answers.rs`, the layer's own answers, and `finish.rs`, the response's
 //! refunds, settles and headers), `refunds.rs`, `few.rs` (a request's checks, inline for one policy),
-//! `rejection.rs`, `problem.rs` and `grpc.rs` (the layer's own answers, HTTP, RFC 9457
+//! `account.rs` (what a request was charged, per policy: every give-back goes through
+//! it, so each charge comes back at most once) and `settles.rs` (the store calls behind
+//! its give-backs), `rejection.rs`, `problem.rs` and `grpc.rs` (the layer's own answers, HTTP, RFC 9457
 //! problem details and gRPC), `headers.rs` (what every response says), `decisions.rs`,
 //! `extract.rs` (axum's extractor and responses) and `body.rs`. Metered policies:
-//! `meter.rs` (the [`Meter`] a handler reports the actual cost to) and `settles.rs`
-//! (settling it); bytes as the unit: `unit.rs`, `bytes.rs` (the [`MeterBytes`] layer),
-//! `metered_body.rs` and `byte_account.rs`. `pending_outcomes/`: `count_when` under
-//! concurrency (a request kept out only by charges awaiting their outcome waits for
-//! them instead of being refused as an offence).
+//! `meter.rs` (the [`Meter`] a handler reports the actual cost to); bytes as the unit:
+//! `unit.rs`, `bytes.rs` (the [`MeterBytes`] layer), `metered_body.rs` and
+//! `byte_account.rs`. `pending_outcomes/`: `count_when` under concurrency (a request
+//! kept out only by charges awaiting their outcome waits for them instead of being
+//! refused as an offence).
 
+mod account;
 mod body;
 mod builder;
 mod byte_account;

@@ -118,8 +118,7 @@ impl RejectionInfo {
         match self.reason {
             RejectReason::RateLimited
                 if self
-                    .decisions
-                    .iter()
+                    .enforced()
                     .any(|d| !d.allowed && d.blocked_for.is_some()) =>
             {
                 ProblemType::AbnormalUsageDetected
@@ -146,8 +145,7 @@ impl RejectionInfo {
     /// ```
     pub fn violated_policies(&self) -> impl Iterator<Item = &'static str> + '_ {
         let queue_full = self.reason == RejectReason::QueueFull;
-        self.decisions
-            .iter()
+        self.enforced()
             .filter(move |d| {
                 if queue_full {
                     !d.delay.is_zero()

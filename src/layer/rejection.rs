@@ -98,11 +98,16 @@ impl RejectReason {
 pub struct RejectionInfo {
     /// Why the request is rejected.
     pub reason: RejectReason,
-    /// The decisions of every policy checked (empty when none was).
+    /// The decisions of every policy checked (empty when none was), shadowed ones
+    /// included: a shadowed policy's denial is here, but never in
+    /// [`denied_by`](Self::denied_by), the `violated-policies` or the problem type
+    /// (it did not reject the request).
     pub decisions: Vec<Decision>,
     /// When the request may be retried; `None` when waiting will not help (its cost
     /// exceeds a policy's capacity) or does not apply (a deny list).
     pub retry_after: Option<Duration>,
+    /// The positions in `decisions` of the policies in shadow mode for this caller.
+    pub(crate) shadowed: Vec<usize>,
 }
 
 impl RejectionInfo {
@@ -141,7 +146,29 @@ impl RejectionInfo {
             reason: RejectReason::RateLimited,
             decisions,
             retry_after,
+            shadowed: Vec::new(),
         }
+    }
+
+    /// The rejection of a request for `reason`, with no decision to report (none
+    /// was made, or none is about a rate), retried after `retry_after`.
+    pub(crate) fn without_decisions(reason: RejectReason, retry_after: Option<Duration>) -> Self {
+        Self {
+            reason,
+            decisions: Vec::new(),
+            retry_after,
+            shadowed: Vec::new(),
+        }
+    }
+
+    /// The decisions of the policies that enforce their limits on this caller (a
+    /// shadowed policy only watches).
+    pub(crate) fn enforced(&self) -> impl Iterator<Item = &Decision> + '_ {
+        self.decisions
+            .iter()
+            .enumerate()
+            .filter(|(position, _)| !self.shadowed.contains(position))
+            .map(|(_, decision)| decision)
     }
 
     /// Names of the policies that denied the request.
@@ -153,10 +180,7 @@ impl RejectionInfo {
     /// # }
     /// ```
     pub fn denied_by(&self) -> impl Iterator<Item = &'static str> + '_ {
-        self.decisions
-            .iter()
-            .filter(|d| !d.allowed)
-            .map(|d| d.limit)
+        self.enforced().filter(|d| !d.allowed).map(|d| d.limit)
     }
 }
 
@@ -357,11 +381,10 @@ mod tests {
 
     #[test]
     fn text_bodies_are_exact_size() {
-        let info = super::RejectionInfo {
-            reason: RejectReason::RateLimited,
-            decisions: Vec::new(),
-            retry_after: Some(Duration::from_millis(86_399_500)),
-        };
+        let info = super::RejectionInfo::without_decisions(
+            RejectReason::RateLimited,
+            Some(Duration::from_millis(86_399_500)),
+        );
         let response = super::Rejection::Text.http_response(&info);
         assert_eq!(
             response.body(),

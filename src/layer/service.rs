@@ -130,11 +130,7 @@ where
         let grpc = grpc_flavour(&parts.method, &parts.headers);
 
         if shared.deny.iter().any(|deny| deny(&parts)) {
-            let info = RejectionInfo {
-                reason: RejectReason::Denied,
-                decisions: Vec::new(),
-                retry_after: None,
-            };
+            let info = RejectionInfo::without_decisions(RejectReason::Denied, None);
             return ResponseFuture::answered(rejection(
                 shared,
                 &shared.view(),
@@ -151,11 +147,10 @@ where
         let view = shared.view();
         let (checks, claims, missing_key) = gather(shared, &view, &parts);
         if let Some(period) = missing_key {
-            let info = RejectionInfo {
-                reason: RejectReason::MissingKey,
-                decisions: Vec::new(),
-                retry_after: Some(period.max(Duration::from_secs(1))),
-            };
+            let info = RejectionInfo::without_decisions(
+                RejectReason::MissingKey,
+                Some(period.max(Duration::from_secs(1))),
+            );
             return ResponseFuture::answered(rejection(
                 shared,
                 &view,

@@ -13,7 +13,7 @@ use crate::layer::headers::{HeaderPlan, HeaderStyle};
 use crate::layer::limiter_calls::{LayerCheck, Pending};
 use crate::layer::rejection::Rejection;
 use crate::layer::slot_lines::SlotLines;
-use crate::limiter::{Set, Taken};
+use crate::limiter::Set;
 use crate::observe::{Held, Operation, PolicyMetrics, StoreMetrics};
 use crate::{Key, Limiter, Policy};
 
@@ -49,12 +49,13 @@ pub(crate) struct Shared {
     pub(crate) decisions_extension: bool,
     pub(crate) allow: Vec<Arc<Predicate>>,
     pub(crate) deny: Vec<Arc<Predicate>>,
-    /// The most requests held at once for their leaky-bucket turn.
+    /// The most requests held at once: for their turn (a leaky-bucket delay, a place
+    /// in wait mode) and waiting for an in-flight slot, together.
     pub(crate) max_held: usize,
     /// The layer's wait mode: hold requests that will fit within this long (a
     /// policy's own [`Policy::wait`] overrides it).
     pub(crate) wait: Option<std::time::Duration>,
-    /// How many are held now, shared by every clone.
+    /// How many are held now (both kinds), shared by every clone.
     pub(crate) held: Arc<AtomicUsize>,
     /// The most requests held at once for one (policy, key).
     pub(crate) max_held_per_key: usize,
@@ -237,15 +238,13 @@ impl Shared {
 }
 
 /// One of the layer's places for a held request, given back when dropped: when the
-/// request is passed on, or when its caller goes away while it waits. It owns the
-/// charge made for the request's place: a request dropped before it is
-/// [`served`](HeldSlot::serve) (its client left) gives that back too, by its
-/// receipts.
+/// request is passed on, or when its caller goes away while it waits. The charge
+/// made for the request's place stands in the request's account, which gives it
+/// back if the request is dropped before its turn (its client left).
 pub(crate) struct HeldSlot {
-    held: Arc<AtomicUsize>,
+    _count: HeldCount,
     per_key: Arc<Mutex<HeldPerKey>>,
     holder: Holder,
-    charge: Option<Taken>,
     /// Counts the request in `tollgate_held` while it is held.
     _metrics: Held,
 }
@@ -264,42 +263,19 @@ impl HeldSlot {
         if mine >= shared.max_held_per_key {
             return None;
         }
-        // Only the count matters, not what other memory it orders: relaxed is enough
-        // for a compare-and-swap to never let two requests take the last place.
-        shared
-            .held
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |held| {
-                (held < shared.max_held).then_some(held + 1)
-            })
-            .ok()?;
+        let count = HeldCount::take(&shared.held, shared.max_held)?;
         per_key.insert(holder, mine + 1);
         Some(Self {
-            held: shared.held.clone(),
+            _count: count,
             per_key: shared.held_per_key.clone(),
             holder,
-            charge: None,
             _metrics: metrics.held(),
         })
-    }
-
-    /// Owns `charge`, the charge made for the held request's place.
-    pub(crate) fn holding(mut self, charge: Taken) -> Self {
-        self.charge = Some(charge);
-        self
-    }
-
-    /// The request's turn came and it is passed on: its charge stands.
-    pub(crate) fn serve(&mut self) {
-        if let Some(charge) = self.charge.take() {
-            charge.keep();
-        }
     }
 }
 
 impl Drop for HeldSlot {
     fn drop(&mut self) {
-        // Not served: the caller left while held; its place goes back (`Taken`'s drop).
-        drop(self.charge.take());
         let mut per_key = self.per_key.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(count) = per_key.get_mut(&self.holder) {
             *count -= 1;
@@ -307,6 +283,30 @@ impl Drop for HeldSlot {
                 per_key.remove(&self.holder);
             }
         }
-        self.held.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// One request counted in the layer's one budget of held requests
+/// ([`max_held`](crate::RateLimitLayer::max_held), what
+/// [`held`](crate::RateLimitLayer::held) reports): a request held for its turn, or
+/// waiting in line for an in-flight slot. Given back when dropped.
+pub(crate) struct HeldCount(Arc<AtomicUsize>);
+
+impl HeldCount {
+    /// A place in `held`, if fewer than `max` are taken.
+    pub(crate) fn take(held: &Arc<AtomicUsize>, max: usize) -> Option<Self> {
+        // Only the count matters, not what other memory it orders: relaxed is enough
+        // for a compare-and-swap to never let two requests take the last place.
+        held.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |now| {
+            (now < max).then_some(now + 1)
+        })
+        .ok()?;
+        Some(Self(Arc::clone(held)))
+    }
+}
+
+impl Drop for HeldCount {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
     }
 }

@@ -39,19 +39,15 @@ impl SlotLines {
     }
 
     /// A ticket at the end of `line`; `None` when `line` already holds `per_key`
-    /// waiters or every line together holds `total` (the layer's `max_held_per_key`
-    /// and `max_held`: waiting for a slot is holding a request too, and one caller
-    /// must not queue without bound).
-    pub(crate) fn join(
-        self: &Arc<Self>,
-        line: (usize, Key),
-        (total, per_key): (usize, usize),
-    ) -> Option<Ticket> {
+    /// waiters (the layer's `max_held_per_key`: one caller must not queue without
+    /// bound). The layer's `max_held` bounds every line together with the requests
+    /// held for their turn, in one count the caller takes first.
+    pub(crate) fn join(self: &Arc<Self>, line: (usize, Key), per_key: usize) -> Option<Ticket> {
         let mut lines = self.lock();
         let waiting =
             |l: &Line| usize::try_from(l.next - l.serving).unwrap_or(usize::MAX) - l.gone.len();
         let here = lines.get(&line).map_or(0, waiting);
-        if here >= per_key || lines.values().map(waiting).sum::<usize>() >= total {
+        if here >= per_key {
             return None;
         }
         let entry = lines.entry(line).or_insert_with(|| Line {

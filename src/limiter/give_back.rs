@@ -1,7 +1,9 @@
-//! Giving back what a store call took, by the receipts of its decisions: from the
-//! layer (`count_when`, held-cap refunds, a held request whose caller left, settles of
-//! metered requests) and from a waiter that went away ([`Limiter::until_ready`]): at
-//! once on the memory store, in the background on another.
+//! Giving back what a store call took, by the receipts of its decisions: for the
+//! layer's request accounts (`count_when`, the hold cap, a held request whose caller
+//! left, settles of metered requests and byte advances: the store calls behind them),
+//! for a call whose caller left while it was on its way, for a body frame's bytes, and
+//! for a waiter that went away ([`Limiter::until_ready`]): at once on the memory store,
+//! in the background on another.
 //!
 //! One mechanism for every call that takes something for a caller who may leave: the
 //! call is a [`Taking`] from before it is sent, and what it took a [`Taken`] from the
@@ -144,8 +146,10 @@ pub(crate) fn spawn_refund(refund: StoreFuture<'static, ()>) {
 pub(crate) type Targets = Vec<(usize, Key)>;
 
 /// What a store call took for a caller, given back by its receipts when dropped
-/// before [`keep`](Taken::keep): the caller went away (a waiter cancelled, a held
-/// request whose client left) or will not use it (a request past the held cap).
+/// before [`keep`](Taken::keep): the caller went away (a waiter cancelled, a call
+/// whose caller left while it was on its way) or will not use it (a body frame cut
+/// off). The layer keeps what a request's admission took in the request's account
+/// instead, from the instant the decision is read.
 pub(crate) struct Taken {
     limiter: Limiter,
     set: Arc<Set>,

@@ -4,6 +4,7 @@
 //! memory store reading that clock, so that every figure is the quota's arithmetic:
 //! no wall-clock threshold anywhere.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -165,6 +166,16 @@ struct Answer {
 /// Uploads `chunks` chunks of `chunk` bytes as `api_key` from a real hyper client, as
 /// fast as the connection takes them.
 async fn send_upload(server: &Server, api_key: &str, chunk: u64, chunks: u64) -> Answer {
+    send_body(server, "/upload", api_key, (chunk, chunks)).await
+}
+
+/// [`send_upload`] to `path`.
+async fn send_body(
+    server: &Server,
+    path: &str,
+    api_key: &str,
+    (chunk, chunks): (u64, u64),
+) -> Answer {
     let stream = TcpStream::connect(server.addr).await.expect("connect");
     let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
         .await
@@ -179,7 +190,7 @@ async fn send_upload(server: &Server, api_key: &str, chunk: u64, chunks: u64) ->
             }
         }
     });
-    let request = Request::post("/upload")
+    let request = Request::post(path)
         .header("host", server.addr.to_string())
         .header("x-api-key", api_key)
         .body(body)
@@ -601,4 +612,147 @@ async fn on_redis_an_upload_is_charged_frame_by_frame_and_cut_off_at_its_window(
         second.body
     );
     assert_eq!(left(layer.clone()).await, 0);
+}
+
+// ---------------------------------------------------------------------------------------
+// One account per request: a byte advance comes back once, and the bytes that went
+// through count whatever the status.
+// ---------------------------------------------------------------------------------------
+
+/// 10,000 bytes a minute per API key in fixed windows (at a frozen instant nothing
+/// refills), 1,000 of them paid in advance, only successes counting.
+fn counted_bytes() -> Policy {
+    Policy::new("upload", Quota::per_minute(10_000))
+        .expect("policy")
+        .algorithm(tollgate::Algorithm::FixedWindow)
+        .key(key::header("x-api-key").expect("header"))
+        .meter_request_bytes()
+        .costs(tollgate::layer::Costs::new().default(1_000))
+        .count_when(|status| status.is_success())
+}
+
+/// `POST /read/{status}`: reads the whole body, adding its bytes to `read`, then
+/// answers `status` (400 when the read fails).
+async fn read_then(
+    State(read): State<Arc<AtomicU64>>,
+    axum::extract::Path(status): axum::extract::Path<u16>,
+    body: axum::body::Body,
+) -> StatusCode {
+    let mut body = body;
+    while let Some(frame) = body.frame().await {
+        match frame {
+            Ok(frame) => {
+                if let Some(data) = frame.data_ref() {
+                    read.fetch_add(data.len() as u64, Ordering::Relaxed);
+                }
+            }
+            Err(_) => return StatusCode::BAD_REQUEST,
+        }
+    }
+    StatusCode::from_u16(status).expect("a status")
+}
+
+/// An axum app with `counted_bytes()` in front of `/read/{status}`, on `store`; the
+/// layer (for peeks) and the count of bytes the handlers read.
+async fn counted_app(store: impl Store) -> (Server, RateLimitLayer, Arc<AtomicU64>) {
+    let read = Arc::new(AtomicU64::new(0));
+    let layer = RateLimitLayer::builder()
+        .policy(counted_bytes())
+        .store(store)
+        .build()
+        .expect("layer");
+    let routes = Router::new()
+        .route("/read/{status}", post(read_then))
+        .with_state(Arc::clone(&read))
+        .layer(MeterBytes::new().map_request_body(axum::body::Body::new))
+        .layer(layer.clone());
+    (Server::start(routes).await, layer, read)
+}
+
+async fn upload_left(layer: &RateLimitLayer) -> u64 {
+    let peek = layer.limiter().peek("upload", &alice_key()).await;
+    peek.expect("a peek").remaining
+}
+
+/// Polls until `alice` has `left` bytes, then makes sure nothing more comes back.
+async fn settles_at(layer: &RateLimitLayer, left: u64) {
+    let started = std::time::Instant::now();
+    while upload_left(layer).await != left {
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "still {} left, not {left}",
+            upload_left(layer).await
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(upload_left(layer).await, left, "given back again");
+}
+
+async fn a_failed_request_gives_its_byte_advance_back_once_on(store: impl Store) {
+    let (server, layer, _) = counted_app(store).await;
+    // A success of 3,000 bytes: its advance and 2,000 more.
+    let success = send_body(&server, "/read/200", "alice", (1_000, 3)).await;
+    assert_eq!(success.status, StatusCode::OK);
+    settles_at(&layer, 7_000).await;
+    // A failure with an empty body: its advance comes back, once.
+    let failure = send_body(&server, "/read/500", "alice", (1_000, 0)).await;
+    assert_eq!(failure.status, StatusCode::INTERNAL_SERVER_ERROR);
+    settles_at(&layer, 7_000).await;
+}
+
+async fn alternating_successes_and_failures_move_at_most_the_window_on(store: impl Store) {
+    let (server, layer, read) = counted_app(store).await;
+    let mut answered = Vec::new();
+    for n in 0..20 {
+        let path = if n % 2 == 0 { "/read/200" } else { "/read/500" };
+        answered.push(send_body(&server, path, "alice", (1_000, 1)).await.status);
+    }
+    let handled = answered
+        .iter()
+        .filter(|&&status| status != StatusCode::TOO_MANY_REQUESTS)
+        .count();
+    assert_eq!(handled, 10, "{answered:?}");
+    assert_eq!(read.load(Ordering::Relaxed), 10_000);
+    assert_eq!(upload_left(&layer).await, 0);
+}
+
+#[tokio::test]
+async fn a_failed_request_gives_its_byte_advance_back_once() {
+    let store = MemoryStore::with_clock(tollgate::clock::ManualClock::new(Duration::from_secs(
+        1_699_920_000,
+    )));
+    a_failed_request_gives_its_byte_advance_back_once_on(store).await;
+}
+
+#[tokio::test]
+async fn alternating_successes_and_failures_never_move_more_bytes_than_the_window() {
+    let store = MemoryStore::with_clock(tollgate::clock::ManualClock::new(Duration::from_secs(
+        1_699_920_000,
+    )));
+    alternating_successes_and_failures_move_at_most_the_window_on(store).await;
+}
+
+#[cfg(feature = "redis")]
+#[tokio::test]
+async fn on_redis_a_failed_request_gives_its_byte_advance_back_once() {
+    let clock = tollgate::clock::ManualClock::new(Duration::from_secs(1_699_920_000));
+    let store = crate::shared_redis::redis_store("bytes-advance-once", clock);
+    a_failed_request_gives_its_byte_advance_back_once_on(store).await;
+}
+
+#[cfg(feature = "redis")]
+#[tokio::test]
+async fn on_redis_alternating_successes_and_failures_never_move_more_bytes_than_the_window() {
+    let clock = tollgate::clock::ManualClock::new(Duration::from_secs(1_699_920_000));
+    let store = crate::shared_redis::redis_store("bytes-alternating", clock);
+    alternating_successes_and_failures_move_at_most_the_window_on(store).await;
+}
+
+#[cfg(feature = "redis")]
+#[tokio::test]
+async fn on_the_cluster_a_failed_request_gives_its_byte_advance_back_once() {
+    let clock = tollgate::clock::ManualClock::new(Duration::from_secs(1_699_920_000));
+    let store = crate::shared_redis::cluster_store("bytes-advance-once", clock);
+    a_failed_request_gives_its_byte_advance_back_once_on(store).await;
 }

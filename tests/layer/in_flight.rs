@@ -340,3 +340,79 @@ async fn in_wait_mode_a_request_waits_for_a_free_slot() {
     release.notify_one();
     holder.await.expect("task").expect("answer");
 }
+
+/// Polls `done` until it holds; fails after 30 s (a hang, never a timing assertion).
+async fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
+    let started = std::time::Instant::now();
+    while !done() {
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "still waiting: {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// `max_held` is one budget: requests waiting in line for an in-flight slot and
+/// requests held for their leaky-bucket turn take places in it alike, `held()`
+/// counts both, and past it either kind is refused at once.
+#[tokio::test]
+async fn max_held_is_one_budget_for_slot_waiters_and_held_turns() {
+    // One request of each `x-slot` caller at a time, the others waiting for it (an hour).
+    let busy = Policy::in_flight_only("busy", 1)
+        .expect("policy")
+        .key(key::header("x-slot").expect("a header name"))
+        .wait(Duration::from_secs(3_600));
+    // One place an hour per `x-queue` caller, ten queued: the second waits an hour.
+    let queue = Policy::new("queue", Quota::per_hour(1).with_burst(10).expect("burst"))
+        .expect("policy")
+        .algorithm(Algorithm::LeakyBucket)
+        .max_delay(Duration::from_secs(36_000))
+        .key(key::header("x-queue").expect("a header name"));
+    let layer = RateLimitLayer::builder()
+        .policy(busy)
+        .policy(queue)
+        .store(MemoryStore::with_clock(ManualClock::new(BASE)))
+        .build()
+        .expect("layer")
+        .max_held(4);
+    let routes = Router::new()
+        .route("/", get(|| async { "ok" }))
+        .route("/hang", get(std::future::pending::<&'static str>))
+        .layer(layer.clone());
+    let server = Arc::new(Server::start(routes).await);
+    let send = |header: &'static str, path: &'static str| {
+        let server = Arc::clone(&server);
+        let request = Request::get(path)
+            .header(header, "mallory")
+            .body(Body::default())
+            .expect("request");
+        tokio::spawn(async move { server.send(request).await.status })
+    };
+    // Running, not held: it has its slot.
+    let running = send("x-slot", "/hang");
+    let mut waiting = Vec::new();
+    for n in 1..=3 {
+        waiting.push(send("x-slot", "/hang"));
+        wait_until("a slot waiter counted", || layer.held() == n).await;
+    }
+    // Served at once: the first place of the queue.
+    assert_eq!(send("x-queue", "/").await.expect("a reply"), StatusCode::OK);
+    // Held for its turn an hour away: the fourth place of the one budget.
+    let held = send("x-queue", "/");
+    wait_until("the turn held", || layer.held() == 4).await;
+    // The budget is spent, whatever the kind of the next one.
+    assert_eq!(
+        send("x-queue", "/").await.expect("a reply"),
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    assert_eq!(
+        send("x-slot", "/hang").await.expect("a reply"),
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    assert_eq!(layer.held(), 4);
+    for request in waiting.into_iter().chain([running, held]) {
+        request.abort();
+    }
+    wait_until("every place given back", || layer.held() == 0).await;
+}

@@ -10,6 +10,7 @@
 //! `cargo test --test layer grpc::`. Helpers only these tests use live here
 //! ([`broken_store`], [`grpc_server`], [`outage_store`], `shared_redis`); shared ones in `tests/support/`.
 
+mod account;
 mod axum_conventions;
 mod broken_store;
 mod bytes;

@@ -864,3 +864,197 @@ async fn on_redis_a_count_when_refund_leaves_the_headers_showing_the_charge() {
     })
     .await;
 }
+
+// ---------------------------------------------------------------------------------------
+// One account per request: a charge given back at the hold cap is never settled again.
+// ---------------------------------------------------------------------------------------
+
+/// "tokens", 100,000 a minute per API key, admitted on `max_tokens`, metered.
+fn hundred_thousand_tokens() -> Policy {
+    Policy::new("tokens", Quota::per_minute(100_000))
+        .expect("policy")
+        .key(key::header("x-api-key").expect("header"))
+        .costs(Costs::from_fn(max_tokens))
+        .metered()
+}
+
+/// A queue for everyone in shadow mode: a place a second, ten of them.
+fn shadowed_queue() -> Policy {
+    Policy::new("queue", Quota::per_second(1).with_burst(10).expect("burst"))
+        .expect("policy")
+        .algorithm(tollgate::Algorithm::LeakyBucket)
+        .max_delay(Duration::from_secs(60))
+        .key(key::global())
+        .shadow(true)
+}
+
+/// `policies` in front of the reporting routes on `store`, holding nothing
+/// (`max_held(0)`): a request some policy would delay is past the hold cap.
+async fn holding_nothing(policies: Vec<Policy>, store: impl Store, clock: ManualClock) -> App {
+    let layer = RateLimitLayer::builder()
+        .policies(policies)
+        .store(store)
+        .build()
+        .expect("layer")
+        .max_held(0);
+    let server = Arc::new(Server::start(reporting_routes().layer(layer.clone())).await);
+    App {
+        server,
+        layer,
+        clock,
+    }
+}
+
+/// Waits until alice has `left` tokens, then makes sure nothing more comes back.
+async fn tokens_settle_at(app: &App, left: u64) {
+    wait_until("the settles", async || app.remaining("alice").await == left).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(app.remaining("alice").await, left, "given back again");
+}
+
+/// The metered policy is the shadowed one whose delay would hold the request past
+/// the cap: it gives its charge back there, and its meter settles nothing after.
+async fn a_metered_charge_given_back_at_the_hold_cap_is_not_settled_again(
+    store: impl Store,
+    clock: ManualClock,
+) {
+    let queue = hundred_thousand_tokens()
+        .algorithm(tollgate::Algorithm::LeakyBucket)
+        .max_delay(Duration::from_secs(60))
+        .shadow(true);
+    let app = holding_nothing(vec![queue], store, clock).await;
+    // Served at once, and it used what it estimated.
+    let first = app.call("/report/1000", "alice", 1_000).await;
+    assert_eq!(first.status, StatusCode::OK);
+    // Its place 600 ms away: past the cap, given back, passed on; it reports 10.
+    let second = app.call("/report/10", "alice", 1_000).await;
+    assert_eq!(second.status, StatusCode::OK);
+    tokens_settle_at(&app, 99_000).await;
+}
+
+/// Beside a shadowed queue that would delay it past the cap, an enforced metered
+/// policy keeps its charge and settles it once, to what was reported.
+async fn past_the_hold_cap_an_enforced_meter_settles_its_charge_once(
+    store: impl Store,
+    clock: ManualClock,
+) {
+    let app = holding_nothing(
+        vec![hundred_thousand_tokens(), shadowed_queue()],
+        store,
+        clock,
+    )
+    .await;
+    let first = app.call("/report/1000", "alice", 1_000).await;
+    assert_eq!(first.status, StatusCode::OK);
+    let second = app.call("/report/10", "alice", 1_000).await;
+    assert_eq!(second.status, StatusCode::OK);
+    tokens_settle_at(&app, 98_990).await;
+}
+
+#[tokio::test]
+async fn a_metered_request_given_back_at_the_hold_cap_is_not_settled_again() {
+    let clock = ManualClock::new(BASE);
+    let store = MemoryStore::with_clock(clock.clone());
+    a_metered_charge_given_back_at_the_hold_cap_is_not_settled_again(store, clock).await;
+}
+
+#[tokio::test]
+async fn past_the_hold_cap_an_enforced_metered_policy_keeps_its_charge_and_settles_it_once() {
+    let clock = ManualClock::new(BASE);
+    let store = MemoryStore::with_clock(clock.clone());
+    past_the_hold_cap_an_enforced_meter_settles_its_charge_once(store, clock).await;
+}
+
+#[cfg(feature = "redis")]
+#[tokio::test]
+async fn on_redis_a_metered_request_given_back_at_the_hold_cap_is_not_settled_again() {
+    let clock = ManualClock::new(BASE);
+    let store = crate::shared_redis::redis_store("metered-hold-cap", clock.clone());
+    a_metered_charge_given_back_at_the_hold_cap_is_not_settled_again(store, clock).await;
+}
+
+#[cfg(feature = "redis")]
+#[tokio::test]
+async fn on_redis_past_the_hold_cap_an_enforced_metered_policy_keeps_its_charge_and_settles_it_once()
+ {
+    let clock = ManualClock::new(BASE);
+    let store = crate::shared_redis::redis_store("metered-hold-cap-enforced", clock.clone());
+    past_the_hold_cap_an_enforced_meter_settles_its_charge_once(store, clock).await;
+}
+
+#[cfg(feature = "redis")]
+#[tokio::test]
+async fn on_the_cluster_past_the_hold_cap_an_enforced_metered_policy_keeps_its_charge_and_settles_it_once()
+ {
+    let clock = ManualClock::new(BASE);
+    let store = crate::shared_redis::cluster_store("metered-hold-cap-enforced", clock.clone());
+    past_the_hold_cap_an_enforced_meter_settles_its_charge_once(store, clock).await;
+}
+
+/// A metered request admitted under a fixed window, settled to 0 after a reload made
+/// the limit GCRA: its receipt names nothing in the fresh GCRA state, so nothing comes
+/// back, and the burst of 10 stays 10 (before: 15).
+async fn a_settle_after_a_reload_to_another_algorithm_gives_nothing_back_on(
+    store: impl Store,
+    clock: ManualClock,
+) {
+    let (entered_tx, mut entered) = mpsc::unbounded_channel();
+    let release = Arc::new(Notify::new());
+    let policy = Policy::new("tokens", Quota::per_minute(10))
+        .expect("policy")
+        .algorithm(tollgate::Algorithm::FixedWindow)
+        .key(key::header("x-api-key").expect("header"))
+        .costs(Costs::from_fn(max_tokens))
+        .metered();
+    let app = App::on(
+        policy,
+        gated_routes(0, entered_tx, release.clone()),
+        store,
+        clock,
+    )
+    .await;
+    let server = app.server.clone();
+    let running = tokio::spawn(async move { server.send(request("/work", "mallory", 5)).await });
+    tokio::time::timeout(HANG, entered.recv())
+        .await
+        .expect("the handler runs");
+    let gcra = Limit::new("tokens", Quota::per_minute(10))
+        .expect("limit")
+        .algorithm(tollgate::Algorithm::Gcra);
+    app.layer.limiter().reload([gcra]).expect("a reload");
+    let mut admitted = 0;
+    for _ in 0..10 {
+        if app.call("/never", "mallory", 1).await.status == StatusCode::OK {
+            admitted += 1;
+        }
+    }
+    assert_eq!(admitted, 10, "a fresh GCRA state admits its burst");
+    // The work used nothing: settled to 0 under a limit that is GCRA now.
+    release.notify_one();
+    let reply = tokio::time::timeout(HANG, running)
+        .await
+        .expect("answered")
+        .expect("a reply");
+    assert_eq!(reply.status, StatusCode::OK);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(app.remaining("mallory").await, 0, "nothing came back");
+    assert_eq!(
+        app.call("/never", "mallory", 1).await.status,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+}
+
+#[tokio::test]
+async fn a_settle_after_a_reload_to_another_algorithm_gives_nothing_back() {
+    let clock = ManualClock::new(BASE);
+    let store = MemoryStore::with_clock(clock.clone());
+    a_settle_after_a_reload_to_another_algorithm_gives_nothing_back_on(store, clock).await;
+}
+
+#[cfg(feature = "redis")]
+#[tokio::test]
+async fn on_redis_a_settle_after_a_reload_to_another_algorithm_gives_nothing_back() {
+    let clock = ManualClock::new(BASE);
+    let store = crate::shared_redis::redis_store("metered-reload", clock.clone());
+    a_settle_after_a_reload_to_another_algorithm_gives_nothing_back_on(store, clock).await;
+}

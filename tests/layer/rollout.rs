@@ -191,6 +191,36 @@ async fn enforced_beside_shadowed(store: impl Store) {
     assert!(!fourth.header("retry-after").is_empty(), "{fourth:?}");
 }
 
+/// A 429's problem type and `violated-policies` name only the policies that rejected
+/// the request: a shadowed policy that denied it too (here blocked, which would make
+/// the type `abnormal-usage-detected`) only watches.
+#[tokio::test]
+async fn a_shadowed_policy_never_appears_in_a_429s_problem_type_or_violated_policies() {
+    let watch = per_user("watch", Quota::per_minute(1)).shadow(true);
+    let layer = layer([per_user("user", Quota::per_minute(1)), watch])
+        .rejection(tollgate::layer::Rejection::Problem);
+    let (parts, ()) = as_user("alice").map(|_| ()).into_parts();
+    let alice = layer
+        .policy("watch")
+        .and_then(|p| p.key_of(&parts))
+        .expect("a key");
+    layer
+        .limiter()
+        .block("watch", &alice, Duration::from_secs(3_600))
+        .await
+        .expect("a block");
+    let server = Server::start(app(layer)).await;
+    assert_eq!(server.send(as_user("alice")).await.status, StatusCode::OK);
+    let refused = server.send(as_user("alice")).await;
+    assert_eq!(refused.status, StatusCode::TOO_MANY_REQUESTS, "{refused:?}");
+    let problem: serde_json::Value = serde_json::from_str(&refused.body).expect("json");
+    assert_eq!(
+        problem["type"],
+        "https://iana.org/assignments/http-problem-types#quota-exceeded"
+    );
+    assert_eq!(problem["violated-policies"], serde_json::json!(["user"]));
+}
+
 /// Whether `key` falls in an enforced share, computed here from the fingerprint as
 /// `Rollout` documents it: the first 8 bytes, big-endian, below `share × 2⁶⁴`.
 fn in_share(key: &Key, share: f64) -> bool {

@@ -9,7 +9,6 @@ use http::{HeaderMap, Request, Response};
 use crate::layer::few::Decided;
 use crate::layer::grpc::{GrpcContentType, grpc_response};
 use crate::layer::headers::Report;
-use crate::layer::refunds::refund_charges;
 use crate::layer::rejection::{RejectReason, RejectionInfo};
 use crate::layer::shared::{Shared, View};
 use crate::layer::{FailMode, Rejection};
@@ -47,6 +46,8 @@ impl RequestContext {
         match self.fail(error) {
             None => {
                 self.admit();
+                // Passed on uncounted: its account is empty.
+                self.served = true;
                 self.mark_unchecked(request);
                 if self.view.meters {
                     // Charged nothing, so nothing will be settled: the meter is there
@@ -85,11 +86,10 @@ impl RequestContext {
         if failing_open {
             return None;
         }
-        let info = RejectionInfo {
-            reason: RejectReason::StoreUnavailable,
-            decisions: Vec::new(),
-            retry_after: Some(Duration::from_secs(1)),
-        };
+        let info = RejectionInfo::without_decisions(
+            RejectReason::StoreUnavailable,
+            Some(Duration::from_secs(1)),
+        );
         Some(rejection(
             &self.shared,
             &self.view,
@@ -115,30 +115,42 @@ impl RequestContext {
             .try_fold(Duration::ZERO, |wait, retry| retry.map(|r| wait.max(r)));
         let mut info = RejectionInfo::rate_limited(decisions.into_vec());
         info.retry_after = retry_after;
+        info.shadowed = self.shadowed();
         rejection(&self.shared, &self.view, self.grpc, &info, self.report())
     }
 
     /// The rejection of a request admitted with `delay` when the layer holds as many
-    /// requests as it may; its charge is refunded. Its headers describe the state with
-    /// the charge (never more quota than there may be, should the refund fail).
+    /// requests as it may; its charges are given back. Its headers describe the state
+    /// with the charges (never more quota than there may be, should the refund fail).
     pub(super) fn queue_full(&mut self, decisions: Decided, delay: Duration) -> Response<Bytes> {
-        self.refund_all(&decisions);
+        self.give_back_all();
         let indices = self.checks.iter().map(|check| check.index);
         self.decisions = indices.zip(decisions.iter().cloned()).collect();
         let info = RejectionInfo {
             reason: RejectReason::QueueFull,
             decisions: decisions.into_vec(),
             retry_after: Some(delay),
+            shadowed: self.shadowed(),
         };
         rejection(&self.shared, &self.view, self.grpc, &info, self.report())
     }
 
-    /// Gives back every charge of a request the store charged and the layer will not
-    /// hold after all.
-    pub(super) fn refund_all(&mut self, decisions: &[Decision]) {
-        if std::mem::take(&mut self.charged) {
-            refund_charges(&self.shared, &self.view, &self.checks, decisions);
-        }
+    /// The positions, in check order, of the policies that only watch this caller:
+    /// never named as what rejected it.
+    fn shadowed(&self) -> Vec<usize> {
+        self.checks
+            .iter()
+            .enumerate()
+            .filter(|(_, check)| !check.enforced)
+            .map(|(position, _)| position)
+            .collect()
+    }
+
+    /// Gives back what stands of every charge of a request the layer will not serve.
+    pub(super) fn give_back_all(&mut self) {
+        let (shared, view) = (&self.shared, &self.view);
+        self.account
+            .with(|account| account.give_back_all(shared, view));
     }
 }
 

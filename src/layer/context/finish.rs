@@ -69,42 +69,38 @@ impl RequestContext {
         status: StatusCode,
     ) -> (Option<OnGrpcStatus>, Refunds) {
         let policies = self.view.policies();
-        // Only what the store charged can be refunded.
-        if !self.charged
-            || !self
-                .checks
-                .iter()
-                .any(|check| policies[check.index].refunds_some_responses())
+        if !self
+            .checks
+            .iter()
+            .any(|check| policies[check.index].refunds_some_responses())
         {
             return (None, Refunds::None);
         }
-        if self.grpc.is_none() {
-            refund_uncounted(
-                &self.shared,
-                &self.view,
-                &self.checks,
-                &mut self.decisions,
-                status,
-            );
-            return (None, Refunds::Made(status));
+        // Only what the store charged, and still stands, can be refunded.
+        if !self.account.with(|account| account.stands()) {
+            return (None, Refunds::None);
         }
         // gRPC answers HTTP 200; its own status is in the headers of a trailers-only
         // response, else in the trailers at the end of the body.
-        if let Some(code) = headers.get(GRPC_STATUS) {
-            let status = grpc_http_status(code.as_bytes());
-            refund_uncounted(
-                &self.shared,
-                &self.view,
-                &self.checks,
-                &mut self.decisions,
-                status,
-            );
+        let status = match self.grpc {
+            None => Some(status),
+            Some(_) => headers
+                .get(GRPC_STATUS)
+                .map(|code| grpc_http_status(code.as_bytes())),
+        };
+        if let Some(status) = status {
+            let (shared, view, decisions) = (&self.shared, &self.view, &mut self.decisions);
+            self.account.with(|account| {
+                refund_uncounted(shared, view, account, decisions, status);
+            });
             return (None, Refunds::Made(status));
         }
-        let (shared, view, checks) = (self.shared.clone(), self.view.clone(), self.checks.clone());
-        let mut decisions = self.decisions.clone();
+        // The status comes in the trailers: the refund then goes through the account,
+        // shared with the response body from now on.
+        let (shared, view, account) =
+            (self.shared.clone(), self.view.clone(), self.account.share());
         let hook: OnGrpcStatus = Box::new(move |status| {
-            refund_uncounted(&shared, &view, &checks, &mut decisions, status);
+            refund_uncounted(&shared, &view, &mut account.lock(), &mut [], status);
         });
         (Some(hook), Refunds::AtTrailers)
     }

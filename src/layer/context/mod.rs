@@ -7,18 +7,18 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::{Request, Response};
 
-use crate::layer::Decisions;
+use crate::layer::account::{Account, Ledger};
 use crate::layer::byte_account::{ByteMeters, ByteMetersExtension};
 use crate::layer::few::{Checks, Claims, Decided, Few};
 use crate::layer::grpc::GrpcContentType;
 use crate::layer::headers::Report;
 use crate::layer::in_flight_entry::Entry;
-use crate::layer::limiter_calls::{Pending, targets};
+use crate::layer::limiter_calls::Pending;
 use crate::layer::meter::{CloseOnDrop, Metering};
 use crate::layer::rejection::{RejectReason, RejectionInfo};
-use crate::layer::settles::Standing;
 use crate::layer::shared::{HeldSlot, Holder, Shared, View};
-use crate::limiter::{Taken, Taking};
+use crate::layer::{Decisions, Unit};
+use crate::limiter::Taking;
 use crate::observe::{self, Outcome};
 use crate::store::InFlightSlot;
 use crate::{Decision, Key, StoreError};
@@ -39,11 +39,16 @@ pub(crate) struct RequestContext {
     /// Decisions paired with their policy index, for the response headers.
     decisions: Few<(usize, Decision)>,
     grpc: Option<GrpcContentType>,
-    /// Whether the store charged this request, so that a `count_when` refund has
-    /// something to take back. Not when the store failed (the request passed
-    /// uncounted), nor when a policy denied it (all-or-nothing: nothing was charged,
-    /// though shadow mode passes it on), nor once the layer refunded it itself.
-    charged: bool,
+    /// What the store charged this request, per checked policy: every give-back
+    /// (`count_when`, a settle, the hold cap, a client gone) goes through it, so
+    /// that each charge comes back at most once. Empty until the store has answered;
+    /// nothing stands in it when the store failed (the request passed uncounted) or a
+    /// policy denied it (all-or-nothing: nothing was charged, though shadow mode
+    /// passes it on).
+    account: Ledger,
+    /// Whether the request was passed to the inner service: until then, a context
+    /// dropped (its client left while it was held) gives back what stands.
+    served: bool,
     /// The request's in-flight slots: given back when the context is dropped, or
     /// moved into the response body, which gives them back when it ends.
     slots: Vec<InFlightSlot>,
@@ -96,7 +101,8 @@ impl RequestContext {
             claims,
             decisions: Few::new(),
             grpc,
-            charged: false,
+            account: Ledger::default(),
+            served: false,
             slots: Vec::new(),
             first: None,
             redecided: false,
@@ -190,6 +196,7 @@ impl RequestContext {
             reason: RejectReason::InFlight,
             decisions: vec![refused],
             retry_after: Some(retry_after),
+            shadowed: Vec::new(),
         };
         // The in-flight bounds are advertised; no rate policy was decided.
         let report = Report {
@@ -280,13 +287,15 @@ impl RequestContext {
         }
         // All-or-nothing: the store charged the request exactly when every policy
         // admitted it, or, decided again, when every enforced one did.
-        self.charged = allowed || (self.redecided && rejected_by.is_none());
+        let charged = allowed || (self.redecided && rejected_by.is_none());
         if let Some(policy) = rejected_by {
             self.count(&decisions, None, Some(policy));
             return Next::Answer(self.rate_limited(decisions));
         }
+        // From here every receipt the store gave stands in the request's account.
+        self.account = Ledger::Own(Account::open(&self.checks, &decisions));
         // Held for the longest delay of what was charged.
-        let delay = if self.charged {
+        let delay = if charged {
             self.hold_for(&decisions, allowed)
         } else {
             Duration::ZERO
@@ -295,16 +304,9 @@ impl RequestContext {
         let mut queue_full = None;
         if !delay.is_zero() {
             let (holder, index) = self.holder(&decisions);
-            slot = HeldSlot::take(&self.shared, holder, &self.view.metrics[index]).map(|slot| {
-                // The held request owns its charge: given back if its caller leaves
-                // before its turn.
-                slot.holding(Taken::new(
-                    self.shared.limiter.clone(),
-                    self.view.set.clone(),
-                    targets(&self.checks),
-                    decisions.to_vec(),
-                ))
-            });
+            // The held request's charges stand in its account: given back if its
+            // caller leaves before its turn (the context is dropped unserved).
+            slot = HeldSlot::take(&self.shared, holder, &self.view.metrics[index]);
             if slot.is_none() {
                 let enforced = self
                     .checks
@@ -315,13 +317,21 @@ impl RequestContext {
                     self.count(&decisions, Some(Outcome::QueueFull), None);
                     return Next::Answer(self.queue_full(decisions, delay));
                 }
-                // Shadow mode never rejects: give the place back, as the rejection
-                // would, and pass the request on now rather than hold more than the cap.
-                self.refund_all(&decisions);
+                // Only shadowed policies asked for the delay, and shadow mode never
+                // rejects: those give their places back, as their rejection would,
+                // and the request is passed on now rather than held past the cap.
+                // The enforced policies keep their charges and their answers.
+                let (shared, view) = (&self.shared, &self.view);
+                self.account.with(|account| {
+                    account.give_back_shadowed(shared, view, |position| {
+                        decisions.get(position).is_some_and(|d| !d.delay.is_zero())
+                    });
+                });
                 queue_full = Some(Outcome::ShadowRejected);
             }
         }
         let held = slot.is_some();
+        self.served = !held;
         self.count(
             &decisions,
             queue_full.or(held.then_some(Outcome::Waited)),
@@ -357,24 +367,44 @@ impl RequestContext {
     }
 
     /// Gives an admitted request of a metered policy its [`Meter`](crate::layer::Meter),
-    /// and one of a byte-metered policy its byte meters, in its extensions.
+    /// and one of a byte-metered policy its byte meters, in its extensions; both settle
+    /// through the request's account, which is shared with them from then on.
     fn meter<ReqBody>(&mut self, request: &mut Request<ReqBody>, decisions: &[Decision]) {
-        let charges = self
+        let policies = self.view.policies();
+        if self
             .checks
             .iter()
-            .zip(decisions)
-            .map(|(check, d)| Standing::new(check.index, check.key, d.clone(), check.cost));
-        if let Some(metering) = Metering::new(&self.shared, &self.view, charges) {
-            request.extensions_mut().insert(metering.meter());
-            self.metering = Some(CloseOnDrop(metering));
+            .any(|check| policies[check.index].is_metered())
+        {
+            let account = self.account.share();
+            let metered = self.checks.iter().map(|check| check.index);
+            if let Some(metering) = Metering::new(&self.shared, &self.view, account, metered) {
+                request.extensions_mut().insert(metering.meter());
+                self.metering = Some(CloseOnDrop(metering));
+            }
         }
-        let charges = self.checks.iter().copied().zip(decisions.iter().cloned());
-        if let Some(meters) = ByteMeters::new(&self.shared, &self.view, self.grpc, charges) {
-            request
-                .extensions_mut()
-                .insert(ByteMetersExtension(meters.clone()));
-            self.bytes = Some(meters);
+        if self
+            .checks
+            .iter()
+            .any(|check| policies[check.index].get_unit() == Unit::ContentBytes)
+        {
+            let account = self.account.share();
+            let charges = self.checks.iter().copied().zip(decisions.iter().cloned());
+            if let Some(meters) =
+                ByteMeters::new(&self.shared, &self.view, self.grpc, account, charges)
+            {
+                request
+                    .extensions_mut()
+                    .insert(ByteMetersExtension(meters.clone()));
+                self.bytes = Some(meters);
+            }
         }
+    }
+
+    /// The request's turn came and it is passed to the inner service: its charges
+    /// stand, to be settled or refunded only by its response.
+    pub(super) fn serve(&mut self) {
+        self.served = true;
     }
 
     /// The policy that rejects the request: the first enforced one that denied it.
@@ -417,7 +447,11 @@ impl RequestContext {
     ) {
         for (check, decision) in self.checks.iter().zip(decisions) {
             let outcome = match all {
-                Some(Outcome::Waited) if decision.allowed && decision.delay.is_zero() => {
+                // Held, or given back past the hold cap, for the policies that asked
+                // for a delay; the others admitted it as usual.
+                Some(Outcome::Waited | Outcome::ShadowRejected)
+                    if decision.allowed && decision.delay.is_zero() =>
+                {
                     Outcome::Allowed
                 }
                 Some(all) if decision.allowed => all,
@@ -500,6 +534,13 @@ impl RequestContext {
 
 impl Drop for RequestContext {
     fn drop(&mut self) {
+        if !self.served {
+            // Never passed on (its client left while it was held, or the layer
+            // answered it): what stands of its charges goes back.
+            let (shared, view) = (&self.shared, &self.view);
+            self.account
+                .with(|account| account.give_back_all(shared, view));
+        }
         // Answered (or given up): no longer running under its policies.
         if self.running {
             for index in self.running_policies() {
