@@ -28,6 +28,9 @@ use tokio::task::JoinSet;
 use tollgate::clock::ManualClock;
 use tollgate::store::Store;
 use tollgate::{Algorithm, Key, MemoryStore, Penalty, Policy, Quota, RateLimitLayer, key};
+use tonic::codegen::tokio_stream::wrappers::ReceiverStream;
+
+use crate::grpc_server::{GrpcServer, Ping};
 
 /// 2023-11-14T00:00:00Z; the clock stands still: one window for the whole test.
 const BASE: Duration = Duration::from_secs(1_699_920_000);
@@ -208,6 +211,13 @@ async fn thirty_right_passwords_at_once_are_all_served_and_box_no_one_on_memory(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn thirty_right_passwords_at_once_are_all_served_and_box_no_one_on_redis() {
     let store = crate::shared_redis::redis_store("cw-right", ManualClock::new(BASE));
+    thirty_right_passwords_at_once(store).await;
+}
+
+#[cfg(feature = "redis")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn thirty_right_passwords_at_once_are_all_served_and_box_no_one_on_the_cluster() {
+    let store = crate::shared_redis::cluster_store("cw-right", ManualClock::new(BASE));
     thirty_right_passwords_at_once(store).await;
 }
 
@@ -406,4 +416,73 @@ async fn a_flood_of_callers_leaves_no_entry_behind_on_memory() {
 async fn a_flood_of_callers_leaves_no_entry_behind_on_redis() {
     let store = crate::shared_redis::redis_store("cw-flood", ManualClock::new(BASE));
     a_flood_of_callers(store).await;
+}
+
+/// gRPC calls whose status comes in the trailers: `count_when` learns each outcome at
+/// the end of the response body. Ten uploads at once on 2 a minute, each stream held
+/// open until a gate opens: two run, eight wait for their outcomes, and all ten are
+/// served (before: two served, eight `RESOURCE_EXHAUSTED` and a box).
+async fn grpc_uploads_at_once(store: impl Store) {
+    let logins = Policy::new("uploads", Quota::per_minute(2))
+        .expect("policy")
+        .algorithm(Algorithm::SlidingWindowLog)
+        .count_when(|status| status == StatusCode::UNAUTHORIZED)
+        .penalty(Penalty::after(1).block_for(Duration::from_secs(600)));
+    let layer = RateLimitLayer::builder()
+        .policy(logins)
+        .store(store)
+        .build()
+        .expect("layer");
+    let server = GrpcServer::start(layer.clone()).await;
+    let client = server.client().await;
+    let mut gates = Vec::new();
+    let mut calls = JoinSet::new();
+    for _ in 0..10 {
+        let (gate, messages) = tokio::sync::mpsc::channel(1);
+        gates.push(gate);
+        let mut client = client.clone();
+        calls.spawn(async move { client.upload(ReceiverStream::new(messages)).await });
+    }
+    wait_until("two uploads running", || server.counts.calls() == 2).await;
+    wait_until("eight uploads held", || layer.held() == 8).await;
+    // The streams end: each upload answers OK in its trailers, and is given back.
+    for gate in gates {
+        let ping = Ping {
+            text: "chunk".to_string(),
+        };
+        // A call still held reads nothing yet: its one message waits in the channel.
+        gate.send(ping).await.expect("a stream open");
+    }
+    let mut served = 0;
+    while let Some(call) = calls.join_next().await {
+        let pong = call.expect("a call").expect("served");
+        assert_eq!(pong.get_ref().messages, 1);
+        served += 1;
+    }
+    assert_eq!((served, server.counts.calls()), (10, 10));
+    wait_until("the outcomes known", || layer.awaiting_outcomes() == 0).await;
+    let offences = layer
+        .limiter()
+        .offences("uploads", &everyone())
+        .await
+        .expect("offences");
+    assert_eq!((offences.trips, offences.blocked_for), (0, None));
+}
+
+/// The one key of a policy without a key rule.
+fn everyone() -> Key {
+    let (parts, ()) = Request::new(()).into_parts();
+    key::global().extract(&parts).expect("the global key")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grpc_calls_at_once_wait_for_the_outcomes_in_their_trailers_on_memory() {
+    grpc_uploads_at_once(MemoryStore::with_clock(ManualClock::new(BASE))).await;
+}
+
+#[cfg(feature = "redis")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grpc_calls_at_once_wait_for_the_outcomes_in_their_trailers_on_redis() {
+    let store = crate::shared_redis::redis_store("cw-grpc", ManualClock::new(BASE));
+    grpc_uploads_at_once(store).await;
 }
