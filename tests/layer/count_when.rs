@@ -453,13 +453,13 @@ async fn grpc_uploads_at_once(store: impl Store) {
         // A call still held reads nothing yet: its one message waits in the channel.
         gate.send(ping).await.expect("a stream open");
     }
-    let mut served = 0;
+    let mut answered = 0;
     while let Some(call) = calls.join_next().await {
         let pong = call.expect("a call").expect("served");
         assert_eq!(pong.get_ref().messages, 1);
-        served += 1;
+        answered += 1;
     }
-    assert_eq!((served, server.counts.calls()), (10, 10));
+    assert_eq!((answered, server.counts.calls()), (10, 10));
     wait_until("the outcomes known", || layer.awaiting_outcomes() == 0).await;
     let offences = layer
         .limiter()
