@@ -48,7 +48,7 @@ pub(crate) fn await_turn(
 ) -> AwaitingTurn {
     Box::pin(async move {
         let deadline = Instant::now() + outcome_wait(&parked.shared, &parked.view, &parked.checks);
-        let (hold, verdict) = turn(first, &targets, &parked, deadline).await;
+        let (hold, verdict) = wait_for_turn(first, &targets, &parked, deadline).await;
         (hold, verdict, parked)
     })
 }
@@ -66,7 +66,8 @@ fn outcome_wait(shared: &Shared, view: &View, checks: &Checks) -> Duration {
         .unwrap_or_default()
 }
 
-async fn turn(
+/// The loop of [`await_turn`]: take the turn, look, wait for an outcome, again.
+async fn wait_for_turn(
     first: TakeTurn,
     targets: &[(Target, u64)],
     parked: &Parked,
@@ -89,7 +90,7 @@ async fn turn(
         match taken {
             TakeTurn::Untracked => return (None, Verdict::Decide),
             TakeTurn::Busy(mut events) => {
-                if !held(&mut place, shared, view, checks, targets)
+                if !hold_place(&mut place, shared, view, checks, targets)
                     || timeout_at(deadline, events.changed()).await.is_err()
                 {
                     // No turn in time: judged on a look of its own.
@@ -113,7 +114,7 @@ async fn turn(
                 let Some((seen, events)) = turn.end_watching(i) else {
                     return (None, Verdict::Decide);
                 };
-                if !held(&mut place, shared, view, checks, targets)
+                if !hold_place(&mut place, shared, view, checks, targets)
                     || !outcome_known(events, seen, deadline).await
                 {
                     return judge_now(shared, view, checks, targets, Some(looked)).await;
@@ -125,7 +126,7 @@ async fn turn(
 
 /// Whether the request has one of the layer's places for held requests, taking one
 /// (for its first target) if it has none yet.
-fn held(
+fn hold_place(
     place: &mut Option<HeldSlot>,
     shared: &Shared,
     view: &View,
