@@ -486,3 +486,107 @@ async fn grpc_calls_at_once_wait_for_the_outcomes_in_their_trailers_on_redis() {
     let store = crate::shared_redis::redis_store("cw-grpc", ManualClock::new(BASE));
     grpc_uploads_at_once(store).await;
 }
+
+/// A clock that runs ten times faster than real time, from [`BASE`]: a Redis denial
+/// cache ages by the store's clock (a frozen one never lets a cached denial go, which
+/// no deployment sees), while the minute's window outlives the test.
+fn racing_clock() -> ManualClock {
+    let clock = ManualClock::new(BASE);
+    let ticking = clock.clone();
+    tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            ticking.advance(Duration::from_millis(50));
+        }
+    });
+    clock
+}
+
+/// Two processes (two layers, each with its own server) on one store, each polling
+/// for the other's outcomes.
+async fn two_processes(store: impl Store + Clone, wait: Duration) -> (Office, Office) {
+    let policy = || {
+        failed_logins()
+            .wait_for_outcomes(wait)
+            .poll_other_processes(Duration::from_millis(10))
+    };
+    let desk = Desk::new(true);
+    let one = office(policy(), store.clone(), desk.clone()).await;
+    let other = office(policy(), store, desk).await;
+    (one, other)
+}
+
+/// Both processes' replies, tallied together.
+async fn both(one: JoinSet<Reply>, other: JoinSet<Reply>) -> (usize, usize, usize) {
+    let (a, b) = tokio::join!(tally(one), tally(other));
+    (a.0 + b.0, a.1 + b.1, a.2 + b.2)
+}
+
+async fn right_passwords_over_two_processes(store: impl Store + Clone) {
+    let (one, other) = two_processes(store, Duration::from_secs(2)).await;
+    let replies = both(
+        at_once(&one.server, &["right"; 15]),
+        at_once(&other.server, &["right"; 15]),
+    )
+    .await;
+    assert_eq!(replies, (30, 0, 0));
+    assert_eq!(one.desk.reached(), (30, 0));
+    let offences = one
+        .layer
+        .limiter()
+        .offences("failed-logins", &office_key())
+        .await
+        .expect("offences");
+    assert_eq!((offences.trips, offences.blocked_for), (0, None));
+    quota_and_box_are_exact(&other).await;
+}
+
+/// Before (or without `poll_other_processes`): 5–15 of 30 served and the box tripped
+/// in 10 of 10 runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn right_passwords_spread_over_two_processes_are_all_served_when_they_poll_on_memory() {
+    let store = MemoryStore::with_clock(racing_clock());
+    right_passwords_over_two_processes(store).await;
+}
+
+#[cfg(feature = "redis")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn right_passwords_spread_over_two_processes_are_all_served_when_they_poll_on_redis() {
+    let store = crate::shared_redis::redis_store("cw-two-right", racing_clock());
+    right_passwords_over_two_processes(store).await;
+}
+
+async fn wrong_passwords_over_two_processes(store: impl Store + Clone) {
+    let (one, other) = two_processes(store, Duration::from_millis(500)).await;
+    let replies = both(
+        at_once(&one.server, &["wrong"; 15]),
+        at_once(&other.server, &["wrong"; 15]),
+    )
+    .await;
+    assert_eq!(replies, (0, 5, 25));
+    assert_eq!(
+        one.desk.reached(),
+        (0, 5),
+        "guesses reach the desks 5 times"
+    );
+    for office in [&one, &other] {
+        let boxed = office.server.send(attempt("right")).await;
+        assert_eq!(boxed.status, StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(boxed.header("retry-after"), TEN_MINUTES);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wrong_passwords_spread_over_two_processes_reach_the_handlers_five_times_and_trip_the_box_on_memory()
+ {
+    let store = MemoryStore::with_clock(racing_clock());
+    wrong_passwords_over_two_processes(store).await;
+}
+
+#[cfg(feature = "redis")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wrong_passwords_spread_over_two_processes_reach_the_handlers_five_times_and_trip_the_box_on_redis()
+ {
+    let store = crate::shared_redis::redis_store("cw-two-wrong", racing_clock());
+    wrong_passwords_over_two_processes(store).await;
+}

@@ -84,6 +84,25 @@ fn targets(shared: &Shared, view: &View, checks: &Checks) -> Vec<(Target, u64)> 
         .collect()
 }
 
+/// How long the request waits at most (the shortest wait of its enforced
+/// `count_when` policies), and how often it looks again for other processes'
+/// outcomes, if one of them asks (the shortest such period).
+pub(crate) fn rules(shared: &Shared, view: &View, checks: &Checks) -> (Duration, Option<Duration>) {
+    let policies = view.policies();
+    checks
+        .iter()
+        .filter(|check| check.enforced)
+        .map(|check| &policies[check.index])
+        .filter(|policy| policy.refunds_some_responses() && shared.wait_of(policy).is_none())
+        .fold((Duration::MAX, None), |(wait, poll), policy| {
+            let poll = match (poll, policy.outcome_poll) {
+                (Some(a), Some(b)) => Some(std::cmp::min(a, b)),
+                (a, b) => a.or(b),
+            };
+            (wait.min(policy.outcome_wait), poll)
+        })
+}
+
 /// The turn of a request with `checks`: `None` when no enforced `count_when` policy
 /// checks it (or the table is full): decided as usual.
 #[inline]
@@ -101,7 +120,10 @@ pub(crate) fn first_turn(shared: &Shared, view: &View, checks: &Checks) -> Optio
     }
     match shared.pending_outcomes.take_turn(targets.clone()) {
         TakeTurn::Untracked => None,
-        TakeTurn::Mine(turn) if !turn.awaits_outcomes() => {
+        // Nothing pending here, and no other process to wait for: decided at once.
+        TakeTurn::Mine(turn)
+            if !turn.awaits_outcomes() && rules(shared, view, checks).1.is_none() =>
+        {
             Some(FirstTurn::Now(Box::new(OutcomeHold::Deciding(turn))))
         }
         first => Some(FirstTurn::Later(first, targets)),
