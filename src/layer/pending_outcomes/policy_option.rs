@@ -40,11 +40,14 @@ impl Policy {
     /// charges pending in other processes can be refunded first. Only once the wait
     /// is over is a request that still does not fit charged, and refused: an offence.
     ///
-    /// The cost: a refusal that is real (the failures are spent) comes only at the
-    /// end of the wait, and each waiting request looks at the store once per `every`
-    /// (at most [`max_held_per_key`](crate::RateLimitLayer::max_held_per_key) of one
-    /// caller wait at once). Without it, a burst spread over processes can still trip
-    /// the box. `every` is at least 1 ms.
+    /// Each request then looks at the store before its charge (one more store call),
+    /// and the charge is a trial that no refusal makes an offence: another process
+    /// may take the last unit between the look and the charge. The cost: a refusal
+    /// that is real (the failures are spent) comes only at the end of the wait, and
+    /// each waiting request looks at the store once per `every` (at most
+    /// [`max_held_per_key`](crate::RateLimitLayer::max_held_per_key) of one caller
+    /// wait at once). Without it, a burst spread over processes can still trip the
+    /// box. `every` is at least 1 ms.
     ///
     /// ```
     /// use std::time::Duration;
