@@ -221,6 +221,7 @@ impl Limit {
 
     /// This limit without its penalty box: the same state, blocks and receipts, but a
     /// denial under it is no offence (the layer's trial charges, `pending_outcomes`).
+    #[cfg(feature = "layer")]
     pub(crate) fn without_penalty(&self) -> Self {
         Self {
             penalty: None,
