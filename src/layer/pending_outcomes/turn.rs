@@ -120,15 +120,16 @@ async fn wait_for_turn(
                             );
                         }
                         Ok(Tried::Refused(taken)) => return (None, Verdict::Tried(taken)),
-                        Ok(Tried::Raced) if before(deadline, poll) => {
+                        Ok(Tried::Raced(refused)) if before(deadline, poll) => {
                             drop(turn);
                             if !hold_place(&mut place, shared, view, checks, targets) {
-                                return (None, Verdict::Decide);
+                                // Not held: the trial's refusal, which is no offence.
+                                return (None, Verdict::Tried(refused));
                             }
                             tokio::time::sleep(poll).await;
                             continue;
                         }
-                        Ok(Tried::Raced) | Err(_) => {}
+                        Ok(Tried::Raced(_)) | Err(_) => {}
                     }
                     return (Some(Box::new(OutcomeHold::Deciding(turn))), Verdict::Decide);
                 }
@@ -138,7 +139,9 @@ async fn wait_for_turn(
                     (Judged::Elsewhere, Some(poll)) if before(deadline, poll) => {
                         drop(turn);
                         if !hold_place(&mut place, shared, view, checks, targets) {
-                            return (None, Verdict::Decide);
+                            // Not held: refused as the look found it, without an offence.
+                            let refused = refusal(checks, targets, looked);
+                            return (None, Verdict::Refuse(refused));
                         }
                         tokio::time::sleep(poll).await;
                         continue;
@@ -250,8 +253,9 @@ enum Tried {
     /// Refused for good: blocked, or by a policy whose charges are not in question
     /// (whose refusal counted as it would have); nothing taken.
     Refused(Taken),
-    /// A target did not fit after all: another process charged since the look.
-    Raced,
+    /// A target did not fit after all: another process charged since the look. The
+    /// trial's refusal (no offence), nothing taken.
+    Raced(Taken),
 }
 
 /// Whether `check` (decided as `decision`) is one of `targets`.
@@ -319,7 +323,7 @@ async fn trial(
     Ok(if real {
         Tried::Refused(taken)
     } else {
-        Tried::Raced
+        Tried::Raced(taken)
     })
 }
 
@@ -369,17 +373,26 @@ fn judge(
 /// The refusal of a request that only pending charges kept out: its looks, each
 /// target that does not fit denied, with a retry in a second.
 fn refusal(checks: &Checks, targets: &[(Target, u64)], looked: Decided) -> Decided {
+    let short = |check: &LayerCheck, decision: &Decision| {
+        targets_it(targets, check, decision.limit) && decision.remaining < check.cost
+    };
+    // A refusal refuses: should the look have found room after all, every target
+    // refuses it (an admission here would be one nobody charged).
+    let any_short = checks.iter().zip(looked.iter()).any(|(c, d)| short(c, d));
     looked
         .into_iter()
         .zip(checks.iter())
         .map(|(decision, check)| {
-            let target = targets
-                .iter()
-                .any(|((name, key), _)| *name == decision.limit && *key == check.key);
-            if target && check.enforced && decision.remaining < check.cost {
+            let refuses = if any_short {
+                short(check, &decision)
+            } else {
+                targets_it(targets, check, decision.limit)
+            };
+            if refuses {
                 Decision {
                     allowed: false,
                     retry_after: Some(Duration::from_secs(1)),
+                    receipt: None,
                     ..decision
                 }
             } else {
