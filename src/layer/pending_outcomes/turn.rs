@@ -80,6 +80,7 @@ async fn wait_for_turn(
         shared,
         view,
         checks,
+        claims,
         ..
     } = parked;
     // While it waits, the request is one the layer holds (`max_held`): a place taken
@@ -109,7 +110,9 @@ async fn wait_for_turn(
                     return (Some(Box::new(OutcomeHold::Deciding(turn))), Verdict::Decide);
                 };
                 let judged = judge(checks, targets, &looked, Some(&turn));
-                if let (Judged::Fits, Some(poll)) = (&judged, poll) {
+                // A request that also needs in-flight slots takes them before its
+                // charge, as usual: no trial for it.
+                if let (Judged::Fits, Some(poll), true) = (&judged, poll, claims.is_empty()) {
                     // Another process may charge between the look and the charge: the
                     // charge is a trial, which no denial makes an offence.
                     match trial(shared, view, checks, targets).await {
