@@ -19,7 +19,12 @@
 //! quota's number of times: every admission is still a charge the store makes.
 //!
 //! Only this process's pending charges are visible: another process's in its
-//! handler still count as spent here, as before.
+//! handler still count as spent here, as before, unless the policy polls for them
+//! ([`Policy::poll_other_processes`](crate::Policy::poll_other_processes)). Then a
+//! request that does not fit looks again within its wait, and its charge is a trial:
+//! made under the limit without its penalty box (same state, same receipts), so that a
+//! charge another process raced to the last unit is refused without an offence. Only
+//! at the end of the wait is a refusal charged as an offence.
 
 mod policy_option;
 mod table;
