@@ -219,6 +219,17 @@ impl Limit {
         self.penalty
     }
 
+    /// This limit without its penalty box: the same state, blocks and receipts, but a
+    /// denial under it is no offence (the layer's trial charges, `pending_outcomes`).
+    #[cfg(feature = "layer")]
+    pub(crate) fn without_penalty(&self) -> Self {
+        Self {
+            penalty: None,
+            penalty_print: None,
+            ..self.clone()
+        }
+    }
+
     /// The limit's penalty box, if it has one, without copying it.
     #[inline]
     pub(crate) fn penalty_box(&self) -> Option<&Penalty> {

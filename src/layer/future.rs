@@ -374,6 +374,16 @@ where
                 grpc,
                 Ok(decisions),
             ),
+            // Kept with no await since the trial's answer: the request owns it now.
+            Verdict::Tried(taken) => Self::decided(
+                shared,
+                view,
+                &mut service,
+                request,
+                checks,
+                grpc,
+                Ok(taken.keep().into()),
+            ),
         };
         if let Some(hold) = hold {
             future = future.holding(hold);

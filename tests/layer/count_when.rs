@@ -28,6 +28,9 @@ use tokio::task::JoinSet;
 use tollgate::clock::ManualClock;
 use tollgate::store::Store;
 use tollgate::{Algorithm, Key, MemoryStore, Penalty, Policy, Quota, RateLimitLayer, key};
+use tonic::codegen::tokio_stream::wrappers::ReceiverStream;
+
+use crate::grpc_server::{GrpcServer, Ping};
 
 /// 2023-11-14T00:00:00Z; the clock stands still: one window for the whole test.
 const BASE: Duration = Duration::from_secs(1_699_920_000);
@@ -208,6 +211,13 @@ async fn thirty_right_passwords_at_once_are_all_served_and_box_no_one_on_memory(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn thirty_right_passwords_at_once_are_all_served_and_box_no_one_on_redis() {
     let store = crate::shared_redis::redis_store("cw-right", ManualClock::new(BASE));
+    thirty_right_passwords_at_once(store).await;
+}
+
+#[cfg(feature = "redis")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn thirty_right_passwords_at_once_are_all_served_and_box_no_one_on_the_cluster() {
+    let store = crate::shared_redis::cluster_store("cw-right", ManualClock::new(BASE));
     thirty_right_passwords_at_once(store).await;
 }
 
@@ -406,4 +416,177 @@ async fn a_flood_of_callers_leaves_no_entry_behind_on_memory() {
 async fn a_flood_of_callers_leaves_no_entry_behind_on_redis() {
     let store = crate::shared_redis::redis_store("cw-flood", ManualClock::new(BASE));
     a_flood_of_callers(store).await;
+}
+
+/// gRPC calls whose status comes in the trailers: `count_when` learns each outcome at
+/// the end of the response body. Ten uploads at once on 2 a minute, each stream held
+/// open until a gate opens: two run, eight wait for their outcomes, and all ten are
+/// served (before: two served, eight `RESOURCE_EXHAUSTED` and a box).
+async fn grpc_uploads_at_once(store: impl Store) {
+    let logins = Policy::new("uploads", Quota::per_minute(2))
+        .expect("policy")
+        .algorithm(Algorithm::SlidingWindowLog)
+        .count_when(|status| status == StatusCode::UNAUTHORIZED)
+        .penalty(Penalty::after(1).block_for(Duration::from_secs(600)));
+    let layer = RateLimitLayer::builder()
+        .policy(logins)
+        .store(store)
+        .build()
+        .expect("layer");
+    let server = GrpcServer::start(layer.clone()).await;
+    let client = server.client().await;
+    let mut gates = Vec::new();
+    let mut calls = JoinSet::new();
+    for _ in 0..10 {
+        let (gate, messages) = tokio::sync::mpsc::channel(1);
+        gates.push(gate);
+        let mut client = client.clone();
+        calls.spawn(async move { client.upload(ReceiverStream::new(messages)).await });
+    }
+    wait_until("two uploads running", || server.counts.calls() == 2).await;
+    wait_until("eight uploads held", || layer.held() == 8).await;
+    // The streams end: each upload answers OK in its trailers, and is given back.
+    for gate in gates {
+        let ping = Ping {
+            text: "chunk".to_string(),
+        };
+        // A call still held reads nothing yet: its one message waits in the channel.
+        gate.send(ping).await.expect("a stream open");
+    }
+    let mut answered = 0;
+    while let Some(call) = calls.join_next().await {
+        let pong = call.expect("a call").expect("served");
+        assert_eq!(pong.get_ref().messages, 1);
+        answered += 1;
+    }
+    assert_eq!((answered, server.counts.calls()), (10, 10));
+    wait_until("the outcomes known", || layer.awaiting_outcomes() == 0).await;
+    let offences = layer
+        .limiter()
+        .offences("uploads", &everyone())
+        .await
+        .expect("offences");
+    assert_eq!((offences.trips, offences.blocked_for), (0, None));
+}
+
+/// The one key of a policy without a key rule.
+fn everyone() -> Key {
+    let (parts, ()) = Request::new(()).into_parts();
+    key::global().extract(&parts).expect("the global key")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grpc_calls_at_once_wait_for_the_outcomes_in_their_trailers_on_memory() {
+    grpc_uploads_at_once(MemoryStore::with_clock(ManualClock::new(BASE))).await;
+}
+
+#[cfg(feature = "redis")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grpc_calls_at_once_wait_for_the_outcomes_in_their_trailers_on_redis() {
+    let store = crate::shared_redis::redis_store("cw-grpc", ManualClock::new(BASE));
+    grpc_uploads_at_once(store).await;
+}
+
+/// A clock that runs ten times faster than real time, from [`BASE`]: a Redis denial
+/// cache ages by the store's clock (a frozen one never lets a cached denial go, which
+/// no deployment sees), while the minute's window outlives the test.
+fn racing_clock() -> ManualClock {
+    let clock = ManualClock::new(BASE);
+    let ticking = clock.clone();
+    tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            ticking.advance(Duration::from_millis(50));
+        }
+    });
+    clock
+}
+
+/// Two processes (two layers, each with its own server) on one store, each polling
+/// for the other's outcomes.
+async fn two_processes(store: impl Store + Clone, wait: Duration) -> (Office, Office) {
+    let policy = || {
+        failed_logins()
+            .wait_for_outcomes(wait)
+            .poll_other_processes(Duration::from_millis(10))
+    };
+    let desk = Desk::new(true);
+    let one = office(policy(), store.clone(), desk.clone()).await;
+    let other = office(policy(), store, desk).await;
+    (one, other)
+}
+
+/// Both processes' replies, tallied together.
+async fn both(one: JoinSet<Reply>, other: JoinSet<Reply>) -> (usize, usize, usize) {
+    let (a, b) = tokio::join!(tally(one), tally(other));
+    (a.0 + b.0, a.1 + b.1, a.2 + b.2)
+}
+
+async fn right_passwords_over_two_processes(store: impl Store + Clone) {
+    let (one, other) = two_processes(store, Duration::from_secs(2)).await;
+    let replies = both(
+        at_once(&one.server, &["right"; 15]),
+        at_once(&other.server, &["right"; 15]),
+    )
+    .await;
+    assert_eq!(replies, (30, 0, 0));
+    assert_eq!(one.desk.reached(), (30, 0));
+    let offences = one
+        .layer
+        .limiter()
+        .offences("failed-logins", &office_key())
+        .await
+        .expect("offences");
+    assert_eq!((offences.trips, offences.blocked_for), (0, None));
+    quota_and_box_are_exact(&other).await;
+}
+
+/// Before (or without `poll_other_processes`): 5–15 of 30 served and the box tripped
+/// in 10 of 10 runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn right_passwords_spread_over_two_processes_are_all_served_when_they_poll_on_memory() {
+    let store = MemoryStore::with_clock(racing_clock());
+    right_passwords_over_two_processes(store).await;
+}
+
+#[cfg(feature = "redis")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn right_passwords_spread_over_two_processes_are_all_served_when_they_poll_on_redis() {
+    let store = crate::shared_redis::redis_store("cw-two-right", racing_clock());
+    right_passwords_over_two_processes(store).await;
+}
+
+async fn wrong_passwords_over_two_processes(store: impl Store + Clone) {
+    let (one, other) = two_processes(store, Duration::from_millis(500)).await;
+    let replies = both(
+        at_once(&one.server, &["wrong"; 15]),
+        at_once(&other.server, &["wrong"; 15]),
+    )
+    .await;
+    assert_eq!(replies, (0, 5, 25));
+    assert_eq!(
+        one.desk.reached(),
+        (0, 5),
+        "guesses reach the desks 5 times"
+    );
+    for office in [&one, &other] {
+        let boxed = office.server.send(attempt("right")).await;
+        assert_eq!(boxed.status, StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(boxed.header("retry-after"), TEN_MINUTES);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wrong_passwords_spread_over_two_processes_reach_the_handlers_five_times_and_trip_the_box_on_memory()
+ {
+    let store = MemoryStore::with_clock(racing_clock());
+    wrong_passwords_over_two_processes(store).await;
+}
+
+#[cfg(feature = "redis")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wrong_passwords_spread_over_two_processes_reach_the_handlers_five_times_and_trip_the_box_on_redis()
+ {
+    let store = crate::shared_redis::redis_store("cw-two-wrong", racing_clock());
+    wrong_passwords_over_two_processes(store).await;
 }

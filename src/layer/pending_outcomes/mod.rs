@@ -19,7 +19,12 @@
 //! quota's number of times: every admission is still a charge the store makes.
 //!
 //! Only this process's pending charges are visible: another process's in its
-//! handler still count as spent here, as before.
+//! handler still count as spent here, as before, unless the policy polls for them
+//! ([`Policy::poll_other_processes`](crate::Policy::poll_other_processes)). Then a
+//! request that does not fit looks again within its wait, and its charge is a trial:
+//! made under the limit without its penalty box (same state, same receipts), so that a
+//! charge another process raced to the last unit is refused without an offence. Only
+//! at the end of the wait is a refusal charged as an offence.
 
 mod policy_option;
 mod table;
@@ -84,6 +89,25 @@ fn targets(shared: &Shared, view: &View, checks: &Checks) -> Vec<(Target, u64)> 
         .collect()
 }
 
+/// How long the request waits at most (the shortest wait of its enforced
+/// `count_when` policies), and how often it looks again for other processes'
+/// outcomes, if one of them asks (the shortest such period).
+pub(crate) fn rules(shared: &Shared, view: &View, checks: &Checks) -> (Duration, Option<Duration>) {
+    let policies = view.policies();
+    checks
+        .iter()
+        .filter(|check| check.enforced)
+        .map(|check| &policies[check.index])
+        .filter(|policy| policy.refunds_some_responses() && shared.wait_of(policy).is_none())
+        .fold((Duration::MAX, None), |(wait, poll), policy| {
+            let poll = match (poll, policy.outcome_poll) {
+                (Some(a), Some(b)) => Some(std::cmp::min(a, b)),
+                (a, b) => a.or(b),
+            };
+            (wait.min(policy.outcome_wait), poll)
+        })
+}
+
 /// The turn of a request with `checks`: `None` when no enforced `count_when` policy
 /// checks it (or the table is full): decided as usual.
 #[inline]
@@ -101,7 +125,10 @@ pub(crate) fn first_turn(shared: &Shared, view: &View, checks: &Checks) -> Optio
     }
     match shared.pending_outcomes.take_turn(targets.clone()) {
         TakeTurn::Untracked => None,
-        TakeTurn::Mine(turn) if !turn.awaits_outcomes() => {
+        // Nothing pending here, and no other process to wait for: decided at once.
+        TakeTurn::Mine(turn)
+            if !turn.awaits_outcomes() && rules(shared, view, checks).1.is_none() =>
+        {
             Some(FirstTurn::Now(Box::new(OutcomeHold::Deciding(turn))))
         }
         first => Some(FirstTurn::Later(first, targets)),

@@ -12,7 +12,10 @@ use tokio::time::{Instant, timeout_at};
 use super::table::{Events, TakeTurn, Target, Turn};
 use super::{OutcomeHold, Parked};
 use crate::layer::few::{Checks, Decided};
+use crate::layer::limiter_calls::{LayerCheck, targets as targets_of};
 use crate::layer::shared::{HeldSlot, Shared, View};
+use crate::limiter::{Taken, Taking, complete};
+use crate::store::{Charge, StoreFuture};
 use crate::{Decision, StoreError};
 
 /// What becomes of a request once it is its turn, or its wait ran out.
@@ -23,6 +26,9 @@ pub(crate) enum Verdict {
     /// outcome stood in the way, and the wait for them ran out (or the layer could
     /// hold no more requests). One decision per check, in order.
     Refuse(Decided),
+    /// Decided already, by a trial charge (other processes' outcomes awaited): what
+    /// it took, kept once the request goes on.
+    Tried(Taken),
 }
 
 /// A waiting request's turn: its hold (when it decides holding its turn), the
@@ -32,11 +38,15 @@ pub(crate) type AwaitingTurn =
 
 /// How a look at the store judges a request.
 enum Judged {
-    /// It fits, or a refusal now would be real (a block, another policy, more than the
-    /// pending charges could free): decide.
+    /// A refusal now would be real (a block, another policy): decide.
     Decide,
+    /// It fits.
+    Fits,
     /// Only the pending charges of target `i` stand in the way.
     Wait(usize),
+    /// A target does not fit, and what is pending here could not free enough: a real
+    /// refusal, unless charges pending in other processes are refunded.
+    Elsewhere,
 }
 
 /// Waits for the turn of `parked`'s request, which charges `targets`, starting from
@@ -47,35 +57,30 @@ pub(crate) fn await_turn(
     parked: Parked,
 ) -> AwaitingTurn {
     Box::pin(async move {
-        let deadline = Instant::now() + outcome_wait(&parked.shared, &parked.view, &parked.checks);
-        let (hold, verdict) = turn(first, &targets, &parked, deadline).await;
+        let (wait, poll) = super::rules(&parked.shared, &parked.view, &parked.checks);
+        // Any wait is accepted: one past what the clock can say is as good as forever.
+        let now = Instant::now();
+        let deadline = now
+            .checked_add(wait)
+            .or_else(|| now.checked_add(Duration::from_secs(100 * 365 * 86_400)))
+            .unwrap_or(now);
+        let (hold, verdict) = wait_for_turn(first, &targets, &parked, (deadline, poll)).await;
         (hold, verdict, parked)
     })
 }
 
-/// The shortest outcome wait of the enforced `count_when` policies of `checks`.
-fn outcome_wait(shared: &Shared, view: &View, checks: &Checks) -> Duration {
-    let policies = view.policies();
-    checks
-        .iter()
-        .filter(|check| check.enforced)
-        .map(|check| &policies[check.index])
-        .filter(|policy| policy.refunds_some_responses() && shared.wait_of(policy).is_none())
-        .map(|policy| policy.outcome_wait)
-        .min()
-        .unwrap_or_default()
-}
-
-async fn turn(
+/// The loop of [`await_turn`]: take the turn, look, wait for an outcome, again.
+async fn wait_for_turn(
     first: TakeTurn,
     targets: &[(Target, u64)],
     parked: &Parked,
-    deadline: Instant,
+    (deadline, poll): (Instant, Option<Duration>),
 ) -> (Option<Box<OutcomeHold>>, Verdict) {
     let Parked {
         shared,
         view,
         checks,
+        claims,
         ..
     } = parked;
     // While it waits, the request is one the layer holds (`max_held`): a place taken
@@ -89,7 +94,7 @@ async fn turn(
         match taken {
             TakeTurn::Untracked => return (None, Verdict::Decide),
             TakeTurn::Busy(mut events) => {
-                if !held(&mut place, shared, view, checks, targets)
+                if !hold_place(&mut place, shared, view, checks, targets)
                     || timeout_at(deadline, events.changed()).await.is_err()
                 {
                     // No turn in time: judged on a look of its own.
@@ -97,23 +102,61 @@ async fn turn(
                 }
             }
             TakeTurn::Mine(turn) => {
-                if !turn.awaits_outcomes() {
+                if !turn.awaits_outcomes() && poll.is_none() {
                     return (Some(Box::new(OutcomeHold::Deciding(turn))), Verdict::Decide);
                 }
                 let Ok(looked) = look(shared, view, checks).await else {
                     // The store answers the charge as it can (its fail mode).
                     return (Some(Box::new(OutcomeHold::Deciding(turn))), Verdict::Decide);
                 };
-                let i = match judge(checks, targets, &looked, Some(&turn)) {
-                    Judged::Decide => {
+                let judged = judge(checks, targets, &looked, Some(&turn));
+                // A request that also needs in-flight slots takes them before its
+                // charge, as usual: no trial for it.
+                if let (Judged::Fits, Some(poll), true) = (&judged, poll, claims.is_empty()) {
+                    // Another process may charge between the look and the charge: the
+                    // charge is a trial, which no denial makes an offence.
+                    match trial(shared, view, checks, targets).await {
+                        Ok(Tried::Admitted(taken)) => {
+                            return (
+                                Some(Box::new(OutcomeHold::Deciding(turn))),
+                                Verdict::Tried(taken),
+                            );
+                        }
+                        Ok(Tried::Refused(taken)) => return (None, Verdict::Tried(taken)),
+                        Ok(Tried::Raced(refused)) if before(deadline, poll) => {
+                            drop(turn);
+                            if !hold_place(&mut place, shared, view, checks, targets) {
+                                // Not held: the trial's refusal, which is no offence.
+                                return (None, Verdict::Tried(refused));
+                            }
+                            tokio::time::sleep(poll).await;
+                            continue;
+                        }
+                        Ok(Tried::Raced(_)) | Err(_) => {}
+                    }
+                    return (Some(Box::new(OutcomeHold::Deciding(turn))), Verdict::Decide);
+                }
+                let i = match (judged, poll) {
+                    (Judged::Wait(i), _) => i,
+                    // Nothing here could free enough: another process's charges may.
+                    (Judged::Elsewhere, Some(poll)) if before(deadline, poll) => {
+                        drop(turn);
+                        if !hold_place(&mut place, shared, view, checks, targets) {
+                            // Not held: refused as the look found it, without an offence.
+                            let refused = refusal(checks, targets, looked);
+                            return (None, Verdict::Refuse(refused));
+                        }
+                        tokio::time::sleep(poll).await;
+                        continue;
+                    }
+                    (Judged::Decide | Judged::Fits | Judged::Elsewhere, _) => {
                         return (Some(Box::new(OutcomeHold::Deciding(turn))), Verdict::Decide);
                     }
-                    Judged::Wait(i) => i,
                 };
                 let Some((seen, events)) = turn.end_watching(i) else {
                     return (None, Verdict::Decide);
                 };
-                if !held(&mut place, shared, view, checks, targets)
+                if !hold_place(&mut place, shared, view, checks, targets)
                     || !outcome_known(events, seen, deadline).await
                 {
                     return judge_now(shared, view, checks, targets, Some(looked)).await;
@@ -125,7 +168,7 @@ async fn turn(
 
 /// Whether the request has one of the layer's places for held requests, taking one
 /// (for its first target) if it has none yet.
-fn held(
+fn hold_place(
     place: &mut Option<HeldSlot>,
     shared: &Shared,
     view: &View,
@@ -179,7 +222,7 @@ async fn judge_now(
         TakeTurn::Untracked => (None, Judged::Decide),
     };
     match judged {
-        Judged::Decide => (
+        Judged::Decide | Judged::Fits | Judged::Elsewhere => (
             turn.map(|turn| Box::new(OutcomeHold::Deciding(turn))),
             Verdict::Decide,
         ),
@@ -199,6 +242,94 @@ async fn look(shared: &Shared, view: &View, checks: &Checks) -> Result<Decided, 
     Ok(looked)
 }
 
+/// Whether a wait of `poll` from now ends before `deadline`.
+fn before(deadline: Instant, poll: Duration) -> bool {
+    Instant::now()
+        .checked_add(poll)
+        .is_some_and(|at| at < deadline)
+}
+
+/// What a trial charge did.
+enum Tried {
+    /// Admitted: what it took.
+    Admitted(Taken),
+    /// Refused for good: blocked, or by a policy whose charges are not in question
+    /// (whose refusal counted as it would have); nothing taken.
+    Refused(Taken),
+    /// A target did not fit after all: another process charged since the look. The
+    /// trial's refusal (no offence), nothing taken.
+    Raced(Taken),
+}
+
+/// Whether `check` (decided as `decision`) is one of `targets`.
+fn targets_it(targets: &[(Target, u64)], check: &LayerCheck, name: &str) -> bool {
+    check.enforced
+        && targets
+            .iter()
+            .any(|((target, key), _)| *target == name && *key == check.key)
+}
+
+/// A charge of `checks` in which the targets' limits have no penalty box: admitted as
+/// the real charge would be, but a target's refusal is no offence. What it takes is
+/// owned from before it is sent (cancel-safe).
+async fn trial(
+    shared: &Shared,
+    view: &View,
+    checks: &Checks,
+    targets: &[(Target, u64)],
+) -> Result<Tried, StoreError> {
+    let limits: Vec<crate::Limit> = checks
+        .iter()
+        .map(|check| {
+            let limit = &view.set.limits[check.index];
+            if targets_it(targets, check, limit.name()) {
+                limit.without_penalty()
+            } else {
+                limit.clone()
+            }
+        })
+        .collect();
+    let owned: Vec<LayerCheck> = checks.to_vec();
+    let (limiter, store) = (shared.limiter.clone(), shared.limiter.store().clone());
+    let call: StoreFuture<'static, Vec<Decision>> = Box::pin(async move {
+        let resolved = owned
+            .iter()
+            .zip(&limits)
+            .map(|(check, limit)| limiter.with_quota(limit, check.quota))
+            .collect::<Result<Vec<_>, _>>()?;
+        let charges: Vec<Charge<'_>> = owned
+            .iter()
+            .zip(&resolved)
+            .map(|(check, limit)| Charge {
+                limit,
+                key: &check.key,
+                cost: check.cost,
+            })
+            .collect();
+        let decisions = store.decide(&charges).await?;
+        complete(decisions, charges.len())
+    });
+    let taken = Taking::new(
+        shared.limiter.clone(),
+        view.set.clone(),
+        targets_of(checks),
+        call,
+    )
+    .await?;
+    let decisions = taken.decisions();
+    if decisions.iter().all(|d| d.allowed) {
+        return Ok(Tried::Admitted(taken));
+    }
+    let real = checks.iter().zip(decisions).any(|(check, d)| {
+        !d.allowed && (d.blocked_for.is_some() || !targets_it(targets, check, d.limit))
+    });
+    Ok(if real {
+        Tried::Refused(taken)
+    } else {
+        Tried::Raced(taken)
+    })
+}
+
 /// How `looked` (one decision per check) judges the request; `turn` tells what of
 /// each target is pending (without one: a target may still wait, on the assumption
 /// that whatever stands in its way beyond its capacity is pending).
@@ -208,52 +339,63 @@ fn judge(
     looked: &[Decision],
     turn: Option<&Turn>,
 ) -> Judged {
-    let mut wait = None;
-    let mut t = 0;
-    for (check, decision) in checks.iter().zip(looked) {
-        // A block refuses it whatever is pending.
-        if decision.blocked_for.is_some() {
-            return Judged::Decide;
-        }
-        let fits = decision.remaining >= check.cost;
-        let target = check.enforced
+    let is_target = |t: usize, check: &LayerCheck, decision: &Decision| {
+        check.enforced
             && targets
                 .get(t)
-                .is_some_and(|((name, key), _)| *name == decision.limit && *key == check.key);
-        if !target {
-            if !fits {
-                // Refused by a policy whose charges are not in question.
-                return Judged::Decide;
-            }
+                .is_some_and(|((name, key), _)| *name == decision.limit && *key == check.key)
+    };
+    // A block, or a policy whose charges are not in question, refuses it whatever is
+    // pending: a real refusal.
+    let mut t = 0;
+    for (check, decision) in checks.iter().zip(looked) {
+        let target = is_target(t, check, decision);
+        if decision.blocked_for.is_some() || (!target && decision.remaining < check.cost) {
+            return Judged::Decide;
+        }
+        t += usize::from(target);
+    }
+    let (mut wait, mut t) = (None, 0);
+    for (check, decision) in checks.iter().zip(looked) {
+        if !is_target(t, check, decision) {
             continue;
         }
-        let pending = turn.map_or(u64::MAX, |turn| turn.pending(t));
-        if !fits {
+        if decision.remaining < check.cost {
+            let pending = turn.map_or(u64::MAX, |turn| turn.pending(t));
             if decision.remaining.saturating_add(pending) < check.cost {
-                // More than its pending charges could free: a real refusal.
-                return Judged::Decide;
+                // More than what is pending here could free.
+                return Judged::Elsewhere;
             }
             wait.get_or_insert(t);
         }
         t += 1;
     }
-    wait.map_or(Judged::Decide, Judged::Wait)
+    wait.map_or(Judged::Fits, Judged::Wait)
 }
 
 /// The refusal of a request that only pending charges kept out: its looks, each
 /// target that does not fit denied, with a retry in a second.
 fn refusal(checks: &Checks, targets: &[(Target, u64)], looked: Decided) -> Decided {
+    let short = |check: &LayerCheck, decision: &Decision| {
+        targets_it(targets, check, decision.limit) && decision.remaining < check.cost
+    };
+    // A refusal refuses: should the look have found room after all, every target
+    // refuses it (an admission here would be one nobody charged).
+    let any_short = checks.iter().zip(looked.iter()).any(|(c, d)| short(c, d));
     looked
         .into_iter()
         .zip(checks.iter())
         .map(|(decision, check)| {
-            let target = targets
-                .iter()
-                .any(|((name, key), _)| *name == decision.limit && *key == check.key);
-            if target && check.enforced && decision.remaining < check.cost {
+            let refuses = if any_short {
+                short(check, &decision)
+            } else {
+                targets_it(targets, check, decision.limit)
+            };
+            if refuses {
                 Decision {
                     allowed: false,
                     retry_after: Some(Duration::from_secs(1)),
+                    receipt: None,
                     ..decision
                 }
             } else {

@@ -85,6 +85,9 @@ pub struct Policy {
     /// How long a request refused only for charges still awaiting their `count_when`
     /// outcome waits for them (`Policy::wait_for_outcomes`, in `pending_outcomes/`).
     pub(crate) outcome_wait: Duration,
+    /// Other processes share the store: how often a request with nothing pending here
+    /// looks again before a refusal counts (`Policy::poll_other_processes`).
+    pub(crate) outcome_poll: Option<Duration>,
     /// The routes this policy applies to (cost 1 each, 0 elsewhere); `None`: all
     /// (see `scope.rs`).
     pub(super) scope: Option<Costs>,
@@ -395,6 +398,7 @@ impl fmt::Debug for Policy {
             .field("rate", &self.rate)
             .field("wait", &self.wait)
             .field("outcome_wait", &self.outcome_wait)
+            .field("outcome_poll", &self.outcome_poll)
             .field("rollout", &self.rollout)
             .field("metered", &self.metering.metered)
             .field(
@@ -424,6 +428,7 @@ impl From<Limit> for Policy {
             rate: true,
             wait: None,
             outcome_wait: crate::layer::pending_outcomes::DEFAULT_OUTCOME_WAIT,
+            outcome_poll: None,
             scope: None,
             own_routes: false,
             unless_key: None,
