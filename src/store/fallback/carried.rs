@@ -81,6 +81,11 @@ impl Carried {
         let at = Instant::now();
         let mut tables = self.lock();
         for (charge, decision) in charges.iter().zip(decisions) {
+            if decision.blocked_for.is_some() {
+                // A block says `remaining: 0` whatever the usage: the block itself is
+                // carried (`seen_blocks.rs`), the usage before it stays as it was.
+                continue;
+            }
             let used = decision.capacity.saturating_sub(decision.remaining);
             let slot = (charge.limit.name(), *charge.key);
             if used == 0 {
