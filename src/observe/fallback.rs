@@ -35,10 +35,7 @@ pub(crate) fn primary_error(error: &StoreError) {
 }
 
 /// The insurance store serves from now on (`at_startup`: the primary never answered).
-#[cfg_attr(
-    not(any(feature = "tracing", feature = "metrics")),
-    allow(unused_variables)
-)]
+#[cfg_attr(not(feature = "tracing"), allow(unused_variables))]
 pub(crate) fn switched_to_insurance(
     error: &StoreError,
     at_startup: bool,
