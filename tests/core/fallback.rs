@@ -173,3 +173,41 @@ async fn until_primary<P: Store, I: Store>(store: &Fallback<P, I>) {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
 }
+
+/// A `Fallback` whose prober's runtime shut down (a test's runtime, an application's
+/// first one) is not left waiting on it: on the next runtime, calls bring the primary
+/// back.
+#[test]
+fn a_fallback_outlives_the_runtime_of_its_prober() {
+    let primary = Restartable::new();
+    let store = Fallback::new(primary.clone(), MemoryStore::new())
+        .min_down(Duration::from_millis(10))
+        .probe_interval(Duration::from_millis(10));
+    let limiter = limiter(
+        vec![Limit::new("api", Quota::per_minute(100)).expect("a limit")],
+        store.clone(),
+    );
+    let runtime = || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .expect("a runtime")
+    };
+    let key = Key::from("alice");
+    let first = runtime();
+    first.block_on(async {
+        primary.go_down();
+        assert!(limiter.check("api", &key, 1).await.expect("answered").allowed);
+        assert!(!store.serving_primary());
+    });
+    drop(first);
+    primary.come_back_empty();
+    runtime().block_on(async {
+        let started = Instant::now();
+        while !store.serving_primary() {
+            assert!(started.elapsed() < Duration::from_secs(5), "still on the insurance");
+            limiter.check("api", &key, 1).await.expect("answered");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    });
+}

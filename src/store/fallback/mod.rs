@@ -8,7 +8,7 @@
 //! serves and re-asserted on its return), `route.rs` (the [`Store`] methods).
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use super::Store;
@@ -137,8 +137,10 @@ struct Shared<P, I> {
     primary: P,
     insurance: I,
     health: Health,
-    /// Whether a background prober is watching the primary.
-    probing: AtomicBool,
+    /// The background prober watching the primary: its number, 0 for none.
+    probing: AtomicU64,
+    /// The last prober's number.
+    probers: AtomicU64,
     /// Operators' resets and blocks the primary missed, to replay on it before it
     /// decides again.
     missed: Missed,
@@ -175,7 +177,8 @@ impl<P: Store, I: Store> Fallback<P, I> {
             primary,
             insurance,
             health: Health::default(),
-            probing: AtomicBool::new(false),
+            probing: AtomicU64::new(0),
+            probers: AtomicU64::new(0),
             missed: Missed::default(),
             seen: SeenBlocks::default(),
             carried: Carried::default(),
@@ -260,7 +263,8 @@ impl<P: Store, I: Store> Shared<P, I> {
     /// primary is down and either a prober watches it or its hold is not over.
     fn insurance_now(&self) -> bool {
         !self.health.serves_primary()
-            && (self.probing.load(Ordering::Acquire) || self.health.until_probe() > Duration::ZERO)
+            && (self.probing.load(Ordering::Acquire) != 0
+                || self.health.until_probe() > Duration::ZERO)
     }
 
     /// The primary answered a call.

@@ -36,7 +36,7 @@ impl<P: Store, I: Store> Shared<P, I> {
         if self.health.serves_primary() {
             return true;
         }
-        if self.probing.load(std::sync::atomic::Ordering::Acquire)
+        if self.probing.load(std::sync::atomic::Ordering::Acquire) != 0
             || !self.health.claim_inline_try()
         {
             return false;
