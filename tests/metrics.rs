@@ -299,6 +299,12 @@ async fn every_metric(prefix: &'static str) {
 
     // A `Fallback` whose primary is down: the insurance store answers, the gauge moves
     // to it, and the call is labelled with the store that answered.
+    let errors = if prefix == "prom" {
+        "tollgate_store_errors_total"
+    } else {
+        "rate_limit.store.errors"
+    };
+    let errors_before = value(errors, &[("kind", "timeout")]);
     let fallback = Fallback::new(Down, MemoryStore::new());
     let layer = RateLimitLayer::builder()
         .policy(per_user(name("fallback"), Quota::per_minute(10)))
@@ -316,6 +322,8 @@ async fn every_metric(prefix: &'static str) {
         "rate_limit.fallback.serving"
     };
     assert!(value(gauge, &[("store", "insurance")]) >= 1);
+    // The primary's error is counted though the insurance store answered.
+    assert!(value(errors, &[("kind", "timeout")]) > errors_before);
 
     // The memory store: keys, bytes, evictions at its key bound and at its byte bound.
     let small = MemoryStore::with_clock(clock.clone())
@@ -691,4 +699,49 @@ fn a_tripped_penalty_box_is_logged_with_the_keys_fingerprint() {
             assert!(!value.contains("mallory-secret"), "the raw key: {fields:?}");
         }
     }
+}
+
+/// A `Fallback` whose primary never answered says so when it first fails: a warning
+/// that the primary is unreachable since startup, once, with the error; and when it
+/// had answered before, a plain "failed" warning.
+#[cfg(feature = "tracing")]
+#[test]
+fn a_primary_unreachable_at_startup_is_logged_as_such() {
+    let _alone = TRACING.blocking_write();
+    let spans = Arc::new(Spans::default());
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    tracing::subscriber::with_default(spans.clone(), || {
+        runtime.block_on(async {
+            let fallback = Fallback::new(Down, MemoryStore::new());
+            let layer = RateLimitLayer::builder()
+                .policy(per_user("unreachable", Quota::per_minute(10)))
+                .store(fallback.clone())
+                .build()
+                .expect("layer");
+            let server = Server::start(app(layer)).await;
+            for _ in 0..3 {
+                assert_eq!(send(&server, "hank").await.status, StatusCode::OK);
+            }
+            assert!(!fallback.serving_primary());
+        });
+    });
+    let recorded = spans.spans.lock().unwrap_or_else(PoisonError::into_inner);
+    let warnings: Vec<&HashMap<String, String>> = recorded
+        .iter()
+        .filter(|(name, fields)| {
+            name == "event"
+                && fields
+                    .get("message")
+                    .is_some_and(|m| m.contains("primary store unreachable since startup"))
+        })
+        .map(|(_, fields)| fields)
+        .collect();
+    assert_eq!(warnings.len(), 1, "{recorded:?}");
+    assert!(
+        warnings[0].get("error").is_some_and(|e| e.contains("down")),
+        "{warnings:?}"
+    );
 }

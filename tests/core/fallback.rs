@@ -197,7 +197,13 @@ fn a_fallback_outlives_the_runtime_of_its_prober() {
     let first = runtime();
     first.block_on(async {
         primary.go_down();
-        assert!(limiter.check("api", &key, 1).await.expect("answered").allowed);
+        assert!(
+            limiter
+                .check("api", &key, 1)
+                .await
+                .expect("answered")
+                .allowed
+        );
         assert!(!store.serving_primary());
     });
     drop(first);
@@ -205,7 +211,10 @@ fn a_fallback_outlives_the_runtime_of_its_prober() {
     runtime().block_on(async {
         let started = Instant::now();
         while !store.serving_primary() {
-            assert!(started.elapsed() < Duration::from_secs(5), "still on the insurance");
+            assert!(
+                started.elapsed() < Duration::from_secs(5),
+                "still on the insurance"
+            );
             limiter.check("api", &key, 1).await.expect("answered");
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
