@@ -220,3 +220,35 @@ fn a_fallback_outlives_the_runtime_of_its_prober() {
         }
     });
 }
+
+/// Fifty requests of one key at once, the first ones the insurance store serves in an
+/// outage: each waits for the key's seed (the primary's 6 of 10 used) rather than be
+/// decided without it, so exactly 4 are admitted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_first_requests_on_the_insurance_wait_for_the_keys_seed() {
+    let primary = Restartable::new();
+    let store = Fallback::new(primary.clone(), MemoryStore::new());
+    let limiter = std::sync::Arc::new(limiter(
+        vec![Limit::new("api", Quota::per_minute(10)).expect("a limit")],
+        store.clone(),
+    ));
+    let key = Key::from("alice");
+    for _ in 0..6 {
+        assert!(limiter.check("api", &key, 1).await.expect("answered").allowed);
+    }
+    primary.go_down();
+    let tasks: Vec<_> = (0..50)
+        .map(|_| {
+            let limiter = limiter.clone();
+            tokio::spawn(async move { limiter.check("api", &key, 1).await })
+        })
+        .collect();
+    let mut admitted = 0;
+    for task in tasks {
+        if task.await.expect("no panic").expect("answered").allowed {
+            admitted += 1;
+        }
+    }
+    assert!(!store.serving_primary());
+    assert_eq!(admitted, 4);
+}

@@ -148,6 +148,8 @@ struct Shared<P, I> {
     seen: SeenBlocks,
     /// Usage carried into an outage and charged back out of it.
     carried: Carried,
+    /// Held while a key is seeded on the insurance store.
+    seeding: tokio::sync::Mutex<()>,
     /// What a probe peeks at: a key no caller has, under a limit no caller uses.
     probe: (Limit, Key),
 }
@@ -182,6 +184,7 @@ impl<P: Store, I: Store> Fallback<P, I> {
             missed: Missed::default(),
             seen: SeenBlocks::default(),
             carried: Carried::default(),
+            seeding: tokio::sync::Mutex::new(()),
             probe: (
                 Limit::new("tollgate-fallback-probe", Quota::per_second(1))
                     .unwrap_or_else(|_| unreachable_limit()),
