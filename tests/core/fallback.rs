@@ -234,7 +234,13 @@ async fn concurrent_first_requests_on_the_insurance_wait_for_the_keys_seed() {
     ));
     let key = Key::from("alice");
     for _ in 0..6 {
-        assert!(limiter.check("api", &key, 1).await.expect("answered").allowed);
+        assert!(
+            limiter
+                .check("api", &key, 1)
+                .await
+                .expect("answered")
+                .allowed
+        );
     }
     primary.go_down();
     let tasks: Vec<_> = (0..50)

@@ -150,8 +150,9 @@ struct Shared<P, I> {
     carried: Carried,
     /// Held while a key is seeded on the insurance store.
     seeding: tokio::sync::Mutex<()>,
-    /// What a probe peeks at: a key no caller has, under a limit no caller uses.
-    probe: (Limit, Key),
+    /// What a probe peeks at: a key no caller has, under a limit no caller uses
+    /// (`None` only if that limit could not be built: a probe is then an empty batch).
+    probe: (Option<Limit>, Key),
 }
 
 impl<P, I> Drop for Shared<P, I> {
@@ -186,8 +187,7 @@ impl<P: Store, I: Store> Fallback<P, I> {
             carried: Carried::default(),
             seeding: tokio::sync::Mutex::new(()),
             probe: (
-                Limit::new("tollgate-fallback-probe", Quota::per_second(1))
-                    .unwrap_or_else(|_| unreachable_limit()),
+                Limit::new("tollgate-fallback-probe", Quota::per_second(1)).ok(),
                 Key::from("tollgate-fallback-probe"),
             ),
         });
@@ -252,13 +252,6 @@ impl<P: Store, I: Store> Fallback<P, I> {
     pub fn switches(&self) -> u64 {
         self.shared.health.switches()
     }
-}
-
-/// The probe's limit is built from constants that are valid; should that ever change,
-/// a limit of one per second under another name serves as well.
-#[cold]
-fn unreachable_limit() -> Limit {
-    Limit::new("probe", Quota::per_second(1)).unwrap_or_else(|_| unreachable_limit())
 }
 
 impl<P: Store, I: Store> Shared<P, I> {

@@ -162,8 +162,10 @@ async fn probe_until_back<P: Store, I: Store>(watching: Watching<P, I>) {
 impl<P: Store, I: Store> Shared<P, I> {
     /// A peek at a key no caller has: whether the primary answers at all.
     async fn probe(&self) -> Result<(), StoreError> {
-        let (limit, key) = &self.probe;
-        self.primary.peek(limit, key).await.map(drop)
+        match &self.probe {
+            (Some(limit), key) => self.primary.peek(limit, key).await.map(drop),
+            (None, _) => self.primary.decide(&[]).await.map(drop),
+        }
     }
 
     /// Catches the primary up before it decides again: what it missed, the blocks
