@@ -745,3 +745,33 @@ fn a_primary_unreachable_at_startup_is_logged_as_such() {
         "{warnings:?}"
     );
 }
+
+/// A `Fallback` built in a runtime whose primary no call reaches: once its minimum
+/// down time has passed it probes the primary, and warns that it is unreachable at
+/// startup, before any request.
+#[cfg(feature = "tracing")]
+#[test]
+fn a_primary_unreachable_at_startup_is_logged_before_any_request() {
+    let _alone = TRACING.blocking_write();
+    let spans = Arc::new(Spans::default());
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    tracing::subscriber::with_default(spans.clone(), || {
+        runtime.block_on(async {
+            let fallback =
+                Fallback::new(Down, MemoryStore::new()).min_down(Duration::from_millis(10));
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            assert!(fallback.serving_primary(), "a probe does not switch");
+        });
+    });
+    let recorded = spans.spans.lock().unwrap_or_else(PoisonError::into_inner);
+    let warned = recorded.iter().any(|(name, fields)| {
+        name == "event"
+            && fields
+                .get("message")
+                .is_some_and(|m| m.contains("primary store unreachable at startup"))
+    });
+    assert!(warned, "{recorded:?}");
+}

@@ -75,3 +75,12 @@ pub(crate) fn recovery_failed(error: &StoreError) {
     #[cfg(feature = "tracing")]
     tracing::warn!(target: "tollgate", %error, "primary store failed during its recovery; still serving from the insurance store");
 }
+
+/// The primary did not answer the probe made after its `Fallback` was built, before
+/// any call reached it.
+#[cfg_attr(not(feature = "tracing"), allow(unused_variables))]
+pub(crate) fn unreachable_at_startup(error: &StoreError) {
+    primary_error(error);
+    #[cfg(feature = "tracing")]
+    tracing::warn!(target: "tollgate", %error, "primary store unreachable at startup; the insurance store will serve while it fails");
+}

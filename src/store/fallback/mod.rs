@@ -164,9 +164,11 @@ impl<P, I> Drop for Shared<P, I> {
 impl<P: Store, I: Store> Fallback<P, I> {
     /// Serves from `primary`, falling back to `insurance` while `primary` fails.
     ///
-    /// Nothing is sent until the first call: a primary that fails before it ever
-    /// answered is logged as unreachable since startup (a `tracing` warning), and
-    /// counted in `tollgate_store_errors_total`.
+    /// A primary that fails before it ever answered is logged as unreachable since
+    /// startup (a `tracing` warning) and counted in `tollgate_store_errors_total`.
+    /// Within a Tokio runtime, a primary no call has reached once the minimum down
+    /// time has passed is probed once in the background, and logged so when it does
+    /// not answer (a call decides the switch, not this probe).
     ///
     /// ```
     /// use tollgate::MemoryStore;
@@ -191,6 +193,7 @@ impl<P: Store, I: Store> Fallback<P, I> {
                 Key::from("tollgate-fallback-probe"),
             ),
         });
+        recovery::probe_at_startup(&shared);
         Self { shared }
     }
 

@@ -60,6 +60,36 @@ pub(super) async fn at_most<T>(work: Vec<Work<'_, T>>) -> Vec<T> {
     ended
 }
 
+/// Within a Tokio runtime, once the minimum down time has passed: if no call has
+/// reached the primary yet, probes it, and logs a primary unreachable at startup (a
+/// warning, and a store error counted). Only logged: the first request decides the
+/// switch. Not at once, so as not to race the first requests on a cold connection.
+pub(super) fn probe_at_startup<P: Store, I: Store>(shared: &Arc<Shared<P, I>>) {
+    if shared.health.every_call_tries() {
+        return;
+    }
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        return;
+    };
+    let weak = Arc::downgrade(shared);
+    runtime.spawn(async move {
+        let wait = match weak.upgrade() {
+            Some(shared) => shared.health.min_down(),
+            None => return,
+        };
+        tokio::time::sleep(wait).await;
+        let Some(shared) = weak.upgrade() else {
+            return;
+        };
+        if shared.health.untouched() {
+            match shared.probe().await {
+                Ok(()) => shared.primary_answered(),
+                Err(error) => crate::observe::unreachable_at_startup(&error),
+            }
+        }
+    });
+}
+
 /// Starts the background prober of a primary that just went down, unless there is
 /// one, or no Tokio runtime, or the switch has no hysteresis (a zero probe interval):
 /// then calls try the primary themselves.
