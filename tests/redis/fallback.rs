@@ -204,7 +204,11 @@ async fn missed_blocks_are_replayed_in_the_background_before_redis_decides_again
 
     let started = Instant::now();
     let (mut slowest, mut admitted, mut asked) = (Duration::ZERO, 0, 0);
+    let mut recovered = None;
     while !store.serving_primary() || started.elapsed() < Duration::from_millis(300) {
+        if store.serving_primary() {
+            recovered.get_or_insert(started.elapsed());
+        }
         assert!(
             started.elapsed() < Duration::from_secs(20),
             "never recovered"
@@ -217,10 +221,7 @@ async fn missed_blocks_are_replayed_in_the_background_before_redis_decides_again
         asked += 1;
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
-    eprintln!(
-        "recovered in {:?}; {asked} requests, slowest {slowest:?}",
-        started.elapsed()
-    );
+    eprintln!("recovered in {recovered:?}; {asked} requests, slowest {slowest:?}");
     assert_eq!(admitted, 0, "the hour's block held through the replay");
     assert!(
         slowest < Duration::from_millis(250),
