@@ -1884,7 +1884,9 @@ async fn a_block_set_while_the_primary_is_down_holds_once_it_is_back() -> TestRe
         .prefix("fallback")
         .denial_cache(0)
         .deadline(ms(100))?;
-    let store = Fallback::new(redis, MemoryStore::new()).probe_interval(ms(200));
+    let store = Fallback::new(redis, MemoryStore::new())
+        .probe_interval(ms(200))
+        .min_down(ms(100));
     let limiter = limiter_on(store.clone(), [Limit::new("api", Quota::per_minute(100))?]);
     let key = Key::from("mallory");
     assert!(limiter.check("api", &key, 1).await?.allowed);

@@ -981,3 +981,79 @@ async fn the_unapplied_report_ends_when_the_policy_applies_or_is_replaced() {
     );
     assert_eq!((gauge("late-login"), gauge("typo-fixed")), (0, 0));
 }
+
+/// A `Fallback` whose primary never answered says so when it first fails: a warning
+/// that the primary is unreachable since startup, once, with the error; and when it
+/// had answered before, a plain "failed" warning.
+#[cfg(feature = "tracing")]
+#[test]
+fn a_primary_unreachable_at_startup_is_logged_as_such() {
+    let _alone = TRACING.blocking_write();
+    let spans = Arc::new(Spans::default());
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    tracing::subscriber::with_default(spans.clone(), || {
+        runtime.block_on(async {
+            let fallback = Fallback::new(Down, MemoryStore::new());
+            let layer = RateLimitLayer::builder()
+                .policy(per_user("unreachable", Quota::per_minute(10)))
+                .store(fallback.clone())
+                .build()
+                .expect("layer");
+            let server = Server::start(app(layer)).await;
+            for _ in 0..3 {
+                assert_eq!(send(&server, "hank").await.status, StatusCode::OK);
+            }
+            assert!(!fallback.serving_primary());
+        });
+    });
+    let recorded = spans.spans.lock().unwrap_or_else(PoisonError::into_inner);
+    let warnings: Vec<&HashMap<String, String>> = recorded
+        .iter()
+        .filter(|(name, fields)| {
+            name == "event"
+                && fields
+                    .get("message")
+                    .is_some_and(|m| m.contains("primary store unreachable since startup"))
+        })
+        .map(|(_, fields)| fields)
+        .collect();
+    assert_eq!(warnings.len(), 1, "{recorded:?}");
+    assert!(
+        warnings[0].get("error").is_some_and(|e| e.contains("down")),
+        "{warnings:?}"
+    );
+}
+
+
+/// A `Fallback` built in a runtime whose primary no call reaches: once its minimum
+/// down time has passed it probes the primary, and warns that it is unreachable at
+/// startup, before any request.
+#[cfg(feature = "tracing")]
+#[test]
+fn a_primary_unreachable_at_startup_is_logged_before_any_request() {
+    let _alone = TRACING.blocking_write();
+    let spans = Arc::new(Spans::default());
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    tracing::subscriber::with_default(spans.clone(), || {
+        runtime.block_on(async {
+            let fallback =
+                Fallback::new(Down, MemoryStore::new()).min_down(Duration::from_millis(10));
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            assert!(fallback.serving_primary(), "a probe does not switch");
+        });
+    });
+    let recorded = spans.spans.lock().unwrap_or_else(PoisonError::into_inner);
+    let warned = recorded.iter().any(|(name, fields)| {
+        name == "event"
+            && fields
+                .get("message")
+                .is_some_and(|m| m.contains("primary store unreachable at startup"))
+    });
+    assert!(warned, "{recorded:?}");
+}

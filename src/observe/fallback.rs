@@ -35,10 +35,7 @@ pub(crate) fn primary_error(error: &StoreError) {
 }
 
 /// The insurance store serves from now on (`at_startup`: the primary never answered).
-#[cfg_attr(
-    not(any(feature = "tracing", feature = "metrics")),
-    allow(unused_variables)
-)]
+#[cfg_attr(not(feature = "tracing"), allow(unused_variables))]
 pub(crate) fn switched_to_insurance(
     error: &StoreError,
     at_startup: bool,
@@ -77,4 +74,13 @@ pub(crate) fn recovery_failed(error: &StoreError) {
     primary_error(error);
     #[cfg(feature = "tracing")]
     tracing::warn!(target: "tollgate", %error, "primary store failed during its recovery; still serving from the insurance store");
+}
+
+/// The primary did not answer the probe made after its `Fallback` was built, before
+/// any call reached it.
+#[cfg_attr(not(feature = "tracing"), allow(unused_variables))]
+pub(crate) fn unreachable_at_startup(error: &StoreError) {
+    primary_error(error);
+    #[cfg(feature = "tracing")]
+    tracing::warn!(target: "tollgate", %error, "primary store unreachable at startup; the insurance store will serve while it fails");
 }

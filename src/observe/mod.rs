@@ -51,7 +51,7 @@ pub use names::{MetricNames, metric_names, set_metric_names};
 pub(crate) use decisions::{Outcome, decided, refused};
 pub(crate) use fallback::{
     fallback_built, fallback_dropped, primary_error, recovery_failed, switched_to_insurance,
-    switched_to_primary,
+    switched_to_primary, unreachable_at_startup,
 };
 pub(crate) use lease::{denial_cache_hit, lease_hit, lease_slice, lease_units_returned};
 #[cfg(feature = "layer")]

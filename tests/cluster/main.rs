@@ -10,6 +10,7 @@
 mod coalesced;
 mod conformance;
 mod connections;
+mod fallback;
 mod in_flight;
 mod records;
 mod settle;

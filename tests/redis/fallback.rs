@@ -51,7 +51,8 @@ async fn a_redis_primary_failing_half_its_calls_admits_one_quota_at_one_instant(
 /// Redis stalls (SIGSTOP) and resumes (SIGCONT) every 150 ms for 3 s, past its 100 ms
 /// deadline. The fallback switches a bounded number of times (it stays down at
 /// least its minimum, longer while Redis flaps), no request waits out two deadlines,
-/// and a burst-10 key is admitted at most its quota plus what 3 s refill.
+/// a burst-10 key is admitted at most its quota plus what 3 s refill, and a global
+/// limit still rejects.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_redis_stalling_past_its_deadline_switches_a_bounded_number_of_times() -> TestResult {
     let server = Arc::new(RedisServer::start());
@@ -61,7 +62,10 @@ async fn a_redis_stalling_past_its_deadline_switches_a_bounded_number_of_times()
         .denial_cache(0);
     let store = Fallback::new(redis, MemoryStore::new());
     let burst = Limit::new("burst", Quota::per_minute(10))?.algorithm(Algorithm::Gcra);
-    let limiter = limiter(vec![burst], store.clone());
+    let global = Limit::new("global", Quota::per_minute(50))?;
+    let limiter = limiter(vec![burst, global], store.clone());
+    let everyone = Key::from("everyone");
+    let (mut global_admitted, mut global_rejected) = (0, 0);
     let key = Key::from("alice");
     assert!(limiter.check("burst", &key, 0).await?.allowed);
 
@@ -86,16 +90,32 @@ async fn a_redis_stalling_past_its_deadline_switches_a_bounded_number_of_times()
             admitted += 1;
         }
         slowest = slowest.max(sent.elapsed());
-        requests += 1;
+        let sent = Instant::now();
+        if limiter.check("global", &everyone, 1).await?.allowed {
+            global_admitted += 1;
+        } else {
+            global_rejected += 1;
+        }
+        slowest = slowest.max(sent.elapsed());
+        requests += 2;
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     running.store(false, Ordering::SeqCst);
     flapper.join().expect("the flapper");
     let switches = store.switches();
-    eprintln!("{requests} requests, {switches} switches, slowest {slowest:?}, admitted {admitted}");
+    eprintln!(
+        "{requests} requests, {switches} switches, slowest {slowest:?}, admitted {admitted}, \
+         global {global_admitted} admitted {global_rejected} rejected"
+    );
     assert!(switches <= 6, "{switches} switches in 3 s");
     assert!(slowest < deadline * 2, "a request waited {slowest:?}");
     assert!(admitted <= 11, "{admitted} admitted on a burst of 10");
+    // A global limit still rejects: one quota (and what 3 s refill) in all.
+    assert!(
+        global_admitted <= 53,
+        "{global_admitted} admitted on 50 a minute"
+    );
+    assert!(global_rejected > 0);
     Ok(())
 }
 
@@ -184,7 +204,11 @@ async fn missed_blocks_are_replayed_in_the_background_before_redis_decides_again
 
     let started = Instant::now();
     let (mut slowest, mut admitted, mut asked) = (Duration::ZERO, 0, 0);
+    let mut recovered = None;
     while !store.serving_primary() || started.elapsed() < Duration::from_millis(300) {
+        if store.serving_primary() {
+            recovered.get_or_insert(started.elapsed());
+        }
         assert!(
             started.elapsed() < Duration::from_secs(20),
             "never recovered"
@@ -197,10 +221,7 @@ async fn missed_blocks_are_replayed_in_the_background_before_redis_decides_again
         asked += 1;
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
-    eprintln!(
-        "recovered in {:?}; {asked} requests, slowest {slowest:?}",
-        started.elapsed()
-    );
+    eprintln!("recovered in {recovered:?}; {asked} requests, slowest {slowest:?}");
     assert_eq!(admitted, 0, "the hour's block held through the replay");
     assert!(
         slowest < Duration::from_millis(250),

@@ -135,3 +135,93 @@ pub async fn admitted_under_a_half_failing_primary<S: Store + Clone>(
         .remaining;
     (admitted, store.switches(), left)
 }
+
+/// A memory store that can go down and come back empty, as a restarted server does:
+/// while up, a real `MemoryStore` answers (at once, as it always does).
+#[derive(Debug, Clone)]
+pub struct Restartable {
+    state: Arc<std::sync::Mutex<(MemoryStore, bool)>>,
+}
+
+impl Default for Restartable {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Restartable {
+    /// Up, empty.
+    pub fn new() -> Self {
+        Self {
+            state: Arc::new(std::sync::Mutex::new((MemoryStore::new(), true))),
+        }
+    }
+
+    /// Every call fails from now on.
+    pub fn go_down(&self) {
+        self.lock().1 = false;
+    }
+
+    /// Up again, with nothing of what it had.
+    pub fn come_back_empty(&self) {
+        *self.lock() = (MemoryStore::new(), true);
+    }
+
+    /// The store behind, as it is now (for reading it directly).
+    pub fn inner(&self) -> MemoryStore {
+        self.lock().0.clone()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, (MemoryStore, bool)> {
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The store while up.
+    fn serving(&self) -> Option<MemoryStore> {
+        let (store, up) = self.lock().clone();
+        up.then_some(store)
+    }
+}
+
+/// A memory store's answer, which it gives at once, or a failure.
+fn now<T>(call: Option<StoreCall<'_, T>>) -> StoreCall<'static, T> {
+    let Some(call) = call else {
+        return HalfDown::<MemoryStore>::failure();
+    };
+    StoreCall::ready(
+        call.into_ready()
+            .unwrap_or_else(|_| Err(StoreError::new(StoreErrorKind::Unavailable, "not at once"))),
+    )
+}
+
+impl Store for Restartable {
+    fn decide<'a>(&'a self, charges: &'a [Charge<'a>]) -> StoreCall<'a, Vec<Decision>> {
+        now(self.serving().as_ref().map(|store| store.decide(charges)))
+    }
+
+    fn refund<'a>(&'a self, charge: Charge<'a>) -> StoreCall<'a, ()> {
+        now(self.serving().as_ref().map(|store| store.refund(charge)))
+    }
+
+    fn penalize<'a>(&'a self, charge: Charge<'a>) -> StoreCall<'a, Decision> {
+        now(self.serving().as_ref().map(|store| store.penalize(charge)))
+    }
+
+    fn reset<'a>(&'a self, limit: &'a Limit, key: &'a Key) -> StoreCall<'a, ()> {
+        now(self.serving().as_ref().map(|store| store.reset(limit, key)))
+    }
+
+    fn block<'a>(
+        &'a self,
+        limit: &'a Limit,
+        key: &'a Key,
+        duration: Duration,
+    ) -> StoreCall<'a, Decision> {
+        now(self
+            .serving()
+            .as_ref()
+            .map(|store| store.block(limit, key, duration)))
+    }
+}

@@ -81,6 +81,11 @@ impl Carried {
         let at = Instant::now();
         let mut tables = self.lock();
         for (charge, decision) in charges.iter().zip(decisions) {
+            if decision.blocked_for.is_some() {
+                // A block says `remaining: 0` whatever the usage: the block itself is
+                // carried (`seen_blocks.rs`), the usage before it stays as it was.
+                continue;
+            }
             let used = decision.capacity.saturating_sub(decision.remaining);
             let slot = (charge.limit.name(), *charge.key);
             if used == 0 {
@@ -118,7 +123,8 @@ impl Carried {
     }
 
     /// The charges of `charges` whose key the insurance store has not yet been seeded
-    /// with in `outage`, each with the usage to seed it with; marks them seeded.
+    /// with in `outage`, each with the usage to seed it with (marked seeded by
+    /// [`mark_seeded`](Self::mark_seeded), once the seed landed).
     pub(super) fn seeds(&self, charges: &[Charge<'_>], outage: u64) -> Vec<Seed> {
         let mut tables = self.lock();
         if tables.young.is_empty() && tables.old.is_empty() {
@@ -135,7 +141,6 @@ impl Carried {
             if last.seeded == outage {
                 continue;
             }
-            last.seeded = outage;
             let used = repaid(
                 last.used,
                 now.saturating_duration_since(last.at),
@@ -146,6 +151,18 @@ impl Carried {
             }
         }
         seeds
+    }
+
+    /// Marks the keys of `charges` seeded in `outage`.
+    pub(super) fn mark_seeded(&self, charges: &[Charge<'_>], outage: u64) {
+        let mut tables = self.lock();
+        for charge in charges {
+            let slot = (charge.limit.name(), *charge.key);
+            let Tables { young, old, .. } = &mut *tables;
+            if let Some(last) = young.get_mut(&slot).or_else(|| old.get_mut(&slot)) {
+                last.seeded = outage;
+            }
+        }
     }
 
     /// Adds what the insurance store admitted among `decisions` to its keys' sums.

@@ -104,7 +104,7 @@ impl Health {
         Duration::from_micros(self.probe_interval_us.load(Ordering::Relaxed))
     }
 
-    fn min_down(&self) -> Duration {
+    pub(super) fn min_down(&self) -> Duration {
         Duration::from_micros(self.min_down_us.load(Ordering::Relaxed))
     }
 
@@ -117,6 +117,11 @@ impl Health {
     /// The current outage's number (0 before the first).
     pub(super) fn outage(&self) -> u64 {
         self.outage.load(Ordering::Acquire)
+    }
+
+    /// Whether no call has reached the primary yet: it never answered, never failed.
+    pub(super) fn untouched(&self) -> bool {
+        !self.ever_answered.load(Ordering::Relaxed) && self.outage() == 0
     }
 
     /// The primary failed: the insurance store serves from now on, for at least the

@@ -8,7 +8,7 @@
 //! serves and re-asserted on its return), `route.rs` (the [`Store`] methods).
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use super::Store;
@@ -137,8 +137,10 @@ struct Shared<P, I> {
     primary: P,
     insurance: I,
     health: Health,
-    /// Whether a background prober is watching the primary.
-    probing: AtomicBool,
+    /// The background prober watching the primary: its number, 0 for none.
+    probing: AtomicU64,
+    /// The last prober's number.
+    probers: AtomicU64,
     /// Operators' resets and blocks the primary missed, to replay on it before it
     /// decides again.
     missed: Missed,
@@ -146,8 +148,11 @@ struct Shared<P, I> {
     seen: SeenBlocks,
     /// Usage carried into an outage and charged back out of it.
     carried: Carried,
-    /// What a probe peeks at: a key no caller has, under a limit no caller uses.
-    probe: (Limit, Key),
+    /// Held while a key is seeded on the insurance store.
+    seeding: tokio::sync::Mutex<()>,
+    /// What a probe peeks at: a key no caller has, under a limit no caller uses
+    /// (`None` only if that limit could not be built: a probe is then an empty batch).
+    probe: (Option<Limit>, Key),
 }
 
 impl<P, I> Drop for Shared<P, I> {
@@ -159,9 +164,11 @@ impl<P, I> Drop for Shared<P, I> {
 impl<P: Store, I: Store> Fallback<P, I> {
     /// Serves from `primary`, falling back to `insurance` while `primary` fails.
     ///
-    /// Nothing is sent until the first call: a primary that fails before it ever
-    /// answered is logged as unreachable since startup (a `tracing` warning), and
-    /// counted in `tollgate_store_errors_total`.
+    /// A primary that fails before it ever answered is logged as unreachable since
+    /// startup (a `tracing` warning) and counted in `tollgate_store_errors_total`.
+    /// Within a Tokio runtime, a primary no call has reached once the minimum down
+    /// time has passed is probed once in the background, and logged so when it does
+    /// not answer (a call decides the switch, not this probe).
     ///
     /// ```
     /// use tollgate::MemoryStore;
@@ -175,16 +182,18 @@ impl<P: Store, I: Store> Fallback<P, I> {
             primary,
             insurance,
             health: Health::default(),
-            probing: AtomicBool::new(false),
+            probing: AtomicU64::new(0),
+            probers: AtomicU64::new(0),
             missed: Missed::default(),
             seen: SeenBlocks::default(),
             carried: Carried::default(),
+            seeding: tokio::sync::Mutex::new(()),
             probe: (
-                Limit::new("tollgate-fallback-probe", Quota::per_second(1))
-                    .unwrap_or_else(|_| unreachable_limit()),
+                Limit::new("tollgate-fallback-probe", Quota::per_second(1)).ok(),
                 Key::from("tollgate-fallback-probe"),
             ),
         });
+        recovery::probe_at_startup(&shared);
         Self { shared }
     }
 
@@ -248,19 +257,13 @@ impl<P: Store, I: Store> Fallback<P, I> {
     }
 }
 
-/// The probe's limit is built from constants that are valid; should that ever change,
-/// a limit of one per second under another name serves as well.
-#[cold]
-fn unreachable_limit() -> Limit {
-    Limit::new("probe", Quota::per_second(1)).unwrap_or_else(|_| unreachable_limit())
-}
-
 impl<P: Store, I: Store> Shared<P, I> {
     /// Whether a call goes straight to the insurance store, without a future: the
     /// primary is down and either a prober watches it or its hold is not over.
     fn insurance_now(&self) -> bool {
         !self.health.serves_primary()
-            && (self.probing.load(Ordering::Acquire) || self.health.until_probe() > Duration::ZERO)
+            && (self.probing.load(Ordering::Acquire) != 0
+                || self.health.until_probe() > Duration::ZERO)
     }
 
     /// The primary answered a call.

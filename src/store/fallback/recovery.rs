@@ -60,6 +60,36 @@ pub(super) async fn at_most<T>(work: Vec<Work<'_, T>>) -> Vec<T> {
     ended
 }
 
+/// Within a Tokio runtime, once the minimum down time has passed: if no call has
+/// reached the primary yet, probes it, and logs a primary unreachable at startup (a
+/// warning, and a store error counted). Only logged: the first request decides the
+/// switch. Not at once, so as not to race the first requests on a cold connection.
+pub(super) fn probe_at_startup<P: Store, I: Store>(shared: &Arc<Shared<P, I>>) {
+    if shared.health.every_call_tries() {
+        return;
+    }
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        return;
+    };
+    let weak = Arc::downgrade(shared);
+    runtime.spawn(async move {
+        let wait = match weak.upgrade() {
+            Some(shared) => shared.health.min_down(),
+            None => return,
+        };
+        tokio::time::sleep(wait).await;
+        let Some(shared) = weak.upgrade() else {
+            return;
+        };
+        if shared.health.untouched() {
+            match shared.probe().await {
+                Ok(()) => shared.primary_answered(),
+                Err(error) => crate::observe::unreachable_at_startup(&error),
+            }
+        }
+    });
+}
+
 /// Starts the background prober of a primary that just went down, unless there is
 /// one, or no Tokio runtime, or the switch has no hysteresis (a zero probe interval):
 /// then calls try the primary themselves.
@@ -70,16 +100,50 @@ pub(super) fn watch<P: Store, I: Store>(shared: &Arc<Shared<P, I>>) {
     let Ok(runtime) = tokio::runtime::Handle::try_current() else {
         return;
     };
-    if shared.probing.swap(true, Ordering::AcqRel) {
+    let id = shared.probers.fetch_add(1, Ordering::Relaxed) + 1;
+    if shared
+        .probing
+        .compare_exchange(0, id, Ordering::AcqRel, Ordering::Acquire)
+        .is_err()
+    {
         return;
     }
-    runtime.spawn(probe_until_back(Arc::downgrade(shared)));
+    let watching = Watching {
+        shared: Arc::downgrade(shared),
+        id,
+    };
+    runtime.spawn(probe_until_back(watching));
+}
+
+/// A prober's claim on its `Fallback`: given up when the prober ends however it
+/// ends (back on the primary, the `Fallback` dropped, or its runtime shut down), so
+/// that the next failure starts another, and calls never wait on a prober that is gone.
+struct Watching<P, I> {
+    shared: Weak<Shared<P, I>>,
+    id: u64,
+}
+
+impl<P, I> Watching<P, I> {
+    fn give_up(&self, shared: &Shared<P, I>) {
+        let _ = shared
+            .probing
+            .compare_exchange(self.id, 0, Ordering::AcqRel, Ordering::Acquire);
+    }
+}
+
+impl<P, I> Drop for Watching<P, I> {
+    fn drop(&mut self) {
+        if let Some(shared) = self.shared.upgrade() {
+            self.give_up(&shared);
+        }
+    }
 }
 
 /// Probes the primary after its hold, then every probe interval, until
 /// [`PROBES_TO_RECOVER`] probes in a row answered and its catch-up succeeded; then it
 /// serves again. Ends too when the `Fallback` is dropped.
-async fn probe_until_back<P: Store, I: Store>(weak: Weak<Shared<P, I>>) {
+async fn probe_until_back<P: Store, I: Store>(watching: Watching<P, I>) {
+    let weak = watching.shared.clone();
     let mut answered = 0;
     loop {
         let wait = {
@@ -113,7 +177,7 @@ async fn probe_until_back<P: Store, I: Store>(weak: Weak<Shared<P, I>>) {
         match shared.recover().await {
             Ok(()) => {
                 // A failure from now on starts a new prober.
-                shared.probing.store(false, Ordering::Release);
+                watching.give_up(&shared);
                 shared.back_to_primary().await;
                 return;
             }
@@ -128,8 +192,10 @@ async fn probe_until_back<P: Store, I: Store>(weak: Weak<Shared<P, I>>) {
 impl<P: Store, I: Store> Shared<P, I> {
     /// A peek at a key no caller has: whether the primary answers at all.
     async fn probe(&self) -> Result<(), StoreError> {
-        let (limit, key) = &self.probe;
-        self.primary.peek(limit, key).await.map(drop)
+        match &self.probe {
+            (Some(limit), key) => self.primary.peek(limit, key).await.map(drop),
+            (None, _) => self.primary.decide(&[]).await.map(drop),
+        }
     }
 
     /// Catches the primary up before it decides again: what it missed, the blocks

@@ -36,7 +36,7 @@ impl<P: Store, I: Store> Shared<P, I> {
         if self.health.serves_primary() {
             return true;
         }
-        if self.probing.load(std::sync::atomic::Ordering::Acquire)
+        if self.probing.load(std::sync::atomic::Ordering::Acquire) != 0
             || !self.health.claim_inline_try()
         {
             return false;
@@ -79,6 +79,19 @@ impl<P: Store, I: Store> Shared<P, I> {
         }
     }
 
+    /// Seeds the keys of `charges` not yet seeded in `outage`, one seeding at a time:
+    /// a key is marked seeded only once its seed landed, so a concurrent first request
+    /// of it waits for the seed rather than be decided without it.
+    async fn seeded(&self, charges: &[Charge<'_>], outage: u64) {
+        if !self.carried.needs_seed(charges, outage) {
+            return;
+        }
+        let _one_at_a_time = self.seeding.lock().await;
+        let seeds = self.carried.seeds(charges, outage);
+        self.seed(charges, seeds).await;
+        self.carried.mark_seeded(charges, outage);
+    }
+
     /// `charges` decided by the insurance store: a block this process saw answers at
     /// once; a key first served in this outage is seeded first; admissions are counted.
     fn on_insurance<'a>(&'a self, charges: &'a [Charge<'a>]) -> StoreCall<'a, Vec<Decision>> {
@@ -95,8 +108,7 @@ impl<P: Store, I: Store> Shared<P, I> {
             });
         }
         StoreCall::future(async move {
-            self.seed(charges, self.carried.seeds(charges, outage))
-                .await;
+            self.seeded(charges, outage).await;
             let decisions = self.insurance.decide(charges).await?;
             self.carried.served(charges, &decisions);
             Ok(routed(decisions, true))
@@ -162,7 +174,7 @@ impl<P: Store, I: Store> Store for Fallback<P, I> {
             }
             return StoreCall::future(async move {
                 let one = std::slice::from_ref(&charge);
-                shared.seed(one, shared.carried.seeds(one, outage)).await;
+                shared.seeded(one, outage).await;
                 let decision = shared.insurance.decide_one(charge).await?;
                 shared.carried.served(one, std::slice::from_ref(&decision));
                 Ok(routed_one(decision, true))
@@ -334,8 +346,7 @@ impl<P: Store, I: Store> Store for Fallback<P, I> {
                 }
             }
             let one = std::slice::from_ref(&charge);
-            let seeds = shared.carried.seeds(one, shared.health.outage());
-            shared.seed(one, seeds).await;
+            shared.seeded(one, shared.health.outage()).await;
             let decision = shared.insurance.penalize(charge).await?;
             shared.carried.served_units(&charge, charge.cost);
             Ok(decision)
@@ -362,8 +373,7 @@ impl<P: Store, I: Store> Store for Fallback<P, I> {
             if let Some(mut blocked) = shared.seen.check(one) {
                 return Ok(blocked.remove(0));
             }
-            let seeds = shared.carried.seeds(one, shared.health.outage());
-            shared.seed(one, seeds).await;
+            shared.seeded(one, shared.health.outage()).await;
             let decision = shared.insurance.reserve(charge, max_wait).await?;
             shared.carried.served(one, std::slice::from_ref(&decision));
             Ok(routed_one(decision, true))
