@@ -101,7 +101,10 @@ impl Limiter {
             key,
             cost: u64::from(amount).min(receipt.cost()),
         };
-        if charge.cost == 0 {
+        // Nothing back for nothing, nor for a charge made under a limit whose
+        // algorithm or period changed since: it counts in state this limit no longer
+        // uses.
+        if charge.cost == 0 || !receipt.charged_under(limit.table()) {
             return Ok(());
         }
         self.inner.store.refund_charge(charge, receipt).await

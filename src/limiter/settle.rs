@@ -2,7 +2,7 @@
 //! cost once that is known.
 
 use super::Limiter;
-use crate::store::Charge;
+use crate::store::{Charge, settle};
 use crate::{Decision, Key, StoreError};
 
 impl Limiter {
@@ -115,6 +115,13 @@ impl Limiter {
         // Under the quota the charge was made with: a caller's own, if it had one.
         let set = self.snapshot();
         let limit = self.resolve(&set, decision.limit, Some(decision.quota))?;
+        if !receipt.charged_under(limit.table()) {
+            // The limit's algorithm or period changed since the charge: it counts in
+            // state this limit no longer uses, and nothing of the state it uses now is
+            // its to give back (nor, for the work it paid for, to charge again).
+            let peeked = self.inner.store.peek(&limit, key).await?;
+            return Ok(settle::standing_from(&peeked, None));
+        }
         let charge = Charge {
             limit: &limit,
             key,

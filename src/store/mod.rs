@@ -412,7 +412,8 @@ fn decided(limit: &Limit, key: Option<&Key>, verdict: Verdict) -> Decision {
         delay: Duration::from_micros(verdict.delay_us),
         limit: limit.name(),
         quota: limit.quota(),
-        receipt: verdict.receipt,
+        // Every store's charges become decisions here: each receipt names its limit.
+        receipt: verdict.receipt.map(|r| r.under(limit.table())),
         blocked_for,
         trips: verdict.trips,
     }

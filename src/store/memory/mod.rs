@@ -6,6 +6,7 @@ mod decide;
 mod evaluate;
 mod eviction;
 mod footprint;
+mod given_back;
 mod in_flight;
 mod names;
 mod operations;

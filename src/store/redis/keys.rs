@@ -71,6 +71,13 @@ pub(super) fn record_key(prefix: &str, limit: &Limit, key: &Key) -> String {
     format!("{prefix}:{}:{{{key:x}}}:b", escape(limit.name()))
 }
 
+/// The key recording that the receipt numbered `nonce` gave back to `key` under
+/// `limit` (a refund by receipt or a settle), so that it gives back once: it lives as
+/// long as the receipt's charge counts. Same hash tag as the key's state and record.
+pub(super) fn given_key(prefix: &str, limit: &Limit, key: &Key, nonce: u64) -> String {
+    format!("{prefix}:{}:{{{key:x}}}:g:{nonce:x}", escape(limit.name()))
+}
+
 /// The second key of the sliding window log (its sorted set); same hash tag.
 pub(super) fn log_key(state_key: &str) -> String {
     format!("{state_key}:log")
