@@ -14,6 +14,7 @@ mod denial;
 mod denial_cache;
 mod fallback;
 mod in_flight;
+pub(crate) mod known;
 mod lease;
 pub(crate) mod memory;
 #[cfg(feature = "redis")]

@@ -232,3 +232,29 @@ async fn penalty_state_lives_next_to_the_rate_state_with_a_ttl() -> TestResult {
     assert_eq!(tag(&record), tag(&state));
     Ok(())
 }
+
+/// Random walks of `check_with` under two or three plans (one over another period),
+/// the limit's own checks and peeks, `penalize`, `reset`, `block`, a penalty box on
+/// some walks and clock steps, on the memory store and on Redis with one injected
+/// clock: every answer alike (the seed of a walk that differs is in the message).
+#[tokio::test]
+async fn memory_and_redis_answer_alike_for_penalize_reset_and_block_under_plans() {
+    let redis = |clock: ManualClock| {
+        let (urls, cluster) = standalone();
+        store(&urls, cluster, &unique_prefix("plan-walk")).with_clock(clock)
+    };
+    let differences = support::plan_walk::walks(
+        0x0c0f_fee5_eed5_0008,
+        28,
+        150,
+        tollgate::MemoryStore::with_clock,
+        redis,
+    )
+    .await;
+    assert!(
+        differences.is_empty(),
+        "{} of 28 walks differ; the first:\n{}",
+        differences.len(),
+        differences[0]
+    );
+}

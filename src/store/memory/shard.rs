@@ -17,6 +17,7 @@ use hashbrown::HashMap;
 use super::cells::{Cell, entry_bytes};
 use super::evaluate::{evaluate_atomic, evaluate_fresh, evaluate_stored, fresh_verdict};
 use super::given_back::GivenBack;
+use crate::store::known::Known;
 use super::names::Name;
 use super::tables::{States, Table, with_rule};
 use crate::algorithm::{
@@ -95,6 +96,10 @@ pub(crate) struct Shard {
     pub(super) rng: fastrand::Rng,
     /// The receipts given back by here, so that each gives back once.
     pub(super) given_back: GivenBack,
+    /// The (algorithm, period) pairs the store has decided each limit name under,
+    /// shared by its shards (a penalty reaches the key under each, as on Redis, even
+    /// where this shard has dropped the table).
+    pub(crate) known: std::sync::Arc<Known>,
 }
 
 // What a read-locked decision reads of the shard is its first cache line.
@@ -127,6 +132,7 @@ impl Shard {
             next_sweep: AtomicU64::new(0),
             latest: AtomicU64::new(0),
             given_back: GivenBack::new(capacity, hasher.clone()),
+            known: std::sync::Arc::default(),
             hasher,
             rng: fastrand::Rng::new(),
         }
@@ -330,6 +336,9 @@ impl Shard {
                 return verdict;
             }
         }
+        // No table here yet: the first decision of this pair in the shard (its later
+        // ones find the table), so the store learns it off the hot path.
+        self.known.note(limit);
         let verdict = fresh_verdict(params, at, cost, false);
         if !(charge && cost > 0 && verdict.allowed) {
             return verdict;
