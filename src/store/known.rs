@@ -101,7 +101,6 @@ impl Known {
     }
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -145,5 +144,4 @@ mod tests {
         let old = [api.table(), plan.table(), reloaded.table()];
         assert!(!kept.iter().skip(1).any(|l| old.contains(&l.table())));
     }
-
 }

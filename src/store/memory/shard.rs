@@ -17,7 +17,6 @@ use hashbrown::HashMap;
 use super::cells::{Cell, entry_bytes};
 use super::evaluate::{evaluate_atomic, evaluate_fresh, evaluate_stored, fresh_verdict};
 use super::given_back::GivenBack;
-use crate::store::known::Known;
 use super::names::Name;
 use super::tables::{States, Table, with_rule};
 use crate::algorithm::{
@@ -26,6 +25,7 @@ use crate::algorithm::{
     sliding_window_log::SlidingWindowLog, token_bucket::TokenBucket,
 };
 use crate::decision::Receipt;
+use crate::store::known::Known;
 use crate::{Key, Limit};
 
 /// Up to this many tables, a shard finds a table by scanning their ids, kept in the
