@@ -234,6 +234,15 @@ async fn penalty_state_lives_next_to_the_rate_state_with_a_ttl() -> TestResult {
     Ok(())
 }
 
+#[tokio::test]
+async fn a_penalty_reaches_a_plan_caller_whose_state_was_swept_idle_on_redis() -> TestResult {
+    support::plan_walk::a_penalty_reaches_a_plan_caller_whose_state_was_swept(|clock| {
+        let (urls, cluster) = standalone();
+        store(&urls, cluster, &unique_prefix("swept-plan")).with_clock(clock)
+    })
+    .await
+}
+
 /// Random walks of `check_with` under two or three plans (one over another period),
 /// the limit's own checks and peeks, `penalize`, `reset`, `block`, a penalty box on
 /// some walks and clock steps, on the memory store and on Redis with one injected

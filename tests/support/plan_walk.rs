@@ -241,3 +241,29 @@ pub async fn walks<A: Store, B: Store>(
     }
     differences
 }
+
+/// A penalty reaches a plan caller under another period even after the store swept
+/// that caller's idle state (and, on the memory store, its table): 10/s, a plan of
+/// 12 per 4 s decided once, idle for ten seconds; a penalty of 4 through the limit,
+/// then a check of 3 under the plan leaves 12 − 4 − 3 = 5, on every store alike.
+pub async fn a_penalty_reaches_a_plan_caller_whose_state_was_swept<S: Store>(
+    make_store: impl Fn(ManualClock) -> S,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let clock = ManualClock::new(BASE);
+    let limiter = Limiter::builder()
+        .limit(Limit::new("api", Quota::per_second(10))?)
+        .store(make_store(clock.clone()))
+        .build()?;
+    let plan = Quota::new(12, Duration::from_secs(4))?;
+    let (key, other) = (Key::from("planned"), Key::from("other"));
+    assert!(limiter.check_with("api", &key, 2, plan).await?.allowed);
+    // Idle, and swept: decisions of another key drive the memory store's sweeps.
+    for _ in 0..4 {
+        clock.advance(Duration::from_secs(3));
+        limiter.check("api", &other, 1).await?;
+    }
+    limiter.penalize("api", &key, 4).await?;
+    let planned = limiter.check_with("api", &key, 3, plan).await?;
+    assert_eq!((planned.allowed, planned.remaining), (true, 5));
+    Ok(())
+}
