@@ -382,3 +382,18 @@ async fn a_plan_callers_charge_settles_under_its_own_quota() -> TestResult {
     }
     Ok(())
 }
+
+/// A hole, shown: a charge spent from a live lease is settled in the lease, which
+/// keeps no record of the receipts it gave back by, so a second settle of the same
+/// decision moves it again (the settle up's extra is spent twice: 10 used where 8 is
+/// right). The lease is `src/store/lease/`'s; the stores themselves refuse the repeat.
+#[tokio::test]
+#[ignore = "a LeasedStore settles a live lease's receipts in the lease, without a record: a repeat moves them again"]
+async fn a_decision_settled_or_refunded_twice_through_a_lease_gives_back_once() -> TestResult {
+    each_receipt_moves_its_charge_once(|clock: ManualClock| {
+        LeasedStore::builder(MemoryStore::with_clock(clock.clone()))
+            .clock(clock)
+            .build()
+    })
+    .await
+}
