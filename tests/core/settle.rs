@@ -383,6 +383,17 @@ async fn a_plan_callers_charge_settles_under_its_own_quota() -> TestResult {
     Ok(())
 }
 
+#[tokio::test]
+async fn a_decision_settled_or_refunded_twice_through_a_fallback_gives_back_once() -> TestResult {
+    each_receipt_moves_its_charge_once(|clock: ManualClock| {
+        Fallback::new(
+            MemoryStore::with_clock(clock.clone()),
+            MemoryStore::with_clock(clock),
+        )
+    })
+    .await
+}
+
 /// A hole, shown: a charge spent from a live lease is settled in the lease, which
 /// keeps no record of the receipts it gave back by, so a second settle of the same
 /// decision moves it again (the settle up's extra is spent twice: 10 used where 8 is
