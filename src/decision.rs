@@ -184,11 +184,11 @@ impl Eq for Decision {}
 /// (a [`reload`](crate::Limiter::reload)) counts in state the limit no longer uses, and
 /// gives nothing back.
 ///
-/// Opaque; `Copy`. Each receipt gives back at most once, on every store: a second
-/// refund or settle of it (a retry after a timeout whose first try may have run, a
-/// decision settled twice) gives nothing back and charges nothing. A settle returns a
-/// receipt of its own, for what of the charge stands after it: settle again with that
-/// one.
+/// Opaque; `Copy`. Each receipt gives back at most once on the memory store and
+/// Redis: a second refund or settle of it (a retry after a timeout whose first try
+/// may have run, a decision settled twice) gives nothing back and charges nothing. A
+/// settle returns a receipt of its own, for what of the charge stands after it:
+/// settle again with that one.
 ///
 /// ```
 /// use tollgate::{Key, Limiter, Limit, Quota};

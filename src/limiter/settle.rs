@@ -47,7 +47,9 @@ impl Limiter {
     /// ends the charge: the returned decision has no receipt, and settles nothing
     /// more.
     ///
-    /// **Each receipt moves its charge once, on every store.** Settling the same
+    /// **Each receipt moves its charge once** (the memory store, Redis, and a
+    /// [`Fallback`](crate::store::Fallback) of them; not yet a charge spent from a live
+    /// [`LeasedStore`](crate::store::LeasedStore) lease). Settling the same
     /// decision again (or after a [`refund_charge`](Limiter::refund_charge) of it), or
     /// retrying a settle that failed with a timeout whose first try may have run,
     /// gives nothing back and charges nothing more: it returns the key's standing
