@@ -54,7 +54,7 @@ impl Limiter {
     /// retrying a settle that failed with a timeout whose first try may have run,
     /// gives nothing back and charges nothing more: it returns the key's standing
     /// without a receipt. The memory store remembers the receipts given back while
-    /// their charges count (at most 64 per key, and as many keys as it holds states;
+    /// their charges count (at most 16 per key, and as many keys as it holds states;
     /// past that, the one that stops counting soonest is forgotten); Redis keeps a
     /// record per receipt, written in the same script call as the give-back, under
     /// the key's hash tag, for as long as the charge counts.

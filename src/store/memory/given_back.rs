@@ -19,7 +19,7 @@ use crate::Key;
 use crate::decision::Receipt;
 
 /// The most receipts one key remembers at once.
-const PER_KEY: usize = 64;
+const PER_KEY: usize = 16;
 
 /// One key's receipts given back, still counting: (nonce, counts until) of each.
 type Given = Vec<(u64, u64)>;
