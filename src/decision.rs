@@ -179,10 +179,16 @@ impl Eq for Decision {}
 /// It also records which store took the charge, through any
 /// [`Fallback`](crate::store::Fallback)s, so the refund goes there and nowhere else.
 ///
-/// Opaque; `Copy`. Refund a decision once: a receipt does not know whether it was
-/// used, and each use returns up to the charge's cost again (never more than the key
-/// still counts of that charge). A settle returns a receipt of its own, for what of
-/// the charge stands after it: settle again with that one.
+/// It names the limit it was charged under too (its name, algorithm with its
+/// parameters, and period): a charge whose limit's algorithm or period changed since
+/// (a [`reload`](crate::Limiter::reload)) counts in state the limit no longer uses, and
+/// gives nothing back.
+///
+/// Opaque; `Copy`. Each receipt gives back at most once on the memory store and
+/// Redis: a second refund or settle of it (a retry after a timeout whose first try
+/// may have run, a decision settled twice) gives nothing back and charges nothing. A
+/// settle returns a receipt of its own, for what of the charge stands after it:
+/// settle again with that one.
 ///
 /// ```
 /// use tollgate::{Key, Limiter, Limit, Quota};
@@ -195,7 +201,7 @@ impl Eq for Decision {}
 /// # })?;
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy)]
 pub struct Receipt {
     /// The instant (µs since the epoch, the deciding store's clock) the store decided
     /// at.
@@ -219,6 +225,68 @@ pub struct Receipt {
     /// a charge a store made itself. Two charges decided in one µs carry the same
     /// instants: this tells a lease's own from another's.
     lease: u64,
+    /// This receipt's own number, drawn when it is made (see [`fresh_nonce`]): what a
+    /// store records once it gave back by it, so that no copy of the receipt gives back
+    /// again. Two charges decided at one instant carry the same instants; never the
+    /// same nonce.
+    nonce: u64,
+    /// The limit the charge was made under ([`Limit::table`](crate::Limit): its name,
+    /// algorithm and period), stamped as the decision is made; [`NO_TABLE`] until
+    /// then.
+    table: u32,
+}
+
+/// Two receipts are equal when they say the same of the same charge: the nonce, which
+/// only tells one receipt's give-back from another's, is left out (two stores' receipts
+/// for the same charge compare equal).
+impl PartialEq for Receipt {
+    fn eq(&self, other: &Self) -> bool {
+        self.parts() == other.parts()
+    }
+}
+
+impl Eq for Receipt {}
+
+/// As equality: the nonce is left out, so that copies of one answer print alike.
+impl std::fmt::Debug for Receipt {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Receipt")
+            .field("at_us", &self.at_us)
+            .field("until_us", &self.until_us)
+            .field("cost", &self.cost)
+            .field("route", &self.route)
+            .field("beyond", &self.beyond)
+            .field("lease", &self.lease)
+            .field("table", &self.table)
+            .finish_non_exhaustive()
+    }
+}
+
+impl std::hash::Hash for Receipt {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.parts().hash(state);
+    }
+}
+
+/// A receipt not stamped with its limit yet.
+const NO_TABLE: u32 = u32::MAX;
+
+/// A number no other receipt of this process (nor, with overwhelming probability, of
+/// another process sharing a Redis) carries: a per-thread counter started at a random
+/// point. No lock, no shared atomic: made on every admitted charge.
+fn fresh_nonce() -> u64 {
+    use std::cell::Cell;
+    thread_local! {
+        static NEXT: Cell<u64> = const { Cell::new(0) };
+    }
+    NEXT.with(|next| {
+        let mut nonce = next.get();
+        if nonce == 0 {
+            nonce = fastrand::u64(1..);
+        }
+        next.set(nonce.wrapping_add(1).max(1));
+        nonce
+    })
 }
 
 /// An empty route: no `Fallback` on the way.
@@ -235,7 +303,54 @@ impl Receipt {
             route: NO_ROUTE,
             beyond: 0,
             lease: 0,
+            nonce: fresh_nonce(),
+            table: NO_TABLE,
         })
+    }
+
+    /// The same receipt, naming the limit (by [`Limit::table`](crate::Limit)) its charge
+    /// was made under.
+    #[inline]
+    pub(crate) fn under(self, table: u32) -> Self {
+        Self { table, ..self }
+    }
+
+    /// Whether the charge was made under the limit whose table is `table`: the same
+    /// name, algorithm (with its parameters) and period. A charge made under another
+    /// counts in state that limit does not use, and gives nothing back under it.
+    pub(crate) fn charged_under(&self, table: u32) -> bool {
+        self.table == table
+    }
+
+    /// Until when (µs, the store's clock) a give-back by this receipt may still find
+    /// something of its charge, under a limit of period `period_us`: one period past
+    /// its reset instant. The reset instant names the charge where it was decided,
+    /// which may be later than [`at_us`](Receipt::at_us) on a clock that stepped back;
+    /// the window algorithms keep counting a charge a while after it (the sliding
+    /// window's previous window, a sub-window, a log entry), never a period longer.
+    /// How long a store remembers that it gave back by it.
+    pub(crate) fn counts_until(&self, period_us: u64) -> u64 {
+        self.until_us.saturating_add(period_us)
+    }
+
+    /// What equality compares: everything but the nonce.
+    fn parts(&self) -> (u64, u64, NonZeroU64, u64, u64, u64, u32) {
+        let Self {
+            at_us,
+            until_us,
+            cost,
+            route,
+            beyond,
+            lease,
+            nonce: _,
+            table,
+        } = *self;
+        (at_us, until_us, cost, route, beyond, lease, table)
+    }
+
+    /// The receipt's own number: what a store records once it gave back by it.
+    pub(crate) fn nonce(&self) -> u64 {
+        self.nonce
     }
 
     /// What was charged.
@@ -255,11 +370,13 @@ impl Receipt {
     }
 
     /// The same charge, for `cost` units of it: a lease hands each request it admits
-    /// its slice's receipt for that request's cost. `None` for a cost of 0.
+    /// its slice's receipt for that request's cost. `None` for a cost of 0. A receipt
+    /// of its own (a fresh nonce): each request's part gives back once.
     pub(crate) fn with_cost(self, cost: u64) -> Option<Self> {
         Some(Self {
             cost: NonZeroU64::new(cost)?,
             beyond: self.beyond.min(cost),
+            nonce: fresh_nonce(),
             ..self
         })
     }

@@ -104,6 +104,9 @@ impl Receipt {
             route: self.route,
             beyond: actual - reachable.min(actual),
             lease,
+            // A receipt of its own: the settled one has given back already.
+            nonce: super::fresh_nonce(),
+            table: self.table,
         })
     }
 }

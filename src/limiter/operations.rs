@@ -56,9 +56,15 @@ impl Limiter {
     ///   to the µs in the limiter's favour).
     /// - Never leaves the key better than idle.
     ///
-    /// Refund each decision once: each call may return up to its cost again. On a
-    /// [`Fallback`](crate::store::Fallback), a refund whose store is down is dropped (an
-    /// error), never sent to the other store.
+    /// - Nothing for a charge made under a limit whose algorithm or period a
+    ///   [`reload`](Limiter::reload) changed since.
+    ///
+    /// Each receipt gives back once (the memory store, Redis, and a `Fallback` of
+    /// them): a second refund of the same
+    /// decision (a retry after a timeout whose first try may have run, or after a
+    /// [`settle`](Limiter::settle) of it) gives nothing back, whatever its `amount`.
+    /// On a [`Fallback`](crate::store::Fallback), a refund whose store is down is
+    /// dropped (an error), never sent to the other store.
     ///
     /// ```
     /// use std::time::Duration;
@@ -101,7 +107,10 @@ impl Limiter {
             key,
             cost: u64::from(amount).min(receipt.cost()),
         };
-        if charge.cost == 0 {
+        // Nothing back for nothing, nor for a charge made under a limit whose
+        // algorithm or period changed since: it counts in state this limit no longer
+        // uses.
+        if charge.cost == 0 || !receipt.charged_under(limit.table()) {
             return Ok(());
         }
         self.inner.store.refund_charge(charge, receipt).await
@@ -232,10 +241,12 @@ impl Limiter {
     /// toward a [`Penalty`](crate::Penalty). Any `cost` is safe: one penalty charges
     /// at most a century of debt ([`Penalty::MAX_DENIAL`](crate::Penalty::MAX_DENIAL)).
     ///
-    /// It reaches the key under the limit's own quota and under every period the
-    /// limit has been decided under (plans: the memory store's tables in the key's
-    /// shard, the Redis store's periods seen by this process); a plan caller under a
-    /// period never decided under starts without the debt. A
+    /// It reaches the key under the limit's own quota and under every (algorithm,
+    /// period) the store has decided the limit under (plans, the limit before a
+    /// reload: up to 16 per name, the same on the memory store and Redis, where they
+    /// are the ones this process has seen), even where the key's state there was
+    /// swept idle; a plan caller under a period never decided under starts without
+    /// the debt. A
     /// [`block`](Limiter::block) reaches every caller, whatever its plan.
     ///
     /// ```

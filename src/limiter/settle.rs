@@ -2,7 +2,7 @@
 //! cost once that is known.
 
 use super::Limiter;
-use crate::store::Charge;
+use crate::store::{Charge, settle};
 use crate::{Decision, Key, StoreError};
 
 impl Limiter {
@@ -45,8 +45,19 @@ impl Limiter {
     /// charged more, a later settle gives back at most that extra (the newest part,
     /// which counts longest); the estimate stays counted where it was. Settling to 0
     /// ends the charge: the returned decision has no receipt, and settles nothing
-    /// more. Settling the same decision twice moves its charge twice, as refunding it
-    /// twice does.
+    /// more.
+    ///
+    /// **Each receipt moves its charge once** (the memory store, Redis, and a
+    /// [`Fallback`](crate::store::Fallback) of them; not yet a charge spent from a live
+    /// [`LeasedStore`](crate::store::LeasedStore) lease). Settling the same
+    /// decision again (or after a [`refund_charge`](Limiter::refund_charge) of it), or
+    /// retrying a settle that failed with a timeout whose first try may have run,
+    /// gives nothing back and charges nothing more: it returns the key's standing
+    /// without a receipt. The memory store remembers the receipts given back while
+    /// their charges count (at most 16 per key, and as many keys as it holds states;
+    /// past that, the one that stops counting soonest is forgotten); Redis keeps a
+    /// record per receipt, written in the same script call as the give-back, under
+    /// the key's hash tag, for as long as the charge counts.
     ///
     /// A decision that charged nothing (denied, a peek, admitted by a
     /// [`check_all`](Limiter::check_all) that another limit denied, a fail-open or
@@ -61,9 +72,14 @@ impl Limiter {
     /// back (its charge was forgotten with the key's state), but an extra is still
     /// charged: the work happened. A decision whose limit a
     /// [`reload`](Limiter::reload) has removed fails with
-    /// [`StoreErrorKind::UnknownLimit`](crate::StoreErrorKind::UnknownLimit); one whose
-    /// limit a reload changed settles under the limit as it is now, with the quota the
-    /// charge was made with (as [`refund_charge`](Limiter::refund_charge) does).
+    /// [`StoreErrorKind::UnknownLimit`](crate::StoreErrorKind::UnknownLimit). One whose
+    /// limit a reload changed in algorithm (its parameters included, such as the
+    /// sliding window counters' buckets) or period since the charge (the receipt
+    /// names the limit it was charged under) settles nothing, neither giving back nor
+    /// charging more: the charge counts in state the limit no longer uses, and the
+    /// state it uses now holds other requests' charges. One whose count or burst
+    /// changed settles under the limit as it is now, with the quota the charge was
+    /// made with (as [`refund_charge`](Limiter::refund_charge) does).
     ///
     /// Settle a decision with the key it was made for: a receipt names a charge, not
     /// its key, so a decision settled under another key gives that key back what it
@@ -115,6 +131,13 @@ impl Limiter {
         // Under the quota the charge was made with: a caller's own, if it had one.
         let set = self.snapshot();
         let limit = self.resolve(&set, decision.limit, Some(decision.quota))?;
+        if !receipt.charged_under(limit.table()) {
+            // The limit's algorithm or period changed since the charge: it counts in
+            // state this limit no longer uses, and nothing of the state it uses now is
+            // its to give back (nor, for the work it paid for, to charge again).
+            let peeked = self.inner.store.peek(&limit, key).await?;
+            return Ok(settle::standing_from(&peeked, None));
+        }
         let charge = Charge {
             limit: &limit,
             key,

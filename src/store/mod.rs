@@ -14,6 +14,7 @@ mod denial;
 mod denial_cache;
 mod fallback;
 mod in_flight;
+pub(crate) mod known;
 mod lease;
 pub(crate) mod memory;
 #[cfg(feature = "redis")]
@@ -114,6 +115,10 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
     /// leaves the key better than idle. `receipt` comes from the charge's
     /// [`Decision::receipt`]; see [`Limiter::refund_charge`](crate::Limiter::refund_charge).
     ///
+    /// The memory store and the Redis store give back once per receipt: a second call
+    /// with the same receipt (or one a settle used) gives nothing, and a charge made
+    /// under another algorithm or period than `charge.limit`'s gives nothing.
+    ///
     /// The default returns the key's newest charges, as [`refund`](Store::refund) does:
     /// a store that wraps another should pass the receipt on to it instead, so the
     /// refund takes back that charge and no other.
@@ -150,7 +155,9 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
     /// (a block included), and a receipt of the charge now standing, of cost
     /// `charge.cost` (`None` for 0). See [`Limiter::settle`](crate::Limiter::settle).
     ///
-    /// The memory store and the Redis store settle atomically (Redis: one script call).
+    /// The memory store and the Redis store settle atomically (Redis: one script call),
+    /// and once per receipt: a second settle of it gives nothing back and charges
+    /// nothing, and answers without a receipt.
     /// The default, for other stores, is not atomic: a
     /// [`refund_charge`](Store::refund_charge) of the difference, then a
     /// [`penalize`](Store::penalize) of the extra (which may reach the key under every
@@ -429,7 +436,8 @@ fn decided(limit: &Limit, key: Option<&Key>, verdict: Verdict) -> Decision {
         delay: Duration::from_micros(verdict.delay_us),
         limit: limit.name(),
         quota: limit.quota(),
-        receipt: verdict.receipt,
+        // Every store's charges become decisions here: each receipt names its limit.
+        receipt: verdict.receipt.map(|r| r.under(limit.table())),
         blocked_for,
         trips: verdict.trips,
     }

@@ -9,8 +9,9 @@ use std::time::Duration;
 use support::redis_cluster::shared_cluster;
 use support::redis_server::unique_prefix;
 use support::settle::{
-    ALGORITHMS, BASE, chains_never_give_back_another_charge, concurrent_settles, extremes_saturate,
-    receipts_from_before_a_reset_give_nothing_back,
+    ALGORITHMS, BASE, a_charge_under_a_changed_limit_gives_nothing_back,
+    chains_never_give_back_another_charge, concurrent_settles, each_receipt_moves_its_charge_once,
+    extremes_saturate, receipts_from_before_a_reset_give_nothing_back,
 };
 use tollgate::clock::ManualClock;
 use tollgate::{Algorithm, RedisStore};
@@ -41,6 +42,17 @@ async fn an_estimate_of_1_settled_to_u64_max_saturates_on_the_cluster() -> TestR
 #[tokio::test]
 async fn a_receipt_from_before_a_reset_gives_nothing_back_on_the_cluster() -> TestResult {
     receipts_from_before_a_reset_give_nothing_back(store).await
+}
+
+#[tokio::test]
+async fn a_decision_settled_or_refunded_twice_gives_back_once_on_the_cluster() -> TestResult {
+    each_receipt_moves_its_charge_once(store).await
+}
+
+#[tokio::test]
+async fn a_charge_made_before_a_reload_to_another_algorithm_gives_nothing_back_on_the_cluster()
+-> TestResult {
+    a_charge_under_a_changed_limit_gives_nothing_back(store).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -52,6 +52,14 @@ async fn a_flood_of_distinct_offenders_keeps_penalty_records_within_max_keys() -
 }
 
 #[tokio::test]
+async fn a_penalty_reaches_a_plan_caller_whose_state_was_swept_idle() -> TestResult {
+    support::plan_walk::a_penalty_reaches_a_plan_caller_whose_state_was_swept(
+        MemoryStore::with_clock,
+    )
+    .await
+}
+
+#[tokio::test]
 async fn records_are_swept_once_they_say_nothing() -> TestResult {
     let clock = ManualClock::new(BASE);
     let store = MemoryStore::with_clock(clock.clone());

@@ -11,8 +11,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use support::settle::{
-    ALGORITHMS, BASE, chains_never_give_back_another_charge, concurrent_settles, extremes_saturate,
-    receipts_from_before_a_reset_give_nothing_back,
+    ALGORITHMS, BASE, a_charge_under_a_changed_limit_gives_nothing_back,
+    chains_never_give_back_another_charge, concurrent_settles, each_receipt_moves_its_charge_once,
+    extremes_saturate, receipts_from_before_a_reset_give_nothing_back,
 };
 use tollgate::clock::ManualClock;
 use tollgate::store::{Charge, Fallback, LeasedStore, Receipt, SliceSizing, Store, StoreCall};
@@ -35,6 +36,17 @@ async fn an_estimate_of_1_settled_to_u64_max_saturates_into_a_bounded_debt() -> 
 #[tokio::test]
 async fn a_receipt_from_before_a_reset_gives_nothing_back_but_its_extra_is_charged() -> TestResult {
     receipts_from_before_a_reset_give_nothing_back(MemoryStore::with_clock).await
+}
+
+#[tokio::test]
+async fn a_decision_settled_or_refunded_twice_gives_back_once() -> TestResult {
+    each_receipt_moves_its_charge_once(MemoryStore::with_clock).await
+}
+
+#[tokio::test]
+async fn a_charge_made_before_a_reload_to_another_algorithm_or_period_gives_nothing_back()
+-> TestResult {
+    a_charge_under_a_changed_limit_gives_nothing_back(MemoryStore::with_clock).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -370,4 +382,30 @@ async fn a_plan_callers_charge_settles_under_its_own_quota() -> TestResult {
         );
     }
     Ok(())
+}
+
+#[tokio::test]
+async fn a_decision_settled_or_refunded_twice_through_a_fallback_gives_back_once() -> TestResult {
+    each_receipt_moves_its_charge_once(|clock: ManualClock| {
+        Fallback::new(
+            MemoryStore::with_clock(clock.clone()),
+            MemoryStore::with_clock(clock),
+        )
+    })
+    .await
+}
+
+/// A hole, shown: a charge spent from a live lease is settled in the lease, which
+/// keeps no record of the receipts it gave back by, so a second settle of the same
+/// decision moves it again (the settle up's extra is spent twice: 10 used where 8 is
+/// right). The lease is `src/store/lease/`'s; the stores themselves refuse the repeat.
+#[tokio::test]
+#[ignore = "a LeasedStore settles a live lease's receipts in the lease, without a record: a repeat moves them again"]
+async fn a_decision_settled_or_refunded_twice_through_a_lease_gives_back_once() -> TestResult {
+    each_receipt_moves_its_charge_once(|clock: ManualClock| {
+        LeasedStore::builder(MemoryStore::with_clock(clock.clone()))
+            .clock(clock)
+            .build()
+    })
+    .await
 }

@@ -7,6 +7,7 @@
 
 use std::time::Duration;
 
+use support::plan_walk::{Compare, walk, walks};
 use support::redis_cluster::shared_cluster;
 use support::redis_server::{shared_server, unique_prefix};
 use tokio::time::{Instant, sleep};
@@ -231,4 +232,83 @@ async fn penalty_state_lives_next_to_the_rate_state_with_a_ttl() -> TestResult {
         |name: &str| name[name.find('{').unwrap_or(0)..=name.find('}').unwrap_or(0)].to_owned();
     assert_eq!(tag(&record), tag(&state));
     Ok(())
+}
+
+#[tokio::test]
+async fn a_penalty_reaches_a_plan_caller_whose_state_was_swept_idle_on_redis() -> TestResult {
+    support::plan_walk::a_penalty_reaches_a_plan_caller_whose_state_was_swept(|clock| {
+        let (urls, cluster) = standalone();
+        store(&urls, cluster, &unique_prefix("swept-plan")).with_clock(clock)
+    })
+    .await
+}
+
+/// Random walks of `check_with` under two or three plans (one over another period),
+/// the limit's own checks and peeks, `penalize`, `reset`, `block`, a penalty box on
+/// some walks and clock steps, on the memory store and on Redis with one injected
+/// clock: every answer alike (the seed of a walk that differs is in the message).
+/// Without the denial cache, equal; with it (the default), alike in admission and
+/// blocks (a cached denial repeats an earlier denial's remaining and retry time).
+#[tokio::test]
+async fn memory_and_redis_answer_alike_for_penalize_reset_and_block_under_plans() {
+    for (cache, compare) in [
+        (0, Compare::Exact),
+        (RedisStore::DEFAULT_DENIAL_CACHE_KEYS, Compare::Admission),
+    ] {
+        let redis = |clock: ManualClock| {
+            let (urls, cluster) = standalone();
+            store(&urls, cluster, &unique_prefix("plan-walk"))
+                .denial_cache(cache)
+                .with_clock(clock)
+        };
+        let differences = walks(
+            (0x0c0f_fee5_eed5_0008, compare),
+            28,
+            150,
+            tollgate::MemoryStore::with_clock,
+            redis,
+        )
+        .await;
+        assert!(
+            differences.is_empty(),
+            "denial cache {cache}: {} of 28 walks differ:\n{}",
+            differences.len(),
+            differences.join("\n")
+        );
+    }
+}
+
+/// One walk of the test above again, its steps and answers printed: set
+/// `PLAN_WALK_SEED` (hex), `PLAN_WALK_TRACE=1`, and `PLAN_WALK_CACHE=1` for the
+/// denial cache (the test does nothing without a seed).
+#[tokio::test]
+async fn one_plan_walk_again() {
+    let Ok(seed) = std::env::var("PLAN_WALK_SEED") else {
+        return;
+    };
+    let seed = u64::from_str_radix(seed.trim_start_matches("0x"), 16).expect("a hex seed");
+    let cached = std::env::var_os("PLAN_WALK_CACHE").is_some();
+    let compare = if cached {
+        Compare::Admission
+    } else {
+        Compare::Exact
+    };
+    let redis = |clock: ManualClock| {
+        let (urls, cluster) = standalone();
+        store(&urls, cluster, &unique_prefix("plan-walk"))
+            .denial_cache(if cached {
+                RedisStore::DEFAULT_DENIAL_CACHE_KEYS
+            } else {
+                0
+            })
+            .with_clock(clock)
+    };
+    let walked = walk(
+        (seed, compare),
+        150,
+        tollgate::MemoryStore::with_clock,
+        redis,
+    )
+    .await;
+    assert!(walked.is_ok(), "{}", walked.err().unwrap_or_default());
 }

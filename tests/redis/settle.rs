@@ -8,14 +8,15 @@
 
 use std::time::Duration;
 
-use support::redis_server::{shared_server, unique_prefix};
+use support::redis_server::{RedisServer, shared_server, unique_prefix};
 use support::settle::{
-    ALGORITHMS, BASE, chains_never_give_back_another_charge, concurrent_settles, extremes_saturate,
-    receipts_from_before_a_reset_give_nothing_back,
+    ALGORITHMS, BASE, a_charge_under_a_changed_limit_gives_nothing_back,
+    chains_never_give_back_another_charge, concurrent_settles, each_receipt_moves_its_charge_once,
+    extremes_saturate, receipts_from_before_a_reset_give_nothing_back,
 };
 use tollgate::clock::ManualClock;
 use tollgate::store::LeasedStore;
-use tollgate::{Algorithm, Key, Limit, Limiter, Quota, RedisStore};
+use tollgate::{Algorithm, Key, Limit, Limiter, Quota, RedisStore, StoreErrorKind};
 
 type TestResult = Result<(), Box<dyn std::error::Error>>;
 
@@ -43,6 +44,17 @@ async fn an_estimate_of_1_settled_to_u64_max_saturates_on_redis() -> TestResult 
 #[tokio::test]
 async fn a_receipt_from_before_a_reset_gives_nothing_back_on_redis() -> TestResult {
     receipts_from_before_a_reset_give_nothing_back(store).await
+}
+
+#[tokio::test]
+async fn a_decision_settled_or_refunded_twice_gives_back_once_on_redis() -> TestResult {
+    each_receipt_moves_its_charge_once(store).await
+}
+
+#[tokio::test]
+async fn a_charge_made_before_a_reload_to_another_algorithm_gives_nothing_back_on_redis()
+-> TestResult {
+    a_charge_under_a_changed_limit_gives_nothing_back(store).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -88,20 +100,77 @@ async fn a_settle_that_gives_back_frees_a_key_the_denial_cache_holds() -> TestRe
     let limit = Limit::new("api", Quota::per_minute(10))?.algorithm(Algorithm::FixedWindow);
     let limiter = Limiter::builder().limit(limit).store(cached).build()?;
     let key = Key::from("alice");
-    let estimate = limiter.check("api", &key, 10).await?;
+    let raised = limiter.check("api", &key, 4).await?;
+    let estimate = limiter.check("api", &key, 6).await?;
     // Denied, and cached until the window ends.
     assert!(!limiter.check("api", &key, 1).await?.allowed);
     // A settle that only adds debt may leave the denial cached: still denied.
-    let up = limiter.settle(&estimate, &key, 12).await?;
+    let up = limiter.settle(&raised, &key, 6).await?;
     assert!(!limiter.check("api", &key, 1).await?.allowed);
-    // One that gives back frees the key at once, in this process.
+    // Its extra back: the estimate before it (4) stays (the receipt names the extra).
     let down = limiter.settle(&up, &key, 0).await?;
-    assert_eq!(
-        down.remaining, 0,
-        "the estimate (10) stays: the receipt names the extra"
-    );
-    let estimate_back = limiter.settle(&estimate, &key, 4).await?;
-    assert_eq!(estimate_back.remaining, 6);
+    assert_eq!(down.remaining, 0, "4 + 6 stand");
+    // One that gives back frees the key at once, in this process.
+    let estimate_back = limiter.settle(&estimate, &key, 2).await?;
+    assert_eq!(estimate_back.remaining, 4);
     assert!(limiter.check("api", &key, 1).await?.allowed);
+    Ok(())
+}
+
+/// What `key` has used of `limiter`'s "api" (capacity less remaining).
+async fn used(limiter: &Limiter, key: &Key) -> Result<u64, tollgate::StoreError> {
+    let peek = limiter.peek("api", key).await?;
+    Ok(peek.capacity - peek.remaining)
+}
+
+#[tokio::test]
+async fn a_settle_retried_after_a_timeout_whose_first_try_ran_moves_its_charge_once_on_redis()
+-> TestResult {
+    let server = RedisServer::start();
+    let store = RedisStore::from_url(&server.url())?
+        .prefix(&unique_prefix("settle-retry"))
+        .deadline(Duration::from_millis(100))?
+        .with_clock(ManualClock::new(BASE));
+    let limit = Limit::new("api", Quota::per_minute(100))?.algorithm(Algorithm::FixedWindow);
+    let limiter = Limiter::builder().limit(limit).store(store).build()?;
+    let key = Key::from("alice");
+    // The scripts a settle and a refund run, loaded before the server stops (a call
+    // that finds its script missing runs nothing).
+    let warm = limiter.check("api", &Key::from("warm"), 2).await?;
+    limiter.settle(&warm, &Key::from("warm"), 1).await?;
+    limiter.refund_charge(&warm, &Key::from("warm"), 1).await?;
+    limiter.check("api", &key, 1).await?;
+    let down = limiter.check("api", &key, 6).await?;
+    let up = limiter.check("api", &key, 2).await?;
+    let refunded = limiter.check("api", &key, 3).await?;
+    assert_eq!(used(&limiter, &key).await?, 12);
+    // Each move: sent to a stopped server, timed out unanswered, run once the server
+    // wakes; then tried again by the caller, who saw only the timeout.
+    for (step, after) in [(0, 8), (1, 11), (2, 8)] {
+        let first = || async {
+            match step {
+                0 => limiter.settle(&down, &key, 2).await.map(drop),
+                1 => limiter.settle(&up, &key, 5).await.map(drop),
+                _ => limiter.refund_charge(&refunded, &key, 3).await,
+            }
+        };
+        server.pause();
+        let timed_out = first().await;
+        assert_eq!(
+            timed_out.map_err(|e| e.kind()),
+            Err(StoreErrorKind::Timeout)
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        server.resume();
+        let woken = std::time::Instant::now();
+        let mut first_try = used(&limiter, &key).await;
+        while first_try.is_err() && woken.elapsed() < Duration::from_secs(5) {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            first_try = used(&limiter, &key).await;
+        }
+        assert_eq!(first_try?, after, "step {step}: the first try ran");
+        first().await?;
+        assert_eq!(used(&limiter, &key).await?, after, "step {step}: retried");
+    }
     Ok(())
 }

@@ -123,18 +123,18 @@ pub async fn extremes_saturate<S: Store>(make_store: impl Fn(ManualClock) -> S) 
             "{algorithm}"
         );
         assert!(!limiter.check(name, &key, 1).await?.allowed, "{algorithm}");
-        // The same estimate settled to the most again and again: more debt, no wrap.
+        // The same estimate settled to the most again and again: it settled once, so
+        // nothing more is charged (and no receipt stands from the repeats).
         for _ in 0..3 {
-            assert_eq!(
-                limiter.settle(&estimate, &key, u64::MAX).await?.remaining,
-                0
-            );
+            let again = limiter.settle(&estimate, &key, u64::MAX).await?;
+            assert_eq!((again.remaining, again.receipt()), (0, None), "{algorithm}");
         }
         assert!(!limiter.check(name, &key, 1).await?.allowed, "{algorithm}");
-        // Back to 1 from the first settle's decision: only its extra comes back; the
-        // repeated ones stay owed.
+        // Back to 1 from the first settle's decision: its extra comes back, once.
         let back = limiter.settle(&huge, &key, 1).await?;
-        assert_eq!(back.remaining, 0, "{algorithm}");
+        assert_eq!(back.remaining, 7, "{algorithm}: 2 + 1 of 10 stand");
+        let again = limiter.settle(&huge, &key, 1).await?;
+        assert_eq!((again.remaining, again.receipt()), (7, None), "{algorithm}");
         // From a fresh key: the extra and back again leaves the key where it was.
         let fresh = Key::from("greedy-again");
         limiter.check(name, &fresh, 2).await?;
@@ -157,6 +157,7 @@ pub async fn receipts_from_before_a_reset_give_nothing_back<S: Store>(
         let (limiter, name) = limiter(make_store(clock.clone()), algorithm, Quota::per_second(10));
         let key = Key::from("reset");
         let before = limiter.check(name, &key, 6).await?;
+        let raised = limiter.check(name, &key, 1).await?;
         limiter.reset(name, &key).await?;
         clock.advance(Duration::from_micros(1));
         assert!(limiter.check(name, &key, 10).await?.allowed, "{algorithm}");
@@ -167,11 +168,11 @@ pub async fn receipts_from_before_a_reset_give_nothing_back<S: Store>(
         // Up: charged on top of the fresh usage.
         limiter.reset(name, &key).await?;
         clock.advance(Duration::from_micros(1));
-        limiter.settle(&before, &key, 9).await?;
+        limiter.settle(&raised, &key, 4).await?;
         assert_eq!(
             used(&limiter, name, &key).await,
             3,
-            "{algorithm}: 9 − 6 charged"
+            "{algorithm}: 4 − 1 charged"
         );
     }
     Ok(())
@@ -219,4 +220,95 @@ pub async fn concurrent_settles<S: Store>(
     }
     let used = used(&limiter, name, &Key::from("shared")).await;
     (used, settled.load(Ordering::Relaxed))
+}
+
+/// One decision settled twice, settled up twice, refunded twice, and settled after a
+/// refund: each receipt moves its charge once. (A retry after a timeout whose first
+/// try ran is the same second call.) At one instant, each charge the newest of its
+/// key when it moves, so every algorithm gives back exactly.
+pub async fn each_receipt_moves_its_charge_once<S: Store>(
+    make_store: impl Fn(ManualClock) -> S,
+) -> TestResult {
+    for algorithm in ALGORITHMS {
+        let clock = ManualClock::new(BASE);
+        let (limiter, name) = limiter(make_store(clock), algorithm, Quota::per_second(100));
+        let key = Key::from("twice");
+        limiter.check(name, &key, 1).await?;
+        // Down, twice: 4 come back once.
+        let estimate = limiter.check(name, &key, 6).await?;
+        let first = limiter.settle(&estimate, &key, 2).await?;
+        assert_eq!(first.receipt().map(|r| r.cost()), Some(2), "{algorithm}");
+        assert_eq!(used(&limiter, name, &key).await, 3, "{algorithm}");
+        let second = limiter.settle(&estimate, &key, 2).await?;
+        assert_eq!(second.receipt(), None, "{algorithm}: nothing stands for it");
+        assert_eq!(used(&limiter, name, &key).await, 3, "{algorithm}");
+        limiter.settle(&estimate, &key, 0).await?;
+        limiter.refund_charge(&estimate, &key, 6).await?;
+        assert_eq!(used(&limiter, name, &key).await, 3, "{algorithm}");
+        // Up, twice: the extra (3) is charged once.
+        let estimate = limiter.check(name, &key, 2).await?;
+        limiter.settle(&estimate, &key, 5).await?;
+        limiter.settle(&estimate, &key, 5).await?;
+        assert_eq!(used(&limiter, name, &key).await, 8, "{algorithm}");
+        // Refunded twice: once.
+        let estimate = limiter.check(name, &key, 4).await?;
+        limiter.refund_charge(&estimate, &key, 4).await?;
+        limiter.refund_charge(&estimate, &key, 4).await?;
+        assert_eq!(used(&limiter, name, &key).await, 8, "{algorithm}");
+        // Refunded, then settled: the settle moves nothing more.
+        let estimate = limiter.check(name, &key, 4).await?;
+        limiter.refund_charge(&estimate, &key, 1).await?;
+        assert_eq!(used(&limiter, name, &key).await, 11, "{algorithm}");
+        limiter.settle(&estimate, &key, 0).await?;
+        limiter.settle(&estimate, &key, 9).await?;
+        assert_eq!(used(&limiter, name, &key).await, 11, "{algorithm}");
+        // Two charges of one size at one instant are two receipts: each gives back.
+        let a = limiter.check(name, &key, 1).await?;
+        let b = limiter.check(name, &key, 1).await?;
+        limiter.refund_charge(&b, &key, 1).await?;
+        limiter.refund_charge(&a, &key, 1).await?;
+        assert_eq!(used(&limiter, name, &key).await, 11, "{algorithm}");
+    }
+    Ok(())
+}
+
+/// A charge made under a limit whose algorithm or period a reload changed since gives
+/// nothing back (and a settle up charges nothing more): 5 charged under a fixed window
+/// of 10/min, the limit reloaded as GCRA with a burst of 10, the charge settled to 0
+/// and refunded: a burst at one instant still admits exactly 10, not 15. The same
+/// after a reload to another period.
+pub async fn a_charge_under_a_changed_limit_gives_nothing_back<S: Store>(
+    make_store: impl Fn(ManualClock) -> S,
+) -> TestResult {
+    let before = Limit::new("api", Quota::per_minute(10))?.algorithm(Algorithm::FixedWindow);
+    let reloads = [
+        Limit::new("api", Quota::per_minute(10))?.algorithm(Algorithm::Gcra),
+        Limit::new("api", Quota::per_hour(10))?.algorithm(Algorithm::FixedWindow),
+        Limit::new("api", Quota::per_minute(10))?
+            .algorithm(Algorithm::SlidingWindowCounters { buckets: 6 }),
+    ];
+    for after in reloads {
+        let clock = ManualClock::new(BASE);
+        let limiter = Limiter::builder()
+            .limit(before.clone())
+            .store(make_store(clock.clone()))
+            .build()?;
+        let key = Key::from("reloaded");
+        let settled = limiter.check("api", &key, 5).await?;
+        let refunded = limiter.check("api", &key, 2).await?;
+        let raised = limiter.check("api", &key, 1).await?;
+        limiter.reload([after.clone()])?;
+        let answer = limiter.settle(&settled, &key, 0).await?;
+        assert_eq!(answer.receipt(), None, "{after:?}: nothing stands");
+        limiter.refund_charge(&refunded, &key, 2).await?;
+        // Settled up: the work was paid for under the old limit; nothing new is
+        // charged under the new one.
+        limiter.settle(&raised, &key, 4).await?;
+        let mut admitted = 0;
+        for _ in 0..30 {
+            admitted += u32::from(limiter.check("api", &key, 1).await?.allowed);
+        }
+        assert_eq!(admitted, 10, "{after:?}");
+    }
+    Ok(())
 }

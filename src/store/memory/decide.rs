@@ -252,7 +252,10 @@ impl MemoryStore {
             amount: charge.cost,
             receipt,
         };
-        write(self.shard(key)).refund_as(charge.limit, key, now, what);
+        let mut shard = write(self.shard(key));
+        if shard.may_give_back(charge.limit, key, now, &receipt) {
+            shard.refund_as(charge.limit, key, now, what);
+        }
     }
 }
 

@@ -6,6 +6,7 @@ mod decide;
 mod evaluate;
 mod eviction;
 mod footprint;
+mod given_back;
 mod in_flight;
 mod names;
 mod operations;
@@ -13,6 +14,8 @@ mod reservations;
 mod settle;
 mod shard;
 mod tables;
+
+use crate::store::known::Known;
 
 use std::any::Any;
 use std::fmt;
@@ -279,13 +282,12 @@ impl MemoryStore {
         let per_shard = max_keys / shard_count;
         let bytes_per_shard = max_bytes / shard_count;
         let hasher = RandomState::default();
+        let known = Arc::new(Known::default());
         let shards = (0..shard_count)
             .map(|_| {
-                Padded(RwLock::new(Shard::new(
-                    per_shard,
-                    bytes_per_shard,
-                    hasher.clone(),
-                )))
+                let mut shard = Shard::new(per_shard, bytes_per_shard, hasher.clone());
+                shard.known = Arc::clone(&known);
+                Padded(RwLock::new(shard))
             })
             .collect();
         Self {

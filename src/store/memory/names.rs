@@ -409,6 +409,7 @@ impl Shard {
     pub(super) fn sweep(&mut self, now: u64) {
         *self.next_sweep.get_mut() = now.saturating_add(SWEEP_INTERVAL_US);
         self.warned = false;
+        self.given_back.sweep(now);
         for table in &mut self.tables {
             let p = &table.params;
             table.bytes = with_rule!(&mut table.states, |map, R| {

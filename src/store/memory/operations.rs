@@ -9,7 +9,7 @@ use std::sync::atomic::Ordering::Relaxed;
 use super::blocks::{MAX_PARKED, Record};
 use super::cells::{Cell, entry_bytes};
 use super::footprint::Footprint;
-use super::names::Claim;
+use super::names::{Claim, MAX_TABLES_PER_NAME};
 use super::shard::{Hashed, Shard};
 use super::tables::{Map, States, with_algorithm, with_rule};
 use crate::Limit;
@@ -178,12 +178,14 @@ impl Shard {
     /// Charges `cost` to `key` under `limit` at `now` whether or not it fits, and
     /// reports the key as a peek would (blocked, if it is).
     ///
-    /// One caller, one record: the charge also goes to every state the key already
-    /// has under the limit's name in another table (a plan caller's quota over another
-    /// period, an algorithm a reload replaced), `cost` requests each, so a plan caller
-    /// is penalised too. A state is made there when the key has none yet (a plan
-    /// caller whose first request under that period comes later owes it too); a
-    /// period no caller has been decided under in this shard is not reached.
+    /// One caller, one record: the charge also goes to the key under every other
+    /// (algorithm, period) the store has decided the limit's name under (a plan
+    /// caller's quota over another period, an algorithm a reload replaced: the
+    /// store's known pairs, as the Redis store's), each in the parameters of the
+    /// limit first seen with it, and clamped as a penalty is under them. A state is
+    /// made there when the key has none yet (a plan caller whose first request under
+    /// that period comes later owes it too), and a table where this shard has none
+    /// (within the name's bound on tables).
     pub(crate) fn penalize(
         &mut self,
         limit: &Limit,
@@ -191,25 +193,22 @@ impl Shard {
         now: u64,
         cost: u64,
     ) -> Verdict {
+        self.known.note(limit);
         let (verdict, floor) = self.force(limit, key, now, cost);
-        if cost > 0
-            && let Some(name) = self.names.get(&limit.record())
-        {
-            let others: Vec<u32> = name
-                .tables
-                .iter()
-                .copied()
-                .filter(|&id| id != limit.table())
-                .collect();
-            for id in others {
-                if let Some(i) = self.index_of(id) {
-                    // In the table's own parameters: its algorithm, and a count whose
-                    // usage carries over to the caller's. Charged whether or not the
-                    // key has state there yet, as the Redis store charges every period
-                    // it has seen the limit decided under: a plan caller whose first
-                    // request under that period comes later owes it too.
-                    let p = self.tables[i].params;
-                    self.penalize_in(i, &p, key, (now, floor), cost);
+        if cost > 0 {
+            for other in self.known.with_others(limit).iter().skip(1) {
+                let cost = cost.min(algorithm::max_penalty(other.params()));
+                // Its table here, or a new one while the name has room (never past
+                // the name's bound on tables, as the limit's own charge may go).
+                let index = self.index_of(other.table()).or_else(|| {
+                    let room = self
+                        .names
+                        .get(&other.record())
+                        .is_none_or(|name| name.tables.len() < MAX_TABLES_PER_NAME);
+                    room.then(|| self.table_for(other, false)).flatten()
+                });
+                if let Some(i) = index {
+                    self.penalize_in(i, other.params(), key, (now, floor), cost);
                 }
             }
         }

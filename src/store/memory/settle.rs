@@ -11,16 +11,30 @@ use crate::{Decision, Limit};
 impl MemoryStore {
     /// Settles the charge of `receipt` to `charge.cost` at once.
     pub(crate) fn settle_now(&self, charge: &Charge<'_>, receipt: Receipt) -> Decision {
-        let plan = settle::plan(charge.limit, receipt, charge.cost);
         let key = self.hashed(charge.key);
         let now = self.now();
-        let (state, blocked_us) =
-            write(self.shard(key)).settle(charge.limit, key, now, receipt, plan);
+        let mut shard = write(self.shard(key));
+        // A receipt that gave back before (a decision settled twice, a retry), or
+        // whose limit changed since, moves nothing: no give-back, no extra, and no
+        // receipt stands for the caller to move again.
+        let fresh = shard.may_give_back(charge.limit, key, now, &receipt);
+        let plan = if fresh {
+            settle::plan(charge.limit, receipt, charge.cost)
+        } else {
+            Settlement {
+                give_back: 0,
+                extra: 0,
+            }
+        };
+        let (state, blocked_us) = shard.settle(charge.limit, key, now, receipt, plan);
+        drop(shard);
         let extra_at = ExtraAt::Own {
             at_us: now,
             until_us: now.saturating_add(state.reset_after_us),
         };
-        let standing = settle::after(charge.limit, receipt, charge.cost, plan, extra_at);
+        let standing = fresh
+            .then(|| settle::after(charge.limit, receipt, charge.cost, plan, extra_at))
+            .flatten();
         settle::standing(charge.limit, state, blocked_us, standing)
     }
 }

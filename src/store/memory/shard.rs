@@ -16,6 +16,7 @@ use hashbrown::HashMap;
 
 use super::cells::{Cell, entry_bytes};
 use super::evaluate::{evaluate_atomic, evaluate_fresh, evaluate_stored, fresh_verdict};
+use super::given_back::GivenBack;
 use super::names::Name;
 use super::tables::{States, Table, with_rule};
 use crate::algorithm::{
@@ -23,6 +24,8 @@ use crate::algorithm::{
     sliding_window::SlidingWindow, sliding_window_counters::SlidingWindowCounters,
     sliding_window_log::SlidingWindowLog, token_bucket::TokenBucket,
 };
+use crate::decision::Receipt;
+use crate::store::known::Known;
 use crate::{Key, Limit};
 
 /// Up to this many tables, a shard finds a table by scanning their ids, kept in the
@@ -91,6 +94,12 @@ pub(crate) struct Shard {
     /// Picks eviction samples. Seeded from the OS-seeded generator of the thread that
     /// built the store: callers cannot predict which entries a sample will hold.
     pub(super) rng: fastrand::Rng,
+    /// The receipts given back by here, so that each gives back once.
+    pub(super) given_back: GivenBack,
+    /// The (algorithm, period) pairs the store has decided each limit name under,
+    /// shared by its shards (a penalty reaches the key under each, as on Redis, even
+    /// where this shard has dropped the table).
+    pub(crate) known: std::sync::Arc<Known>,
 }
 
 // What a read-locked decision reads of the shard is its first cache line.
@@ -122,6 +131,8 @@ impl Shard {
             warned: false,
             next_sweep: AtomicU64::new(0),
             latest: AtomicU64::new(0),
+            given_back: GivenBack::new(capacity, hasher.clone()),
+            known: std::sync::Arc::default(),
             hasher,
             rng: fastrand::Rng::new(),
         }
@@ -325,6 +336,9 @@ impl Shard {
                 return verdict;
             }
         }
+        // No table here yet: the first decision of this pair in the shard (its later
+        // ones find the table), so the store learns it off the hot path.
+        self.known.note(limit);
         let verdict = fresh_verdict(params, at, cost, false);
         if !(charge && cost > 0 && verdict.allowed) {
             return verdict;
@@ -350,6 +364,25 @@ impl Shard {
         self.account(index, 1, bytes.cast_signed());
         self.fit_bytes(index, key.key, floor);
         verdict
+    }
+
+    /// Whether the charge of `receipt` may give back to `key` under `limit` at `now`:
+    /// it was made under this very limit (name, algorithm with its parameters, period:
+    /// a charge made under another counts in state this one does not use), and it has
+    /// not given back before. Records that it now does: each receipt gives back once.
+    pub(crate) fn may_give_back(
+        &mut self,
+        limit: &Limit,
+        key: Hashed<'_>,
+        now: u64,
+        receipt: &Receipt,
+    ) -> bool {
+        let floor = self.advance(now);
+        let until = receipt.counts_until(limit.params().period_us);
+        receipt.charged_under(limit.table())
+            && self
+                .given_back
+                .first_use((limit.record(), key.key), receipt, until, floor)
     }
 
     /// Records `now` and returns the latest instant seen, `max(now, latest)`.

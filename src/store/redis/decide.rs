@@ -59,6 +59,11 @@ impl Store for RedisStore {
 
     fn refund_charge<'a>(&'a self, charge: Charge<'a>, receipt: Receipt) -> StoreCall<'a, ()> {
         StoreCall::future(async move {
+            if !receipt.charged_under(charge.limit.table()) {
+                // Made under a limit whose algorithm or period changed since: its
+                // charge counts in state this limit does not use.
+                return Ok(());
+            }
             self.forget_cached(&charge);
             let charge = Charge {
                 cost: charge.cost.min(receipt.cost()),

@@ -17,7 +17,7 @@ use tokio::time::Instant;
 use super::script::Mode;
 use super::{MAX_BLOCK, RedisStore, missing_verdict};
 use crate::decision::{ExtraAt, Receipt};
-use crate::store::{Charge, decision, settle};
+use crate::store::{Charge, Store, decision, settle};
 use crate::time::micros_up;
 use crate::{Decision, Key, Limit, StoreError};
 
@@ -115,6 +115,12 @@ impl RedisStore {
         charge: Charge<'_>,
         receipt: Receipt,
     ) -> Result<Decision, StoreError> {
+        if !receipt.charged_under(charge.limit.table()) {
+            // Made under a limit whose algorithm or period changed since: its charge
+            // counts in state this limit does not use. Nothing moves.
+            let peeked = Store::peek(self, charge.limit, charge.key).await?;
+            return Ok(settle::standing_from(&peeked, None));
+        }
         let plan = settle::plan(charge.limit, receipt, charge.cost);
         if plan.give_back > 0 {
             self.forget_cached(&charge);
@@ -138,7 +144,12 @@ impl RedisStore {
             at_us: r.at_us(),
             until_us: r.until_us(),
         });
-        let standing = settle::after(charge.limit, receipt, charge.cost, plan, extra_at);
+        // The script says (`allowed`: 0) when the receipt had given back before: then
+        // it moved nothing, and no receipt stands for the caller to move again.
+        let fresh = state.allowed;
+        let standing = fresh
+            .then(|| settle::after(charge.limit, receipt, charge.cost, plan, extra_at))
+            .flatten();
         Ok(settle::standing(
             charge.limit,
             state,

@@ -220,7 +220,7 @@ impl Call {
         charges: impl ExactSizeIterator<Item = (&'c Charge<'c>, Reads, Option<Receipt>)>,
     ) -> Self {
         // Up to four keys a charge: its state, the log's set, the base state, its
-        // record.
+        // record; a give-back by receipt, a fifth: its given-back record.
         let mut keys = Vec::with_capacity(3 * charges.len());
         let mut args = Vec::with_capacity(charges.len());
         for (charge, reads, receipt) in charges {
@@ -245,6 +245,15 @@ impl Call {
                 ));
             }
             keys.push(keys::record_key(prefix, charge.limit, charge.key));
+            if let Some(receipt) = receipt {
+                // A give-back by receipt: the key that says it gave back already.
+                keys.push(keys::given_key(
+                    prefix,
+                    charge.limit,
+                    charge.key,
+                    receipt.nonce(),
+                ));
+            }
             args.push(ChargeArgs::new(charge, reads, receipt));
         }
         Self {

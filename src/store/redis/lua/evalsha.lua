@@ -41,14 +41,16 @@
 --
 -- KEYS: each charge's keys in order: its state, the log's sorted set for
 -- sliding_window_log, the base state (with reads 2), then the caller's record
--- (block.lua). The operators' calls ('x', 'k', 'p') name one key's states under every
+-- (block.lua), then, for 'c' and 's', the receipt's given-back record (it exists once
+-- the receipt gave back: a receipt gives back once). The operators' calls ('x', 'k', 'p') name one key's states under every
 -- (algorithm, period) the store knows for the limit, its own first, all with the one
 -- record.
 --
 -- Returns 8 integers per charge ('r', 'c' and 'x': none; 'k' and 'p': one per state,
 -- the first the limit's own; 's': its state's own verdict, as a peek reads it, with
--- the key's block in v[6] only), durations, never timestamps (prelude.lua's `verdict`
--- builds them):
+-- the key's block in v[6] only, and in v[1] whether the receipt moved anything: 0
+-- when it had given back before), durations, never timestamps (prelude.lua's
+-- `verdict` builds them):
 --   v[1]  allowed          1 or 0
 --   v[2]  remaining
 --   v[3]  reset_after      µs

@@ -14,11 +14,15 @@ if mode == 'c' then
 elseif mode == 's' then
   stride = PER_SETTLE
 end
--- One charge (a refund, here) owns every key: no per-charge copy of KEYS.
-local single = #ARGV == BEFORE_CHARGES + stride
+-- One charge (a refund, here) owns every key: no per-charge copy of KEYS. A give-back
+-- by receipt ('c', 's') has one key more after its record, its given-back record,
+-- which is not one of the charge's keys.
+local by_receipt = mode == 'c' or mode == 's'
+local single = #ARGV == BEFORE_CHARGES + stride and not by_receipt
 for i = first_arg, #ARGV, stride do
   local alg = A[ARGV[i]]
   local keys = KEYS
+  local given = false
   if not single then
     keys = {}
     -- The algorithm's keys, the base state's when passed (reads 2), then the
@@ -31,6 +35,10 @@ for i = first_arg, #ARGV, stride do
       keys[j] = KEYS[next_key]
       next_key = next_key + 1
     end
+    if by_receipt then
+      given = KEYS[next_key]
+      next_key = next_key + 1
+    end
   end
   local x1, x2, x3, x4 = tonumber(ARGV[i + 5]), tonumber(ARGV[i + 6]),
     tonumber(ARGV[i + 7]), tonumber(ARGV[i + 8])
@@ -39,6 +47,7 @@ for i = first_arg, #ARGV, stride do
     keys = keys,
     argi = i,
     cost = tonumber(ARGV[i + 1]),
+    given = given,
     p = {
       limit = tonumber(ARGV[i + 2]),
       period = tonumber(ARGV[i + 3]),
@@ -59,6 +68,24 @@ for i = first_arg, #ARGV, stride do
   if mode == 's' then
     charges[#charges].give_back = tonumber(ARGV[i + 17])
   end
+end
+
+-- Whether the charge's receipt gives back now: not if its given-back record says it
+-- did before (a settle retried, a decision settled twice). Records that it does, for
+-- as long as its charge may count (after that nothing of it comes back anyway).
+local function first_use(c)
+  if redis.call('EXISTS', c.given) == 1 then
+    return false
+  end
+  -- As long as something of the charge may still come back (Receipt::counts_until),
+  -- and ten seconds more: the record expires on the server's clock, and a decision
+  -- clock that runs behind it (an injected one, one that stepped back) must not see it
+  -- gone while the charge still counts on its own.
+  local keep = c.receipt.till + c.p.period
+  if keep > now then
+    redis.call('SET', c.given, '1', 'PX', ttl_ms(keep, now) + 10000)
+  end
+  return true
 end
 
 local function persist(c, s)
@@ -131,9 +158,19 @@ local function with_cost(c, cost)
   return args
 end
 
-if mode == 'r' or mode == 'c' then
+if mode == 'r' then
   for _, c in ipairs(charges) do
     refund(c, c.cost, c.receipt)
+  end
+elseif mode == 'c' then
+  for _, c in ipairs(charges) do
+    -- A receipt that gave back before gives nothing, but its call still records the
+    -- instant, as every refund does (and the memory store's).
+    local amount = 0
+    if first_use(c) then
+      amount = c.cost
+    end
+    refund(c, amount, c.receipt)
   end
 elseif mode == 'x' then
   -- The key's states under every period go, and its block, count and queue; the
@@ -197,13 +234,20 @@ elseif mode == 's' then
   -- charges each). Answered with the state's own verdict, as a peek reads it (its
   -- reset names the extra's charge, for its receipt), the key's block beside it in
   -- v[6]: a block does not stop a settle, which is accounting, not admission.
+  -- A receipt that gave back before moves nothing (no give-back, no extra), and says
+  -- so in v[1]: 0.
   local c = charges[1]
-  if c.give_back > 0 then
+  local fresh = first_use(c)
+  local extra = c.cost
+  if not fresh then
+    extra = 0
+  elseif c.give_back > 0 then
     refund(c, c.give_back, c.receipt)
   end
-  local v = decide_fresh(c.keys, now, with_cost(c, c.cost), 1, c.cost > 0, true)
+  local v = decide_fresh(c.keys, now, with_cost(c, extra), 1, extra > 0, true)
   local u, _, _, _, _, rest = pb_read(c.keys)
   v[5], v[6], v[7], v[8] = 0, -1, 0, pb_remembered(ARGV, c.argi, rest, now)
+  v[1] = fresh and 1 or 0
   if u > now then
     v[6] = u - now
   end
