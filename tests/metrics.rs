@@ -1027,6 +1027,7 @@ fn a_primary_unreachable_at_startup_is_logged_as_such() {
     );
 }
 
+
 /// A `Fallback` built in a runtime whose primary no call reaches: once its minimum
 /// down time has passed it probes the primary, and warns that it is unreachable at
 /// startup, before any request.
