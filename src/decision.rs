@@ -185,7 +185,7 @@ impl Eq for Decision {}
 /// gives nothing back.
 ///
 /// Opaque; `Copy`. Each receipt gives back at most once on the memory store and
-/// Redis: a second refund or settle of it (a retry after a timeout whose first try
+/// Redis, and through a `Fallback` or a `LeasedStore` of them: a second refund or settle of it (a retry after a timeout whose first try
 /// may have run, a decision settled twice) gives nothing back and charges nothing. A
 /// settle returns a receipt of its own, for what of the charge stands after it:
 /// settle again with that one.

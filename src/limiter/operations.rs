@@ -59,8 +59,8 @@ impl Limiter {
     /// - Nothing for a charge made under a limit whose algorithm or period a
     ///   [`reload`](Limiter::reload) changed since.
     ///
-    /// Each receipt gives back once (the memory store, Redis, and a `Fallback` of
-    /// them): a second refund of the same
+    /// Each receipt gives back once (the memory store, Redis, and a `Fallback` or a
+    /// `LeasedStore` of them): a second refund of the same
     /// decision (a retry after a timeout whose first try may have run, or after a
     /// [`settle`](Limiter::settle) of it) gives nothing back, whatever its `amount`.
     /// On a [`Fallback`](crate::store::Fallback), a refund whose store is down is

@@ -48,8 +48,8 @@ impl Limiter {
     /// more.
     ///
     /// **Each receipt moves its charge once** (the memory store, Redis, and a
-    /// [`Fallback`](crate::store::Fallback) of them; not yet a charge spent from a live
-    /// [`LeasedStore`](crate::store::LeasedStore) lease). Settling the same
+    /// [`Fallback`](crate::store::Fallback) or a
+    /// [`LeasedStore`](crate::store::LeasedStore) of them). Settling the same
     /// decision again (or after a [`refund_charge`](Limiter::refund_charge) of it), or
     /// retrying a settle that failed with a timeout whose first try may have run,
     /// gives nothing back and charges nothing more: it returns the key's standing
@@ -57,7 +57,9 @@ impl Limiter {
     /// their charges count (at most 16 per key, and as many keys as it holds states;
     /// past that, the one that stops counting soonest is forgotten); Redis keeps a
     /// record per receipt, written in the same script call as the give-back, under
-    /// the key's hash tag, for as long as the charge counts.
+    /// the key's hash tag, for as long as the charge counts; a `LeasedStore`
+    /// remembers the receipts moved in its leases (at most 1,024 per shard of its
+    /// table), past the lease's end, for as long as their charges count.
     ///
     /// A decision that charged nothing (denied, a peek, admitted by a
     /// [`check_all`](Limiter::check_all) that another limit denied, a fail-open or

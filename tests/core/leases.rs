@@ -273,11 +273,11 @@ fn a_refund_from_a_lease_goes_back_into_it_once() {
     let quota = Quota::per_minute(1_000);
     let mut cluster = hot(Algorithm::FixedWindow, quota, 1);
     cluster.set(BASE_US + 1_000);
-    let mut last = None;
+    let mut decisions = Vec::new();
     for _ in 0..10 {
-        last = Some(cluster.check(0, 1).expect("a decision"));
+        decisions.push(cluster.check(0, 1).expect("a decision"));
     }
-    let last = last.expect("ten decisions");
+    let (last, before) = (decisions[9].clone(), decisions[8].clone());
     let limiter = cluster.limiters[0].clone();
     immediate(limiter.refund_charge(&last, &cluster.key, 1)).expect("memory");
     // 1 + 2 + 4 + 8 = 15 charged, 10 spent, 1 refunded into the lease: 6 go back.
@@ -287,8 +287,15 @@ fn a_refund_from_a_lease_goes_back_into_it_once() {
     );
     let peek = immediate(limiter.check("p", &cluster.key, 0)).expect("memory");
     assert_eq!(peek.remaining, 1_000 - 9);
-    // The lease is gone: a refund now goes to the store, for its own unit only.
+    // The lease is gone: the refunded receipt moves nothing more (the lease table
+    // remembers it; the store never saw it), another goes to the store, for its own
+    // unit only, once.
     immediate(limiter.refund_charge(&last, &cluster.key, 1)).expect("memory");
+    let peek = immediate(limiter.check("p", &cluster.key, 0)).expect("memory");
+    assert_eq!(peek.remaining, 1_000 - 9);
+    for _ in 0..2 {
+        immediate(limiter.refund_charge(&before, &cluster.key, 1)).expect("memory");
+    }
     let peek = immediate(limiter.check("p", &cluster.key, 0)).expect("memory");
     assert_eq!(peek.remaining, 1_000 - 8);
 }

@@ -11,11 +11,13 @@ use std::time::Duration;
 use support::redis_server::{RedisServer, shared_server, unique_prefix};
 use support::settle::{
     ALGORITHMS, BASE, a_charge_under_a_changed_limit_gives_nothing_back,
+    a_receipt_moved_in_a_lease_moves_nothing_once_the_lease_has_ended,
     chains_never_give_back_another_charge, concurrent_settles, each_receipt_moves_its_charge_once,
-    extremes_saturate, receipts_from_before_a_reset_give_nothing_back,
+    each_receipt_moves_its_charge_once_through_a_lease, extremes_saturate,
+    receipts_from_before_a_reset_give_nothing_back,
 };
 use tollgate::clock::ManualClock;
-use tollgate::store::LeasedStore;
+use tollgate::store::{LeasedStore, SliceSizing};
 use tollgate::{Algorithm, Key, Limit, Limiter, Quota, RedisStore, StoreErrorKind};
 
 type TestResult = Result<(), Box<dyn std::error::Error>>;
@@ -49,6 +51,36 @@ async fn a_receipt_from_before_a_reset_gives_nothing_back_on_redis() -> TestResu
 #[tokio::test]
 async fn a_decision_settled_or_refunded_twice_gives_back_once_on_redis() -> TestResult {
     each_receipt_moves_its_charge_once(store).await
+}
+
+/// Slices of 25 (one process): every request of the scenario is spent from one lease
+/// and every move is made in it, where only the lease's record can refuse a repeat.
+#[tokio::test]
+async fn a_decision_settled_or_refunded_twice_through_a_lease_gives_back_once_on_redis()
+-> TestResult {
+    each_receipt_moves_its_charge_once_through_a_lease(|clock: ManualClock| {
+        LeasedStore::builder(store(clock.clone()))
+            .clock(clock)
+            .processes(1)
+            .and_then(|b| b.sizing(SliceSizing::Fixed(25)))
+            .expect("one process, slices of 25")
+            .build()
+    })
+    .await
+}
+
+#[tokio::test]
+async fn a_decision_settled_in_a_lease_moves_nothing_when_settled_again_after_the_lease_ended_on_redis()
+-> TestResult {
+    a_receipt_moved_in_a_lease_moves_nothing_once_the_lease_has_ended(|clock: ManualClock| {
+        LeasedStore::builder(store(clock.clone()))
+            .clock(clock)
+            .processes(1)
+            .and_then(|b| b.sizing(SliceSizing::Fixed(8)))
+            .expect("one process, slices of 8")
+            .build()
+    })
+    .await
 }
 
 #[tokio::test]

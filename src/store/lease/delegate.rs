@@ -8,11 +8,11 @@ use std::time::Duration;
 
 use super::LeasedStore;
 use super::pass::Look;
-use super::returns::Release;
+use super::returns::{Local, Release};
 use super::slice::leasable;
 use super::table::{TableKey, lock};
 use crate::decision::Receipt;
-use crate::store::{Charge, InFlightSlot, Store, StoreCall, only};
+use crate::store::{Charge, InFlightSlot, Store, StoreCall, only, settle};
 use crate::{ConfigError, Decision, Key, Limit};
 
 /// Whether `charge` is decided from leases: a charge (not a peek) on a limit whose
@@ -86,11 +86,14 @@ impl<S: Store> Store for LeasedStore<S> {
 
     fn refund_charge<'a>(&'a self, charge: Charge<'a>, receipt: Receipt) -> StoreCall<'a, ()> {
         StoreCall::future(async move {
-            if self.refund_locally(&charge, receipt) {
-                return Ok(());
+            match self.refund_locally(&charge, receipt) {
+                Local::Moved(()) | Local::Again(_) => return Ok(()),
+                Local::Store => {}
             }
             self.inner.calls.fetch_add(1, Ordering::Relaxed);
-            self.inner.store.refund_charge(charge, receipt).await
+            self.inner.store.refund_charge(charge, receipt).await?;
+            self.moved_at_store(&charge, receipt);
+            Ok(())
         })
     }
 
@@ -98,15 +101,24 @@ impl<S: Store> Store for LeasedStore<S> {
     /// units to it (as a refund does), an extra is spent from its unused units when
     /// they cover it; both at once, without the backing store. Otherwise (the lease
     /// is over or too short, or the charge was not spent from one) the backing store
-    /// settles it. Either way each unit is spent or given back once.
+    /// settles it. Either way each unit is spent or given back once, and each receipt
+    /// moves its charge once: a receipt settled or refunded before moves nothing (no
+    /// receipt stands for it), answered by its lease while it lives, else by a peek.
     fn settle<'a>(&'a self, charge: Charge<'a>, receipt: Receipt) -> StoreCall<'a, Decision> {
-        if let Some(settled) = self.settle_locally(&charge, receipt) {
-            return StoreCall::ready(Ok(settled));
+        match self.settle_locally(&charge, receipt) {
+            Local::Moved(settled) | Local::Again(Some(settled)) => StoreCall::ready(Ok(settled)),
+            Local::Again(None) => StoreCall::future(async move {
+                self.inner.calls.fetch_add(1, Ordering::Relaxed);
+                let peeked = self.inner.store.peek(charge.limit, charge.key).await?;
+                Ok(settle::standing_from(&peeked, None))
+            }),
+            Local::Store => StoreCall::future(async move {
+                self.inner.calls.fetch_add(1, Ordering::Relaxed);
+                let settled = self.inner.store.settle(charge, receipt).await?;
+                self.moved_at_store(&charge, receipt);
+                Ok(settled)
+            }),
         }
-        StoreCall::future(async move {
-            self.inner.calls.fetch_add(1, Ordering::Relaxed);
-            self.inner.store.settle(charge, receipt).await
-        })
     }
 
     fn validate(&self, limit: &Limit) -> Result<(), ConfigError> {

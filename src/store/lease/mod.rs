@@ -51,7 +51,10 @@
 //! as it does without leases: a refund of `r` lets `r` more through.)
 //!
 //! A refund of a request admitted from a lease goes back into the lease while it lasts,
-//! to the store after: each unit returns once.
+//! to the store after: each unit returns once. Each receipt moves its charge once: the
+//! lease table remembers the receipts moved in a lease (`moved.rs`), so a decision
+//! settled or refunded again, during its lease or after it, moves nothing more; one
+//! moved by the store is in the store's own record.
 //!
 //! # Where things are
 //!
@@ -59,15 +62,17 @@
 //! makes room, what an operator's call drops); `decide.rs` one request's way through
 //! it; `pass.rs` the plain calls of keys a lease would not help, and when leasing
 //! resumes; `sizing.rs` how big the next slice is; `charge.rs` the slice charges;
-//! `returns.rs` units given back; `slice.rs` one lease's rule per algorithm;
-//! `delegate.rs` the [`Store`] methods. Denials are repeated locally by the one denial
-//! rule the Redis denial cache and `Fallback`'s carried blocks use too
-//! (`store/denial.rs`): never a rejection a penalty box must count.
+//! `returns.rs` units given back; `moved.rs` the receipts moved in leases; `slice.rs`
+//! one lease's rule per algorithm; `delegate.rs` the [`Store`] methods. Denials are
+//! repeated locally by the one denial rule the Redis denial cache and `Fallback`'s
+//! carried blocks use too (`store/denial.rs`): never a rejection a penalty box must
+//! count.
 
 mod builder;
 mod charge;
 mod decide;
 mod delegate;
+mod moved;
 mod pass;
 mod returns;
 mod sizing;

@@ -233,6 +233,18 @@ impl Lease {
             .saturating_sub(self.store_now_earliest(now))
     }
 
+    /// The local instant after which `receipt`'s charge, spent from this lease, counts
+    /// no more under a limit of period `period_us`, on the late side: its
+    /// [`counts_until`](Receipt::counts_until) is a store instant, reached no later than
+    /// that much after the slice charge was answered.
+    pub(super) fn counts_until_local(&self, receipt: &Receipt, period_us: u64) -> u64 {
+        self.answered.saturating_add(
+            receipt
+                .counts_until(period_us)
+                .saturating_sub(self.receipt.at_us()),
+        )
+    }
+
     /// The receipt of `cost` units spent from this lease (`None` for 0).
     pub(super) fn issue(&self, cost: u64) -> Option<Receipt> {
         Some(self.receipt.with_cost(cost)?.spent_from_lease(self.id))

@@ -10,6 +10,7 @@ use foldhash::fast::RandomState;
 use tokio::sync::Notify;
 
 use super::LeasedStore;
+use super::moved::Moved;
 use super::returns::Release;
 use super::slice::{Lease, Shadow};
 use crate::algorithm::Params;
@@ -39,6 +40,9 @@ pub(super) struct Shard {
     /// Counts the operators' calls that dropped entries here: a plain decision made
     /// across one is not recorded (it may predate a reset or a block).
     pub(super) epoch: u64,
+    /// The receipts this shard's leases moved (gave back into a lease, settled in
+    /// one): a copy used again moves nothing, during the lease and after it.
+    pub(super) moved: Moved,
 }
 
 /// A lease's identity: the limit exactly as charged (name and every parameter, so a
