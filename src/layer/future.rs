@@ -124,6 +124,28 @@ impl<S, ReqBody, F> State<S, ReqBody, F> {
         }
     }
 
+    /// What follows a request's entry past its in-flight limits: its rate decision,
+    /// or the inner service at once when it has none.
+    fn entered(context: &mut RequestContext, mut service: S, request: Request<ReqBody>) -> Self
+    where
+        S: Service<Request<ReqBody>, Future = F>,
+    {
+        match context.decide() {
+            None => Self::Calling {
+                future: service.call(context.unchecked(request)),
+            },
+            Some(Pending::Ready(result)) => {
+                let mut request = request;
+                Self::next(context.settle(&mut request, result), service, request)
+            }
+            Some(Pending::Waiting(decision)) => Self::Deciding {
+                decision,
+                service: Some(service),
+                request: Some(request),
+            },
+        }
+    }
+
     /// What follows a decision, once `service` is owned by the future.
     fn next(next: Next, mut service: S, request: Request<ReqBody>) -> Self
     where
@@ -451,7 +473,7 @@ where
                     request,
                 } => {
                     let result = ready!(slots.as_mut().poll(cx));
-                    let (Some(context), Some(mut service), Some(request)) =
+                    let (Some(context), Some(service), Some(request)) =
                         (this.context.as_mut(), service.take(), request.take())
                     else {
                         unreachable!("an entering future has its context, service and request")
@@ -460,20 +482,7 @@ where
                         Some(response) => State::Answered {
                             response: Some(response),
                         },
-                        None => match context.decide() {
-                            None => State::Calling {
-                                future: service.call(context.unchecked(request)),
-                            },
-                            Some(Pending::Ready(result)) => {
-                                let mut request = request;
-                                State::next(context.settle(&mut request, result), service, request)
-                            }
-                            Some(Pending::Waiting(decision)) => State::Deciding {
-                                decision,
-                                service: Some(service),
-                                request: Some(request),
-                            },
-                        },
+                        None => State::entered(context, service, request),
                     }
                 }
                 StateProj::Delaying {
