@@ -219,17 +219,6 @@ impl Limit {
         self.penalty
     }
 
-    /// This limit without its penalty box: the same state, blocks and receipts, but a
-    /// denial under it is no offence (the layer's trial charges, `pending_outcomes`).
-    #[cfg(feature = "layer")]
-    pub(crate) fn without_penalty(&self) -> Self {
-        Self {
-            penalty: None,
-            penalty_print: None,
-            ..self.clone()
-        }
-    }
-
     /// The limit's penalty box, if it has one, without copying it.
     #[inline]
     pub(crate) fn penalty_box(&self) -> Option<&Penalty> {
@@ -237,7 +226,8 @@ impl Limit {
     }
 
     /// This limit without its penalty box: what a lease's slice is charged under (a
-    /// slice that does not fit is no request's rejection; see `store/lease/charge.rs`).
+    /// slice that does not fit is no request's rejection; see `store/lease/charge.rs`),
+    /// and the layer's trial charges (`pending_outcomes`): a denial under it is no offence.
     pub(crate) fn without_penalty(&self) -> Self {
         Self {
             penalty: None,

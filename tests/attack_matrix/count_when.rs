@@ -1,0 +1,255 @@
+//! `count_when` and its new wait for outcomes, against penalties, hold caps, reloads
+//! and other processes, over real TCP to a real axum server.
+
+use std::time::Duration;
+
+use http::StatusCode;
+use tollgate::store::Store;
+use tollgate::{Algorithm, Key, MemoryStore, Penalty, Policy, Quota, RateLimitLayer, key};
+
+use crate::common::{clock, redis, redis_at, wait_until};
+use crate::desk::{Desk, at_once, attempt, serve, tally};
+
+/// One failed login a minute per user, the first refusal boxes for 10 minutes.
+fn one_failure(algorithm: Algorithm) -> Policy {
+    Policy::new("failed-logins", Quota::per_minute(1))
+        .expect("policy")
+        .algorithm(algorithm)
+        .key(key::header("x-user").expect("a header"))
+        .count_when(|status| status == StatusCode::UNAUTHORIZED)
+        .penalty(Penalty::after(1).block_for(Duration::from_secs(600)))
+}
+
+fn layer(policy: Policy, store: impl Store) -> RateLimitLayer {
+    RateLimitLayer::builder()
+        .policy(policy)
+        .store(store)
+        .build()
+        .expect("layer")
+}
+
+fn user(name: &str) -> Key {
+    let request = attempt(name, "x", false);
+    let (parts, _) = request.into_parts();
+    one_failure(Algorithm::Gcra).key_of(&parts).expect("a key")
+}
+
+async fn trips(layer: &RateLimitLayer, name: &str) -> (u32, bool) {
+    let o = layer
+        .limiter()
+        .offences("failed-logins", &user(name))
+        .await
+        .expect("offences");
+    (o.trips, o.blocked_for.is_some())
+}
+
+/// A quota of one: 20 right passwords at once, each waits its turn behind the one
+/// pending, all served, no box; on every algorithm.
+async fn twenty_right_passwords_on_a_quota_of_one(store: impl Store + Clone) {
+    for algorithm in Algorithm::ALL {
+        let desk = Desk::new();
+        desk.open();
+        let layer = layer(one_failure(algorithm), store.clone());
+        let server = serve(&layer, &desk).await;
+        let name: &'static str = Box::leak(format!("office-{algorithm}").into_boxed_str());
+        let counts = tally(at_once(&server, 20, name, "right")).await;
+        assert_eq!(counts, (20, 0, 0), "{algorithm}");
+        wait_until("outcomes known", || layer.awaiting_outcomes() == 0).await;
+        assert_eq!(trips(&layer, name).await, (0, false), "{algorithm}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn right_passwords_at_once_on_a_quota_of_one_are_all_served_unboxed_on_memory() {
+    twenty_right_passwords_on_a_quota_of_one(MemoryStore::with_clock(clock())).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn right_passwords_at_once_on_a_quota_of_one_are_all_served_unboxed_on_redis() {
+    twenty_right_passwords_on_a_quota_of_one(redis("one-right", clock())).await;
+}
+
+/// Requests waiting for outcomes are held: with `max_held(3)`, one pending login and
+/// 20 more at once, `held()` never says more than 3, those past it are refused
+/// without an offence, and the caller is never boxed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_waiting_for_outcomes_are_held_within_max_held_and_never_boxed() {
+    let desk = Desk::new();
+    let layer = layer(
+        one_failure(Algorithm::SlidingWindowLog),
+        MemoryStore::with_clock(clock()),
+    )
+    .max_held(3);
+    let server = serve(&layer, &desk).await;
+    let first = {
+        let server = server.clone();
+        tokio::spawn(async move { server.send(attempt("nat", "right", true)).await.status })
+    };
+    wait_until("first pending", || desk.reached() == (1, 0)).await;
+    let rest = at_once(&server, 20, "nat", "right");
+    let mut most = 0;
+    for _ in 0..100 {
+        most = most.max(layer.held());
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    desk.open();
+    let (ok, wrong, refused) = tally(rest).await;
+    assert_eq!(first.await.expect("first"), StatusCode::OK);
+    assert!(most <= 3, "held() said {most} with max_held(3)");
+    assert_eq!(wrong, 0);
+    assert_eq!(ok + refused, 20);
+    assert!(ok >= 3, "{ok} served, {refused} refused");
+    wait_until("outcomes known", || layer.awaiting_outcomes() == 0).await;
+    assert_eq!(trips(&layer, "nat").await, (0, false));
+}
+
+/// Per key too: `max_held_per_key(2)` bounds one caller's waiters for outcomes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_caller_waiting_for_outcomes_is_bounded_per_key() {
+    let desk = Desk::new();
+    let layer = layer(
+        one_failure(Algorithm::Gcra),
+        MemoryStore::with_clock(clock()),
+    )
+    .max_held_per_key(2);
+    let server = serve(&layer, &desk).await;
+    let first = {
+        let server = server.clone();
+        tokio::spawn(async move { server.send(attempt("greedy", "right", true)).await.status })
+    };
+    wait_until("first pending", || desk.reached() == (1, 0)).await;
+    let rest = at_once(&server, 10, "greedy", "right");
+    let mut most = 0;
+    for _ in 0..100 {
+        most = most.max(layer.held());
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    desk.open();
+    let (ok, _, refused) = tally(rest).await;
+    assert_eq!(first.await.expect("first"), StatusCode::OK);
+    assert!(most <= 2, "held() said {most} with max_held_per_key(2)");
+    assert_eq!(ok + refused, 10);
+    wait_until("outcomes known", || layer.awaiting_outcomes() == 0).await;
+    assert_eq!(trips(&layer, "greedy").await, (0, false));
+}
+
+/// A login pending under FixedWindow 5/min when a reload makes the limit GCRA: its
+/// refund (a right password) gives nothing to the new state, so failures still reach
+/// the desk exactly 5 times.
+async fn a_refund_across_a_reload(store: impl Store) -> (usize, usize) {
+    let policy = |algorithm| {
+        Policy::new("failed-logins", Quota::per_minute(5))
+            .expect("policy")
+            .algorithm(algorithm)
+            .key(key::header("x-user").expect("a header"))
+            .count_when(|status| status == StatusCode::UNAUTHORIZED)
+            .wait_for_outcomes(Duration::from_millis(200))
+    };
+    let desk = Desk::new();
+    let layer = layer(policy(Algorithm::FixedWindow), store);
+    let server = serve(&layer, &desk).await;
+    let pending = {
+        let server = server.clone();
+        tokio::spawn(async move { server.send(attempt("eve", "right", true)).await.status })
+    };
+    wait_until("pending", || desk.reached() == (1, 0)).await;
+    layer.reload([policy(Algorithm::Gcra)]).expect("reload");
+    let mut statuses = Vec::new();
+    for _ in 0..6 {
+        statuses.push(server.send(attempt("eve", "wrong", false)).await.status);
+    }
+    desk.open();
+    assert_eq!(pending.await.expect("pending"), StatusCode::OK);
+    wait_until("outcomes known", || layer.awaiting_outcomes() == 0).await;
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    for _ in 0..3 {
+        statuses.push(server.send(attempt("eve", "wrong", false)).await.status);
+    }
+    let served = statuses
+        .iter()
+        .filter(|s| **s == StatusCode::UNAUTHORIZED)
+        .count();
+    (served, desk.reached().1)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_count_when_refund_across_a_reload_gives_nothing_on_memory() {
+    assert_eq!(
+        a_refund_across_a_reload(MemoryStore::with_clock(clock())).await,
+        (5, 5)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_count_when_refund_across_a_reload_gives_nothing_on_redis() {
+    assert_eq!(
+        a_refund_across_a_reload(redis("cw-reload", clock())).await,
+        (5, 5)
+    );
+}
+
+/// Two processes on one Redis, polling for each other: process A holds one pending
+/// right login on a quota of one; process B gets 5 right logins at once. Once A's
+/// outcome is known, B serves all 5 in turn and nobody is boxed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn right_logins_in_another_process_wait_for_its_outcome_and_are_served() {
+    let c = clock();
+    let policy = || {
+        one_failure(Algorithm::SlidingWindowLog)
+            .poll_other_processes(Duration::from_millis(10))
+            .wait_for_outcomes(Duration::from_secs(5))
+    };
+    // B is another process: a store of its own on the same prefix.
+    let prefix = support::redis_server::unique_prefix("two-processes");
+    let a = layer(policy(), redis_at(&prefix, c.clone()));
+    let b = layer(policy(), redis_at(&prefix, c.clone()));
+    let (desk_a, desk_b) = (Desk::new(), Desk::new());
+    desk_b.open();
+    let (server_a, server_b) = (serve(&a, &desk_a).await, serve(&b, &desk_b).await);
+    let pending = {
+        let server = server_a.clone();
+        tokio::spawn(async move { server.send(attempt("office", "right", true)).await.status })
+    };
+    wait_until("pending in A", || desk_a.reached() == (1, 0)).await;
+    let rest = at_once(&server_b, 5, "office", "right");
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    desk_a.open();
+    assert_eq!(pending.await.expect("A"), StatusCode::OK);
+    assert_eq!(tally(rest).await, (5, 0, 0));
+    wait_until("outcomes known", || {
+        a.awaiting_outcomes() == 0 && b.awaiting_outcomes() == 0
+    })
+    .await;
+    assert_eq!(trips(&a, "office").await, (0, false));
+}
+
+/// The same with wrong passwords in B: exactly one reaches B's desk (A's right login
+/// gives the one unit back), the others are refused and box the caller.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wrong_logins_polling_another_process_reach_the_desk_once() {
+    let c = clock();
+    let policy = || {
+        one_failure(Algorithm::SlidingWindowLog)
+            .poll_other_processes(Duration::from_millis(10))
+            .wait_for_outcomes(Duration::from_millis(600))
+    };
+    let prefix = support::redis_server::unique_prefix("two-processes-wrong");
+    let a = layer(policy(), redis_at(&prefix, c.clone()));
+    let b = layer(policy(), redis_at(&prefix, c.clone()));
+    let (desk_a, desk_b) = (Desk::new(), Desk::new());
+    desk_b.open();
+    let (server_a, server_b) = (serve(&a, &desk_a).await, serve(&b, &desk_b).await);
+    let pending = {
+        let server = server_a.clone();
+        tokio::spawn(async move { server.send(attempt("mallory", "right", true)).await.status })
+    };
+    wait_until("pending in A", || desk_a.reached() == (1, 0)).await;
+    let rest = at_once(&server_b, 8, "mallory", "wrong");
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    desk_a.open();
+    assert_eq!(pending.await.expect("A"), StatusCode::OK);
+    let (_, wrong, refused) = tally(rest).await;
+    assert_eq!((wrong, refused), (1, 7));
+    assert_eq!(desk_b.reached(), (0, 1));
+    assert!(trips(&a, "mallory").await.1, "not boxed");
+}

@@ -1,0 +1,1 @@
+//! `Fallback` against the features around it (placeholder; filled below).
