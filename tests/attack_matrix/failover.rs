@@ -1,1 +1,275 @@
-//! `Fallback` against the features around it (placeholder; filled below).
+//! `Fallback` where its new hysteresis, carried usage, re-asserted blocks and replay
+//! meet penalties, operators' calls and batches. The primary is a memory store behind
+//! a switch (down: every call fails as a lost connection; up: the same state as
+//! before), both stores at one frozen instant; `Fallback`'s own timing is real.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use support::fallback::HalfDown;
+use tollgate::clock::ManualClock;
+use tollgate::store::{Charge, Fallback, Store, StoreCall};
+use tollgate::{
+    Decision, Key, Limit, Limiter, MemoryStore, Penalty, Quota, StoreError, StoreErrorKind,
+};
+
+use crate::common::clock;
+
+/// A store behind a switch: while down every call fails; back up, it has what it had.
+#[derive(Debug, Clone)]
+struct Switched {
+    store: MemoryStore,
+    up: Arc<AtomicBool>,
+}
+
+impl Switched {
+    fn new(clock: &ManualClock) -> Self {
+        Self {
+            store: MemoryStore::with_clock(clock.clone()),
+            up: Arc::new(AtomicBool::new(true)),
+        }
+    }
+
+    fn set(&self, up: bool) {
+        self.up.store(up, Ordering::SeqCst);
+    }
+
+    fn gate<'a, T: Send + 'a>(&self, call: impl FnOnce() -> StoreCall<'a, T>) -> StoreCall<'a, T> {
+        if self.up.load(Ordering::SeqCst) {
+            call()
+        } else {
+            StoreCall::ready(Err(StoreError::new(
+                StoreErrorKind::Connection,
+                "switched off",
+            )))
+        }
+    }
+}
+
+impl Store for Switched {
+    fn decide<'a>(&'a self, charges: &'a [Charge<'a>]) -> StoreCall<'a, Vec<Decision>> {
+        self.gate(|| self.store.decide(charges))
+    }
+    fn refund<'a>(&'a self, charge: Charge<'a>) -> StoreCall<'a, ()> {
+        self.gate(|| self.store.refund(charge))
+    }
+    fn penalize<'a>(&'a self, charge: Charge<'a>) -> StoreCall<'a, Decision> {
+        self.gate(|| self.store.penalize(charge))
+    }
+    fn reset<'a>(&'a self, limit: &'a Limit, key: &'a Key) -> StoreCall<'a, ()> {
+        self.gate(|| self.store.reset(limit, key))
+    }
+    fn block<'a>(&'a self, limit: &'a Limit, key: &'a Key, d: Duration) -> StoreCall<'a, Decision> {
+        self.gate(|| self.store.block(limit, key, d))
+    }
+}
+
+fn fallback(primary: &Switched, clock: &ManualClock) -> Fallback<Switched, MemoryStore> {
+    Fallback::new(primary.clone(), MemoryStore::with_clock(clock.clone()))
+        .min_down(Duration::from_millis(5))
+        .probe_interval(Duration::from_millis(2))
+}
+
+fn limiter(limit: Limit, store: impl Store) -> Limiter {
+    Limiter::builder()
+        .limit(limit)
+        .store(store)
+        .build()
+        .expect("limiter")
+}
+
+/// The fallback's calls until it is back on the primary (each call may be what
+/// notices), its catch-up and replay given time to land.
+async fn until_back(store: &Fallback<Switched, MemoryStore>, limiter: &Limiter, name: &str) {
+    let probe = Key::from("probe-key");
+    let started = std::time::Instant::now();
+    while !store.serving_primary() {
+        assert!(
+            started.elapsed() < crate::common::HANG,
+            "never back on the primary"
+        );
+        let _ = limiter.check(name, &probe, 0).await;
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+}
+
+async fn admitted(limiter: &Limiter, name: &str, key: &Key, n: usize) -> usize {
+    let mut admitted = 0;
+    for _ in 0..n {
+        admitted += usize::from(
+            limiter
+                .check(name, key, 1)
+                .await
+                .map(|d| d.allowed)
+                .unwrap_or(false),
+        );
+    }
+    admitted
+}
+
+/// A penalty box tripped on the insurance while the primary is down is a block this
+/// process knows: once the primary is back, the primary itself reports it.
+#[tokio::test]
+#[ignore = "BROKEN: a box tripped on the insurance is a block this process knows, not re-asserted on the primary: 3 of 5 admitted 61 s into a 600 s box"]
+async fn a_box_tripped_on_the_insurance_holds_on_the_primary_once_it_is_back() {
+    let c = clock();
+    let primary = Switched::new(&c);
+    let store = fallback(&primary, &c);
+    let limit = Limit::new("login", Quota::per_minute(3))
+        .expect("limit")
+        .penalty(Penalty::after(1).block_for(Duration::from_secs(600)));
+    let limiter = limiter(limit.clone(), store.clone());
+    let key = Key::from("mallory");
+    primary.set(false);
+    assert_eq!(admitted(&limiter, "login", &key, 5).await, 3);
+    let boxed = limiter.offences("login", &key).await.expect("offences");
+    assert!(boxed.blocked_for.is_some(), "not boxed on the insurance");
+    primary.set(true);
+    until_back(&store, &limiter, "login").await;
+    let on_primary = limiter_on(&limit, &primary)
+        .offences("login", &key)
+        .await
+        .expect("offences");
+    // A minute later the window has refilled; the box has not.
+    c.advance(Duration::from_secs(61));
+    let a_minute_later = admitted(&limiter, "login", &key, 5).await;
+    assert!(
+        on_primary
+            .blocked_for
+            .is_some_and(|d| d > Duration::from_secs(590))
+            && a_minute_later == 0,
+        "the primary's view: {on_primary:?}; admitted 61 s later (quiet since): \
+         {a_minute_later} of 5, boxed for 600 s"
+    );
+}
+
+fn limiter_on(limit: &Limit, primary: &Switched) -> Limiter {
+    limiter(limit.clone(), primary.store.clone())
+}
+
+/// 10 of 10/min used on the primary; it goes down; an operator resets the key; the
+/// insurance admits a fresh quota; the primary comes back with its state. Across the
+/// reset, one quota: 10 admitted, not 20 (the replayed reset must not wipe what the
+/// insurance admitted after it).
+#[tokio::test]
+async fn a_reset_during_an_outage_then_the_recovery_admit_one_quota() {
+    let c = clock();
+    let primary = Switched::new(&c);
+    let store = fallback(&primary, &c);
+    let limiter = limiter(
+        Limit::new("api", Quota::per_minute(10)).expect("limit"),
+        store.clone(),
+    );
+    let key = Key::from("alice");
+    assert_eq!(admitted(&limiter, "api", &key, 12).await, 10);
+    primary.set(false);
+    let _ = limiter.check("api", &key, 1).await;
+    limiter.reset("api", &key).await.expect("reset");
+    let on_insurance = admitted(&limiter, "api", &key, 12).await;
+    primary.set(true);
+    until_back(&store, &limiter, "api").await;
+    let on_primary = admitted(&limiter, "api", &key, 12).await;
+    assert_eq!(
+        (on_insurance, on_primary),
+        (10, 0),
+        "after the reset: {on_insurance} on the insurance, then {on_primary} on the primary"
+    );
+}
+
+/// An operator's `penalize` while the primary is down (the quota spent as a penalty)
+/// is an operator's call the primary missed: replayed, the key admits nothing once the
+/// primary is back.
+#[tokio::test]
+async fn a_penalty_given_during_an_outage_holds_once_the_primary_is_back() {
+    let c = clock();
+    let primary = Switched::new(&c);
+    let store = fallback(&primary, &c);
+    let limiter = limiter(
+        Limit::new("api", Quota::per_minute(10)).expect("limit"),
+        store.clone(),
+    );
+    let key = Key::from("abuser");
+    assert_eq!(admitted(&limiter, "api", &key, 1).await, 1);
+    primary.set(false);
+    let _ = limiter.check("api", &key, 0).await;
+    limiter.penalize("api", &key, 10).await.expect("penalize");
+    assert_eq!(admitted(&limiter, "api", &key, 3).await, 0);
+    primary.set(true);
+    until_back(&store, &limiter, "api").await;
+    assert_eq!(admitted(&limiter, "api", &key, 12).await, 0);
+}
+
+/// Two limits decided together (`check_all`) through a primary failing half its calls,
+/// at one frozen instant: no more than one quota of either is admitted (the single
+/// limit's figure is 10, not 20).
+#[tokio::test]
+async fn a_batch_through_a_half_failing_primary_admits_one_quota_at_one_instant() {
+    let c = clock();
+    let store = Fallback::new(
+        HalfDown::new(MemoryStore::with_clock(c.clone()), 3),
+        MemoryStore::with_clock(c.clone()),
+    )
+    .min_down(Duration::from_millis(5))
+    .probe_interval(Duration::from_millis(2));
+    let limiter = Limiter::builder()
+        .limit(Limit::new("per-key", Quota::per_minute(10)).expect("limit"))
+        .limit(Limit::new("global", Quota::per_minute(1_000)).expect("limit"))
+        .store(store)
+        .build()
+        .expect("limiter");
+    let key = Key::from("alice");
+    let everyone = Key::from("everyone");
+    let mut admitted = 0;
+    for _ in 0..200 {
+        let batch = limiter
+            .check_all(&[("per-key", &key, 1), ("global", &everyone, 1)])
+            .await;
+        if batch.is_ok_and(|d| d.iter().all(|d| d.allowed)) {
+            admitted += 1;
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    assert!(
+        admitted <= 10,
+        "{admitted} admitted on 10/min at one instant"
+    );
+}
+
+/// The carried usage under a plan: a caller on a plan of 5/min spends it on the
+/// primary; the primary fails; on the insurance it still has nothing left.
+#[tokio::test]
+async fn a_plan_callers_usage_is_carried_to_the_insurance() {
+    let c = clock();
+    let primary = Switched::new(&c);
+    let store = fallback(&primary, &c);
+    let limiter = limiter(
+        Limit::new("api", Quota::per_minute(100)).expect("limit"),
+        store.clone(),
+    );
+    let key = Key::from("basic-plan");
+    let basic = Quota::per_minute(5);
+    let mut first = 0;
+    for _ in 0..7 {
+        first += usize::from(
+            limiter
+                .check_with("api", &key, 1, basic)
+                .await
+                .expect("check")
+                .allowed,
+        );
+    }
+    primary.set(false);
+    let mut second = 0;
+    for _ in 0..7 {
+        second += usize::from(
+            limiter
+                .check_with("api", &key, 1, basic)
+                .await
+                .map(|d| d.allowed)
+                .unwrap_or(false),
+        );
+    }
+    assert_eq!((first, second), (5, 0));
+}
