@@ -11,4 +11,5 @@ mod count_when;
 mod denials;
 mod desk;
 mod failover;
+mod metering;
 mod receipts;
