@@ -11,5 +11,7 @@ mod count_when;
 mod denials;
 mod desk;
 mod failover;
+mod leases;
 mod metering;
+mod operators;
 mod receipts;
