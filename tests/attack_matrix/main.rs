@@ -15,3 +15,4 @@ mod leases;
 mod metering;
 mod operators;
 mod receipts;
+mod walks;
