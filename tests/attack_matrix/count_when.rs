@@ -86,14 +86,25 @@ async fn requests_waiting_for_outcomes_are_held_within_max_held_and_never_boxed(
         tokio::spawn(async move { server.send(attempt("nat", "right", true)).await.status })
     };
     wait_until("first pending", || desk.reached() == (1, 0)).await;
-    let rest = at_once(&server, 20, "nat", "right");
+    let mut rest = at_once(&server, 20, "nat", "right");
     let mut most = 0;
     for _ in 0..100 {
         most = most.max(layer.held());
         tokio::time::sleep(Duration::from_millis(2)).await;
     }
+    // Those the layer could not hold were answered before any outcome was known.
+    let mut early = 0;
+    while let Some(reply) = rest.try_join_next() {
+        assert_eq!(
+            reply.expect("a reply").status,
+            StatusCode::TOO_MANY_REQUESTS
+        );
+        early += 1;
+    }
+    assert_eq!((most, early), (3, 17), "(held at most, refused at once)");
     desk.open();
     let (ok, wrong, refused) = tally(rest).await;
+    let refused = refused + early;
     assert_eq!(first.await.expect("first"), StatusCode::OK);
     assert!(most <= 3, "held() said {most} with max_held(3)");
     assert_eq!(wrong, 0);
@@ -252,4 +263,47 @@ async fn wrong_logins_polling_another_process_reach_the_desk_once() {
     assert_eq!((wrong, refused), (1, 7));
     assert_eq!(desk_b.reached(), (0, 1));
     assert!(trips(&a, "mallory").await.1, "not boxed");
+}
+
+/// A client that leaves while its request polls another process for outcomes takes
+/// nothing with it: process A holds one right login on a quota of one; 5 wrong logins
+/// in process B poll and their clients leave; once A's outcome is known, one wrong
+/// login in B reaches its desk, the next is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clients_leaving_while_polling_another_process_leave_nothing_charged() {
+    let c = clock();
+    let policy = || {
+        Policy::new("failed-logins", Quota::per_minute(1))
+            .expect("policy")
+            .algorithm(Algorithm::SlidingWindowLog)
+            .key(key::header("x-user").expect("a header"))
+            .count_when(|status| status == StatusCode::UNAUTHORIZED)
+            .poll_other_processes(Duration::from_millis(5))
+            .wait_for_outcomes(Duration::from_secs(5))
+    };
+    let prefix = support::redis_server::unique_prefix("leaving-pollers");
+    let a = layer(policy(), redis_at(&prefix, c.clone()));
+    let b = layer(policy(), redis_at(&prefix, c.clone()));
+    let (desk_a, desk_b) = (Desk::new(), Desk::new());
+    desk_b.open();
+    let (server_a, server_b) = (serve(&a, &desk_a).await, serve(&b, &desk_b).await);
+    let pending = {
+        let server = server_a.clone();
+        tokio::spawn(async move { server.send(attempt("leaver", "right", true)).await.status })
+    };
+    wait_until("pending in A", || desk_a.reached() == (1, 0)).await;
+    let mut leaving = at_once(&server_b, 5, "leaver", "wrong");
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    leaving.abort_all();
+    while leaving.join_next().await.is_some() {}
+    wait_until("B holds nobody", || b.held() == 0).await;
+    desk_a.open();
+    assert_eq!(pending.await.expect("A"), StatusCode::OK);
+    wait_until("outcomes known", || a.awaiting_outcomes() == 0).await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let first = server_b
+        .send(attempt("leaver", "wrong", false))
+        .await
+        .status;
+    assert_eq!(desk_b.reached(), (0, 1), "a wrong login after: {first}");
 }
