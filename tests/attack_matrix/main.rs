@@ -11,6 +11,7 @@ mod count_when;
 mod denials;
 mod desk;
 mod failover;
+mod holding;
 mod leases;
 mod metering;
 mod operators;
