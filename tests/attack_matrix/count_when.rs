@@ -307,3 +307,47 @@ async fn clients_leaving_while_polling_another_process_leave_nothing_charged() {
         .status;
     assert_eq!(desk_b.reached(), (0, 1), "a wrong login after: {first}");
 }
+
+/// A guesser who hangs up once the desk has seen each guess (the handler still
+/// running, its status never written): the guess reached the handler, so it counts.
+/// Of 20 such guesses on "5 failed logins a minute", at most 5 reach the desk.
+async fn guesses_that_hang_up(store: impl Store) -> usize {
+    let policy = Policy::new("failed-logins", Quota::per_minute(5))
+        .expect("policy")
+        .algorithm(Algorithm::SlidingWindowLog)
+        .key(key::header("x-user").expect("a header"))
+        .count_when(|status| status == StatusCode::UNAUTHORIZED)
+        .wait_for_outcomes(Duration::from_millis(300));
+    let desk = Desk::new();
+    let layer = layer(policy, store);
+    let server = serve(&layer, &desk).await;
+    for i in 0..20 {
+        let before = desk.reached().1;
+        let guess = {
+            let server = server.clone();
+            tokio::spawn(async move { server.send(attempt("guesser", "wrong", true)).await.status })
+        };
+        let started = std::time::Instant::now();
+        while desk.reached().1 == before && !guess.is_finished() {
+            assert!(started.elapsed() < Duration::from_secs(10), "guess {i} hangs");
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        guess.abort();
+        let _ = guess.await;
+        tokio::time::sleep(Duration::from_millis(30)).await;
+    }
+    wait_until("outcomes settled", || layer.awaiting_outcomes() == 0 && layer.held() == 0).await;
+    desk.reached().1
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn guesses_whose_client_hangs_up_in_the_handler_still_count_on_memory() {
+    let reached = guesses_that_hang_up(MemoryStore::with_clock(clock())).await;
+    assert_eq!(reached, 5, "guesses that reached the desk on 5 a minute");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn guesses_whose_client_hangs_up_in_the_handler_still_count_on_redis() {
+    let reached = guesses_that_hang_up(redis("hang-up", clock())).await;
+    assert_eq!(reached, 5, "guesses that reached the desk on 5 a minute");
+}

@@ -310,3 +310,98 @@ async fn an_escalating_box_counts_trips_made_on_the_primary_after_a_failover() {
         "the second trip, on the insurance: {second:?} (a 20 s block is right)"
     );
 }
+
+/// Operators' calls missed by the primary are replayed in their order: a reset then a
+/// block of an hour, both while the primary is down, leave the key blocked once the
+/// primary is back (replayed the other way round, the reset would lift the block).
+#[tokio::test]
+async fn a_reset_then_a_block_during_an_outage_leave_the_key_blocked_after_it() {
+    let c = clock();
+    let primary = Switched::new(&c);
+    let store = fallback(&primary, &c);
+    let limit = Limit::new("api", Quota::per_minute(10)).expect("limit");
+    let limiter = limiter(limit.clone(), store.clone());
+    let key = Key::from("ordered");
+    assert_eq!(admitted(&limiter, "api", &key, 3).await, 3);
+    primary.set(false);
+    let _ = limiter.check("api", &key, 0).await;
+    limiter.reset("api", &key).await.expect("reset");
+    limiter
+        .block("api", &key, Duration::from_secs(3_600))
+        .await
+        .expect("block");
+    primary.set(true);
+    until_back(&store, &limiter, "api").await;
+    let on_primary = limiter_on(&limit, &primary)
+        .offences("api", &key)
+        .await
+        .expect("offences");
+    let through = admitted(&limiter, "api", &key, 5).await;
+    assert!(
+        on_primary.blocked_for.is_some() && through == 0,
+        "on the primary: {on_primary:?}; admitted after: {through} of 5"
+    );
+}
+
+/// And a block then a reset leave it free, with a fresh quota less what the
+/// insurance admitted after the reset.
+#[tokio::test]
+async fn a_block_then_a_reset_during_an_outage_leave_the_key_free_after_it() {
+    let c = clock();
+    let primary = Switched::new(&c);
+    let store = fallback(&primary, &c);
+    let limiter = limiter(
+        Limit::new("api", Quota::per_minute(10)).expect("limit"),
+        store.clone(),
+    );
+    let key = Key::from("forgiven");
+    assert_eq!(admitted(&limiter, "api", &key, 3).await, 3);
+    primary.set(false);
+    let _ = limiter.check("api", &key, 0).await;
+    limiter
+        .block("api", &key, Duration::from_secs(3_600))
+        .await
+        .expect("block");
+    limiter.reset("api", &key).await.expect("reset");
+    let on_insurance = admitted(&limiter, "api", &key, 4).await;
+    primary.set(true);
+    until_back(&store, &limiter, "api").await;
+    let on_primary = admitted(&limiter, "api", &key, 12).await;
+    assert_eq!((on_insurance, on_primary), (4, 6));
+}
+
+/// A block re-asserted on a primary that comes back empty keeps its end: blocked for
+/// 10 minutes on the injected clock, 5 minutes pass while the primary is down, and
+/// the primary then reports at most 5 minutes left (not a fresh 10).
+#[tokio::test]
+async fn a_reasserted_block_ends_when_it_would_have() {
+    let c = clock();
+    let primary = Switched::new(&c);
+    let store = fallback(&primary, &c);
+    let limit = Limit::new("api", Quota::per_minute(10)).expect("limit");
+    let limiter = limiter(limit.clone(), store.clone());
+    let key = Key::from("timed");
+    limiter
+        .block("api", &key, Duration::from_secs(600))
+        .await
+        .expect("block");
+    primary.set(false);
+    let _ = limiter.check("api", &key, 1).await;
+    c.advance(Duration::from_secs(300));
+    limiter.reset("api", &key).await.expect("reset");
+    limiter
+        .block("api", &key, Duration::from_secs(300))
+        .await
+        .expect("block");
+    primary.set(true);
+    until_back(&store, &limiter, "api").await;
+    let left = limiter_on(&limit, &primary)
+        .offences("api", &key)
+        .await
+        .expect("offences")
+        .blocked_for;
+    assert!(
+        left.is_some_and(|d| d <= Duration::from_secs(300) && d > Duration::from_secs(290)),
+        "{left:?}"
+    );
+}
