@@ -329,14 +329,20 @@ async fn guesses_that_hang_up(store: impl Store) -> usize {
         };
         let started = std::time::Instant::now();
         while desk.reached().1 == before && !guess.is_finished() {
-            assert!(started.elapsed() < Duration::from_secs(10), "guess {i} hangs");
+            assert!(
+                started.elapsed() < Duration::from_secs(10),
+                "guess {i} hangs"
+            );
             tokio::time::sleep(Duration::from_millis(2)).await;
         }
         guess.abort();
         let _ = guess.await;
         tokio::time::sleep(Duration::from_millis(30)).await;
     }
-    wait_until("outcomes settled", || layer.awaiting_outcomes() == 0 && layer.held() == 0).await;
+    wait_until("outcomes settled", || {
+        layer.awaiting_outcomes() == 0 && layer.held() == 0
+    })
+    .await;
     desk.reached().1
 }
 

@@ -405,3 +405,59 @@ async fn a_reasserted_block_ends_when_it_would_have() {
         "{left:?}"
     );
 }
+
+/// The box tripped on the insurance, on a real Redis primary killed and restarted
+/// empty: once Redis serves again, the caller is still boxed a minute later.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "BROKEN: a box tripped on the insurance while Redis was down is not re-asserted on Redis back empty: 3 of 5 admitted 61 s into a 600 s box"]
+async fn a_box_tripped_on_the_insurance_holds_on_a_redis_that_comes_back() {
+    let c = clock();
+    let mut server = support::redis_server::RedisServer::start();
+    let primary = tollgate::RedisStore::from_url(&server.url())
+        .expect("url")
+        .deadline(Duration::from_millis(200))
+        .expect("deadline")
+        .with_clock(c.clone());
+    let store = Fallback::new(primary.clone(), MemoryStore::with_clock(c.clone()))
+        .min_down(Duration::from_millis(50))
+        .probe_interval(Duration::from_millis(20));
+    let limit = Limit::new("login", Quota::per_minute(3))
+        .expect("limit")
+        .penalty(Penalty::after(1).block_for(Duration::from_secs(600)));
+    let through = limiter(limit.clone(), store.clone());
+    let direct = limiter(limit.clone(), primary);
+    let limiter = through;
+    let key = Key::from("mallory");
+    let _ = limiter.check("login", &Key::from("warm"), 0).await;
+    server.kill();
+    let mut on_insurance = 0;
+    for _ in 0..5 {
+        on_insurance += usize::from(
+            limiter
+                .check("login", &key, 1)
+                .await
+                .map(|d| d.allowed)
+                .unwrap_or(false),
+        );
+    }
+    assert_eq!(on_insurance, 3);
+    server.restart();
+    let probe = Key::from("probe-key");
+    let started = std::time::Instant::now();
+    while !store.serving_primary() {
+        assert!(
+            started.elapsed() < crate::common::HANG,
+            "never back on Redis"
+        );
+        let _ = limiter.check("login", &probe, 0).await;
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let on_redis = direct.offences("login", &key).await.expect("offences");
+    c.advance(Duration::from_secs(61));
+    let a_minute_later = admitted(&limiter, "login", &key, 5).await;
+    assert!(
+        on_redis.blocked_for.is_some() && a_minute_later == 0,
+        "Redis's view: {on_redis:?}; admitted 61 s later: {a_minute_later} of 5"
+    );
+}
