@@ -357,3 +357,111 @@ async fn guesses_whose_client_hangs_up_in_the_handler_still_count_on_redis() {
     let reached = guesses_that_hang_up(redis("hang-up", clock())).await;
     assert_eq!(reached, 5, "guesses that reached the desk on 5 a minute");
 }
+
+/// A shadowed `count_when` policy never holds a request: with one login pending on a
+/// quota of one, 5 more are served at once (they reach the desk while the first is
+/// still in it), whether the policy is shadowed, enforced for nobody (share 0) or the
+/// whole layer is in shadow.
+async fn shadow_never_waits(policy: Policy, layer_shadow: bool) -> (usize, usize) {
+    let desk = Desk::new();
+    let layer = layer(policy, MemoryStore::with_clock(clock())).shadow(layer_shadow);
+    let server = serve(&layer, &desk).await;
+    let pending = {
+        let server = server.clone();
+        tokio::spawn(async move { server.send(attempt("shadowed", "right", true)).await.status })
+    };
+    wait_until("pending", || desk.reached() == (1, 0)).await;
+    let rest = at_once(&server, 5, "shadowed", "right");
+    let started = std::time::Instant::now();
+    while desk.reached().0 < 6 && started.elapsed() < Duration::from_secs(2) {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let reached_while_pending = desk.reached().0 - 1;
+    desk.open();
+    let (ok, _, _) = tally(rest).await;
+    assert_eq!(pending.await.expect("pending"), StatusCode::OK);
+    (reached_while_pending, ok)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shadowed_count_when_policy_never_holds_a_request() {
+    let shadowed = one_failure(Algorithm::Gcra).shadow(true);
+    assert_eq!(shadow_never_waits(shadowed, false).await, (5, 5));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_count_when_policy_enforced_for_nobody_never_holds_a_request() {
+    let nobody = one_failure(Algorithm::Gcra).enforce(0.0).expect("share");
+    assert_eq!(shadow_never_waits(nobody, false).await, (5, 5));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_layer_in_shadow_never_holds_a_count_when_request() {
+    assert_eq!(shadow_never_waits(one_failure(Algorithm::Gcra), true).await, (5, 5));
+}
+
+/// A plan's quota from the request (`x-plan: strict` is 1 failure a minute; the
+/// limit's own is 100).
+fn planned() -> Policy {
+    Policy::new("failed-logins", Quota::per_minute(100))
+        .expect("policy")
+        .algorithm(Algorithm::SlidingWindowLog)
+        .key(key::header("x-user").expect("a header"))
+        .count_when(|status| status == StatusCode::UNAUTHORIZED)
+        .penalty(Penalty::after(1).block_for(Duration::from_secs(600)))
+        .quota_from(|parts| {
+            (parts.headers.get("x-plan")? == "strict").then(|| Quota::per_minute(1))
+        })
+}
+
+fn on_plan(user: &str, password: &str, hold: bool) -> http::Request<http_body_util::Full<bytes::Bytes>> {
+    let mut request = attempt(user, password, hold);
+    request
+        .headers_mut()
+        .insert("x-plan", http::HeaderValue::from_static("strict"));
+    request
+}
+
+/// Under the caller's plan of one: one right login pending, 5 more at once wait for
+/// its outcome under the plan's quota (not the limit's), all served, no box; then 5
+/// wrong ones at once: one reaches the desk, and the caller is boxed.
+async fn plan_waits(store: impl Store) -> ((usize, usize, usize), (u32, bool), usize) {
+    let desk = Desk::new();
+    let layer = layer(planned(), store);
+    let server = serve(&layer, &desk).await;
+    let pending = {
+        let server = server.clone();
+        tokio::spawn(async move { server.send(on_plan("planner", "right", true)).await.status })
+    };
+    wait_until("pending", || desk.reached() == (1, 0)).await;
+    let mut rest = tokio::task::JoinSet::new();
+    for _ in 0..5 {
+        let server = server.clone();
+        rest.spawn(async move { server.send(on_plan("planner", "right", false)).await });
+    }
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    desk.open();
+    assert_eq!(pending.await.expect("pending"), StatusCode::OK);
+    let rights = tally(rest).await;
+    wait_until("outcomes", || layer.awaiting_outcomes() == 0).await;
+    let boxed = trips(&layer, "planner").await;
+    let mut wrong = tokio::task::JoinSet::new();
+    for _ in 0..5 {
+        let server = server.clone();
+        wrong.spawn(async move { server.send(on_plan("planner", "wrong", false)).await });
+    }
+    let _ = tally(wrong).await;
+    (rights, boxed, desk.reached().1)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plan_callers_wait_for_outcomes_under_their_own_quota_on_memory() {
+    let (rights, boxed, wrong) = plan_waits(MemoryStore::with_clock(clock())).await;
+    assert_eq!((rights, boxed, wrong), ((5, 0, 0), (0, false), 1));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plan_callers_wait_for_outcomes_under_their_own_quota_on_redis() {
+    let (rights, boxed, wrong) = plan_waits(redis("plan-waits", clock())).await;
+    assert_eq!((rights, boxed, wrong), ((5, 0, 0), (0, false), 1));
+}
