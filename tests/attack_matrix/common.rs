@@ -40,3 +40,13 @@ pub(crate) async fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
 }
+
+/// A store on the binary's three-master Redis Cluster under a prefix of its own.
+pub(crate) fn cluster(name: &str, clock: ManualClock) -> RedisStore {
+    RedisStore::from_cluster_urls(support::redis_cluster::shared_cluster().urls())
+        .expect("valid urls")
+        .prefix(&unique_prefix(name))
+        .deadline(Duration::from_secs(5))
+        .expect("a deadline")
+        .with_clock(clock)
+}

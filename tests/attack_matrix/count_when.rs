@@ -397,7 +397,10 @@ async fn a_count_when_policy_enforced_for_nobody_never_holds_a_request() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_layer_in_shadow_never_holds_a_count_when_request() {
-    assert_eq!(shadow_never_waits(one_failure(Algorithm::Gcra), true).await, (5, 5));
+    assert_eq!(
+        shadow_never_waits(one_failure(Algorithm::Gcra), true).await,
+        (5, 5)
+    );
 }
 
 /// A plan's quota from the request (`x-plan: strict` is 1 failure a minute; the
@@ -414,7 +417,11 @@ fn planned() -> Policy {
         })
 }
 
-fn on_plan(user: &str, password: &str, hold: bool) -> http::Request<http_body_util::Full<bytes::Bytes>> {
+fn on_plan(
+    user: &str,
+    password: &str,
+    hold: bool,
+) -> http::Request<http_body_util::Full<bytes::Bytes>> {
     let mut request = attempt(user, password, hold);
     request
         .headers_mut()

@@ -7,7 +7,7 @@ use std::time::Duration;
 use tollgate::store::Store;
 use tollgate::{Algorithm, Key, Limit, Limiter, MemoryStore, Penalty, Quota};
 
-use crate::common::{clock, redis};
+use crate::common::{clock, cluster, redis};
 
 fn limiter(store: impl Store) -> Limiter {
     Limiter::builder()
@@ -207,4 +207,15 @@ async fn a_boxed_plan_caller_stays_boxed_through_the_denial_cache_and_an_upgrade
     ];
     assert_eq!(memory, expected);
     assert_eq!(redis, expected);
+}
+
+#[tokio::test]
+async fn on_the_cluster_a_plan_upgrade_or_a_reload_is_not_answered_by_a_cached_denial() {
+    let upgraded = upgrade_after_a_denial(cluster("upgrade-denied", clock())).await;
+    let reloaded = reload_after_a_denial(cluster("reload-denied", clock())).await;
+    let refunded = refund_after_a_denial(cluster("refund-denied", clock())).await;
+    assert_eq!(
+        (upgraded, reloaded, refunded),
+        ((true, 94), (true, 94), (true, false))
+    );
 }
