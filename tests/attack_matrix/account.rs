@@ -229,3 +229,58 @@ async fn a_policy_not_enforced_for_the_caller_is_absent_from_the_problem() {
     assert!(!denied.body.contains("abnormal-usage"), "{}", denied.body);
     assert!(denied.body.contains("per-caller"), "{}", denied.body);
 }
+
+/// A failed (uncounted) streamed answer whose client leaves mid-stream, having
+/// reported 0: its charge comes back once (refund and settle do not both give back).
+/// 1,000 used before by a success: 9,000 left after, not 10,000.
+async fn a_failed_stream_left_mid_way(store: impl Store) -> u64 {
+    let layer = RateLimitLayer::builder()
+        .policy(tokens())
+        .store(store)
+        .build()
+        .expect("layer");
+    let streaming = Router::new().route(
+        "/stream-fail",
+        get(|Extension(meter): Extension<Meter>| async move {
+            meter.report(0);
+            let (sender, receiver) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(1);
+            tokio::spawn(async move {
+                let _ = sender.send(Ok(Bytes::from_static(b"data: part\n\n"))).await;
+                // Never ends: the client leaves first.
+                sender.closed().await;
+            });
+            (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                axum::body::Body::from_stream(
+                    tonic::codegen::tokio_stream::wrappers::ReceiverStream::new(receiver),
+                ),
+            )
+        }),
+    );
+    let server = Server::start(routes().merge(streaming).layer(layer.clone())).await;
+    let key = key_of(&tokens(), "alice");
+    assert_eq!(
+        server.send(call("/ok/1000", "alice", 1_000)).await.status,
+        StatusCode::OK
+    );
+    for _ in 0..3 {
+        let response = server
+            .open(call("/stream-fail", "alice", 1_000))
+            .await
+            .expect("a head");
+        assert_eq!(response.status(), StatusCode::INTERNAL_SERVER_ERROR);
+        drop(response);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    settled_remaining(&layer, "tokens", &key).await
+}
+
+#[tokio::test]
+async fn a_failed_stream_whose_client_leaves_gives_its_charge_back_once_on_memory() {
+    assert_eq!(a_failed_stream_left_mid_way(MemoryStore::with_clock(clock())).await, 9_000);
+}
+
+#[tokio::test]
+async fn a_failed_stream_whose_client_leaves_gives_its_charge_back_once_on_redis() {
+    assert_eq!(a_failed_stream_left_mid_way(redis("stream-fail", clock())).await, 9_000);
+}
