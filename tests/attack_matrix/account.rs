@@ -277,10 +277,16 @@ async fn a_failed_stream_left_mid_way(store: impl Store) -> u64 {
 
 #[tokio::test]
 async fn a_failed_stream_whose_client_leaves_gives_its_charge_back_once_on_memory() {
-    assert_eq!(a_failed_stream_left_mid_way(MemoryStore::with_clock(clock())).await, 9_000);
+    assert_eq!(
+        a_failed_stream_left_mid_way(MemoryStore::with_clock(clock())).await,
+        9_000
+    );
 }
 
 #[tokio::test]
 async fn a_failed_stream_whose_client_leaves_gives_its_charge_back_once_on_redis() {
-    assert_eq!(a_failed_stream_left_mid_way(redis("stream-fail", clock())).await, 9_000);
+    assert_eq!(
+        a_failed_stream_left_mid_way(redis("stream-fail", clock())).await,
+        9_000
+    );
 }

@@ -472,3 +472,62 @@ async fn plan_callers_wait_for_outcomes_under_their_own_quota_on_redis() {
     let (rights, boxed, wrong) = plan_waits(redis("plan-waits", clock())).await;
     assert_eq!((rights, boxed, wrong), ((5, 0, 0), (0, false), 1));
 }
+
+/// Guesses spread over two polling processes at once: 5 wrong logins in each, on 2
+/// failures a minute: exactly 2 reach a desk in all, and the caller is boxed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn guesses_spread_over_polling_processes_reach_the_desks_the_quota_times() {
+    let c = clock();
+    let policy = || {
+        Policy::new("failed-logins", Quota::per_minute(2))
+            .expect("policy")
+            .algorithm(Algorithm::SlidingWindowLog)
+            .key(key::header("x-user").expect("a header"))
+            .count_when(|status| status == StatusCode::UNAUTHORIZED)
+            .penalty(Penalty::after(1).block_for(Duration::from_secs(600)))
+            .poll_other_processes(Duration::from_millis(3))
+            .wait_for_outcomes(Duration::from_millis(800))
+    };
+    let prefix = support::redis_server::unique_prefix("spread-guesses");
+    let a = layer(policy(), redis_at(&prefix, c.clone()));
+    let b = layer(policy(), redis_at(&prefix, c.clone()));
+    let (desk_a, desk_b) = (Desk::new(), Desk::new());
+    desk_a.open();
+    desk_b.open();
+    let (server_a, server_b) = (serve(&a, &desk_a).await, serve(&b, &desk_b).await);
+    let from_a = at_once(&server_a, 5, "spreader", "wrong");
+    let from_b = at_once(&server_b, 5, "spreader", "wrong");
+    let (_, wrong_a, refused_a) = tally(from_a).await;
+    let (_, wrong_b, refused_b) = tally(from_b).await;
+    assert_eq!(
+        (
+            desk_a.reached().1 + desk_b.reached().1,
+            wrong_a + wrong_b,
+            refused_a + refused_b
+        ),
+        (2, 2, 8)
+    );
+    assert!(trips(&a, "spreader").await.1, "not boxed");
+}
+
+/// On one process's memory store with right logins mixed in: 10 wrong and 10 right at
+/// once on 2 failures a minute: exactly 2 wrong ones reach the desk (right ones are
+/// refused only once the failures are spent and known).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn right_and_wrong_logins_at_once_serve_every_right_one_and_the_quota_of_wrong() {
+    let policy = Policy::new("failed-logins", Quota::per_minute(2))
+        .expect("policy")
+        .algorithm(Algorithm::Gcra)
+        .key(key::header("x-user").expect("a header"))
+        .count_when(|status| status == StatusCode::UNAUTHORIZED);
+    let layer = layer(policy, MemoryStore::with_clock(clock()));
+    let desk = Desk::new();
+    desk.open();
+    let server = serve(&layer, &desk).await;
+    let wrong = at_once(&server, 10, "mixed", "wrong");
+    let right = at_once(&server, 10, "mixed", "right");
+    let (_, w, _) = tally(wrong).await;
+    let (r, _, r_refused) = tally(right).await;
+    assert_eq!((w, desk.reached().1), (2, 2));
+    assert_eq!(r + r_refused, 10);
+}

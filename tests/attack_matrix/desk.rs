@@ -63,11 +63,15 @@ async fn login(State(desk): State<Arc<Desk>>, headers: HeaderMap) -> StatusCode 
     }
 }
 
-pub(crate) async fn serve(layer: &RateLimitLayer, desk: &Arc<Desk>) -> Arc<Server> {
-    let app = Router::new()
+/// `POST /login` on `desk`.
+pub(crate) fn routes(desk: &Arc<Desk>) -> Router {
+    Router::new()
         .route("/login", post(login))
         .with_state(desk.clone())
-        .layer(layer.clone());
+}
+
+pub(crate) async fn serve(layer: &RateLimitLayer, desk: &Arc<Desk>) -> Arc<Server> {
+    let app = routes(desk).layer(layer.clone());
     Arc::new(Server::start(app).await)
 }
 

@@ -178,3 +178,83 @@ async fn a_held_client_leaving_after_a_reload_gives_nothing_to_the_new_state_on_
         (10, 0)
     );
 }
+
+/// One budget for every kind of holding: logins waiting for a pending outcome and
+/// requests held for their leaky-bucket turn, under `max_held(3)`: `held()` never says
+/// more than 3, and every request past it is answered at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn outcome_waiters_and_turns_share_one_hold_budget() {
+    use crate::desk::{Desk, attempt};
+    let login = Policy::new("failed-logins", Quota::per_minute(1))
+        .expect("policy")
+        .key(key::header("x-user").expect("header"))
+        .on_route(http::Method::POST, "/login")
+        .expect("route")
+        .count_when(|status| status == StatusCode::UNAUTHORIZED);
+    let queue = Policy::new(
+        "queue",
+        Quota::per_second(1).with_burst(100).expect("burst"),
+    )
+    .expect("policy")
+    .algorithm(Algorithm::LeakyBucket)
+    .max_delay(Duration::from_secs(600))
+    .key(key::global())
+    .on_route(http::Method::GET, "/")
+    .expect("route");
+    let layer = RateLimitLayer::builder()
+        .policy(login)
+        .policy(queue)
+        .store(MemoryStore::with_clock(clock()))
+        .build()
+        .expect("layer")
+        .max_held(3);
+    let desk = Desk::new();
+    let routes = Router::new()
+        .route("/", get(|| async { "ok" }))
+        .merge(crate::desk::routes(&desk))
+        .layer(layer.clone());
+    let server = Arc::new(Server::start(routes).await);
+    let pending = {
+        let server = server.clone();
+        tokio::spawn(async move { server.send(attempt("u", "right", true)).await.status })
+    };
+    wait_until("pending", || desk.reached() == (1, 0)).await;
+    let mut all = tokio::task::JoinSet::new();
+    for i in 0..12 {
+        let server = server.clone();
+        all.spawn(async move {
+            if i % 2 == 0 {
+                server.send(attempt("u", "right", false)).await.status
+            } else {
+                server.send(from("q")).await.status
+            }
+        });
+    }
+    let mut most = 0;
+    for _ in 0..150 {
+        most = most.max(layer.held());
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    let (mut answered_at_once, mut served_at_once) = (0, 0);
+    while let Some(status) = all.try_join_next() {
+        match status.expect("status") {
+            StatusCode::TOO_MANY_REQUESTS => answered_at_once += 1,
+            StatusCode::OK => served_at_once += 1,
+            other => panic!("{other}"),
+        }
+    }
+    // Only the first queue request (place 0) is served at once.
+    assert!(
+        served_at_once <= 1,
+        "{served_at_once} served while the login was pending"
+    );
+    desk.open();
+    assert_eq!(pending.await.expect("pending"), StatusCode::OK);
+    all.abort_all();
+    assert!(most <= 3, "held() said {most} under max_held(3)");
+    // The first queue request is served at once (place 0): 11 held or refused.
+    assert!(
+        answered_at_once >= 12 - 1 - 3,
+        "{answered_at_once} answered at once"
+    );
+}
