@@ -14,6 +14,7 @@ mod failover;
 mod holding;
 mod leases;
 mod metering;
+mod metrics;
 mod operators;
 mod receipts;
 mod walks;
