@@ -461,3 +461,93 @@ async fn a_box_tripped_on_the_insurance_holds_on_a_redis_that_comes_back() {
         "Redis's view: {on_redis:?}; admitted 61 s later: {a_minute_later} of 5"
     );
 }
+
+/// A plan caller (5/min, the limit's own 100/min) spends its plan on the insurance
+/// while the primary is down; the primary is charged on recovery what the insurance
+/// admitted, under the caller's plan: back on the primary it admits nothing more.
+#[tokio::test]
+async fn the_catch_up_charges_a_plan_callers_usage_under_its_plan() {
+    let mut seen = Vec::new();
+    for algorithm in tollgate::Algorithm::ALL {
+        if algorithm == tollgate::Algorithm::LeakyBucket {
+            continue;
+        }
+        let c = clock();
+        let primary = Switched::new(&c);
+        let store = fallback(&primary, &c);
+        let limiter = limiter(
+            Limit::new("api", Quota::per_minute(100))
+                .expect("limit")
+                .algorithm(algorithm),
+            store.clone(),
+        );
+        let key = Key::from("plan-outage");
+        let basic = Quota::per_minute(5);
+        let _ = limiter.check_with("api", &Key::from("warm"), 0, basic).await;
+        primary.set(false);
+        let mut on_insurance = 0;
+        for _ in 0..7 {
+            on_insurance += usize::from(
+                limiter
+                    .check_with("api", &key, 1, basic)
+                    .await
+                    .map(|d| d.allowed)
+                    .unwrap_or(false),
+            );
+        }
+        primary.set(true);
+        until_back(&store, &limiter, "api").await;
+        let mut on_primary = 0;
+        for _ in 0..7 {
+            on_primary += usize::from(
+                limiter
+                    .check_with("api", &key, 1, basic)
+                    .await
+                    .expect("check")
+                    .allowed,
+            );
+        }
+        seen.push((algorithm, on_insurance, on_primary));
+    }
+    assert!(
+        seen.iter().all(|(_, i, p)| i + p <= 5),
+        "(algorithm, admitted on the insurance, then on the primary), 5 is one plan: {seen:?}"
+    );
+}
+
+/// A block this process saw on the primary's answers, then lifted by an operator's
+/// reset through this process while the primary was down: the primary comes back
+/// empty and the reset holds (the seen block is not re-asserted over it).
+#[tokio::test]
+async fn a_block_lifted_during_the_outage_is_not_reasserted_on_an_empty_primary() {
+    let primary = support::fallback::Restartable::new();
+    let store = Fallback::new(primary.clone(), MemoryStore::new())
+        .min_down(Duration::from_millis(5))
+        .probe_interval(Duration::from_millis(2));
+    let limit = Limit::new("api", Quota::per_minute(10)).expect("limit");
+    let limiter = Limiter::builder()
+        .limit(limit.clone())
+        .store(store.clone())
+        .build()
+        .expect("limiter");
+    let key = Key::from("forgiven");
+    limiter
+        .block("api", &key, Duration::from_secs(3_600))
+        .await
+        .expect("block");
+    assert!(!limiter.check("api", &key, 1).await.expect("check").allowed);
+    primary.go_down();
+    let _ = limiter.check("api", &key, 1).await;
+    limiter.reset("api", &key).await.expect("reset");
+    primary.come_back_empty();
+    let probe = Key::from("probe-key");
+    let started = std::time::Instant::now();
+    while !store.serving_primary() {
+        assert!(started.elapsed() < crate::common::HANG, "never back");
+        let _ = limiter.check("api", &probe, 0).await;
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let after = admitted(&limiter, "api", &key, 12).await;
+    assert!(after >= 9, "{after} admitted of 12 after the reset (10 is a fresh quota)");
+}
