@@ -290,3 +290,76 @@ async fn a_failed_stream_whose_client_leaves_gives_its_charge_back_once_on_redis
         9_000
     );
 }
+
+/// A metered request in its handler when a reload changes the limit's period (10,000
+/// a minute to 10,000 per 30 s); the new window is spent; the request then reports 0:
+/// its settle gives nothing to the new state, and the next request is refused.
+async fn a_settle_across_a_period_reload(store: impl Store) -> (usize, StatusCode) {
+    let policy = |period: u64| {
+        Policy::new(
+            "tokens",
+            Quota::new(10_000, Duration::from_secs(period)).expect("quota"),
+        )
+        .expect("policy")
+        .algorithm(Algorithm::SlidingWindowLog)
+        .key(key::header("x-api-key").expect("header"))
+        .costs(Costs::from_fn(estimate))
+        .metered()
+    };
+    let layer = RateLimitLayer::builder()
+        .policy(policy(60))
+        .store(store)
+        .build()
+        .expect("layer");
+    let gate = std::sync::Arc::new(tokio::sync::Notify::new());
+    let entered = std::sync::Arc::new(tokio::sync::Notify::new());
+    let held = {
+        let (gate, entered) = (gate.clone(), entered.clone());
+        Router::new().route(
+            "/held",
+            get(move |Extension(meter): Extension<Meter>| {
+                let (gate, entered) = (gate.clone(), entered.clone());
+                async move {
+                    entered.notify_one();
+                    gate.notified().await;
+                    meter.report(0);
+                    "ok"
+                }
+            }),
+        )
+    };
+    let server = Arc::new(Server::start(routes().merge(held).layer(layer.clone())).await);
+    let pending = {
+        let server = server.clone();
+        tokio::spawn(async move { server.send(call("/held", "alice", 5_000)).await.status })
+    };
+    entered.notified().await;
+    layer.reload([policy(30)]).expect("reload");
+    let mut served = 0;
+    for _ in 0..12 {
+        if server.send(call("/ok/1000", "alice", 1_000)).await.status == StatusCode::OK {
+            served += 1;
+        }
+    }
+    gate.notify_one();
+    assert_eq!(pending.await.expect("pending"), StatusCode::OK);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let next = server.send(call("/ok/1000", "alice", 1_000)).await.status;
+    (served, next)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_metered_settle_across_a_period_reload_gives_nothing_on_memory() {
+    assert_eq!(
+        a_settle_across_a_period_reload(MemoryStore::with_clock(clock())).await,
+        (10, StatusCode::TOO_MANY_REQUESTS)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_metered_settle_across_a_period_reload_gives_nothing_on_redis() {
+    assert_eq!(
+        a_settle_across_a_period_reload(redis("period-reload", clock())).await,
+        (10, StatusCode::TOO_MANY_REQUESTS)
+    );
+}
