@@ -148,6 +148,12 @@ async fn one_caller_waiting_for_outcomes_is_bounded_per_key() {
 /// refund (a right password) gives nothing to the new state, so failures still reach
 /// the desk exactly 5 times.
 async fn a_refund_across_a_reload(store: impl Store) -> (usize, usize) {
+    a_refund_across_a_reload_by(store, false).await
+}
+
+/// `through_limiter`: the reload goes through `layer.limiter().reload` (limits only,
+/// the layer keeps its rules) instead of `layer.reload`.
+async fn a_refund_across_a_reload_by(store: impl Store, through_limiter: bool) -> (usize, usize) {
     let policy = |algorithm| {
         Policy::new("failed-logins", Quota::per_minute(5))
             .expect("policy")
@@ -164,7 +170,14 @@ async fn a_refund_across_a_reload(store: impl Store) -> (usize, usize) {
         tokio::spawn(async move { server.send(attempt("eve", "right", true)).await.status })
     };
     wait_until("pending", || desk.reached() == (1, 0)).await;
-    layer.reload([policy(Algorithm::Gcra)]).expect("reload");
+    if through_limiter {
+        layer
+            .limiter()
+            .reload([policy(Algorithm::Gcra).limit().clone()])
+            .expect("reload");
+    } else {
+        layer.reload([policy(Algorithm::Gcra)]).expect("reload");
+    }
     let mut statuses = Vec::new();
     for _ in 0..6 {
         statuses.push(server.send(attempt("eve", "wrong", false)).await.status);
@@ -530,4 +543,20 @@ async fn right_and_wrong_logins_at_once_serve_every_right_one_and_the_quota_of_w
     let (r, _, r_refused) = tally(right).await;
     assert_eq!((w, desk.reached().1), (2, 2));
     assert_eq!(r + r_refused, 10);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_count_when_refund_across_a_limiter_reload_gives_nothing_on_memory() {
+    assert_eq!(
+        a_refund_across_a_reload_by(MemoryStore::with_clock(clock()), true).await,
+        (5, 5)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_count_when_refund_across_a_limiter_reload_gives_nothing_on_redis() {
+    assert_eq!(
+        a_refund_across_a_reload_by(redis("cw-limiter-reload", clock()), true).await,
+        (5, 5)
+    );
 }

@@ -483,7 +483,9 @@ async fn the_catch_up_charges_a_plan_callers_usage_under_its_plan() {
         );
         let key = Key::from("plan-outage");
         let basic = Quota::per_minute(5);
-        let _ = limiter.check_with("api", &Key::from("warm"), 0, basic).await;
+        let _ = limiter
+            .check_with("api", &Key::from("warm"), 0, basic)
+            .await;
         primary.set(false);
         let mut on_insurance = 0;
         for _ in 0..7 {
@@ -549,5 +551,8 @@ async fn a_block_lifted_during_the_outage_is_not_reasserted_on_an_empty_primary(
     }
     tokio::time::sleep(Duration::from_millis(200)).await;
     let after = admitted(&limiter, "api", &key, 12).await;
-    assert!(after >= 9, "{after} admitted of 12 after the reset (10 is a fresh quota)");
+    assert!(
+        after >= 9,
+        "{after} admitted of 12 after the reset (10 is a fresh quota)"
+    );
 }

@@ -43,7 +43,9 @@ fn outcomes(policy: &str) -> HashMap<String, u64> {
                 .unwrap_or_default()
         };
         if let DebugValue::Counter(n) = value {
-            *totals.entry((label("policy"), label("outcome"))).or_default() += n;
+            *totals
+                .entry((label("policy"), label("outcome")))
+                .or_default() += n;
         }
     }
     totals
