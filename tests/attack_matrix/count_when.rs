@@ -560,3 +560,48 @@ async fn a_count_when_refund_across_a_limiter_reload_gives_nothing_on_redis() {
         (5, 5)
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn right_passwords_at_once_on_a_quota_of_one_are_all_served_unboxed_through_a_lease() {
+    let c = clock();
+    let leased = tollgate::store::LeasedStore::builder(MemoryStore::with_clock(c.clone()))
+        .clock(c)
+        .build();
+    twenty_right_passwords_on_a_quota_of_one(leased).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn right_passwords_at_once_on_a_quota_of_one_are_all_served_unboxed_through_a_lease_on_redis() {
+    let c = clock();
+    let leased = tollgate::store::LeasedStore::builder(redis("leased-rights", c.clone()))
+        .clock(c)
+        .build();
+    twenty_right_passwords_on_a_quota_of_one(leased).await;
+}
+
+/// Through a lease, the README recipe (5 failed logins a minute, then a box): 30
+/// right logins at once are all served and box nobody; then 10 wrong at once reach
+/// the desk 5 times and box the caller.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_failed_logins_recipe_holds_through_a_lease() {
+    let c = clock();
+    let leased = tollgate::store::LeasedStore::builder(MemoryStore::with_clock(c.clone()))
+        .clock(c)
+        .build();
+    let policy = Policy::new("failed-logins", Quota::per_minute(5))
+        .expect("policy")
+        .algorithm(Algorithm::SlidingWindowLog)
+        .key(key::header("x-user").expect("a header"))
+        .count_when(|status| status == StatusCode::UNAUTHORIZED)
+        .penalty(Penalty::after(1).block_for(Duration::from_secs(600)));
+    let desk = Desk::new();
+    desk.open();
+    let layer = layer(policy, leased);
+    let server = serve(&layer, &desk).await;
+    assert_eq!(tally(at_once(&server, 30, "office", "right")).await, (30, 0, 0));
+    wait_until("outcomes", || layer.awaiting_outcomes() == 0).await;
+    assert_eq!(trips(&layer, "office").await.1, false);
+    let (_, wrong, refused) = tally(at_once(&server, 10, "office", "wrong")).await;
+    assert_eq!((wrong, refused, desk.reached().1), (5, 5, 5));
+    assert!(trips(&layer, "office").await.1, "not boxed");
+}
