@@ -571,7 +571,8 @@ async fn right_passwords_at_once_on_a_quota_of_one_are_all_served_unboxed_throug
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn right_passwords_at_once_on_a_quota_of_one_are_all_served_unboxed_through_a_lease_on_redis() {
+async fn right_passwords_at_once_on_a_quota_of_one_are_all_served_unboxed_through_a_lease_on_redis()
+{
     let c = clock();
     let leased = tollgate::store::LeasedStore::builder(redis("leased-rights", c.clone()))
         .clock(c)
@@ -598,10 +599,58 @@ async fn the_failed_logins_recipe_holds_through_a_lease() {
     desk.open();
     let layer = layer(policy, leased);
     let server = serve(&layer, &desk).await;
-    assert_eq!(tally(at_once(&server, 30, "office", "right")).await, (30, 0, 0));
+    assert_eq!(
+        tally(at_once(&server, 30, "office", "right")).await,
+        (30, 0, 0)
+    );
     wait_until("outcomes", || layer.awaiting_outcomes() == 0).await;
     assert_eq!(trips(&layer, "office").await.1, false);
     let (_, wrong, refused) = tally(at_once(&server, 10, "office", "wrong")).await;
     assert_eq!((wrong, refused, desk.reached().1), (5, 5, 5));
     assert!(trips(&layer, "office").await.1, "not boxed");
+}
+
+/// The office behind a NAT while the primary store fails: 5 right logins pending on
+/// the primary (the quota of "5 failed logins a minute"), the primary goes down, their
+/// outcomes are known (all right). The next 5 right logins, decided on the insurance,
+/// are served and nobody is boxed: a right login never trips the box.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "BROKEN: count_when x Fallback; 5 right logins' refunds dropped when the primary failed: next 5 right logins 429 and the office boxed 600 s"]
+async fn right_logins_pending_when_the_primary_fails_never_box_the_office() {
+    let c = clock();
+    let primary = crate::failover::Switched::new(&c);
+    let store = crate::failover::fallback(&primary, &c);
+    let policy = Policy::new("failed-logins", Quota::per_minute(5))
+        .expect("policy")
+        .algorithm(Algorithm::SlidingWindowLog)
+        .key(key::header("x-user").expect("a header"))
+        .count_when(|status| status == StatusCode::UNAUTHORIZED)
+        .penalty(Penalty::after(1).block_for(Duration::from_secs(600)))
+        .wait_for_outcomes(Duration::from_millis(500));
+    let desk = Desk::new();
+    let layer = layer(policy, store);
+    let server = serve(&layer, &desk).await;
+    let mut pending = tokio::task::JoinSet::new();
+    for _ in 0..5 {
+        let server = server.clone();
+        pending.spawn(async move { server.send(attempt("nat", "right", true)).await });
+    }
+    wait_until("5 pending", || desk.reached() == (5, 0)).await;
+    primary.set(false);
+    desk.open();
+    assert_eq!(tally(pending).await, (5, 0, 0));
+    wait_until("outcomes", || layer.awaiting_outcomes() == 0).await;
+    let mut after = Vec::new();
+    for _ in 0..5 {
+        after.push(server.send(attempt("nat", "right", false)).await.status);
+    }
+    let boxed = layer
+        .limiter()
+        .offences("failed-logins", &user("nat"))
+        .await
+        .map(|o| o.blocked_for);
+    assert!(
+        after.iter().all(|s| *s == StatusCode::OK) && matches!(boxed, Ok(None)),
+        "right logins after the failover: {after:?}; box: {boxed:?}"
+    );
 }

@@ -18,20 +18,20 @@ use crate::common::clock;
 
 /// A store behind a switch: while down every call fails; back up, it has what it had.
 #[derive(Debug, Clone)]
-struct Switched {
+pub(crate) struct Switched {
     store: MemoryStore,
     up: Arc<AtomicBool>,
 }
 
 impl Switched {
-    fn new(clock: &ManualClock) -> Self {
+    pub(crate) fn new(clock: &ManualClock) -> Self {
         Self {
             store: MemoryStore::with_clock(clock.clone()),
             up: Arc::new(AtomicBool::new(true)),
         }
     }
 
-    fn set(&self, up: bool) {
+    pub(crate) fn set(&self, up: bool) {
         self.up.store(up, Ordering::SeqCst);
     }
 
@@ -65,7 +65,7 @@ impl Store for Switched {
     }
 }
 
-fn fallback(primary: &Switched, clock: &ManualClock) -> Fallback<Switched, MemoryStore> {
+pub(crate) fn fallback(primary: &Switched, clock: &ManualClock) -> Fallback<Switched, MemoryStore> {
     Fallback::new(primary.clone(), MemoryStore::with_clock(clock.clone()))
         .min_down(Duration::from_millis(5))
         .probe_interval(Duration::from_millis(2))
