@@ -556,3 +556,121 @@ async fn a_block_lifted_during_the_outage_is_not_reasserted_on_an_empty_primary(
         "{after} admitted of 12 after the reset (10 is a fresh quota)"
     );
 }
+
+/// A debt across a failover: 1,000 of 10,000 tokens charged on the primary, settled
+/// to 9,000 once the primary is down (the settle goes to the store that took the
+/// charge, which fails). The insurance then serves the key: within one quota, one
+/// more request of 1,000 fits, not nine.
+#[tokio::test]
+#[ignore = "BROKEN: a debt settled (1,000 -> 9,000 of 10,000) while the primary is down is dropped: 9 more x 1,000 admitted on the insurance, not 1"]
+async fn a_debt_settled_while_the_primary_is_down_is_not_forgotten() {
+    let c = clock();
+    let primary = Switched::new(&c);
+    let store = fallback(&primary, &c);
+    let limiter = limiter(
+        Limit::new("tokens", Quota::per_minute(10_000)).expect("limit"),
+        store.clone(),
+    );
+    let key = Key::from("debtor");
+    let first = limiter.check("tokens", &key, 1_000).await.expect("check");
+    assert!(first.allowed);
+    primary.set(false);
+    let settled = limiter.settle(&first, &key, 9_000).await;
+    let mut on_insurance = 0;
+    for _ in 0..12 {
+        on_insurance += usize::from(
+            limiter
+                .check("tokens", &key, 1_000)
+                .await
+                .map(|d| d.allowed)
+                .unwrap_or(false),
+        );
+    }
+    assert!(
+        on_insurance <= 1,
+        "{on_insurance} × 1,000 admitted after 9,000 used of 10,000 (the settle: {:?})",
+        settled.map(|d| d.remaining)
+    );
+}
+
+/// The same over HTTP: a metered request (estimate 1,000) in its handler when the
+/// primary fails reports 9,000; the caller's next requests (1,000 each) on the
+/// insurance: one fits in 10,000 a minute, not nine.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "BROKEN: a Meter report of 9,000 on a 1,000 estimate, settled after the primary failed, is dropped: 9 more requests of 1,000 served, not 1"]
+async fn a_metered_debt_reported_as_the_primary_fails_is_not_forgotten() {
+    use axum::Router;
+    use axum::extract::{Extension, Path};
+    use axum::routing::get;
+    use tollgate::layer::{Costs, Meter};
+    let c = clock();
+    let primary = Switched::new(&c);
+    let store = fallback(&primary, &c);
+    let policy = tollgate::Policy::new("tokens", Quota::per_minute(10_000))
+        .expect("policy")
+        .key(tollgate::key::header("x-api-key").expect("header"))
+        .costs(Costs::new().default(1_000))
+        .metered();
+    let layer = tollgate::RateLimitLayer::builder()
+        .policy(policy)
+        .store(store)
+        .build()
+        .expect("layer");
+    let gate = Arc::new(tokio::sync::Notify::new());
+    let entered = Arc::new(tokio::sync::Notify::new());
+    let routes = {
+        let (gate, entered) = (gate.clone(), entered.clone());
+        Router::new()
+            .route(
+                "/held/{n}",
+                get(
+                    move |Extension(meter): Extension<Meter>, Path(n): Path<u64>| {
+                        let (gate, entered) = (gate.clone(), entered.clone());
+                        async move {
+                            entered.notify_one();
+                            gate.notified().await;
+                            meter.report(n);
+                            "ok"
+                        }
+                    },
+                ),
+            )
+            .route(
+                "/use/{n}",
+                get(
+                    |Extension(meter): Extension<Meter>, Path(n): Path<u64>| async move {
+                        meter.report(n);
+                        "ok"
+                    },
+                ),
+            )
+            .layer(layer)
+    };
+    let server = Arc::new(support::http::Server::start(routes).await);
+    let call = |path: &str| {
+        http::Request::get(path)
+            .header("x-api-key", "debtor")
+            .body(http_body_util::Full::<bytes::Bytes>::default())
+            .expect("request")
+    };
+    let pending = {
+        let server = server.clone();
+        let request = call("/held/9000");
+        tokio::spawn(async move { server.send(request).await.status })
+    };
+    entered.notified().await;
+    primary.set(false);
+    gate.notify_one();
+    assert_eq!(pending.await.expect("pending"), http::StatusCode::OK);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let mut served = 0;
+    for _ in 0..12 {
+        if server.send(call("/use/1000")).await.status == http::StatusCode::OK {
+            served += 1;
+        }
+    }
+    assert!(
+        served <= 1,
+        "{served} × 1,000 served after 9,000 used of 10,000"
+    );
+}
