@@ -654,3 +654,58 @@ async fn right_logins_pending_when_the_primary_fails_never_box_the_office() {
         "right logins after the failover: {after:?}; box: {boxed:?}"
     );
 }
+
+/// The other way round: 5 right logins pending on the insurance while the primary is
+/// down; the primary comes back (and is charged what the insurance admitted); then
+/// their outcomes are known (all right). The next 5 right logins, on the primary, are
+/// served and nobody is boxed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "BROKEN: count_when x Fallback catch-up; 5 right logins pending on the insurance were charged to the returning primary, refunded on the insurance: next 5 right 429, boxed 600 s"]
+async fn right_logins_pending_across_the_primarys_return_never_box_the_office() {
+    let c = clock();
+    let primary = crate::failover::Switched::new(&c);
+    let store = crate::failover::fallback(&primary, &c);
+    let policy = Policy::new("failed-logins", Quota::per_minute(5))
+        .expect("policy")
+        .algorithm(Algorithm::SlidingWindowLog)
+        .key(key::header("x-user").expect("a header"))
+        .count_when(|status| status == StatusCode::UNAUTHORIZED)
+        .penalty(Penalty::after(1).block_for(Duration::from_secs(600)))
+        .wait_for_outcomes(Duration::from_millis(500));
+    let desk = Desk::new();
+    let layer = layer(policy, store.clone());
+    let server = serve(&layer, &desk).await;
+    primary.set(false);
+    let mut pending = tokio::task::JoinSet::new();
+    for _ in 0..5 {
+        let server = server.clone();
+        pending.spawn(async move { server.send(attempt("nat2", "right", true)).await });
+    }
+    wait_until("5 pending", || desk.reached() == (5, 0)).await;
+    primary.set(true);
+    let probe = Key::from("probe");
+    let started = std::time::Instant::now();
+    while !store.serving_primary() {
+        assert!(started.elapsed() < crate::common::HANG, "never back");
+        let _ = layer.limiter().check("failed-logins", &probe, 0).await;
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    desk.open();
+    assert_eq!(tally(pending).await, (5, 0, 0));
+    wait_until("outcomes", || layer.awaiting_outcomes() == 0).await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let mut after = Vec::new();
+    for _ in 0..5 {
+        after.push(server.send(attempt("nat2", "right", false)).await.status);
+    }
+    let boxed = layer
+        .limiter()
+        .offences("failed-logins", &user("nat2"))
+        .await
+        .map(|o| o.blocked_for);
+    assert!(
+        after.iter().all(|s| *s == StatusCode::OK) && matches!(boxed, Ok(None)),
+        "right logins after the primary's return: {after:?}; box: {boxed:?}"
+    );
+}
