@@ -10,6 +10,7 @@ mod account;
 mod count_when;
 mod denials;
 mod desk;
+mod extremes;
 mod failover;
 mod holding;
 mod leases;
