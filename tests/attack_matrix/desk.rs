@@ -42,6 +42,10 @@ impl Desk {
     pub(crate) fn open(&self) {
         self.gate.send_replace(true);
     }
+
+    pub(crate) fn close(&self) {
+        self.gate.send_replace(false);
+    }
 }
 
 async fn login(State(desk): State<Arc<Desk>>, headers: HeaderMap) -> StatusCode {

@@ -258,3 +258,72 @@ async fn outcome_waiters_and_turns_share_one_hold_budget() {
         "{answered_at_once} answered at once"
     );
 }
+
+/// In-flight slots and waiting for outcomes together (1 failed login a minute, 2 at
+/// once): a login that waits for another's outcome holds its slot; its client
+/// leaves; the slot is free again: later, one login pending and one waiting for it
+/// are both let in (no in-flight refusal).
+async fn slot_of_a_leaving_waiter(store: impl Store) -> (StatusCode, StatusCode) {
+    use crate::desk::{Desk, attempt, serve};
+    let policy = Policy::new("failed-logins", Quota::per_minute(1))
+        .expect("policy")
+        .in_flight(2)
+        .expect("slots")
+        .key(key::header("x-user").expect("header"))
+        .count_when(|status| status == StatusCode::UNAUTHORIZED);
+    let layer = RateLimitLayer::builder()
+        .policy(policy)
+        .store(store)
+        .build()
+        .expect("layer");
+    let desk = Desk::new();
+    let server = serve(&layer, &desk).await;
+    let first = {
+        let server = server.clone();
+        tokio::spawn(async move { server.send(attempt("s", "right", true)).await.status })
+    };
+    wait_until("first pending", || desk.reached() == (1, 0)).await;
+    let leaver = {
+        let server = server.clone();
+        tokio::spawn(async move { server.send(attempt("s", "right", false)).await.status })
+    };
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    leaver.abort();
+    let _ = leaver.await;
+    desk.open();
+    assert_eq!(first.await.expect("first"), StatusCode::OK);
+    wait_until("nothing pending", || {
+        layer.awaiting_outcomes() == 0 && layer.held() == 0
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    desk.close();
+    let third = {
+        let server = server.clone();
+        tokio::spawn(async move { server.send(attempt("s", "right", true)).await.status })
+    };
+    wait_until("third pending", || desk.reached() == (2, 0)).await;
+    let fourth = {
+        let server = server.clone();
+        tokio::spawn(async move { server.send(attempt("s", "right", false)).await.status })
+    };
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    desk.open();
+    (third.await.expect("third"), fourth.await.expect("fourth"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_for_outcomes_that_leaves_frees_its_slot_on_memory() {
+    assert_eq!(
+        slot_of_a_leaving_waiter(MemoryStore::with_clock(clock())).await,
+        (StatusCode::OK, StatusCode::OK)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_for_outcomes_that_leaves_frees_its_slot_on_redis() {
+    assert_eq!(
+        slot_of_a_leaving_waiter(redis("leaving-slot", clock())).await,
+        (StatusCode::OK, StatusCode::OK)
+    );
+}
