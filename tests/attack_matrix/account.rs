@@ -335,17 +335,17 @@ async fn a_settle_across_a_period_reload(store: impl Store) -> (usize, StatusCod
     };
     entered.notified().await;
     layer.reload([policy(30)]).expect("reload");
-    let mut served = 0;
+    let mut ok_count = 0;
     for _ in 0..12 {
         if server.send(call("/ok/1000", "alice", 1_000)).await.status == StatusCode::OK {
-            served += 1;
+            ok_count += 1;
         }
     }
     gate.notify_one();
     assert_eq!(pending.await.expect("pending"), StatusCode::OK);
     tokio::time::sleep(Duration::from_millis(300)).await;
     let next = server.send(call("/ok/1000", "alice", 1_000)).await.status;
-    (served, next)
+    (ok_count, next)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -144,7 +144,7 @@ async fn one_caller_waiting_for_outcomes_is_bounded_per_key() {
     assert_eq!(trips(&layer, "greedy").await, (0, false));
 }
 
-/// A login pending under FixedWindow 5/min when a reload makes the limit GCRA: its
+/// A login pending under `FixedWindow` 5/min when a reload makes the limit GCRA: its
 /// refund (a right password) gives nothing to the new state, so failures still reach
 /// the desk exactly 5 times.
 async fn a_refund_across_a_reload(store: impl Store) -> (usize, usize) {
@@ -189,11 +189,11 @@ async fn a_refund_across_a_reload_by(store: impl Store, through_limiter: bool) -
     for _ in 0..3 {
         statuses.push(server.send(attempt("eve", "wrong", false)).await.status);
     }
-    let served = statuses
+    let reached_desk = statuses
         .iter()
         .filter(|s| **s == StatusCode::UNAUTHORIZED)
         .count();
-    (served, desk.reached().1)
+    (reached_desk, desk.reached().1)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -604,7 +604,7 @@ async fn the_failed_logins_recipe_holds_through_a_lease() {
         (30, 0, 0)
     );
     wait_until("outcomes", || layer.awaiting_outcomes() == 0).await;
-    assert_eq!(trips(&layer, "office").await.1, false);
+    assert!(!trips(&layer, "office").await.1);
     let (_, wrong, refused) = tally(at_once(&server, 10, "office", "wrong")).await;
     assert_eq!((wrong, refused, desk.reached().1), (5, 5, 5));
     assert!(trips(&layer, "office").await.1, "not boxed");

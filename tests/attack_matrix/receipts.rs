@@ -157,7 +157,7 @@ async fn a_refund_retried_gives_back_once_on_memory_and_redis() {
     );
 }
 
-/// A FixedWindow charge of 5 made before a reload to GCRA, refunded by receipt after
+/// A `FixedWindow` charge of 5 made before a reload to GCRA, refunded by receipt after
 /// the GCRA state spent its 10: nothing comes back (the case 4, by refund
 /// rather than settle).
 async fn a_refund_across_a_reload_gives_nothing(store: impl Store) -> u64 {
@@ -242,7 +242,7 @@ async fn a_settle_across_a_period_change_gives_nothing_on_redis() {
     );
 }
 
-/// The case 4 exactly, through `Limiter::settle`: a FixedWindow charge of 5
+/// The case 4 exactly, through `Limiter::settle`: a `FixedWindow` charge of 5
 /// settled to 0 after a reload made the limit GCRA gives nothing to the new state.
 async fn a_settle_across_a_reload_gives_nothing(store: impl Store) -> u64 {
     let limiter = limiter(store, Algorithm::FixedWindow);
