@@ -709,3 +709,8 @@ async fn right_logins_pending_across_the_primarys_return_never_box_the_office() 
         "right logins after the primary's return: {after:?}; box: {boxed:?}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn right_passwords_at_once_on_a_quota_of_one_are_all_served_unboxed_on_the_cluster() {
+    twenty_right_passwords_on_a_quota_of_one(crate::common::cluster("one-right", clock())).await;
+}

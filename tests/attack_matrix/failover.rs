@@ -664,3 +664,33 @@ async fn a_metered_debt_reported_as_the_primary_fails_is_not_forgotten() {
         "{ok_count} × 1,000 ok_count after 9,000 used of 10,000"
     );
 }
+
+/// Rejections answered by the insurance count toward the penalty box: a key that
+/// spent its quota on the primary, the primary down, three rejections on the
+/// insurance within the rule's second trip the box there.
+#[tokio::test]
+async fn rejections_on_the_insurance_trip_the_box() {
+    let c = clock();
+    let primary = Switched::new(&c);
+    let store = fallback(&primary, &c);
+    let limit = Limit::new("api", Quota::per_minute(5)).expect("limit").penalty(
+        Penalty::after(3)
+            .within(Duration::from_secs(1))
+            .block_for(Duration::from_secs(600)),
+    );
+    let limiter = limiter(limit, store.clone());
+    let key = Key::from("insured");
+    assert_eq!(admitted(&limiter, "api", &key, 5).await, 5);
+    primary.set(false);
+    let mut answers = Vec::new();
+    for _ in 0..4 {
+        let d = limiter.check("api", &key, 1).await.expect("insurance");
+        answers.push((d.allowed, d.blocked_for.is_some()));
+        c.advance(Duration::from_millis(10));
+    }
+    assert_eq!(
+        answers,
+        [(false, false), (false, false), (false, true), (false, true)],
+        "(allowed, blocked) on the insurance"
+    );
+}
