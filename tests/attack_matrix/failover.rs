@@ -694,3 +694,47 @@ async fn rejections_on_the_insurance_trip_the_box() {
         "(allowed, blocked) on the insurance"
     );
 }
+
+/// Fifty batches at once (a per-key limit and a global one) right after the primary
+/// fails, the key having used 6 of 10 on the primary: the insurance starts the key
+/// from that answer, so at most 4 batches are admitted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_first_batches_on_the_insurance_start_from_the_primarys_answer() {
+    let c = clock();
+    let primary = Switched::new(&c);
+    let store = fallback(&primary, &c);
+    let limiter = Arc::new(
+        Limiter::builder()
+            .limit(Limit::new("per-key", Quota::per_minute(10)).expect("limit"))
+            .limit(Limit::new("global", Quota::per_minute(10_000)).expect("limit"))
+            .store(store)
+            .build()
+            .expect("limiter"),
+    );
+    let key = Key::from("seeded");
+    let everyone = Key::from("everyone");
+    for _ in 0..6 {
+        let batch = limiter
+            .check_all(&[("per-key", &key, 1), ("global", &everyone, 1)])
+            .await
+            .expect("batch");
+        assert!(batch.iter().all(|d| d.allowed));
+    }
+    primary.set(false);
+    let mut tasks = tokio::task::JoinSet::new();
+    for _ in 0..50 {
+        let limiter = limiter.clone();
+        tasks.spawn(async move {
+            let (key, everyone) = (Key::from("seeded"), Key::from("everyone"));
+            limiter
+                .check_all(&[("per-key", &key, 1), ("global", &everyone, 1)])
+                .await
+                .is_ok_and(|d| d.iter().all(|d| d.allowed))
+        });
+    }
+    let mut admitted = 0;
+    while let Some(ok) = tasks.join_next().await {
+        admitted += usize::from(ok.expect("task"));
+    }
+    assert_eq!(admitted, 4, "batches admitted of 50 after 6 of 10 used");
+}
