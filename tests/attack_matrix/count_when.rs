@@ -714,3 +714,33 @@ async fn right_logins_pending_across_the_primarys_return_never_box_the_office() 
 async fn right_passwords_at_once_on_a_quota_of_one_are_all_served_unboxed_on_the_cluster() {
     twenty_right_passwords_on_a_quota_of_one(crate::common::cluster("one-right", clock())).await;
 }
+
+/// A login refused because its wait for outcomes ran out says when to retry: a
+/// `Retry-After` of at most the quota's period (60 s), and the `RateLimit` header
+/// names the policy.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_login_refused_at_the_end_of_its_wait_says_when_to_retry() {
+    let policy = one_failure(Algorithm::Gcra).wait_for_outcomes(Duration::from_millis(100));
+    let layer = layer(policy, MemoryStore::with_clock(clock()));
+    let desk = Desk::new();
+    let server = serve(&layer, &desk).await;
+    let pending = {
+        let server = server.clone();
+        tokio::spawn(async move { server.send(attempt("late", "right", true)).await.status })
+    };
+    wait_until("pending", || desk.reached() == (1, 0)).await;
+    let refused = server.send(attempt("late", "right", false)).await;
+    desk.open();
+    assert_eq!(pending.await.expect("pending"), StatusCode::OK);
+    assert_eq!(refused.status, StatusCode::TOO_MANY_REQUESTS);
+    let retry: u64 = refused
+        .header("retry-after")
+        .parse()
+        .unwrap_or_else(|_| panic!("retry-after {:?}", refused.header("retry-after")));
+    assert!((1..=60).contains(&retry), "retry-after {retry}");
+    assert!(
+        refused.header("ratelimit").contains("failed-logins"),
+        "{:?}",
+        refused.headers
+    );
+}
