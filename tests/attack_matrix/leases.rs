@@ -161,3 +161,56 @@ async fn metered_settles_through_a_lease_on_redis_serve_exactly_the_quota() {
         91
     );
 }
+
+/// A debt through a lease: on 100 a minute, a request charged 1 and settled to 90
+/// (more than a slice holds) leaves at most 9 more admitted, through the lease and on
+/// the store behind it together.
+async fn a_debt_through_a_lease(backing: impl Store + Clone, c: &ManualClock) -> (u64, u64) {
+    let limit = || {
+        Limit::new("api", Quota::per_minute(100))
+            .expect("limit")
+            .algorithm(Algorithm::SlidingWindowLog)
+    };
+    let leased = Limiter::builder()
+        .limit(limit())
+        .store(leased(backing.clone(), c))
+        .build()
+        .expect("limiter");
+    let direct = Limiter::builder()
+        .limit(limit())
+        .store(backing)
+        .build()
+        .expect("limiter");
+    let key = tollgate::Key::from("debtor");
+    // Warm the key so that the lease leases.
+    let mut first = None;
+    for _ in 0..5 {
+        let d = leased.check("api", &key, 1).await.expect("check");
+        first.get_or_insert(d);
+    }
+    let first = first.expect("a decision");
+    leased.settle(&first, &key, 90).await.expect("settle");
+    let mut through_lease = 0;
+    for _ in 0..20 {
+        through_lease += u64::from(leased.check("api", &key, 1).await.expect("check").allowed);
+    }
+    let mut direct_after = 0;
+    for _ in 0..20 {
+        direct_after += u64::from(direct.check("api", &key, 1).await.expect("check").allowed);
+    }
+    (through_lease, direct_after)
+}
+
+#[tokio::test]
+async fn a_debt_through_a_lease_is_paid_on_memory() {
+    let c = clock();
+    let (lease, direct) = a_debt_through_a_lease(MemoryStore::with_clock(c.clone()), &c).await;
+    assert!(lease + direct <= 100 - 94, "{lease} through the lease + {direct} direct after 94 used of 100");
+}
+
+#[tokio::test]
+async fn a_debt_through_a_lease_is_paid_on_redis() {
+    let c = clock();
+    let (lease, direct) = a_debt_through_a_lease(redis("lease-debt", c.clone()), &c).await;
+    assert!(lease + direct <= 100 - 94, "{lease} through the lease + {direct} direct after 94 used of 100");
+}
