@@ -744,3 +744,33 @@ async fn a_login_refused_at_the_end_of_its_wait_says_when_to_retry() {
         refused.headers
     );
 }
+
+/// A request is decided by one whole set: a right login pending under "count only
+/// 401" when a reload makes the policy count every status (same limit) is still
+/// judged by the set it was admitted under: given back, and the next login fits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pending_outcome_is_judged_by_the_set_it_was_admitted_under() {
+    let base = || {
+        Policy::new("failed-logins", Quota::per_minute(1))
+            .expect("policy")
+            .algorithm(Algorithm::Gcra)
+            .key(key::header("x-user").expect("a header"))
+    };
+    let layer = layer(
+        base().count_when(|status| status == StatusCode::UNAUTHORIZED),
+        MemoryStore::with_clock(clock()),
+    );
+    let desk = Desk::new();
+    let server = serve(&layer, &desk).await;
+    let pending = {
+        let server = server.clone();
+        tokio::spawn(async move { server.send(attempt("judged", "right", true)).await.status })
+    };
+    wait_until("pending", || desk.reached() == (1, 0)).await;
+    layer.reload([base()]).expect("reload");
+    desk.open();
+    assert_eq!(pending.await.expect("pending"), StatusCode::OK);
+    wait_until("outcomes", || layer.awaiting_outcomes() == 0).await;
+    let next = server.send(attempt("judged", "right", false)).await.status;
+    assert_eq!(next, StatusCode::OK);
+}
