@@ -673,11 +673,13 @@ async fn rejections_on_the_insurance_trip_the_box() {
     let c = clock();
     let primary = Switched::new(&c);
     let store = fallback(&primary, &c);
-    let limit = Limit::new("api", Quota::per_minute(5)).expect("limit").penalty(
-        Penalty::after(3)
-            .within(Duration::from_secs(1))
-            .block_for(Duration::from_secs(600)),
-    );
+    let limit = Limit::new("api", Quota::per_minute(5))
+        .expect("limit")
+        .penalty(
+            Penalty::after(3)
+                .within(Duration::from_secs(1))
+                .block_for(Duration::from_secs(600)),
+        );
     let limiter = limiter(limit, store.clone());
     let key = Key::from("insured");
     assert_eq!(admitted(&limiter, "api", &key, 5).await, 5);

@@ -205,12 +205,18 @@ async fn a_debt_through_a_lease(backing: impl Store + Clone, c: &ManualClock) ->
 async fn a_debt_through_a_lease_is_paid_on_memory() {
     let c = clock();
     let (lease, direct) = a_debt_through_a_lease(MemoryStore::with_clock(c.clone()), &c).await;
-    assert!(lease + direct <= 100 - 94, "{lease} through the lease + {direct} direct after 94 used of 100");
+    assert!(
+        lease + direct <= 100 - 94,
+        "{lease} through the lease + {direct} direct after 94 used of 100"
+    );
 }
 
 #[tokio::test]
 async fn a_debt_through_a_lease_is_paid_on_redis() {
     let c = clock();
     let (lease, direct) = a_debt_through_a_lease(redis("lease-debt", c.clone()), &c).await;
-    assert!(lease + direct <= 100 - 94, "{lease} through the lease + {direct} direct after 94 used of 100");
+    assert!(
+        lease + direct <= 100 - 94,
+        "{lease} through the lease + {direct} direct after 94 used of 100"
+    );
 }
