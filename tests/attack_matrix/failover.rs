@@ -812,3 +812,45 @@ async fn on_one_store_a_box_reaches_the_callers_other_plans() {
     seen.push(limiter.check("api", &key, 1).await.expect("check").allowed);
     assert_eq!(seen, [false, false, false, false]);
 }
+
+/// An operator's block made through this process (then seen under the basic plan):
+/// on the insurance, another plan does not escape it.
+#[tokio::test]
+async fn a_carried_operator_block_reaches_the_callers_other_plans() {
+    let c = clock();
+    let primary = Switched::new(&c);
+    let store = fallback(&primary, &c);
+    let limiter = limiter(
+        Limit::new("api", Quota::per_minute(100)).expect("limit"),
+        store.clone(),
+    );
+    let key = Key::from("blocked-hopper");
+    let basic = Quota::per_minute(3);
+    limiter
+        .block("api", &key, Duration::from_secs(3_600))
+        .await
+        .expect("block");
+    assert!(
+        !limiter
+            .check_with("api", &key, 1, basic)
+            .await
+            .expect("check")
+            .allowed
+    );
+    primary.set(false);
+    let mut on_insurance = Vec::new();
+    for quota in [Quota::per_minute(1_000), basic, Quota::per_minute(100)] {
+        on_insurance.push(
+            limiter
+                .check_with("api", &key, 1, quota)
+                .await
+                .is_ok_and(|d| d.allowed),
+        );
+    }
+    on_insurance.push(limiter.check("api", &key, 1).await.is_ok_and(|d| d.allowed));
+    assert_eq!(
+        on_insurance,
+        [false, false, false, false],
+        "admitted on the insurance under (pro, basic, the limit's own, check)"
+    );
+}
