@@ -854,3 +854,52 @@ async fn a_carried_operator_block_reaches_the_callers_other_plans() {
         "admitted on the insurance under (pro, basic, the limit's own, check)"
     );
 }
+
+/// The plan-hop escape on a real Redis primary, killed after the box tripped there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "BROKEN: a box tripped on Redis under a basic plan, Redis killed: on the insurance the pro plan, the limit's own quota and check() are admitted"]
+async fn a_box_tripped_on_redis_reaches_the_callers_other_plans_on_the_insurance() {
+    let c = clock();
+    let mut server = support::redis_server::RedisServer::start();
+    let primary = tollgate::RedisStore::from_url(&server.url())
+        .expect("url")
+        .deadline(Duration::from_millis(200))
+        .expect("deadline")
+        .with_clock(c.clone());
+    let store = Fallback::new(primary, MemoryStore::with_clock(c.clone()))
+        .min_down(Duration::from_millis(50))
+        .probe_interval(Duration::from_millis(20));
+    let limit = Limit::new("api", Quota::per_minute(100))
+        .expect("limit")
+        .penalty(Penalty::after(1).block_for(Duration::from_secs(600)));
+    let limiter = limiter(limit, store);
+    let key = Key::from("plan-hopper");
+    let basic = Quota::per_minute(3);
+    let mut on_redis = Vec::new();
+    for _ in 0..4 {
+        on_redis.push(
+            limiter
+                .check_with("api", &key, 1, basic)
+                .await
+                .expect("check")
+                .allowed,
+        );
+    }
+    assert_eq!(on_redis, [true, true, true, false]);
+    server.kill();
+    let mut on_insurance = Vec::new();
+    for quota in [Quota::per_minute(1_000), basic, Quota::per_minute(100)] {
+        on_insurance.push(
+            limiter
+                .check_with("api", &key, 1, quota)
+                .await
+                .is_ok_and(|d| d.allowed),
+        );
+    }
+    on_insurance.push(limiter.check("api", &key, 1).await.is_ok_and(|d| d.allowed));
+    assert_eq!(
+        on_insurance,
+        [false, false, false, false],
+        "admitted on the insurance under (pro, basic, the limit's own, check)"
+    );
+}
