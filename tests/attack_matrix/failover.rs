@@ -903,3 +903,40 @@ async fn a_box_tripped_on_redis_reaches_the_callers_other_plans_on_the_insurance
         "admitted on the insurance under (pro, basic, the limit's own, check)"
     );
 }
+
+/// Usage carries across quotas on the insurance as on one store: 50 used of the
+/// limit's own 100/min on the primary; the primary down; under a plan of 10/min the
+/// key has nothing left (50 ≥ 10), and under its own quota 50 more.
+async fn usage_across_plans(store: impl Store, primary: Option<&Switched>) -> (usize, usize) {
+    let limiter = limiter(Limit::new("api", Quota::per_minute(100)).expect("limit"), store);
+    let key = Key::from("downgraded");
+    assert_eq!(admitted(&limiter, "api", &key, 50).await, 50);
+    if let Some(primary) = primary {
+        primary.set(false);
+    }
+    let basic = Quota::per_minute(10);
+    let mut under_basic = 0;
+    for _ in 0..12 {
+        under_basic += usize::from(
+            limiter
+                .check_with("api", &key, 1, basic)
+                .await
+                .is_ok_and(|d| d.allowed),
+        );
+    }
+    let own = admitted(&limiter, "api", &key, 60).await;
+    (under_basic, own)
+}
+
+#[tokio::test]
+async fn on_one_store_usage_carries_to_a_smaller_plan() {
+    assert_eq!(usage_across_plans(MemoryStore::with_clock(clock()), None).await, (0, 50));
+}
+
+#[tokio::test]
+async fn on_the_insurance_usage_carries_to_a_smaller_plan() {
+    let c = clock();
+    let primary = Switched::new(&c);
+    let store = fallback(&primary, &c);
+    assert_eq!(usage_across_plans(store, Some(&primary)).await, (0, 50));
+}
