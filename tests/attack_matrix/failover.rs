@@ -908,7 +908,10 @@ async fn a_box_tripped_on_redis_reaches_the_callers_other_plans_on_the_insurance
 /// limit's own 100/min on the primary; the primary down; under a plan of 10/min the
 /// key has nothing left (50 ≥ 10), and under its own quota 50 more.
 async fn usage_across_plans(store: impl Store, primary: Option<&Switched>) -> (usize, usize) {
-    let limiter = limiter(Limit::new("api", Quota::per_minute(100)).expect("limit"), store);
+    let limiter = limiter(
+        Limit::new("api", Quota::per_minute(100)).expect("limit"),
+        store,
+    );
     let key = Key::from("downgraded");
     assert_eq!(admitted(&limiter, "api", &key, 50).await, 50);
     if let Some(primary) = primary {
@@ -930,7 +933,10 @@ async fn usage_across_plans(store: impl Store, primary: Option<&Switched>) -> (u
 
 #[tokio::test]
 async fn on_one_store_usage_carries_to_a_smaller_plan() {
-    assert_eq!(usage_across_plans(MemoryStore::with_clock(clock()), None).await, (0, 50));
+    assert_eq!(
+        usage_across_plans(MemoryStore::with_clock(clock()), None).await,
+        (0, 50)
+    );
 }
 
 #[tokio::test]

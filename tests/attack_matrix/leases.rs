@@ -220,3 +220,55 @@ async fn a_debt_through_a_lease_is_paid_on_redis() {
         "{lease} through the lease + {direct} direct after 94 used of 100"
     );
 }
+
+/// A box tripped under a basic plan through a lease reaches the caller's other plans
+/// through the lease (one denial rule), on memory and Redis.
+async fn plan_hop_through_a_lease(backing: impl Store, c: &ManualClock) -> Vec<bool> {
+    let limiter = Limiter::builder()
+        .limit(
+            Limit::new("api", Quota::per_minute(100))
+                .expect("limit")
+                .penalty(tollgate::Penalty::after(1).block_for(Duration::from_secs(600))),
+        )
+        .store(leased(backing, c))
+        .build()
+        .expect("limiter");
+    let key = tollgate::Key::from("plan-hopper");
+    let basic = Quota::per_minute(3);
+    let mut seen = Vec::new();
+    for _ in 0..4 {
+        seen.push(
+            limiter
+                .check_with("api", &key, 1, basic)
+                .await
+                .expect("check")
+                .allowed,
+        );
+    }
+    for quota in [Quota::per_minute(1_000), basic, Quota::per_minute(100)] {
+        seen.push(
+            limiter
+                .check_with("api", &key, 1, quota)
+                .await
+                .expect("check")
+                .allowed,
+        );
+    }
+    seen.push(limiter.check("api", &key, 1).await.expect("check").allowed);
+    seen
+}
+
+#[tokio::test]
+async fn a_box_through_a_lease_reaches_the_callers_other_plans() {
+    let expected = [true, true, true, false, false, false, false, false];
+    let c = clock();
+    assert_eq!(
+        plan_hop_through_a_lease(MemoryStore::with_clock(c.clone()), &c).await,
+        expected
+    );
+    let c = clock();
+    assert_eq!(
+        plan_hop_through_a_lease(redis("lease-hop", c.clone()), &c).await,
+        expected
+    );
+}
