@@ -774,3 +774,38 @@ async fn a_pending_outcome_is_judged_by_the_set_it_was_admitted_under() {
     let next = server.send(attempt("judged", "right", false)).await.status;
     assert_eq!(next, StatusCode::OK);
 }
+
+/// A reload that removes the policy while a login is pending and others wait for its
+/// outcome: every request is answered (no panic, no hang), and the removed policy's
+/// outcome table empties.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_removing_the_policy_under_pending_outcomes_answers_everyone() {
+    let layer = layer(
+        one_failure(Algorithm::Gcra).wait_for_outcomes(Duration::from_secs(2)),
+        MemoryStore::with_clock(clock()),
+    );
+    let desk = Desk::new();
+    let server = serve(&layer, &desk).await;
+    let pending = {
+        let server = server.clone();
+        tokio::spawn(async move { server.send(attempt("gone", "right", true)).await.status })
+    };
+    wait_until("pending", || desk.reached() == (1, 0)).await;
+    let waiting = at_once(&server, 3, "gone", "right");
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let other = Policy::new("other", Quota::per_minute(100))
+        .expect("policy")
+        .key(key::header("x-user").expect("a header"));
+    layer.reload([other]).expect("reload");
+    desk.open();
+    assert_eq!(pending.await.expect("no panic"), StatusCode::OK);
+    let counts = tokio::time::timeout(Duration::from_secs(10), tally(waiting))
+        .await
+        .expect("no hang");
+    assert_eq!(counts.0 + counts.2, 3, "{counts:?}");
+    wait_until("the table empties", || layer.awaiting_outcomes() == 0).await;
+    assert_eq!(
+        server.send(attempt("gone", "right", false)).await.status,
+        StatusCode::OK
+    );
+}
