@@ -156,3 +156,41 @@ async fn a_fallback_with_duration_max_timings_answers_from_the_insurance() {
     primary.set(true);
     assert!(limiter.check("api", &key, 0).await.is_ok());
 }
+
+/// `wait_for_outcomes(Duration::ZERO)`: a login kept out only by a pending one is
+/// refused at once, with no offence: the 10-minute box (after 1) never trips.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_zero_wait_for_outcomes_refuses_without_an_offence() {
+    use tollgate::Penalty;
+    let policy = logins()
+        .penalty(Penalty::after(1).block_for(Duration::from_secs(600)))
+        .wait_for_outcomes(Duration::ZERO);
+    let layer = RateLimitLayer::builder()
+        .policy(policy.clone())
+        .store(MemoryStore::with_clock(clock()))
+        .build()
+        .expect("layer");
+    let desk = Desk::new();
+    let server = serve(&layer, &desk).await;
+    let pending = {
+        let server = server.clone();
+        tokio::spawn(async move { server.send(attempt("zero", "right", true)).await.status })
+    };
+    wait_until("pending", || desk.reached() == (1, 0)).await;
+    assert_eq!(tally(at_once(&server, 3, "zero", "right")).await, (0, 0, 3));
+    desk.open();
+    assert_eq!(pending.await.expect("pending"), StatusCode::OK);
+    wait_until("outcomes", || layer.awaiting_outcomes() == 0).await;
+    let (parts, _) = attempt("zero", "x", false).into_parts();
+    let key = policy.key_of(&parts).expect("key");
+    let offences = layer
+        .limiter()
+        .offences("failed-logins", &key)
+        .await
+        .expect("offences");
+    assert_eq!(offences.blocked_for, None);
+    assert_eq!(
+        server.send(attempt("zero", "right", false)).await.status,
+        StatusCode::OK
+    );
+}
