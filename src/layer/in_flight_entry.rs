@@ -12,6 +12,10 @@ use crate::observe::{Operation, StoreMetrics};
 use crate::store::{InFlightSlot, StoreFuture};
 use crate::{Key, StoreError};
 
+/// The end of a wait too long to add to an instant: a century, further than any
+/// process runs.
+const FOREVER: std::time::Duration = std::time::Duration::from_secs(100 * 365 * 86_400);
+
 /// One policy's in-flight claim: its index in the set, the key, and the most of its
 /// requests that may run at once.
 #[derive(Debug, Clone, Copy)]
@@ -115,7 +119,12 @@ impl Limiter {
         let lines = lines.clone();
         let metrics = metrics.clone();
         Entering::Waiting(Box::pin(async move {
-            let until = wait.map(|wait| tokio::time::Instant::now() + wait);
+            // Saturating: a wait of `Duration::MAX` is "as long as it takes", not a
+            // panic at request time.
+            let until = wait.map(|wait| {
+                let now = tokio::time::Instant::now();
+                now.checked_add(wait).unwrap_or(now + FOREVER)
+            });
             if let (Some(InLine { ticket, .. }), Some(until)) = (&ticket, until)
                 && !ticket.turn(until).await
             {
