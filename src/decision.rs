@@ -274,19 +274,29 @@ const NO_TABLE: u32 = u32::MAX;
 /// A number no other receipt of this process (nor, with overwhelming probability, of
 /// another process sharing a Redis) carries: a per-thread counter started at a random
 /// point. No lock, no shared atomic: made on every admitted charge.
+#[inline]
 fn fresh_nonce() -> u64 {
-    use std::cell::Cell;
-    thread_local! {
-        static NEXT: Cell<u64> = const { Cell::new(0) };
+    let nonce = NEXT_NONCE.get();
+    if nonce == 0 {
+        return first_nonce();
     }
-    NEXT.with(|next| {
-        let mut nonce = next.get();
-        if nonce == 0 {
-            nonce = fastrand::u64(1..);
-        }
-        next.set(nonce.wrapping_add(1).max(1));
-        nonce
-    })
+    NEXT_NONCE.set(nonce.wrapping_add(1).max(1));
+    nonce
+}
+
+thread_local! {
+    /// The next nonce of this thread's receipts; 0 until its first.
+    static NEXT_NONCE: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// A thread's first nonce, at a random point: kept out of line, so that the common
+/// case is a read and a write of the thread's counter.
+#[cold]
+#[inline(never)]
+fn first_nonce() -> u64 {
+    let nonce = fastrand::u64(1..);
+    NEXT_NONCE.set(nonce.wrapping_add(1).max(1));
+    nonce
 }
 
 /// An empty route: no `Fallback` on the way.
@@ -295,6 +305,7 @@ const NO_ROUTE: u64 = 1;
 impl Receipt {
     /// The receipt of a charge of `cost` decided at `at_us` that counts until
     /// `until_us`; `None` for a cost of 0 (nothing was charged).
+    #[inline]
     pub(crate) fn new(at_us: u64, until_us: u64, cost: u64) -> Option<Self> {
         Some(Self {
             at_us,

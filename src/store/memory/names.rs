@@ -104,6 +104,9 @@ impl Shard {
                 None => return None,
             }
         }
+        // Every pair with a table here is known, so that `penalize` reaches it: a
+        // decision that finds the table does not look again.
+        self.known.note(limit);
         let params = *limit.params();
         self.tables.push(Table {
             id,

@@ -335,10 +335,12 @@ impl Shard {
                 self.grown(index, grown, key.key, floor);
                 return verdict;
             }
+        } else {
+            // No table here yet: the first decision of this pair in the shard (its
+            // later ones find the table, a new key included), so the store learns it
+            // off the hot path.
+            self.known.note(limit);
         }
-        // No table here yet: the first decision of this pair in the shard (its later
-        // ones find the table), so the store learns it off the hot path.
-        self.known.note(limit);
         let verdict = fresh_verdict(params, at, cost, false);
         if !(charge && cost > 0 && verdict.allowed) {
             return verdict;
