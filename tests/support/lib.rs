@@ -41,6 +41,7 @@ pub mod http;
 pub mod immediate;
 pub mod in_flight;
 pub mod leases;
+pub mod model;
 pub mod redis_cluster;
 pub mod redis_server;
 pub mod reload_penalty;
