@@ -38,6 +38,13 @@ pub(crate) enum Case {
     /// one check then one `reserve(.., 20 ms)` refused → no block, where a second
     /// `check` trips it at once (seed 17959383 of `the_feature_matrix_holds_on_memory`).
     WaitPenalty,
+    /// Not among issue 35's numbered cases: found by this model. A charge decided in
+    /// the same microsecond as a `reset` of a key that had state is never given back
+    /// by receipt: FixedWindow 2/200 ms with `count_when(status >= 400)` on memory,
+    /// two 500s, a 429, 7 s later `reset`, then three 200s at the reset's instant →
+    /// 200 (r=1), 200 (r=0), 429 — each 200 stays charged (one µs later: r=2 each).
+    /// Fails closed (a caller refused, a box tripped), not open.
+    RefundAtResetInstant,
 }
 
 /// The cases whose fixes are merged: the generator makes their combinations again.

@@ -137,7 +137,11 @@ pub(crate) fn stream(rng: &mut Rng, case: &CaseSpec, len: usize) -> Vec<Step> {
         if matches!(step, Step::Close) {
             lingering = false;
         }
+        let reset = matches!(step, Step::Operate { call: Operator::Reset, .. });
         steps.push(step);
+        if reset && !known::fixed(Case::RefundAtResetInstant) {
+            steps.push(Step::Advance(Duration::from_micros(1)));
+        }
     }
     steps.push(Step::Close);
     steps
