@@ -45,6 +45,24 @@ pub(crate) enum Case {
     /// 200 (r=1), 200 (r=0), 429 — each 200 stays charged (one µs later: r=2 each).
     /// Fails closed (a caller refused, a box tripped), not open.
     RefundAtResetInstant,
+    /// Not among issue 35's numbered cases: found by this model. One key decided
+    /// under two quotas (a global key with plans) on a `TokenBucket` answers another
+    /// `reset_after` on Redis than in memory: 4/10 s burst 3 beside a pro plan of
+    /// 8/10 s burst 6, after a few requests of each plan the free caller's
+    /// `RateLimit` says `t=10` in memory and `t=5` on Redis (seed 823757130 of
+    /// `memory_and_redis_answer_alike`, its shortest stream 14 steps).
+    TokenBucketPlansOnRedis,
+    /// Not among issue 35's numbered cases (perhaps a relative of 8, but without
+    /// plans): a key penalized into debt, then tripping its penalty box, is blocked
+    /// for the box's 30 s in memory but served again 7 s later on Redis. Policies
+    /// (one `check_all`): p0 LeakyBucket 3/200 ms burst 4 on one global key, p1
+    /// SlidingWindowCounters{2} 3/min per user with a box, p2 SlidingWindow 5/s per
+    /// user, metered (max 4), `Penalty::after(2).block_for(30 s)`; stream:
+    /// `penalize(p2, u0, 3)`, u0 reports 7 (429), u0 reports 11 (429, trip: blocked
+    /// 30 s on both), +7 s, u0 again: memory 429 (23 s left), Redis 401 served (seed
+    /// 921410980 of `memory_and_redis_answer_alike`; without the `penalize` both
+    /// agree).
+    PenalizeThenTripOnRedis,
 }
 
 /// The cases whose fixes are merged: the generator makes their combinations again.

@@ -82,15 +82,17 @@ async fn failures(case: &CaseSpec, steps: &[Step], compare: bool) -> (Vec<String
         };
         let other = run(&on_redis, steps).await;
         failures.extend(other.violations.iter().map(|v| format!("on Redis: {v}")));
-        if let Some((i, (memory, redis))) = report
-            .answers
-            .iter()
-            .zip(&other.answers)
-            .enumerate()
-            .find(|(_, (a, b))| a != b)
-        {
+        if let Some(i) = (0..report.compared.len().max(other.compared.len())).find(|&i| {
+            match (report.compared.get(i), other.compared.get(i)) {
+                (Some(a), Some(b)) => !a.alike(b),
+                _ => true,
+            }
+        }) {
+            let none = String::from("(none)");
             failures.push(format!(
-                "memory and Redis answer differently at answer {i}:\n  memory: {memory}\n  redis:  {redis}"
+                "memory and Redis answer differently at answer {i}:\n  memory: {}\n  redis:  {}",
+                report.answers.get(i).unwrap_or(&none),
+                other.answers.get(i).unwrap_or(&none)
             ));
         }
     }

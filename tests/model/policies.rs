@@ -249,7 +249,16 @@ fn gate_known(case: &mut CaseSpec) {
     if case.fallback && !known::fixed(Case::FallbackFlapping) {
         case.fallback = false;
     }
+    let deterministic = case.deterministic;
     for p in case.sets.iter_mut().flatten() {
+        if deterministic
+            && p.plans
+            && !p.per_user
+            && p.algorithm == Algorithm::TokenBucket
+            && !known::fixed(Case::TokenBucketPlansOnRedis)
+        {
+            p.plans = false;
+        }
         if p.wait.is_some() && p.penalty.is_some() && !known::fixed(Case::WaitPenalty) {
             p.penalty = None;
         }

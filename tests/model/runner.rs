@@ -21,7 +21,7 @@ use tollgate::store::{Fallback, LeasedStore, Store};
 use tollgate::{Key, MemoryStore, RateLimitLayer};
 use tower::{ServiceBuilder, ServiceExt};
 
-use crate::invariants::{Invariants, Seen};
+use crate::invariants::{Comparable, Invariants, Seen};
 use crate::policies::{CaseSpec, PolicySpec, StoreSpec};
 use crate::service::{self, Chunks, Log};
 use crate::streams::{Leave, Operator, RequestSpec, Step};
@@ -36,6 +36,8 @@ pub(crate) struct Report {
     /// Per request and operator call, in stream order: what a client saw (the
     /// memory ≡ Redis comparison reads these).
     pub(crate) answers: Vec<String>,
+    /// The same answers, as the comparison reads them.
+    pub(crate) compared: Vec<Comparable>,
     pub(crate) requests: u64,
     /// The layer refused the policy set at build (the case is skipped).
     pub(crate) refused: Option<String>,
@@ -302,7 +304,9 @@ pub(crate) async fn run(case: &CaseSpec, steps: &[Step]) -> Report {
                     served,
                     group,
                 };
-                report.answers.push(model.answer_line(&seen));
+                let (line, comparable) = model.answer_line(&seen);
+                report.answers.push(line);
+                report.compared.push(comparable);
                 model.observe(&seen);
             }
             Step::Burst(specs) => {
@@ -343,7 +347,7 @@ pub(crate) async fn run(case: &CaseSpec, steps: &[Step]) -> Report {
                         served,
                         group,
                     };
-                    report.answers.push(format!("(burst) u{} {}", seen.spec.user, model.answer_line(&seen)));
+                    report.answers.push(format!("(burst) u{} {}", seen.spec.user, model.answer_line(&seen).0));
                     model.observe(&seen);
                 }
             }
@@ -353,13 +357,16 @@ pub(crate) async fn run(case: &CaseSpec, steps: &[Step]) -> Report {
             }
             Step::Reload(set) => {
                 let result = layer.reload(policies(&case.sets[*set]));
-                report.answers.push(format!("reload {set}: {}", result.is_ok()));
+                let line = format!("reload {set}: {}", result.is_ok());
+                report.compared.push(Comparable::text(&line));
+                report.answers.push(line);
                 if result.is_ok() {
                     model.reload(*set);
                 }
             }
             Step::Operate { policy, user, call } => {
                 if let Some(line) = operate(&layer, &mut model, case, *policy, *user, *call).await {
+                    report.compared.push(Comparable::text(&line));
                     report.answers.push(line);
                 }
             }

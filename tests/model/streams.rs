@@ -114,10 +114,17 @@ pub(crate) fn stream(rng: &mut Rng, case: &CaseSpec, len: usize) -> Vec<Step> {
                         units: 1 + rng.below(3) as u32,
                     },
                 };
-                if plans
-                    && case.deterministic
-                    && !matches!(call, Operator::Block { .. })
-                    && !known::fixed(Case::PenalizeUnderPlans)
+                if case.deterministic
+                    && matches!(call, Operator::Penalize { .. })
+                    && case.has(|p| p.penalty.is_some())
+                    && !known::fixed(Case::PenalizeThenTripOnRedis)
+                {
+                    continue;
+                }
+                // Issue 35's case 8 (and its kin the model found: a plan caller's
+                // rejection beside a blocked policy counts towards the box in memory,
+                // not on Redis, seed 340684982): no operator calls under plans.
+                if plans && case.deterministic && !known::fixed(Case::PenalizeUnderPlans)
                 {
                     continue;
                 }
@@ -151,7 +158,9 @@ fn request(rng: &mut Rng, case: &CaseSpec, metered: bool, bytes: bool) -> Reques
     let leave = match rng.below(20) {
         0 if !case.deterministic => Leave::AfterPolls(rng.below(4) as u32),
         1 if !case.deterministic => Leave::MidBody(rng.below(2) as u32),
-        2 | 3 => Leave::Linger,
+        // A metered figure reported before the head is settled at once in memory and
+        // when the body ends on Redis (README, "Metered limits"): not compared.
+        2 | 3 if !(case.deterministic && metered) => Leave::Linger,
         _ => Leave::Never,
     };
     let body = if bytes {
