@@ -64,7 +64,9 @@ impl Comparable {
                     .decisions
                     .iter()
                     .find(|e| e.limit == d.limit)
-                    .is_none_or(|e| !e.evaluated || (e.allowed, e.blocked) == (d.allowed, d.blocked))
+                    .is_none_or(|e| {
+                        !e.evaluated || (e.allowed, e.blocked) == (d.allowed, d.blocked)
+                    })
         })
     }
 }
@@ -117,7 +119,10 @@ impl Invariants {
     }
 
     fn spec(&self, name: &str) -> Option<PolicySpec> {
-        self.case.sets[self.set].iter().find(|p| p.name == name).cloned()
+        self.case.sets[self.set]
+            .iter()
+            .find(|p| p.name == name)
+            .cloned()
     }
 
     fn track(&mut self, spec: &PolicySpec, key: &Key) -> &mut Track {
@@ -138,12 +143,25 @@ impl Invariants {
     /// What a client saw: status, rate-limit headers and every decision, as a line
     /// to print and as what the memory ≡ Redis comparison reads.
     pub(crate) fn answer_line(&self, seen: &Seen) -> (String, Comparable) {
-        let Answer::Response { status, headers, body } = &seen.answer else {
+        let Answer::Response {
+            status,
+            headers,
+            body,
+        } = &seen.answer
+        else {
             return ("left".to_string(), Comparable::text("left"));
         };
-        let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).unwrap_or("").to_string();
+        let header = |name: &str| {
+            headers
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("")
+                .to_string()
+        };
         let decisions: Vec<Spelled> = match &seen.served {
-            Some(served) if served.finished && !served.read_failed => served.decisions.iter().map(Spelled::of).collect(),
+            Some(served) if served.finished && !served.read_failed => {
+                served.decisions.iter().map(Spelled::of).collect()
+            }
             _ => parse_rejection(body).map(|(_, d)| d).unwrap_or_default(),
         };
         let comparable = Comparable {
@@ -153,10 +171,17 @@ impl Invariants {
             // settled before the headers are written where the store answers at once,
             // after them on Redis (README, "Metered limits"): there the `RateLimit`
             // header differs by design.
-            headers: if self.case.has(|p| p.meter != MeterSpec::Plain || p.count_failures) {
+            headers: if self
+                .case
+                .has(|p| p.meter != MeterSpec::Plain || p.count_failures)
+            {
                 format!("policy={}", header("ratelimit-policy"))
             } else {
-                format!("ratelimit={} policy={}", header("ratelimit"), header("ratelimit-policy"))
+                format!(
+                    "ratelimit={} policy={}",
+                    header("ratelimit"),
+                    header("ratelimit-policy")
+                )
             },
             decisions,
         };
@@ -174,21 +199,32 @@ impl Invariants {
             Answer::Response { body, .. } => parse_rejection(body),
             Answer::Left => None,
         };
-        let served = seen.served.as_ref().filter(|s| s.finished && !s.read_failed && !left);
+        let served = seen
+            .served
+            .as_ref()
+            .filter(|s| s.finished && !s.read_failed && !left);
         let unknown = left
             || seen.served.as_ref().is_some_and(|s| s.read_failed)
-            || rejection.as_ref().is_some_and(|(reason, _)| reason != "RateLimited");
+            || rejection
+                .as_ref()
+                .is_some_and(|(reason, _)| reason != "RateLimited");
         for spec in self.case.sets[self.set].clone() {
             let Some(key) = key_of(&self.layer, spec.name, seen.spec.user) else {
                 continue;
             };
-            let enforced = self.layer.policy(spec.name).is_some_and(|p| p.enforces(&key));
+            let enforced = self
+                .layer
+                .policy(spec.name)
+                .is_some_and(|p| p.enforces(&key));
             let now = self.now_us;
             let loose = self.loose;
-            let served_decision = served.and_then(|s| s.decisions.iter().find(|d| d.limit == spec.name).cloned());
+            let served_decision =
+                served.and_then(|s| s.decisions.iter().find(|d| d.limit == spec.name).cloned());
             let spelled = match (&served_decision, &rejection) {
                 (Some(d), _) => Some(Spelled::of(d)),
-                (None, Some((_, decisions))) => decisions.iter().find(|d| d.limit == spec.name).cloned(),
+                (None, Some((_, decisions))) => {
+                    decisions.iter().find(|d| d.limit == spec.name).cloned()
+                }
                 (None, None) => None,
             };
             let mut broken = None;
@@ -214,7 +250,10 @@ impl Invariants {
                     units
                 };
                 if units > 0
-                    && track.penalty_box.blocked_until.is_some_and(|until| until > now)
+                    && track
+                        .penalty_box
+                        .blocked_until
+                        .is_some_and(|until| until > now)
                     && !track.penalty_box.uncertain
                 {
                     broken = Some(format!(
@@ -242,7 +281,10 @@ impl Invariants {
             // The rejection that trips the box is answered as a block already: it
             // counts, once per step; a rejection of a key the model knows is blocked
             // does not.
-            let known_block = track.penalty_box.blocked_until.is_some_and(|until| until > now);
+            let known_block = track
+                .penalty_box
+                .blocked_until
+                .is_some_and(|until| until > now);
             if spec.penalty.is_some()
                 && let Some(d) = &spelled
                 && !d.allowed
@@ -254,7 +296,8 @@ impl Invariants {
                 }
                 // Under `count_when`, a rejection the counted usage cannot explain was
                 // refused only for charges still awaiting their outcome: no offence.
-                let genuine = !spec.count_failures || track.committed + u64::from(spec.cost) > d.capacity;
+                let genuine =
+                    !spec.count_failures || track.committed + u64::from(spec.cost) > d.capacity;
                 if genuine {
                     track.penalty_box.counted += 1;
                 }
@@ -268,7 +311,8 @@ impl Invariants {
     /// A burst's requests that neither finished nor reached the handler are held by
     /// the layer: at most `max_held` of them, and `held()` says so.
     pub(crate) fn held(&mut self, pending: usize, held: usize) {
-        if self.case.max_held < 1024 && (pending > self.case.max_held || held > self.case.max_held) {
+        if self.case.max_held < 1024 && (pending > self.case.max_held || held > self.case.max_held)
+        {
             self.violations.push(format!(
                 "{pending} requests held at once (layer.held() says {held}) where max_held is {}",
                 self.case.max_held
@@ -328,8 +372,12 @@ impl Invariants {
     pub(crate) async fn check_boxes(&mut self, step: u64) {
         let touched = std::mem::take(&mut self.touched);
         for id in touched {
-            let Some(spec) = self.spec(id.0) else { continue };
-            let Some(track) = self.tracks.get(&id) else { continue };
+            let Some(spec) = self.spec(id.0) else {
+                continue;
+            };
+            let Some(track) = self.tracks.get(&id) else {
+                continue;
+            };
             let key = track.key.clone();
             let Ok(peek) = self.layer.limiter().peek(spec.name, &key).await else {
                 if let Some(track) = self.tracks.get_mut(&id) {
@@ -390,10 +438,16 @@ impl Invariants {
 
     fn end_segment(&mut self, id: (&'static str, [u8; 16])) {
         let loose = self.loose;
-        let Some(track) = self.tracks.get_mut(&id) else { return };
+        let Some(track) = self.tracks.get_mut(&id) else {
+            return;
+        };
         let admissions = std::mem::take(&mut track.admissions);
         if let Some(broken) = oracle::check(track.algorithm, &admissions, loose) {
-            self.violations.push(format!("policy {} (key {:.8}): {broken}", track.name, track.key.to_hex()));
+            self.violations.push(format!(
+                "policy {} (key {:.8}): {broken}",
+                track.name,
+                track.key.to_hex()
+            ));
         }
     }
 

@@ -50,7 +50,9 @@ fn budget() -> Duration {
 
 /// The seeds to run: the one `TOLLGATE_MODEL_SEED` names, or fresh ones from the time.
 fn seeds() -> (Option<u64>, u64) {
-    let named = std::env::var("TOLLGATE_MODEL_SEED").ok().and_then(|s| s.parse().ok());
+    let named = std::env::var("TOLLGATE_MODEL_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok());
     let fresh = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(1, |d| d.as_nanos() as u64)
@@ -156,7 +158,12 @@ async fn explore(test: &str, store: StoreSpec, deterministic: bool) {
 
 #[tokio::test]
 async fn the_feature_matrix_holds_on_memory() {
-    explore("the_feature_matrix_holds_on_memory", StoreSpec::Memory, false).await;
+    explore(
+        "the_feature_matrix_holds_on_memory",
+        StoreSpec::Memory,
+        false,
+    )
+    .await;
 }
 
 #[cfg(feature = "redis")]

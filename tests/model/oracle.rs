@@ -34,7 +34,11 @@ fn allowance(span: &[&Admission], loose: bool) -> u64 {
     if loose {
         return span.iter().map(|a| a.overshoot).sum();
     }
-    let lingering: u64 = span.iter().filter(|a| a.lingering).map(|a| a.overshoot).sum();
+    let lingering: u64 = span
+        .iter()
+        .filter(|a| a.lingering)
+        .map(|a| a.overshoot)
+        .sum();
     let mut groups: Vec<(u64, u64)> = Vec::new();
     for a in span.iter().filter(|a| !a.lingering) {
         match groups.iter_mut().find(|(g, _)| *g == a.group) {
@@ -57,7 +61,10 @@ pub(crate) fn check(algorithm: Algorithm, admissions: &[Admission], loose: bool)
     periods.sort_unstable();
     periods.dedup();
     for period in periods {
-        let mut of: Vec<&Admission> = admissions.iter().filter(|a| a.period_us == period && a.units > 0).collect();
+        let mut of: Vec<&Admission> = admissions
+            .iter()
+            .filter(|a| a.period_us == period && a.units > 0)
+            .collect();
         of.sort_by_key(|a| a.at_us);
         let limit = of.iter().map(|a| a.limit).max().unwrap_or(0);
         let burst = of.iter().map(|a| a.burst).max().unwrap_or(0);
@@ -103,7 +110,11 @@ fn check_period(
                 if straddles(of, period, w, w) {
                     continue;
                 }
-                let span: Vec<&Admission> = of.iter().copied().filter(|b| b.at_us / period == w).collect();
+                let span: Vec<&Admission> = of
+                    .iter()
+                    .copied()
+                    .filter(|b| b.at_us / period == w)
+                    .collect();
                 if let Some(broken) = over(&span, limit, &format!("in window {w}")) {
                     return Some(broken);
                 }
@@ -117,9 +128,14 @@ fn check_period(
                 if straddles(of, sub, first, last) {
                     continue;
                 }
-                let span: Vec<&Admission> =
-                    of.iter().copied().filter(|b| (first..=last).contains(&(b.at_us / sub))).collect();
-                if let Some(broken) = over(&span, limit, &format!("in sub-windows {first}..={last}")) {
+                let span: Vec<&Admission> = of
+                    .iter()
+                    .copied()
+                    .filter(|b| (first..=last).contains(&(b.at_us / sub)))
+                    .collect();
+                if let Some(broken) =
+                    over(&span, limit, &format!("in sub-windows {first}..={last}"))
+                {
                     return Some(broken);
                 }
             }
@@ -131,11 +147,15 @@ fn check_period(
                     .iter()
                     .copied()
                     .filter(|b| {
-                        !std::ptr::eq(*b, *a) && b.at_us >= a.at_us + spread && b.at_us + spread < a.at_us + period
+                        !std::ptr::eq(*b, *a)
+                            && b.at_us >= a.at_us + spread
+                            && b.at_us + spread < a.at_us + period
                     })
                     .chain(std::iter::once(*a))
                     .collect();
-                if let Some(broken) = over(&span, limit, &format!("in the period from {} µs", a.at_us)) {
+                if let Some(broken) =
+                    over(&span, limit, &format!("in the period from {} µs", a.at_us))
+                {
                     return Some(broken);
                 }
             }
@@ -144,11 +164,20 @@ fn check_period(
             // Token bucket, GCRA, leaky bucket: B + L·t/P over any stretch t.
             for (i, a) in of.iter().enumerate() {
                 for b in &of[i..] {
-                    let span: Vec<&Admission> =
-                        of.iter().copied().filter(|c| c.at_us >= a.at_us && c.at_us <= b.at_us).collect();
-                    let stretch = b.at_us - a.at_us + span.iter().map(|c| c.spread_us).max().unwrap_or(0);
-                    let refill = (u128::from(stretch) * u128::from(limit)).div_ceil(u128::from(period)) as u64;
-                    if let Some(broken) = over(&span, burst + refill, &format!("from {} µs to {} µs", a.at_us, b.at_us)) {
+                    let span: Vec<&Admission> = of
+                        .iter()
+                        .copied()
+                        .filter(|c| c.at_us >= a.at_us && c.at_us <= b.at_us)
+                        .collect();
+                    let stretch =
+                        b.at_us - a.at_us + span.iter().map(|c| c.spread_us).max().unwrap_or(0);
+                    let refill = (u128::from(stretch) * u128::from(limit))
+                        .div_ceil(u128::from(period)) as u64;
+                    if let Some(broken) = over(
+                        &span,
+                        burst + refill,
+                        &format!("from {} µs to {} µs", a.at_us, b.at_us),
+                    ) {
                         return Some(broken);
                     }
                 }

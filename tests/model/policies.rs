@@ -102,7 +102,9 @@ impl CaseSpec {
 
     /// Whether a hold cap can be reached: some policy holds requests.
     pub(crate) fn holds(&self) -> bool {
-        self.has(|p| p.wait.is_some() || p.algorithm == Algorithm::LeakyBucket || p.in_flight.is_some())
+        self.has(|p| {
+            p.wait.is_some() || p.algorithm == Algorithm::LeakyBucket || p.in_flight.is_some()
+        })
     }
 }
 
@@ -119,7 +121,9 @@ fn chance(rng: &mut Rng, percent: u64) -> bool {
 /// A random case on `store`.
 pub(crate) fn case(rng: &mut Rng, store: StoreSpec, deterministic: bool) -> CaseSpec {
     let count = 1 + rng.below(3) as usize;
-    let first: Vec<PolicySpec> = (0..count).map(|i| policy(rng, NAMES[i], deterministic)).collect();
+    let first: Vec<PolicySpec> = (0..count)
+        .map(|i| policy(rng, NAMES[i], deterministic))
+        .collect();
     let mut sets = vec![first.clone()];
     if chance(rng, 50) {
         sets.push(variant(rng, &first));
@@ -165,7 +169,11 @@ fn policy(rng: &mut Rng, name: &'static str, deterministic: bool) -> PolicySpec 
     );
     let burst = (fluid && chance(rng, 40)).then(|| 1 + rng.below(limit + 2));
     let capacity = burst.unwrap_or(limit);
-    let cost = if chance(rng, 20) && capacity >= 2 { 2 } else { 1 };
+    let cost = if chance(rng, 20) && capacity >= 2 {
+        2
+    } else {
+        1
+    };
     let rollout = match rng.below(10) {
         0 => RolloutSpec::Shadow,
         1 => RolloutSpec::Share(0.5),
@@ -207,7 +215,14 @@ fn variant(rng: &mut Rng, set: &[PolicySpec]) -> Vec<PolicySpec> {
     let p = &mut set[i];
     match rng.below(4) {
         0 if p.algorithm != Algorithm::LeakyBucket && p.burst.is_none() => {
-            p.algorithm = pick(rng, &[Algorithm::FixedWindow, Algorithm::Gcra, Algorithm::SlidingWindowLog]);
+            p.algorithm = pick(
+                rng,
+                &[
+                    Algorithm::FixedWindow,
+                    Algorithm::Gcra,
+                    Algorithm::SlidingWindowLog,
+                ],
+            );
         }
         1 if p.meter != MeterSpec::RequestBytes => p.limit = 2 + rng.below(5),
         2 => {
@@ -235,11 +250,17 @@ fn gate_known(case: &mut CaseSpec) {
         }
     }
     for p in case.sets.iter_mut().flatten() {
-        if p.meter == MeterSpec::RequestBytes && p.count_failures && !known::fixed(Case::BytesCountWhen) {
+        if p.meter == MeterSpec::RequestBytes
+            && p.count_failures
+            && !known::fixed(Case::BytesCountWhen)
+        {
             p.count_failures = false;
         }
     }
-    if case.has(|p| matches!(p.meter, MeterSpec::Metered { .. })) && case.holds() && !known::fixed(Case::MeterAfterRefund) {
+    if case.has(|p| matches!(p.meter, MeterSpec::Metered { .. }))
+        && case.holds()
+        && !known::fixed(Case::MeterAfterRefund)
+    {
         case.max_held = 1024;
         case.max_held_per_key = 128;
     }
@@ -250,6 +271,11 @@ fn gate_known(case: &mut CaseSpec) {
         case.fallback = false;
     }
     let deterministic = case.deterministic;
+    if deterministic && case.sets[0].len() > 1 && !known::fixed(Case::DenialCacheHidesOtherBoxes) {
+        for p in case.sets.iter_mut().flatten() {
+            p.penalty = None;
+        }
+    }
     for p in case.sets.iter_mut().flatten() {
         if deterministic
             && p.plans
@@ -263,7 +289,10 @@ fn gate_known(case: &mut CaseSpec) {
             p.penalty = None;
         }
     }
-    if case.max_held < 1024 && case.has(|p| p.in_flight.is_some()) && !known::fixed(Case::HeldBudget) {
+    if case.max_held < 1024
+        && case.has(|p| p.in_flight.is_some())
+        && !known::fixed(Case::HeldBudget)
+    {
         case.max_held = 1024;
     }
 }
@@ -293,7 +322,11 @@ impl PolicySpec {
         if self.plans {
             let pro = self.quota(true);
             policy = policy.quota_from(move |parts| {
-                (parts.headers.get("x-plan").is_some_and(|plan| plan == "pro")).then_some(pro)
+                (parts
+                    .headers
+                    .get("x-plan")
+                    .is_some_and(|plan| plan == "pro"))
+                .then_some(pro)
             });
         }
         if self.count_failures {
@@ -301,9 +334,13 @@ impl PolicySpec {
         }
         if let Some(penalty) = self.penalty {
             let hour = Duration::from_secs(3_600);
-            let mut rule = Penalty::after(penalty.after).within(hour).block_for(penalty.block_for);
+            let mut rule = Penalty::after(penalty.after)
+                .within(hour)
+                .block_for(penalty.block_for);
             if penalty.escalate {
-                rule = rule.escalate(&[penalty.block_for * 2]).remember(Duration::from_secs(7_200));
+                rule = rule
+                    .escalate(&[penalty.block_for * 2])
+                    .remember(Duration::from_secs(7_200));
             }
             policy = policy.penalty(rule);
         }

@@ -114,8 +114,14 @@ impl Client {
         let service = ServiceBuilder::new()
             .layer(self.layer.clone())
             .layer(MeterBytes::new().map_request_body(Body::new))
-            .service(tower::service_fn(move |request| service::handle(log.clone(), request)));
-        let chunks = spec.body.iter().map(|n| Bytes::from(vec![b'x'; *n])).collect();
+            .service(tower::service_fn(move |request| {
+                service::handle(log.clone(), request)
+            }));
+        let chunks = spec
+            .body
+            .iter()
+            .map(|n| Bytes::from(vec![b'x'; *n]))
+            .collect();
         let request = user_request(id, spec, Body::new(Chunks(chunks)));
         let call = service.oneshot(request);
         let response = match spec.leave {
@@ -127,10 +133,16 @@ impl Client {
         };
         let Ok(response) = response;
         let (parts, body) = response.into_parts();
-        self.answer(id, spec, parts.status.as_u16(), parts.headers, body).await
+        self.answer(id, spec, parts.status.as_u16(), parts.headers, body)
+            .await
     }
 
-    async fn send_over_tcp(&self, server: &support::http::Server, id: u64, spec: &RequestSpec) -> Answer {
+    async fn send_over_tcp(
+        &self,
+        server: &support::http::Server,
+        id: u64,
+        spec: &RequestSpec,
+    ) -> Answer {
         let bytes: Vec<u8> = spec.body.iter().flat_map(|n| vec![b'x'; *n]).collect();
         let request = user_request(id, spec, Full::new(Bytes::from(bytes)));
         let call = server.open(request);
@@ -145,11 +157,19 @@ impl Client {
             return Answer::Left;
         };
         let (parts, body) = response.into_parts();
-        self.answer(id, spec, parts.status.as_u16(), parts.headers, body).await
+        self.answer(id, spec, parts.status.as_u16(), parts.headers, body)
+            .await
     }
 
     /// Reads the body as the client would: whole for a rejection, else as `leave` says.
-    async fn answer<B>(&self, id: u64, spec: &RequestSpec, status: u16, headers: HeaderMap, body: B) -> Answer
+    async fn answer<B>(
+        &self,
+        id: u64,
+        spec: &RequestSpec,
+        status: u16,
+        headers: HeaderMap,
+        body: B,
+    ) -> Answer
     where
         B: http_body::Body<Data = Bytes> + Send + 'static,
     {
@@ -204,7 +224,11 @@ fn leased_or_not<S: Store>(store: S, case: &CaseSpec, clock: &ManualClock) -> Le
     }
 }
 
-fn wrap<S: Store + Clone>(base: S, case: &CaseSpec, clock: &ManualClock) -> (Ledger, Option<Switch>) {
+fn wrap<S: Store + Clone>(
+    base: S,
+    case: &CaseSpec,
+    clock: &ManualClock,
+) -> (Ledger, Option<Switch>) {
     if case.fallback {
         let primary = Flaky::new(base);
         let fallback = Fallback::new(primary.clone(), MemoryStore::with_clock(clock.clone()))
@@ -271,7 +295,9 @@ pub(crate) async fn run(case: &CaseSpec, steps: &[Step]) -> Report {
     let server = if case.tcp {
         let handler_log = log.clone();
         let app = Router::new()
-            .fallback_service(tower::service_fn(move |request| service::handle(handler_log.clone(), request)))
+            .fallback_service(tower::service_fn(move |request| {
+                service::handle(handler_log.clone(), request)
+            }))
             .layer(MeterBytes::new().map_request_body(Body::new))
             .layer(layer.clone());
         Some(Arc::new(support::http::Server::start(app).await))
@@ -328,7 +354,8 @@ pub(crate) async fn run(case: &CaseSpec, steps: &[Step]) -> Report {
                     let pending = done
                         .iter()
                         .filter(|(id, finished)| {
-                            !finished.load(Ordering::SeqCst) && !log.lock().expect("the log").contains_key(id)
+                            !finished.load(Ordering::SeqCst)
+                                && !log.lock().expect("the log").contains_key(id)
                         })
                         .count();
                     model.held(pending, layer.held());
@@ -347,7 +374,11 @@ pub(crate) async fn run(case: &CaseSpec, steps: &[Step]) -> Report {
                         served,
                         group,
                     };
-                    report.answers.push(format!("(burst) u{} {}", seen.spec.user, model.answer_line(&seen).0));
+                    report.answers.push(format!(
+                        "(burst) u{} {}",
+                        seen.spec.user,
+                        model.answer_line(&seen).0
+                    ));
                     model.observe(&seen);
                 }
             }
@@ -384,7 +415,9 @@ pub(crate) async fn run(case: &CaseSpec, steps: &[Step]) -> Report {
         model.check_boxes(group).await;
     }
     client.close().await;
-    ledger.settled(Duration::from_millis(5), Duration::from_secs(5)).await;
+    ledger
+        .settled(Duration::from_millis(5), Duration::from_secs(5))
+        .await;
     report.violations = model.finish();
     report.violations.extend(ledger.violations());
     report
@@ -393,7 +426,9 @@ pub(crate) async fn run(case: &CaseSpec, steps: &[Step]) -> Report {
 /// Waits for the background settles and refunds of a remote store to land.
 async fn settle(ledger: &Ledger, remote: bool) {
     if remote {
-        ledger.settled(Duration::from_millis(3), Duration::from_secs(5)).await;
+        ledger
+            .settled(Duration::from_millis(3), Duration::from_secs(5))
+            .await;
     } else {
         tokio::task::yield_now().await;
     }
@@ -422,8 +457,14 @@ async fn operate(
     let limiter = layer.limiter();
     let line = match call {
         Operator::Block { ms } => {
-            let result = limiter.block(spec.name, &key, Duration::from_millis(ms)).await;
-            format!("block {} u{user} {ms}ms: {:?}", spec.name, result.map(|d| d.remaining))
+            let result = limiter
+                .block(spec.name, &key, Duration::from_millis(ms))
+                .await;
+            format!(
+                "block {} u{user} {ms}ms: {:?}",
+                spec.name,
+                result.map(|d| d.remaining)
+            )
         }
         Operator::Reset => {
             let result = limiter.reset(spec.name, &key).await;
@@ -431,7 +472,11 @@ async fn operate(
         }
         Operator::Penalize { units } => {
             let result = limiter.penalize(spec.name, &key, units).await;
-            format!("penalize {} u{user} {units}: {:?}", spec.name, result.map(|d| (d.allowed, d.remaining)))
+            format!(
+                "penalize {} u{user} {units}: {:?}",
+                spec.name,
+                result.map(|d| (d.allowed, d.remaining))
+            )
         }
     };
     model.operated(spec.name, &key, call);

@@ -55,7 +55,11 @@ pub(crate) enum Step {
     /// The policy set `sets[i]` replaces the one in force.
     Reload(usize),
     /// An operator's call on a policy (by index in the set in force) and a user.
-    Operate { policy: usize, user: u64, call: Operator },
+    Operate {
+        policy: usize,
+        user: u64,
+        call: Operator,
+    },
     /// The fallback's primary fails every call (`true`) or answers again.
     Flap(bool),
     /// The lingering responses end (their bodies are read to the end).
@@ -78,8 +82,9 @@ pub(crate) fn stream(rng: &mut Rng, case: &CaseSpec, len: usize) -> Vec<Step> {
         let step = match rng.below(100) {
             0..=54 => Step::Request(request(rng, case, metered, bytes)),
             55..=64 if !case.deterministic => {
-                let mut burst: Vec<RequestSpec> =
-                    (0..2 + rng.below(6)).map(|_| request(rng, case, metered, bytes)).collect();
+                let mut burst: Vec<RequestSpec> = (0..2 + rng.below(6))
+                    .map(|_| request(rng, case, metered, bytes))
+                    .collect();
                 if count_when_box && !known::fixed(Case::CountWhenConcurrency) {
                     // Only one request of a burst may await its outcome at a time.
                     burst.truncate(1);
@@ -96,7 +101,10 @@ pub(crate) fn stream(rng: &mut Rng, case: &CaseSpec, len: usize) -> Vec<Step> {
             }
             65..=79 => Step::Advance(Duration::from_micros(pick(
                 rng,
-                &[1, 999, 10_000, 50_000, 100_000, 400_000, 1_000_000, 7_000_000, 30_000_000, 61_000_000],
+                &[
+                    1, 999, 10_000, 50_000, 100_000, 400_000, 1_000_000, 7_000_000, 30_000_000,
+                    61_000_000,
+                ],
             ))),
             80..=83 if case.sets.len() > 1 => {
                 if lingering && metered && !known::fixed(Case::SettleAfterReload) {
@@ -124,8 +132,7 @@ pub(crate) fn stream(rng: &mut Rng, case: &CaseSpec, len: usize) -> Vec<Step> {
                 // Issue 35's case 8 (and its kin the model found: a plan caller's
                 // rejection beside a blocked policy counts towards the box in memory,
                 // not on Redis, seed 340684982): no operator calls under plans.
-                if plans && case.deterministic && !known::fixed(Case::PenalizeUnderPlans)
-                {
+                if plans && case.deterministic && !known::fixed(Case::PenalizeUnderPlans) {
                     continue;
                 }
                 Step::Operate {
@@ -144,7 +151,13 @@ pub(crate) fn stream(rng: &mut Rng, case: &CaseSpec, len: usize) -> Vec<Step> {
         if matches!(step, Step::Close) {
             lingering = false;
         }
-        let reset = matches!(step, Step::Operate { call: Operator::Reset, .. });
+        let reset = matches!(
+            step,
+            Step::Operate {
+                call: Operator::Reset,
+                ..
+            }
+        );
         steps.push(step);
         if reset && !known::fixed(Case::RefundAtResetInstant) {
             steps.push(Step::Advance(Duration::from_micros(1)));
@@ -164,7 +177,9 @@ fn request(rng: &mut Rng, case: &CaseSpec, metered: bool, bytes: bool) -> Reques
         _ => Leave::Never,
     };
     let body = if bytes {
-        (0..1 + rng.below(3)).map(|_| rng.below(40) as usize).collect()
+        (0..1 + rng.below(3))
+            .map(|_| rng.below(40) as usize)
+            .collect()
     } else {
         Vec::new()
     };

@@ -170,7 +170,11 @@ impl Store for Ledger {
                 if decision.allowed
                     && let Some(receipt) = decision.receipt()
                 {
-                    book.charge(caller(charge.limit, charge.key), Some(receipt), receipt.cost());
+                    book.charge(
+                        caller(charge.limit, charge.key),
+                        Some(receipt),
+                        receipt.cost(),
+                    );
                 }
             }
         })
@@ -181,14 +185,23 @@ impl Store for Ledger {
             if decision.allowed
                 && let Some(receipt) = decision.receipt()
             {
-                book.charge(caller(charge.limit, charge.key), Some(receipt), receipt.cost());
+                book.charge(
+                    caller(charge.limit, charge.key),
+                    Some(receipt),
+                    receipt.cost(),
+                );
             }
         })
     }
 
     fn refund<'a>(&'a self, charge: Charge<'a>) -> StoreCall<'a, ()> {
         self.book(self.inner.refund(charge), move |book, ()| {
-            book.give_back(caller(charge.limit, charge.key), None, charge.cost, "refund");
+            book.give_back(
+                caller(charge.limit, charge.key),
+                None,
+                charge.cost,
+                "refund",
+            );
         })
     }
 
@@ -251,13 +264,20 @@ impl Store for Ledger {
     }
 
     fn reserve<'a>(&'a self, charge: Charge<'a>, max_wait: Duration) -> StoreCall<'a, Decision> {
-        self.book(self.inner.reserve(charge, max_wait), move |book, decision| {
-            if decision.allowed
-                && let Some(receipt) = decision.receipt()
-            {
-                book.charge(caller(charge.limit, charge.key), Some(receipt), receipt.cost());
-            }
-        })
+        self.book(
+            self.inner.reserve(charge, max_wait),
+            move |book, decision| {
+                if decision.allowed
+                    && let Some(receipt) = decision.receipt()
+                {
+                    book.charge(
+                        caller(charge.limit, charge.key),
+                        Some(receipt),
+                        receipt.cost(),
+                    );
+                }
+            },
+        )
     }
 
     fn validate(&self, limit: &Limit) -> Result<(), ConfigError> {
