@@ -132,7 +132,7 @@ impl Invariants {
         }
         self.tracks.entry(id).or_insert_with(|| Track {
             name: spec.name,
-            key: key.clone(),
+            key: *key,
             algorithm: spec.algorithm,
             admissions: Vec::new(),
             penalty_box: BoxModel::default(),
@@ -193,6 +193,10 @@ impl Invariants {
     }
 
     /// Books one answered request.
+    #[allow(
+        clippy::too_many_lines,
+        reason = "one pass over the set: the bound's books and the box's, side by side"
+    )]
     pub(crate) fn observe(&mut self, seen: &Seen) {
         let left = matches!(seen.answer, Answer::Left);
         let rejection = match &seen.answer {
@@ -233,14 +237,14 @@ impl Invariants {
                 track.penalty_box.uncertain = true;
             }
             if let (Some(served), Some(d)) = (served, &served_decision)
-                && enforced
                 && d.allowed
                 && d.evaluated()
             {
                 let (units, overshoot) = units(&spec, &seen.spec, served);
-                // What the library may have kept: a response dropped mid-body counts
-                // in full for the box's rule (the bound takes the low figure).
-                let kept = if matches!(seen.spec.leave, Leave::MidBody(_)) {
+                // What the library may have kept (a shadowed policy charges as an
+                // enforced one would): a response dropped mid-body counts in full for
+                // the box's rule (the bound takes the low figure).
+                track.committed += if matches!(seen.spec.leave, Leave::MidBody(_)) {
                     let whole = RequestSpec {
                         leave: Leave::Never,
                         ..seen.spec.clone()
@@ -249,34 +253,35 @@ impl Invariants {
                 } else {
                     units
                 };
-                if units > 0
-                    && track
-                        .penalty_box
-                        .blocked_until
-                        .is_some_and(|until| until > now)
-                    && !track.penalty_box.uncertain
-                {
-                    broken = Some(format!(
-                        "policy {} served a request of u{} while its key is blocked",
-                        spec.name, seen.spec.user
-                    ));
+                if enforced {
+                    if units > 0
+                        && track
+                            .penalty_box
+                            .blocked_until
+                            .is_some_and(|until| until > now)
+                        && !track.penalty_box.uncertain
+                    {
+                        broken = Some(format!(
+                            "policy {} served a request of u{} while its key is blocked",
+                            spec.name, seen.spec.user
+                        ));
+                    }
+                    track.admissions.push(Admission {
+                        at_us: now + d.delay.as_micros() as u64,
+                        units,
+                        overshoot,
+                        group: seen.group,
+                        lingering: seen.spec.leave == Leave::Linger || loose,
+                        limit: d.quota.limit(),
+                        burst: d.quota.burst(),
+                        period_us: d.quota.period().as_micros() as u64,
+                        spread_us: if spec.meter == MeterSpec::RequestBytes {
+                            spec.wait.map_or(0, |w| w.as_micros() as u64)
+                        } else {
+                            0
+                        },
+                    });
                 }
-                track.committed += kept;
-                track.admissions.push(Admission {
-                    at_us: now + d.delay.as_micros() as u64,
-                    units,
-                    overshoot,
-                    group: seen.group,
-                    lingering: seen.spec.leave == Leave::Linger || loose,
-                    limit: d.quota.limit(),
-                    burst: d.quota.burst(),
-                    period_us: d.quota.period().as_micros() as u64,
-                    spread_us: if spec.meter == MeterSpec::RequestBytes {
-                        spec.wait.map_or(0, |w| w.as_micros() as u64)
-                    } else {
-                        0
-                    },
-                });
             }
             // The rejection that trips the box is answered as a block already: it
             // counts, once per step; a rejection of a key the model knows is blocked
@@ -364,9 +369,6 @@ impl Invariants {
         }
     }
 
-    /// The lingering responses ended (their settles landed).
-    pub(crate) fn closed(&mut self) {}
-
     /// After each step: every penalty box (and operator block) the step touched is
     /// where the model says, asked of the limiter with a peek.
     pub(crate) async fn check_boxes(&mut self, step: u64) {
@@ -378,7 +380,7 @@ impl Invariants {
             let Some(track) = self.tracks.get(&id) else {
                 continue;
             };
-            let key = track.key.clone();
+            let key = track.key;
             let Ok(peek) = self.layer.limiter().peek(spec.name, &key).await else {
                 if let Some(track) = self.tracks.get_mut(&id) {
                     track.penalty_box.uncertain = true;

@@ -40,7 +40,7 @@ pub(crate) enum Case {
     WaitPenalty,
     /// Not among issue 35's numbered cases: found by this model. A charge decided in
     /// the same microsecond as a `reset` of a key that had state is never given back
-    /// by receipt: FixedWindow 2/200 ms with `count_when(status >= 400)` on memory,
+    /// by receipt: `FixedWindow` 2/200 ms with `count_when(status >= 400)` on memory,
     /// two 500s, a 429, 7 s later `reset`, then three 200s at the reset's instant →
     /// 200 (r=1), 200 (r=0), 429 — each 200 stays charged (one µs later: r=2 each).
     /// Fails closed (a caller refused, a box tripped), not open.
@@ -55,8 +55,8 @@ pub(crate) enum Case {
     /// Not among issue 35's numbered cases (perhaps a relative of 8, but without
     /// plans): a key penalized into debt, then tripping its penalty box, is blocked
     /// for the box's 30 s in memory but served again 7 s later on Redis. Policies
-    /// (one `check_all`): p0 LeakyBucket 3/200 ms burst 4 on one global key, p1
-    /// SlidingWindowCounters{2} 3/min per user with a box, p2 SlidingWindow 5/s per
+    /// (one `check_all`): p0 `LeakyBucket` 3/200 ms burst 4 on one global key, p1
+    /// `SlidingWindowCounters{2}` 3/min per user with a box, p2 `SlidingWindow` 5/s per
     /// user, metered (max 4), `Penalty::after(2).block_for(30 s)`; stream:
     /// `penalize(p2, u0, 3)`, u0 reports 7 (429), u0 reports 11 (429, trip: blocked
     /// 30 s on both), +7 s, u0 again: memory 429 (23 s left), Redis 401 served (seed
@@ -66,7 +66,7 @@ pub(crate) enum Case {
     /// Not among issue 35's numbered cases (a relative of 5): on Redis, a request the
     /// denial cache refuses for one policy is not decided by the others, so a second
     /// policy's penalty box never sees that rejection; in memory it counts and the box
-    /// trips. p0 SlidingWindowCounters{2} 2/s per user (cost 2), p1 LeakyBucket
+    /// trips. p0 `SlidingWindowCounters{2}` 2/s per user (cost 2), p1 `LeakyBucket`
     /// 3/200 ms burst 2 on a global key with plans and `Penalty::after(2)
     /// .block_for(30 s)`: memory blocks p1 for 30 s, Redis serves the next request
     /// (seed 845537306 of `memory_and_redis_answer_alike`, 19 steps).

@@ -17,6 +17,10 @@ pub(crate) const USERS: u64 = 3;
 
 /// What a policy counts under and how.
 #[derive(Debug, Clone)]
+#[allow(
+    clippy::struct_excessive_bools,
+    reason = "a spec's switches, printed on failure"
+)]
 pub(crate) struct PolicySpec {
     pub(crate) name: &'static str,
     pub(crate) algorithm: Algorithm,
@@ -76,6 +80,10 @@ pub(crate) enum StoreSpec {
     Redis,
 }
 
+#[allow(
+    clippy::struct_excessive_bools,
+    reason = "a case's switches, printed on failure"
+)]
 /// One case: the policy sets (the first in force at the start, the others reached by
 /// reloads), the store and the layer's options.
 #[derive(Debug, Clone)]

@@ -271,6 +271,10 @@ fn policies(set: &[PolicySpec]) -> Vec<tollgate::Policy> {
 }
 
 /// Runs `steps` of `case` on a fresh store and layer.
+#[allow(
+    clippy::too_many_lines,
+    reason = "the step loop reads as a stream does: one arm per kind of step"
+)]
 pub(crate) async fn run(case: &CaseSpec, steps: &[Step]) -> Report {
     let clock = ManualClock::new(BASE);
     let (ledger, switch) = store(case, &clock);
@@ -292,7 +296,7 @@ pub(crate) async fn run(case: &CaseSpec, steps: &[Step]) -> Report {
         .max_held(case.max_held)
         .max_held_per_key(case.max_held_per_key);
     let log: Log = Arc::default();
-    let server = if case.tcp {
+    let tcp_server = if case.tcp {
         let handler_log = log.clone();
         let app = Router::new()
             .fallback_service(tower::service_fn(move |request| {
@@ -307,7 +311,7 @@ pub(crate) async fn run(case: &CaseSpec, steps: &[Step]) -> Report {
     let client = Client {
         layer: layer.clone(),
         log: log.clone(),
-        server,
+        server: tcp_server,
         close: Arc::new(watch::channel(0).0),
         lingering: Arc::default(),
     };
@@ -336,34 +340,9 @@ pub(crate) async fn run(case: &CaseSpec, steps: &[Step]) -> Report {
                 model.observe(&seen);
             }
             Step::Burst(specs) => {
-                let mut tasks = Vec::new();
-                let mut done = Vec::new();
-                for spec in specs {
-                    next_id += 1;
-                    let (id, client, spec) = (next_id, client.clone(), spec.clone());
-                    let finished = Arc::new(AtomicBool::new(false));
-                    done.push((id, finished.clone()));
-                    tasks.push(tokio::spawn(async move {
-                        let answer = client.send(id, &spec).await;
-                        finished.store(true, Ordering::SeqCst);
-                        (id, spec, answer)
-                    }));
-                }
-                if case.store == StoreSpec::Memory && !case.tcp {
-                    tokio::time::sleep(Duration::from_millis(15)).await;
-                    let pending = done
-                        .iter()
-                        .filter(|(id, finished)| {
-                            !finished.load(Ordering::SeqCst)
-                                && !log.lock().expect("the log").contains_key(id)
-                        })
-                        .count();
-                    model.held(pending, layer.held());
-                }
-                let mut answers = Vec::new();
-                for task in tasks {
-                    answers.push(task.await.expect("a request task"));
-                }
+                let ids = (next_id + 1..).take(specs.len()).collect();
+                next_id += specs.len() as u64;
+                let answers = burst(&client, case, &mut model, ids, specs).await;
                 report.requests += answers.len() as u64;
                 settle(&ledger, remote).await;
                 for (id, spec, answer) in answers {
@@ -374,11 +353,10 @@ pub(crate) async fn run(case: &CaseSpec, steps: &[Step]) -> Report {
                         served,
                         group,
                     };
-                    report.answers.push(format!(
-                        "(burst) u{} {}",
-                        seen.spec.user,
-                        model.answer_line(&seen).0
-                    ));
+                    let line = model.answer_line(&seen).0;
+                    report
+                        .answers
+                        .push(format!("(burst) u{} {line}", seen.spec.user));
                     model.observe(&seen);
                 }
             }
@@ -409,7 +387,6 @@ pub(crate) async fn run(case: &CaseSpec, steps: &[Step]) -> Report {
             Step::Close => {
                 client.close().await;
                 settle(&ledger, remote).await;
-                model.closed();
             }
         }
         model.check_boxes(group).await;
@@ -421,6 +398,45 @@ pub(crate) async fn run(case: &CaseSpec, steps: &[Step]) -> Report {
     report.violations = model.finish();
     report.violations.extend(ledger.violations());
     report
+}
+
+/// Sends `specs` at once; on the memory store, counts the requests the layer holds
+/// 15 ms in (neither answered nor in the handler) for the `max_held` invariant.
+async fn burst(
+    client: &Client,
+    case: &CaseSpec,
+    model: &mut Invariants,
+    ids: Vec<u64>,
+    specs: &[RequestSpec],
+) -> Vec<(u64, RequestSpec, Answer)> {
+    let mut tasks = Vec::new();
+    let mut done = Vec::new();
+    for (id, spec) in ids.into_iter().zip(specs) {
+        let (client, spec) = (client.clone(), spec.clone());
+        let finished = Arc::new(AtomicBool::new(false));
+        done.push((id, finished.clone()));
+        tasks.push(tokio::spawn(async move {
+            let answer = client.send(id, &spec).await;
+            finished.store(true, Ordering::SeqCst);
+            (id, spec, answer)
+        }));
+    }
+    if case.store == StoreSpec::Memory && !case.tcp {
+        tokio::time::sleep(Duration::from_millis(15)).await;
+        let pending = done
+            .iter()
+            .filter(|(id, finished)| {
+                !finished.load(Ordering::SeqCst)
+                    && !client.log.lock().expect("the log").contains_key(id)
+            })
+            .count();
+        model.held(pending, client.layer.held());
+    }
+    let mut answers = Vec::new();
+    for task in tasks {
+        answers.push(task.await.expect("a request task"));
+    }
+    answers
 }
 
 /// Waits for the background settles and refunds of a remote store to land.

@@ -5,6 +5,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::convert::Infallible;
+use std::fmt::Write as _;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
@@ -76,13 +77,11 @@ pub(crate) async fn handle(log: Log, request: Request<Body>) -> Result<Response<
     let mut bytes = 0;
     let mut failed = false;
     while let Some(frame) = body.frame().await {
-        match frame {
-            Ok(frame) => bytes += frame.data_ref().map_or(0, |d| d.len() as u64),
-            Err(_) => {
-                failed = true;
-                break;
-            }
-        }
+        let Ok(frame) = frame else {
+            failed = true;
+            break;
+        };
+        bytes += frame.data_ref().map_or(0, |d| d.len() as u64);
     }
     if work > 0 {
         tokio::time::sleep(Duration::from_millis(work)).await;
@@ -120,16 +119,17 @@ pub(crate) fn rejection() -> Rejection {
     Rejection::custom(|info: &RejectionInfo| {
         let mut body = format!("{REJECTED} {:?}\n", info.reason);
         for d in &info.decisions {
-            body.push_str(&format!(
-                "{} {} {} {} {} {} {}\n",
+            let _ = writeln!(
+                body,
+                "{} {} {} {} {} {} {}",
                 d.limit,
                 d.allowed,
                 d.remaining,
-                d.blocked_for.map_or(-1, |b| b.as_micros() as i128),
+                micros(d.blocked_for),
                 d.trips,
                 d.evaluated(),
                 d.capacity,
-            ));
+            );
         }
         let status = match info.reason {
             RejectReason::StoreUnavailable => StatusCode::SERVICE_UNAVAILABLE,
@@ -150,7 +150,7 @@ pub(crate) struct Spelled {
     pub(crate) allowed: bool,
     pub(crate) remaining: u64,
     pub(crate) blocked: bool,
-    pub(crate) blocked_us: i128,
+    pub(crate) blocked_us: i64,
     pub(crate) trips: u32,
     pub(crate) evaluated: bool,
     pub(crate) capacity: u64,
@@ -163,12 +163,17 @@ impl Spelled {
             allowed: d.allowed,
             remaining: d.remaining,
             blocked: d.blocked_for.is_some(),
-            blocked_us: d.blocked_for.map_or(-1, |b| b.as_micros() as i128),
+            blocked_us: micros(d.blocked_for),
             trips: d.trips,
             evaluated: d.evaluated(),
             capacity: d.capacity,
         }
     }
+}
+
+/// A block's length in µs (saturating), -1 for none.
+fn micros(blocked: Option<Duration>) -> i64 {
+    blocked.map_or(-1, |b| i64::try_from(b.as_micros()).unwrap_or(i64::MAX))
 }
 
 /// The reason and decisions a rejection's body spells out; `None` for another body.

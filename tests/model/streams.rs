@@ -177,9 +177,7 @@ fn request(rng: &mut Rng, case: &CaseSpec, metered: bool, bytes: bool) -> Reques
         _ => Leave::Never,
     };
     let body = if bytes {
-        (0..1 + rng.below(3))
-            .map(|_| rng.below(40) as usize)
-            .collect()
+        (0..=rng.below(3)).map(|_| rng.below(40) as usize).collect()
     } else {
         Vec::new()
     };
