@@ -52,17 +52,19 @@ pub(crate) enum Case {
     /// `RateLimit` says `t=10` in memory and `t=5` on Redis (seed 823757130 of
     /// `memory_and_redis_answer_alike`, its shortest stream 14 steps).
     TokenBucketPlansOnRedis,
-    /// Not among issue 35's numbered cases (perhaps a relative of 8, but without
-    /// plans): a key penalized into debt, then tripping its penalty box, is blocked
-    /// for the box's 30 s in memory but served again 7 s later on Redis. Policies
-    /// (one `check_all`): p0 `LeakyBucket` 3/200 ms burst 4 on one global key, p1
-    /// `SlidingWindowCounters{2}` 3/min per user with a box, p2 `SlidingWindow` 5/s per
-    /// user, metered (max 4), `Penalty::after(2).block_for(30 s)`; stream:
-    /// `penalize(p2, u0, 3)`, u0 reports 7 (429), u0 reports 11 (429, trip: blocked
-    /// 30 s on both), +7 s, u0 again: memory 429 (23 s left), Redis 401 served (seed
-    /// 921410980 of `memory_and_redis_answer_alike`; without the `penalize` both
-    /// agree).
-    PenalizeThenTripOnRedis,
+    /// Not among issue 35's numbered cases (relatives of 8, without plans): after a
+    /// `penalize`, memory and Redis answer differently. (a) `LeakyBucket` 3/100 ms
+    /// burst 3, cost 2: after `penalize(p0, u2, 1)` a denied request says
+    /// `remaining` 0 in memory, 1 on Redis (seed 333134070 of
+    /// `memory_and_redis_answer_alike`, 19 steps). (b) A key penalized into debt, then
+    /// tripping its penalty box, is blocked for the box's 30 s in memory but served
+    /// again 7 s later on Redis: p0 `LeakyBucket` 3/200 ms burst 4 on one global key,
+    /// p1 `SlidingWindowCounters{2}` 3/min per user, p2 `SlidingWindow` 5/s per user,
+    /// metered (max 4), `Penalty::after(2).block_for(30 s)`; `penalize(p2, u0, 3)`,
+    /// u0 reports 7 (429), u0 reports 11 (429, the trip: blocked 30 s on both),
+    /// +7 s, u0 again: memory 429 (23 s left), Redis 401 served (seed 921410980;
+    /// without the `penalize` both agree).
+    PenalizeOnRedis,
     /// Not among issue 35's numbered cases (a relative of 5): on Redis, a request the
     /// denial cache refuses for one policy is not decided by the others, so a second
     /// policy's penalty box never sees that rejection; in memory it counts and the box

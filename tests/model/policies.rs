@@ -128,6 +128,12 @@ fn chance(rng: &mut Rng, percent: u64) -> bool {
 
 /// A random case on `store`.
 pub(crate) fn case(rng: &mut Rng, store: StoreSpec, deterministic: bool) -> CaseSpec {
+    if !deterministic
+        && rng.below(100) < 30
+        && let Some(case) = seam(rng, store)
+    {
+        return case;
+    }
     let count = 1 + rng.below(3) as usize;
     let first: Vec<PolicySpec> = (0..count)
         .map(|i| policy(rng, NAMES[i], deterministic))
@@ -148,6 +154,110 @@ pub(crate) fn case(rng: &mut Rng, store: StoreSpec, deterministic: bool) -> Case
     };
     gate_known(&mut case);
     case
+}
+
+/// A plain enforced per-user policy: the base the seams below change.
+fn plain(name: &'static str, algorithm: Algorithm, limit: u64, period: Duration) -> PolicySpec {
+    PolicySpec {
+        name,
+        algorithm,
+        limit,
+        period,
+        burst: None,
+        cost: 1,
+        per_user: true,
+        plans: false,
+        count_failures: false,
+        penalty: None,
+        rollout: RolloutSpec::Enforce,
+        wait: None,
+        in_flight: None,
+        meter: MeterSpec::Plain,
+    }
+}
+
+/// A case shaped to reach one of issue 35's seams, once its fix is merged (or forced:
+/// see `known.rs`); `None` when none is. Random streams find these seams too, but
+/// rarely: a shape makes them one case in a few.
+fn seam(rng: &mut Rng, store: StoreSpec) -> Option<CaseSpec> {
+    let seams: Vec<Case> = [
+        Case::ShadowHoldCap,
+        Case::MeterAfterRefund,
+        Case::SettleAfterReload,
+        Case::LeasesPenalty,
+    ]
+    .into_iter()
+    .filter(|c| known::fixed(*c))
+    .collect();
+    if seams.is_empty() {
+        return None;
+    }
+    let minute = Duration::from_secs(60);
+    let queue = |shadow: bool| PolicySpec {
+        per_user: false,
+        rollout: if shadow {
+            RolloutSpec::Shadow
+        } else {
+            RolloutSpec::Enforce
+        },
+        ..plain("p1", Algorithm::LeakyBucket, 5, Duration::from_millis(100))
+    };
+    let mut case = CaseSpec {
+        sets: Vec::new(),
+        store,
+        leased: false,
+        fallback: false,
+        max_held: 1 + rng.below(2) as usize,
+        max_held_per_key: 128,
+        tcp: false,
+        deterministic: false,
+    };
+    match pick(rng, &seams) {
+        // An enforced per-key limit beside a shadowed queue, past the hold cap.
+        Case::ShadowHoldCap => {
+            case.sets = vec![vec![
+                plain("p0", Algorithm::FixedWindow, 3, minute),
+                queue(true),
+            ]];
+        }
+        // A metered request refunded at the hold cap, settled when its body ends.
+        Case::MeterAfterRefund => {
+            let metered = PolicySpec {
+                meter: MeterSpec::Metered { max_actual: 12 },
+                ..plain("p0", Algorithm::FixedWindow, 6, minute)
+            };
+            case.sets = vec![vec![metered, queue(false)]];
+        }
+        // A metered charge of 5 settled after a reload to another algorithm.
+        Case::SettleAfterReload => {
+            let metered = PolicySpec {
+                cost: 5,
+                meter: MeterSpec::Metered { max_actual: 12 },
+                ..plain("p0", Algorithm::FixedWindow, 10, minute)
+            };
+            let reloaded = PolicySpec {
+                algorithm: Algorithm::Gcra,
+                ..metered.clone()
+            };
+            case.sets = vec![vec![metered], vec![reloaded]];
+            case.max_held = 1024;
+        }
+        // Rejections answered from a lease, beside a penalty box.
+        _ => {
+            let boxed = PolicySpec {
+                penalty: Some(PenaltySpec {
+                    after: 3,
+                    block_for: Duration::from_secs(600),
+                    escalate: false,
+                }),
+                ..plain("p0", Algorithm::FixedWindow, 3, minute)
+            };
+            case.sets = vec![vec![boxed]];
+            case.leased = true;
+            case.max_held = 1024;
+        }
+    }
+    Some(case)
 }
 
 fn policy(rng: &mut Rng, name: &'static str, deterministic: bool) -> PolicySpec {

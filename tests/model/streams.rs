@@ -124,8 +124,7 @@ pub(crate) fn stream(rng: &mut Rng, case: &CaseSpec, len: usize) -> Vec<Step> {
                 };
                 if case.deterministic
                     && matches!(call, Operator::Penalize { .. })
-                    && case.has(|p| p.penalty.is_some())
-                    && !known::fixed(Case::PenalizeThenTripOnRedis)
+                    && !known::fixed(Case::PenalizeOnRedis)
                 {
                     continue;
                 }
