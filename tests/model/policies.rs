@@ -403,6 +403,13 @@ fn gate_known(case: &mut CaseSpec) {
         {
             p.plans = false;
         }
+        if p.plans
+            && !p.per_user
+            && matches!(p.meter, MeterSpec::Metered { .. })
+            && !known::fixed(Case::SettleAcrossPlans)
+        {
+            p.per_user = true;
+        }
         if p.wait.is_some() && p.penalty.is_some() && !known::fixed(Case::WaitPenalty) {
             p.penalty = None;
         }
