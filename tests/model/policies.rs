@@ -398,10 +398,23 @@ fn gate_known(case: &mut CaseSpec) {
         if deterministic
             && p.plans
             && !p.per_user
-            && p.algorithm == Algorithm::TokenBucket
-            && !known::fixed(Case::TokenBucketPlansOnRedis)
+            && matches!(
+                p.algorithm,
+                Algorithm::TokenBucket | Algorithm::Gcra | Algorithm::LeakyBucket
+            )
+            && !known::fixed(Case::FluidPlansOnRedis)
         {
             p.plans = false;
+        }
+        if deterministic
+            && matches!(p.meter, MeterSpec::Metered { .. })
+            && matches!(
+                p.algorithm,
+                Algorithm::TokenBucket | Algorithm::Gcra | Algorithm::LeakyBucket
+            )
+            && !known::fixed(Case::MeteredFluidOnRedis)
+        {
+            p.meter = MeterSpec::Plain;
         }
         if p.plans
             && !p.per_user
