@@ -90,6 +90,11 @@ pub(crate) enum Case {
     /// memory and 0 on Redis, every replay (seed 585460286 of
     /// `memory_and_redis_answer_alike`, 54 steps; not yet narrowed further).
     MeteredFluidOnRedis,
+    /// Not among issue 35's numbered cases, not yet narrowed: a denied `Gcra`
+    /// request of cost 2 (2/100 ms, shadowed, beside two fixed windows, one on a
+    /// global key with plans) says `remaining` 1 in memory and 0 on Redis (seed
+    /// 435532548 of `memory_and_redis_answer_alike`, 49 steps).
+    GcraCostTwoOnRedis,
 }
 
 /// The cases whose fixes are merged: the generator makes their combinations again.

@@ -407,6 +407,13 @@ fn gate_known(case: &mut CaseSpec) {
             p.plans = false;
         }
         if deterministic
+            && p.algorithm == Algorithm::Gcra
+            && p.cost > 1
+            && !known::fixed(Case::GcraCostTwoOnRedis)
+        {
+            p.cost = 1;
+        }
+        if deterministic
             && matches!(p.meter, MeterSpec::Metered { .. })
             && matches!(
                 p.algorithm,
