@@ -46,14 +46,16 @@ pub(crate) enum Case {
     /// Fails closed (a caller refused, a box tripped), not open.
     RefundAtResetInstant,
     /// Not among issue 35's numbered cases: found by this model. One key decided
-    /// under two quotas (a global key with plans) on a fluid algorithm answers
-    /// another `reset_after` / `retry_after` on Redis than in memory. `Gcra` 5/10 s
+    /// under two quotas (a global key with plans) answers another `reset_after` /
+    /// `retry_after` on Redis than in memory. `SlidingWindowLog` 6/min with
+    /// `count_when`: `Retry-After: 59` in memory, 58 on Redis (seed 249255636, 45
+    /// steps). `Gcra` 5/10 s
     /// beside a pro plan: a denied request says `Retry-After: 4` in memory, 2 on Redis
     /// (seed 61512756, 31 steps). `TokenBucket` 4/10 s burst 3 beside a pro plan of
     /// 8/10 s burst 6, after a few requests of each plan the free caller's
     /// `RateLimit` says `t=10` in memory and `t=5` on Redis (seed 823757130 of
     /// `memory_and_redis_answer_alike`, its shortest stream 14 steps).
-    FluidPlansOnRedis,
+    PlansOneKeyOnRedis,
     /// Not among issue 35's numbered cases (relatives of 8, without plans): after a
     /// `penalize`, memory and Redis answer differently. (a) `LeakyBucket` 3/100 ms
     /// burst 3, cost 2: after `penalize(p0, u2, 1)` a denied request says

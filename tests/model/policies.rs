@@ -395,15 +395,7 @@ fn gate_known(case: &mut CaseSpec) {
         }
     }
     for p in case.sets.iter_mut().flatten() {
-        if deterministic
-            && p.plans
-            && !p.per_user
-            && matches!(
-                p.algorithm,
-                Algorithm::TokenBucket | Algorithm::Gcra | Algorithm::LeakyBucket
-            )
-            && !known::fixed(Case::FluidPlansOnRedis)
-        {
+        if deterministic && p.plans && !p.per_user && !known::fixed(Case::PlansOneKeyOnRedis) {
             p.plans = false;
         }
         if deterministic
