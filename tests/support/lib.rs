@@ -42,6 +42,7 @@ pub mod http;
 pub mod immediate;
 pub mod in_flight;
 pub mod leases;
+pub mod model;
 pub mod plan_walk;
 pub mod redis_cluster;
 pub mod redis_server;
