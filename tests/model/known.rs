@@ -108,7 +108,9 @@ pub(crate) const KNOWN_FIXED: &[Case] = &[
     Case::MeterAfterRefund,
     Case::SettleAfterReload,
     Case::LeasesPenalty,
-    Case::FallbackFlapping,
+    // Not `FallbackFlapping` yet: with its fix merged, seed 123629336 (Redis, a lease
+    // over a `Fallback` whose primary flaps, a token bucket with a penalty box, a
+    // reload) serves a request 30 s into a 60 s box. Switched on once that is fixed.
     Case::CountWhenConcurrency,
     Case::PenalizeUnderPlans,
     Case::HeldBudget,
