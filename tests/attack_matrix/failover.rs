@@ -106,7 +106,6 @@ async fn admitted(limiter: &Limiter, name: &str, key: &Key, n: usize) -> usize {
 /// A penalty box tripped on the insurance while the primary is down is a block this
 /// process knows: once the primary is back, the primary itself reports it.
 #[tokio::test]
-#[ignore = "BROKEN: a box tripped on the insurance is a block this process knows, not re-asserted on the primary: 3 of 5 admitted 61 s into a 600 s box"]
 async fn a_box_tripped_on_the_insurance_holds_on_the_primary_once_it_is_back() {
     let c = clock();
     let primary = Switched::new(&c);
@@ -402,7 +401,6 @@ async fn a_reasserted_block_ends_when_it_would_have() {
 /// The box tripped on the insurance, on a real Redis primary killed and restarted
 /// empty: once Redis serves again, the caller is still boxed a minute later.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "BROKEN: a box tripped on the insurance while Redis was down is not re-asserted on Redis back empty: 3 of 5 admitted 61 s into a 600 s box"]
 async fn a_box_tripped_on_the_insurance_holds_on_a_redis_that_comes_back() {
     let c = clock();
     let mut server = support::redis_server::RedisServer::start();
@@ -745,7 +743,6 @@ async fn concurrent_first_batches_on_the_insurance_start_from_the_primarys_answe
 /// under its basic plan, the primary down, then decided under another plan on the
 /// insurance: still blocked.
 #[tokio::test]
-#[ignore = "BROKEN: a box tripped under a basic plan on the primary, carried to the insurance, is escaped by another plan: pro, the limit's own quota and check() admitted"]
 async fn a_carried_block_reaches_the_callers_other_plans() {
     let c = clock();
     let primary = Switched::new(&c);
@@ -857,7 +854,6 @@ async fn a_carried_operator_block_reaches_the_callers_other_plans() {
 
 /// The plan-hop escape on a real Redis primary, killed after the box tripped there.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "BROKEN: a box tripped on Redis under a basic plan, Redis killed: on the insurance the pro plan, the limit's own quota and check() are admitted"]
 async fn a_box_tripped_on_redis_reaches_the_callers_other_plans_on_the_insurance() {
     let c = clock();
     let mut server = support::redis_server::RedisServer::start();

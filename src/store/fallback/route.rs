@@ -99,20 +99,30 @@ impl<P: Store, I: Store> Shared<P, I> {
             return StoreCall::ready(Ok(blocked));
         }
         let outage = self.health.outage();
+        let sent = self.seen.now();
         if !self.carried.needs_seed(charges, outage) {
             return self.insurance.decide(charges).map(move |answer| {
                 answer.map(|decisions| {
-                    self.carried.served(charges, &decisions);
+                    self.insurance_answered(charges, &decisions, sent);
                     routed(decisions, true)
                 })
             });
         }
         StoreCall::future(async move {
             self.seeded(charges, outage).await;
+            let sent = self.seen.now();
             let decisions = self.insurance.decide(charges).await?;
-            self.carried.served(charges, &decisions);
+            self.insurance_answered(charges, &decisions, sent);
             Ok(routed(decisions, true))
         })
+    }
+
+    /// What the insurance store answered for `charges` (sent at `sent`): its
+    /// admissions are counted to charge the primary, and a box it tripped is a block
+    /// this process knows, enforced under every quota and re-asserted on the primary.
+    fn insurance_answered(&self, charges: &[Charge<'_>], decisions: &[Decision], sent: u64) {
+        self.carried.served(charges, decisions);
+        self.seen.note_blocks(charges, decisions, sent);
     }
 
     /// Runs an operation that goes to both stores on the primary, unless it is down
@@ -161,12 +171,14 @@ impl<P: Store, I: Store> Store for Fallback<P, I> {
                 return StoreCall::ready(Ok(blocked.remove(0)));
             }
             let outage = shared.health.outage();
+            let sent = shared.seen.now();
             if !shared.carried.needs_seed(one, outage) {
                 return shared.insurance.decide_one(charge).map(move |answer| {
                     answer.map(|decision| {
-                        shared.carried.served(
+                        shared.insurance_answered(
                             std::slice::from_ref(&charge),
                             std::slice::from_ref(&decision),
+                            sent,
                         );
                         routed_one(decision, true)
                     })
@@ -175,8 +187,9 @@ impl<P: Store, I: Store> Store for Fallback<P, I> {
             return StoreCall::future(async move {
                 let one = std::slice::from_ref(&charge);
                 shared.seeded(one, outage).await;
+                let sent = shared.seen.now();
                 let decision = shared.insurance.decide_one(charge).await?;
-                shared.carried.served(one, std::slice::from_ref(&decision));
+                shared.insurance_answered(one, std::slice::from_ref(&decision), sent);
                 Ok(routed_one(decision, true))
             });
         }
@@ -347,8 +360,12 @@ impl<P: Store, I: Store> Store for Fallback<P, I> {
             }
             let one = std::slice::from_ref(&charge);
             shared.seeded(one, shared.health.outage()).await;
+            let sent = shared.seen.now();
             let decision = shared.insurance.penalize(charge).await?;
             shared.carried.served_units(&charge, charge.cost);
+            shared
+                .seen
+                .note_blocks(one, std::slice::from_ref(&decision), sent);
             Ok(decision)
         })
     }
@@ -374,8 +391,9 @@ impl<P: Store, I: Store> Store for Fallback<P, I> {
                 return Ok(blocked.remove(0));
             }
             shared.seeded(one, shared.health.outage()).await;
+            let sent = shared.seen.now();
             let decision = shared.insurance.reserve(charge, max_wait).await?;
-            shared.carried.served(one, std::slice::from_ref(&decision));
+            shared.insurance_answered(one, std::slice::from_ref(&decision), sent);
             Ok(routed_one(decision, true))
         })
     }
