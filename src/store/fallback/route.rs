@@ -117,6 +117,38 @@ impl<P: Store, I: Store> Shared<P, I> {
         })
     }
 
+    /// A settle of the primary's charge while the primary is down: its extra (a
+    /// debt) is charged on the insurance store, the key seeded first, and counted to
+    /// charge the primary on recovery; its give-back is dropped (the primary holds
+    /// that charge). Without an extra, the settle is dropped: an error.
+    async fn settle_while_down(
+        &self,
+        charge: Charge<'_>,
+        receipt: Receipt,
+    ) -> Result<Decision, StoreError> {
+        let plan = crate::store::settle::plan(charge.limit, receipt, charge.cost);
+        if plan.extra == 0 {
+            return Err(settle_dropped(
+                "the primary store took this charge and is down",
+            ));
+        }
+        let extra = Charge {
+            cost: plan.extra,
+            ..charge
+        };
+        let one = std::slice::from_ref(&extra);
+        self.seeded(one, self.health.outage()).await;
+        let sent = self.seen.now();
+        let decision = self.insurance.penalize(extra).await?;
+        self.carried.served_units(&extra, plan.extra);
+        self.seen
+            .note_blocks(one, std::slice::from_ref(&decision), sent);
+        Ok(routed_one(
+            crate::store::settle::standing_from(&decision, None),
+            true,
+        ))
+    }
+
     /// What the insurance store answered for `charges` (sent at `sent`): its
     /// admissions are counted to charge the primary, and a box it tripped is a block
     /// this process knows, enforced under every quota and re-asserted on the primary.
@@ -239,9 +271,13 @@ impl<P: Store, I: Store> Store for Fallback<P, I> {
         })
     }
 
-    /// To the store that took the charge, as a refund by receipt goes: a settle whose
-    /// store is down (or fails) is dropped, an error, never sent to the other store,
-    /// which holds nothing of the charge. The decision's receipt keeps the route.
+    /// To the store that took the charge, as a refund by receipt goes, never to the
+    /// other store for its give-back (it holds nothing of the charge). A settle of a
+    /// primary's charge while the primary is down (or failing it) still charges its
+    /// extra — a debt is not forgotten: to the insurance store (the key seeded first),
+    /// counted with its admissions and charged to the primary on recovery; what it
+    /// would have given back is dropped (an error when that is all it does). The
+    /// decision's receipt keeps the route.
     fn settle<'a>(&'a self, charge: Charge<'a>, receipt: Receipt) -> StoreCall<'a, Decision> {
         let shared = &self.shared;
         StoreCall::future(async move {
@@ -250,27 +286,28 @@ impl<P: Store, I: Store> Store for Fallback<P, I> {
                     "the receipt does not say which store of the fallback took the charge",
                 ));
             };
-            let settled = if insurance {
-                shared.insurance.settle(charge, receipt).await?
-            } else if shared.health.serves_primary() {
+            if insurance {
+                let settled = shared.insurance.settle(charge, receipt).await?;
+                return Ok(routed_one(settled, true));
+            }
+            if shared.health.serves_primary() {
                 let sent = shared.seen.now();
-                let settled = shared
-                    .primary
-                    .settle(charge, receipt)
-                    .await
-                    .inspect_err(|error| shared.primary_failed(error))?;
-                shared.noted(
-                    std::slice::from_ref(&charge),
-                    std::slice::from_ref(&settled),
-                    sent,
-                );
-                settled
-            } else {
-                return Err(settle_dropped(
-                    "the primary store took this charge and is down",
-                ));
-            };
-            Ok(routed_one(settled, insurance))
+                match shared.primary.settle(charge, receipt).await {
+                    Ok(settled) => {
+                        shared.noted(
+                            std::slice::from_ref(&charge),
+                            std::slice::from_ref(&settled),
+                            sent,
+                        );
+                        return Ok(routed_one(settled, false));
+                    }
+                    Err(error) if error.kind() == StoreErrorKind::Unsupported => {
+                        return Err(error);
+                    }
+                    Err(error) => shared.primary_failed(&error),
+                }
+            }
+            shared.settle_while_down(charge, receipt).await
         })
     }
 
