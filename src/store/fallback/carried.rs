@@ -40,6 +40,9 @@ struct Tables {
     old: HashMap<Slot, Last>,
     /// What the insurance store admitted per key, to charge the primary on recovery.
     served: HashMap<Slot, Served>,
+    /// What was charged to the primary per key on recovery: a refund of an insurance
+    /// charge that arrives after it gives back there too.
+    moved: HashMap<Slot, u64>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -210,6 +213,48 @@ impl Carried {
         }
     }
 
+    /// Records `units` of `key`'s admissions charged to the primary on recovery.
+    pub(super) fn moved(&self, limit: &Limit, key: &Key, units: u64) {
+        let mut tables = self.lock();
+        let slot = (limit.name(), *key);
+        if tables.moved.len() >= MAX_KEYS && !tables.moved.contains_key(&slot) {
+            // Full: the oldest recoveries' refunds are long in; start afresh (a refund
+            // of one of them then gives back on the insurance only: over-denial).
+            tables.moved.clear();
+        }
+        let moved = tables.moved.entry(slot).or_insert(0);
+        *moved = moved.saturating_add(units);
+    }
+
+    /// A refund of the insurance store's charge (given back there by its receipt): off
+    /// its admissions not yet charged to the primary, else off what was charged there
+    /// on recovery. Returns the units to give back on the primary too.
+    pub(super) fn insurance_refund(&self, charge: &Charge<'_>) -> u64 {
+        let slot = (charge.limit.name(), *charge.key);
+        let mut tables = self.lock();
+        let mut left = charge.cost;
+        if let Some(served) = tables.served.get_mut(&slot) {
+            let off = served.admitted.min(left);
+            served.admitted -= off;
+            left -= off;
+            if served.admitted == 0 {
+                tables.served.remove(&slot);
+            }
+        }
+        if left == 0 {
+            return 0;
+        }
+        let Some(moved) = tables.moved.get_mut(&slot) else {
+            return 0;
+        };
+        let off = (*moved).min(left);
+        *moved -= off;
+        if *moved == 0 {
+            tables.moved.remove(&slot);
+        }
+        off
+    }
+
     /// Forgets `key` under `limit` (a reset: both stores start it afresh).
     pub(super) fn forget(&self, limit: &Limit, key: &Key) {
         let slot = (limit.name(), *key);
@@ -217,6 +262,7 @@ impl Carried {
         tables.young.remove(&slot);
         tables.old.remove(&slot);
         tables.served.remove(&slot);
+        tables.moved.remove(&slot);
     }
 }
 

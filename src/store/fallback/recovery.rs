@@ -268,7 +268,10 @@ impl<P: Store, I: Store> Shared<P, I> {
                     cost: units,
                 };
                 match self.primary.penalize(charge).await {
-                    Ok(_) => Ok(()),
+                    Ok(_) => {
+                        self.carried.moved(&admitted.limit, &admitted.key, units);
+                        Ok(())
+                    }
                     // A primary without `penalize`: the charges cannot be carried back.
                     Err(error) if error.kind() == crate::StoreErrorKind::Unsupported => Ok(()),
                     Err(error) => Err((admitted, error)),

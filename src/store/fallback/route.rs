@@ -149,6 +149,24 @@ impl<P: Store, I: Store> Shared<P, I> {
         ))
     }
 
+    /// After a refund of the insurance store's charge: the part of it already charged
+    /// to the primary on recovery is given back there too (the primary serving), so
+    /// that a refunded request holds nothing on either store.
+    async fn refund_moved(self: &Arc<Self>, charge: Charge<'_>) {
+        let units = self.carried.insurance_refund(&charge);
+        if units == 0 || !self.health.serves_primary() {
+            return;
+        }
+        let back = Charge {
+            cost: units,
+            ..charge
+        };
+        if let Err(error) = self.primary.refund(back).await {
+            // Dropped: the primary counts it still (over-denial, never over-admission).
+            self.primary_failed(&error);
+        }
+    }
+
     /// What the insurance store answered for `charges` (sent at `sent`): its
     /// admissions are counted to charge the primary, and a box it tripped is a block
     /// this process knows, enforced under every quota and re-asserted on the primary.
@@ -249,7 +267,11 @@ impl<P: Store, I: Store> Store for Fallback<P, I> {
         let shared = &self.shared;
         StoreCall::future(async move {
             match receipt.unrouted() {
-                Some((true, receipt)) => shared.insurance.refund_charge(charge, receipt).await,
+                Some((true, receipt)) => {
+                    shared.insurance.refund_charge(charge, receipt).await?;
+                    shared.refund_moved(charge).await;
+                    Ok(())
+                }
                 Some((false, receipt)) => {
                     // A primary known to be down is not called: the refund would wait
                     // out its deadline only to fail. Either way it is dropped.
