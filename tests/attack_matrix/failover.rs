@@ -580,6 +580,31 @@ async fn a_debt_settled_while_the_primary_is_down_is_not_forgotten() {
     );
 }
 
+/// The debt settled while the primary is down reaches the primary on its return:
+/// 1,000 charged there, settled to 9,000 on the insurance, the primary back: it counts
+/// 9,000 of 10,000 (its own 1,000 and the 8,000 extra charged back), before it
+/// decides again.
+#[tokio::test]
+async fn a_debt_settled_while_the_primary_is_down_is_charged_to_it_on_its_return() {
+    let c = clock();
+    let primary = Switched::new(&c);
+    let store = fallback(&primary, &c);
+    let limit = Limit::new("tokens", Quota::per_minute(10_000)).expect("limit");
+    let limiter = limiter(limit.clone(), store.clone());
+    let key = Key::from("debtor");
+    let first = limiter.check("tokens", &key, 1_000).await.expect("check");
+    primary.set(false);
+    let settled = limiter.settle(&first, &key, 9_000).await.expect("settled");
+    assert_eq!(settled.remaining, 1_000);
+    primary.set(true);
+    until_back(&store, &limiter, "tokens").await;
+    let on_primary = limiter_on(&limit, &primary)
+        .peek("tokens", &key)
+        .await
+        .expect("peek");
+    assert_eq!(on_primary.remaining, 1_000);
+}
+
 /// The same over HTTP: a metered request (estimate 1,000) in its handler when the
 /// primary fails reports 9,000; the caller's next requests (1,000 each) on the
 /// insurance: one fits in 10,000 a minute, not nine.
