@@ -43,6 +43,9 @@ struct Tables {
     /// What was charged to the primary per key on recovery: a refund of an insurance
     /// charge that arrives after it gives back there too.
     moved: HashMap<Slot, u64>,
+    /// The trips an escalating penalty remembered for each key on the primary's last
+    /// answer, and when: a trip on the insurance store counts after them.
+    trips: HashMap<Slot, (u32, Instant)>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -84,6 +87,7 @@ impl Carried {
         let at = Instant::now();
         let mut tables = self.lock();
         for (charge, decision) in charges.iter().zip(decisions) {
+            note_trips(&mut tables, charge, decision, at);
             if decision.blocked_for.is_some() {
                 // A block says `remaining: 0` whatever the usage: the block itself is
                 // carried (`seen_blocks.rs`), the usage before it stays as it was.
@@ -106,6 +110,29 @@ impl Carried {
                 .map_or(0, |last| last.seeded);
             tables.young.insert(slot, Last { used, at, seeded });
         }
+    }
+
+    /// The trips the primary last reported for `charge`'s key that its penalty still
+    /// remembers (counted from when they were reported: never shorter than on the
+    /// primary), 0 for none.
+    pub(super) fn trips(&self, charge: &Charge<'_>) -> u32 {
+        let Some(remember) = charge.limit.penalty_box().map(crate::Penalty::get_remember) else {
+            return 0;
+        };
+        let tables = self.lock();
+        match tables.trips.get(&(charge.limit.name(), *charge.key)) {
+            Some((trips, at)) if at.elapsed() < remember => *trips,
+            _ => 0,
+        }
+    }
+
+    /// Whether any key of `charges` has trips carried from the primary.
+    pub(super) fn any_trips(&self, charges: &[Charge<'_>]) -> bool {
+        let tables = self.lock();
+        !tables.trips.is_empty()
+            && charges
+                .iter()
+                .any(|c| tables.trips.contains_key(&(c.limit.name(), *c.key)))
     }
 
     /// Whether a key of `charges` is still to be seeded in `outage` (reads only: a
@@ -263,7 +290,29 @@ impl Carried {
         tables.old.remove(&slot);
         tables.served.remove(&slot);
         tables.moved.remove(&slot);
+        tables.trips.remove(&slot);
     }
+}
+
+/// Remembers the trips `decision` reports for `charge`'s key (an escalating penalty's).
+fn note_trips(tables: &mut Tables, charge: &Charge<'_>, decision: &Decision, at: Instant) {
+    let escalates = charge
+        .limit
+        .penalty_box()
+        .is_some_and(|p| !p.get_remember().is_zero());
+    if !escalates || !decision.evaluated() {
+        return;
+    }
+    let slot = (charge.limit.name(), *charge.key);
+    if decision.trips == 0 {
+        tables.trips.remove(&slot);
+        return;
+    }
+    if tables.trips.len() >= MAX_KEYS && !tables.trips.contains_key(&slot) {
+        // Full: start afresh (a key's trips then count from the insurance's own).
+        tables.trips.clear();
+    }
+    tables.trips.insert(slot, (decision.trips, at));
 }
 
 fn add_served(tables: &mut Tables, charge: &Charge<'_>, units: u64) {

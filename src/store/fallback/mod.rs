@@ -66,9 +66,10 @@ const DEFAULT_PROBE_INTERVAL: Duration = Duration::from_millis(200);
 /// that ends first leaves first) — and re-asserted on a primary that comes back
 /// without it (restarted empty, flushed), before it decides again. So is a penalty
 /// box the insurance store tripped while it served. The trips an escalating
-/// [`Penalty`](crate::Penalty) remembers are not carried: a caller's first trip on
-/// the insurance store gets the first block, however often it tripped on the
-/// primary (a shorter block than on one store). A
+/// [`Penalty`](crate::Penalty) remembered on the primary's last answer
+/// ([`Decision::trips`](crate::Decision::trips)) are carried too: a trip on the
+/// insurance store counts after them and gets their next block (the trip itself is
+/// not counted on the primary once it is back: its next trip there counts one less). A
 /// block this process never saw (the caller was blocked through another process, and
 /// has not asked this one since) is not known to it; a block another process lifted
 /// while the primary was down is re-asserted by this one.

@@ -100,7 +100,7 @@ impl<P: Store, I: Store> Shared<P, I> {
         }
         let outage = self.health.outage();
         let sent = self.seen.now();
-        if !self.carried.needs_seed(charges, outage) {
+        if !self.carried.needs_seed(charges, outage) && !self.carried.any_trips(charges) {
             return self.insurance.decide(charges).map(move |answer| {
                 answer.map(|decisions| {
                     self.insurance_answered(charges, &decisions, sent);
@@ -111,7 +111,8 @@ impl<P: Store, I: Store> Shared<P, I> {
         StoreCall::future(async move {
             self.seeded(charges, outage).await;
             let sent = self.seen.now();
-            let decisions = self.insurance.decide(charges).await?;
+            let mut decisions = self.insurance.decide(charges).await?;
+            self.escalated(charges, &mut decisions).await;
             self.insurance_answered(charges, &decisions, sent);
             Ok(routed(decisions, true))
         })
@@ -164,6 +165,40 @@ impl<P: Store, I: Store> Shared<P, I> {
         if let Err(error) = self.primary.refund(back).await {
             // Dropped: the primary counts it still (over-denial, never over-admission).
             self.primary_failed(&error);
+        }
+    }
+
+    /// A penalty box the insurance store just tripped, for a key whose escalating
+    /// penalty remembered trips on the primary: the trip counts after those, and gets
+    /// their next block (the insurance store's block lengthened to it, as an
+    /// operator's block, which keeps its trips), as on one store.
+    async fn escalated(&self, charges: &[Charge<'_>], decisions: &mut [Decision]) {
+        for (charge, decision) in charges.iter().zip(decisions.iter_mut()) {
+            let (Some(blocked), Some(penalty)) = (decision.blocked_for, charge.limit.penalty_box())
+            else {
+                continue;
+            };
+            let carried = self.carried.trips(charge);
+            if carried == 0 || decision.trips == 0 || charge.cost == 0 {
+                continue;
+            }
+            let trips = carried.saturating_add(decision.trips);
+            let block = penalty.next_block(trips - 1);
+            if block <= blocked {
+                continue;
+            }
+            if self
+                .insurance
+                .block(charge.limit, charge.key, block)
+                .await
+                .is_err()
+            {
+                continue;
+            }
+            decision.blocked_for = Some(block);
+            decision.retry_after = Some(block);
+            decision.reset_after = block;
+            decision.trips = trips;
         }
     }
 
@@ -222,7 +257,7 @@ impl<P: Store, I: Store> Store for Fallback<P, I> {
             }
             let outage = shared.health.outage();
             let sent = shared.seen.now();
-            if !shared.carried.needs_seed(one, outage) {
+            if !shared.carried.needs_seed(one, outage) && !shared.carried.any_trips(one) {
                 return shared.insurance.decide_one(charge).map(move |answer| {
                     answer.map(|decision| {
                         shared.insurance_answered(
@@ -238,7 +273,10 @@ impl<P: Store, I: Store> Store for Fallback<P, I> {
                 let one = std::slice::from_ref(&charge);
                 shared.seeded(one, outage).await;
                 let sent = shared.seen.now();
-                let decision = shared.insurance.decide_one(charge).await?;
+                let mut decision = shared.insurance.decide_one(charge).await?;
+                shared
+                    .escalated(one, std::slice::from_mut(&mut decision))
+                    .await;
                 shared.insurance_answered(one, std::slice::from_ref(&decision), sent);
                 Ok(routed_one(decision, true))
             });
