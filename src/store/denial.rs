@@ -1,7 +1,7 @@
 //! The one rule for answering a denial without asking the store. Every local answer
 //! of a denial goes through it: [`LeasedStore`](super::LeasedStore)'s lease table, the
-//! Redis denial cache ([`DenialCache`](super::denial_cache::DenialCache)), and
-//! `Fallback`'s carried blocks (kept in a `DenialCache`). The rule:
+//! Redis denial cache (`DenialCache`), and `Fallback`'s carried blocks (kept per
+//! limit name and key, whatever the quota). The rule:
 //!
 //! - **What may be repeated.** Once a store denies a key until T, a request for the same
 //!   or a larger cost is denied here until T (a blocked key: every cost), the waits

@@ -196,6 +196,9 @@ impl DenialCache {
     /// store that never saw them (`Fallback`'s blocks, while the insurance serves):
     /// any charge denied here answers the batch ([`Asked::Another`]). A cache in front
     /// of the store that made its denials uses [`check_in_front`](Self::check_in_front).
+    /// (`Fallback` now keeps its carried blocks per limit name and key: this stays
+    /// for the rule's tests.)
+    #[cfg(test)]
     pub(crate) fn check(&self, charges: &[Charge<'_>], now: u64) -> Option<Vec<Decision>> {
         let mut denials = self.lock();
         Self::hits(answer_batch(charges, Asked::Another, |charge| {

@@ -11,6 +11,7 @@
 
 mod call;
 mod denial;
+#[cfg(feature = "redis")]
 mod denial_cache;
 mod fallback;
 mod in_flight;

@@ -660,7 +660,6 @@ async fn right_logins_pending_when_the_primary_fails_never_box_the_office() {
 /// their outcomes are known (all right). The next 5 right logins, on the primary, are
 /// served and nobody is boxed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "BROKEN: count_when x Fallback catch-up; 5 right logins pending on the insurance were charged to the returning primary, refunded on the insurance: next 5 right 429, boxed 600 s"]
 async fn right_logins_pending_across_the_primarys_return_never_box_the_office() {
     let c = clock();
     let primary = crate::failover::Switched::new(&c);

@@ -40,6 +40,12 @@ struct Tables {
     old: HashMap<Slot, Last>,
     /// What the insurance store admitted per key, to charge the primary on recovery.
     served: HashMap<Slot, Served>,
+    /// What was charged to the primary per key on recovery: a refund of an insurance
+    /// charge that arrives after it gives back there too.
+    moved: HashMap<Slot, u64>,
+    /// The trips an escalating penalty remembered for each key on the primary's last
+    /// answer, and when: a trip on the insurance store counts after them.
+    trips: HashMap<Slot, (u32, Instant)>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -81,6 +87,7 @@ impl Carried {
         let at = Instant::now();
         let mut tables = self.lock();
         for (charge, decision) in charges.iter().zip(decisions) {
+            note_trips(&mut tables, charge, decision, at);
             if decision.blocked_for.is_some() {
                 // A block says `remaining: 0` whatever the usage: the block itself is
                 // carried (`seen_blocks.rs`), the usage before it stays as it was.
@@ -103,6 +110,29 @@ impl Carried {
                 .map_or(0, |last| last.seeded);
             tables.young.insert(slot, Last { used, at, seeded });
         }
+    }
+
+    /// The trips the primary last reported for `charge`'s key that its penalty still
+    /// remembers (counted from when they were reported: never shorter than on the
+    /// primary), 0 for none.
+    pub(super) fn trips(&self, charge: &Charge<'_>) -> u32 {
+        let Some(remember) = charge.limit.penalty_box().map(crate::Penalty::get_remember) else {
+            return 0;
+        };
+        let tables = self.lock();
+        match tables.trips.get(&(charge.limit.name(), *charge.key)) {
+            Some((trips, at)) if at.elapsed() < remember => *trips,
+            _ => 0,
+        }
+    }
+
+    /// Whether any key of `charges` has trips carried from the primary.
+    pub(super) fn any_trips(&self, charges: &[Charge<'_>]) -> bool {
+        let tables = self.lock();
+        !tables.trips.is_empty()
+            && charges
+                .iter()
+                .any(|c| tables.trips.contains_key(&(c.limit.name(), *c.key)))
     }
 
     /// Whether a key of `charges` is still to be seeded in `outage` (reads only: a
@@ -210,6 +240,48 @@ impl Carried {
         }
     }
 
+    /// Records `units` of `key`'s admissions charged to the primary on recovery.
+    pub(super) fn moved(&self, limit: &Limit, key: &Key, units: u64) {
+        let mut tables = self.lock();
+        let slot = (limit.name(), *key);
+        if tables.moved.len() >= MAX_KEYS && !tables.moved.contains_key(&slot) {
+            // Full: the oldest recoveries' refunds are long in; start afresh (a refund
+            // of one of them then gives back on the insurance only: over-denial).
+            tables.moved.clear();
+        }
+        let moved = tables.moved.entry(slot).or_insert(0);
+        *moved = moved.saturating_add(units);
+    }
+
+    /// A refund of the insurance store's charge (given back there by its receipt): off
+    /// its admissions not yet charged to the primary, else off what was charged there
+    /// on recovery. Returns the units to give back on the primary too.
+    pub(super) fn insurance_refund(&self, charge: &Charge<'_>) -> u64 {
+        let slot = (charge.limit.name(), *charge.key);
+        let mut tables = self.lock();
+        let mut left = charge.cost;
+        if let Some(served) = tables.served.get_mut(&slot) {
+            let off = served.admitted.min(left);
+            served.admitted -= off;
+            left -= off;
+            if served.admitted == 0 {
+                tables.served.remove(&slot);
+            }
+        }
+        if left == 0 {
+            return 0;
+        }
+        let Some(moved) = tables.moved.get_mut(&slot) else {
+            return 0;
+        };
+        let off = (*moved).min(left);
+        *moved -= off;
+        if *moved == 0 {
+            tables.moved.remove(&slot);
+        }
+        off
+    }
+
     /// Forgets `key` under `limit` (a reset: both stores start it afresh).
     pub(super) fn forget(&self, limit: &Limit, key: &Key) {
         let slot = (limit.name(), *key);
@@ -217,7 +289,30 @@ impl Carried {
         tables.young.remove(&slot);
         tables.old.remove(&slot);
         tables.served.remove(&slot);
+        tables.moved.remove(&slot);
+        tables.trips.remove(&slot);
     }
+}
+
+/// Remembers the trips `decision` reports for `charge`'s key (an escalating penalty's).
+fn note_trips(tables: &mut Tables, charge: &Charge<'_>, decision: &Decision, at: Instant) {
+    let escalates = charge
+        .limit
+        .penalty_box()
+        .is_some_and(|p| !p.get_remember().is_zero());
+    if !escalates || !decision.evaluated() {
+        return;
+    }
+    let slot = (charge.limit.name(), *charge.key);
+    if decision.trips == 0 {
+        tables.trips.remove(&slot);
+        return;
+    }
+    if tables.trips.len() >= MAX_KEYS && !tables.trips.contains_key(&slot) {
+        // Full: start afresh (a key's trips then count from the insurance's own).
+        tables.trips.clear();
+    }
+    tables.trips.insert(slot, (decision.trips, at));
 }
 
 fn add_served(tables: &mut Tables, charge: &Charge<'_>, units: u64) {

@@ -61,9 +61,15 @@ const DEFAULT_PROBE_INTERVAL: Duration = Duration::from_millis(200);
 /// **Blocks are carried.** A block the primary reported to this process (an
 /// operator's, or a tripped penalty box's, seen on a decision's
 /// [`blocked_for`](crate::Decision::blocked_for)) is enforced by this process while
-/// the insurance store serves, until it ends — under the quota it was seen under, for
-/// at most 10,000 keys (the oldest seen leave first) — and re-asserted on a primary
-/// that comes back without it (restarted empty, flushed), before it decides again. A
+/// the insurance store serves, until it ends — per limit and key, under every quota
+/// (a caller's other plans too, as on one store), for at most 10,000 keys (the block
+/// that ends first leaves first) — and re-asserted on a primary that comes back
+/// without it (restarted empty, flushed), before it decides again. So is a penalty
+/// box the insurance store tripped while it served. The trips an escalating
+/// [`Penalty`](crate::Penalty) remembered on the primary's last answer
+/// ([`Decision::trips`](crate::Decision::trips)) are carried too: a trip on the
+/// insurance store counts after them and gets their next block (the trip itself is
+/// not counted on the primary once it is back: its next trip there counts one less). A
 /// block this process never saw (the caller was blocked through another process, and
 /// has not asked this one since) is not known to it; a block another process lifted
 /// while the primary was down is re-asserted by this one.
@@ -76,8 +82,13 @@ const DEFAULT_PROBE_INTERVAL: Duration = Duration::from_millis(200);
 /// [`refund_charge`](Store::refund_charge) sends it there: a refund for a charge the
 /// primary took while the primary is down is dropped (an error, and the charge stays
 /// counted), never sent to the insurance store, which would gain quota it never
-/// spent; and the other way round. A [`settle`](Store::settle) goes there too, and is
-/// dropped (an error; nothing given back or charged) when that store is down. A
+/// spent; and the other way round (a primary known down keeps counting it, and so
+/// does the usage carried from it to the insurance store: over-denial, never
+/// over-admission). A refund of the insurance store's charge that the primary was
+/// charged on recovery is given back there too. A [`settle`](Store::settle) goes
+/// there too; a settle of the primary's charge while the primary is down still
+/// charges its extra (a debt): to the insurance store, carried back to the primary on
+/// recovery, and drops what it would give back (an error when that is all it does). A
 /// [`refund`](Store::refund) without a receipt goes to the store serving now, and is
 /// dropped too when that store fails.
 ///

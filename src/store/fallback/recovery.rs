@@ -223,17 +223,17 @@ impl<P: Store, I: Store> Shared<P, I> {
     /// left of it. A block it holds (perhaps a longer one) is left alone.
     async fn reassert_blocks(&self) -> Result<(), StoreError> {
         let mut reasserted: Vec<Work<'_, Result<(), StoreError>>> = Vec::new();
-        for (key, block) in self.seen.in_force() {
+        for (key, limit, until) in self.seen.in_force() {
             reasserted.push(Box::pin(async move {
-                let held = self.primary.peek(&block.limit, &key).await?;
+                let held = self.primary.peek(&limit, &key).await?;
                 if held.blocked_for.is_some() {
                     return Ok(());
                 }
-                let left = block.until.saturating_duration_since(Instant::now());
+                let left = until.saturating_duration_since(Instant::now());
                 if left.is_zero() {
                     return Ok(());
                 }
-                match self.primary.block(&block.limit, &key, left).await {
+                match self.primary.block(&limit, &key, left).await {
                     // A primary without blocks: nothing to re-assert there.
                     Err(error) if error.kind() == crate::StoreErrorKind::Unsupported => Ok(()),
                     other => other.map(drop),
@@ -268,7 +268,10 @@ impl<P: Store, I: Store> Shared<P, I> {
                     cost: units,
                 };
                 match self.primary.penalize(charge).await {
-                    Ok(_) => Ok(()),
+                    Ok(_) => {
+                        self.carried.moved(&admitted.limit, &admitted.key, units);
+                        Ok(())
+                    }
                     // A primary without `penalize`: the charges cannot be carried back.
                     Err(error) if error.kind() == crate::StoreErrorKind::Unsupported => Ok(()),
                     Err(error) => Err((admitted, error)),

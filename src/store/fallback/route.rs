@@ -99,20 +99,115 @@ impl<P: Store, I: Store> Shared<P, I> {
             return StoreCall::ready(Ok(blocked));
         }
         let outage = self.health.outage();
-        if !self.carried.needs_seed(charges, outage) {
+        let sent = self.seen.now();
+        if !self.carried.needs_seed(charges, outage) && !self.carried.any_trips(charges) {
             return self.insurance.decide(charges).map(move |answer| {
                 answer.map(|decisions| {
-                    self.carried.served(charges, &decisions);
+                    self.insurance_answered(charges, &decisions, sent);
                     routed(decisions, true)
                 })
             });
         }
         StoreCall::future(async move {
             self.seeded(charges, outage).await;
-            let decisions = self.insurance.decide(charges).await?;
-            self.carried.served(charges, &decisions);
+            let sent = self.seen.now();
+            let mut decisions = self.insurance.decide(charges).await?;
+            self.escalated(charges, &mut decisions).await;
+            self.insurance_answered(charges, &decisions, sent);
             Ok(routed(decisions, true))
         })
+    }
+
+    /// A settle of the primary's charge while the primary is down: its extra (a
+    /// debt) is charged on the insurance store, the key seeded first, and counted to
+    /// charge the primary on recovery; its give-back is dropped (the primary holds
+    /// that charge). Without an extra, the settle is dropped: an error.
+    async fn settle_while_down(
+        &self,
+        charge: Charge<'_>,
+        receipt: Receipt,
+    ) -> Result<Decision, StoreError> {
+        let plan = crate::store::settle::plan(charge.limit, receipt, charge.cost);
+        if plan.extra == 0 {
+            return Err(settle_dropped(
+                "the primary store took this charge and is down",
+            ));
+        }
+        let extra = Charge {
+            cost: plan.extra,
+            ..charge
+        };
+        let one = std::slice::from_ref(&extra);
+        self.seeded(one, self.health.outage()).await;
+        let sent = self.seen.now();
+        let decision = self.insurance.penalize(extra).await?;
+        self.carried.served_units(&extra, plan.extra);
+        self.seen
+            .note_blocks(one, std::slice::from_ref(&decision), sent);
+        Ok(routed_one(
+            crate::store::settle::standing_from(&decision, None),
+            true,
+        ))
+    }
+
+    /// After a refund of the insurance store's charge: the part of it already charged
+    /// to the primary on recovery is given back there too (the primary serving), so
+    /// that a refunded request holds nothing on either store.
+    async fn refund_moved(self: &Arc<Self>, charge: Charge<'_>) {
+        let units = self.carried.insurance_refund(&charge);
+        if units == 0 || !self.health.serves_primary() {
+            return;
+        }
+        let back = Charge {
+            cost: units,
+            ..charge
+        };
+        if let Err(error) = self.primary.refund(back).await {
+            // Dropped: the primary counts it still (over-denial, never over-admission).
+            self.primary_failed(&error);
+        }
+    }
+
+    /// A penalty box the insurance store just tripped, for a key whose escalating
+    /// penalty remembered trips on the primary: the trip counts after those, and gets
+    /// their next block (the insurance store's block lengthened to it, as an
+    /// operator's block, which keeps its trips), as on one store.
+    async fn escalated(&self, charges: &[Charge<'_>], decisions: &mut [Decision]) {
+        for (charge, decision) in charges.iter().zip(decisions.iter_mut()) {
+            let (Some(blocked), Some(penalty)) = (decision.blocked_for, charge.limit.penalty_box())
+            else {
+                continue;
+            };
+            let carried = self.carried.trips(charge);
+            if carried == 0 || decision.trips == 0 || charge.cost == 0 {
+                continue;
+            }
+            let trips = carried.saturating_add(decision.trips);
+            let block = penalty.next_block(trips - 1);
+            if block <= blocked {
+                continue;
+            }
+            if self
+                .insurance
+                .block(charge.limit, charge.key, block)
+                .await
+                .is_err()
+            {
+                continue;
+            }
+            decision.blocked_for = Some(block);
+            decision.retry_after = Some(block);
+            decision.reset_after = block;
+            decision.trips = trips;
+        }
+    }
+
+    /// What the insurance store answered for `charges` (sent at `sent`): its
+    /// admissions are counted to charge the primary, and a box it tripped is a block
+    /// this process knows, enforced under every quota and re-asserted on the primary.
+    fn insurance_answered(&self, charges: &[Charge<'_>], decisions: &[Decision], sent: u64) {
+        self.carried.served(charges, decisions);
+        self.seen.note_blocks(charges, decisions, sent);
     }
 
     /// Runs an operation that goes to both stores on the primary, unless it is down
@@ -161,12 +256,14 @@ impl<P: Store, I: Store> Store for Fallback<P, I> {
                 return StoreCall::ready(Ok(blocked.remove(0)));
             }
             let outage = shared.health.outage();
-            if !shared.carried.needs_seed(one, outage) {
+            let sent = shared.seen.now();
+            if !shared.carried.needs_seed(one, outage) && !shared.carried.any_trips(one) {
                 return shared.insurance.decide_one(charge).map(move |answer| {
                     answer.map(|decision| {
-                        shared.carried.served(
+                        shared.insurance_answered(
                             std::slice::from_ref(&charge),
                             std::slice::from_ref(&decision),
+                            sent,
                         );
                         routed_one(decision, true)
                     })
@@ -175,8 +272,12 @@ impl<P: Store, I: Store> Store for Fallback<P, I> {
             return StoreCall::future(async move {
                 let one = std::slice::from_ref(&charge);
                 shared.seeded(one, outage).await;
-                let decision = shared.insurance.decide_one(charge).await?;
-                shared.carried.served(one, std::slice::from_ref(&decision));
+                let sent = shared.seen.now();
+                let mut decision = shared.insurance.decide_one(charge).await?;
+                shared
+                    .escalated(one, std::slice::from_mut(&mut decision))
+                    .await;
+                shared.insurance_answered(one, std::slice::from_ref(&decision), sent);
                 Ok(routed_one(decision, true))
             });
         }
@@ -204,7 +305,11 @@ impl<P: Store, I: Store> Store for Fallback<P, I> {
         let shared = &self.shared;
         StoreCall::future(async move {
             match receipt.unrouted() {
-                Some((true, receipt)) => shared.insurance.refund_charge(charge, receipt).await,
+                Some((true, receipt)) => {
+                    shared.insurance.refund_charge(charge, receipt).await?;
+                    shared.refund_moved(charge).await;
+                    Ok(())
+                }
                 Some((false, receipt)) => {
                     // A primary known to be down is not called: the refund would wait
                     // out its deadline only to fail. Either way it is dropped.
@@ -226,9 +331,13 @@ impl<P: Store, I: Store> Store for Fallback<P, I> {
         })
     }
 
-    /// To the store that took the charge, as a refund by receipt goes: a settle whose
-    /// store is down (or fails) is dropped, an error, never sent to the other store,
-    /// which holds nothing of the charge. The decision's receipt keeps the route.
+    /// To the store that took the charge, as a refund by receipt goes, never to the
+    /// other store for its give-back (it holds nothing of the charge). A settle of a
+    /// primary's charge while the primary is down (or failing it) still charges its
+    /// extra — a debt is not forgotten: to the insurance store (the key seeded first),
+    /// counted with its admissions and charged to the primary on recovery; what it
+    /// would have given back is dropped (an error when that is all it does). The
+    /// decision's receipt keeps the route.
     fn settle<'a>(&'a self, charge: Charge<'a>, receipt: Receipt) -> StoreCall<'a, Decision> {
         let shared = &self.shared;
         StoreCall::future(async move {
@@ -237,27 +346,28 @@ impl<P: Store, I: Store> Store for Fallback<P, I> {
                     "the receipt does not say which store of the fallback took the charge",
                 ));
             };
-            let settled = if insurance {
-                shared.insurance.settle(charge, receipt).await?
-            } else if shared.health.serves_primary() {
+            if insurance {
+                let settled = shared.insurance.settle(charge, receipt).await?;
+                return Ok(routed_one(settled, true));
+            }
+            if shared.health.serves_primary() {
                 let sent = shared.seen.now();
-                let settled = shared
-                    .primary
-                    .settle(charge, receipt)
-                    .await
-                    .inspect_err(|error| shared.primary_failed(error))?;
-                shared.noted(
-                    std::slice::from_ref(&charge),
-                    std::slice::from_ref(&settled),
-                    sent,
-                );
-                settled
-            } else {
-                return Err(settle_dropped(
-                    "the primary store took this charge and is down",
-                ));
-            };
-            Ok(routed_one(settled, insurance))
+                match shared.primary.settle(charge, receipt).await {
+                    Ok(settled) => {
+                        shared.noted(
+                            std::slice::from_ref(&charge),
+                            std::slice::from_ref(&settled),
+                            sent,
+                        );
+                        return Ok(routed_one(settled, false));
+                    }
+                    Err(error) if error.kind() == StoreErrorKind::Unsupported => {
+                        return Err(error);
+                    }
+                    Err(error) => shared.primary_failed(&error),
+                }
+            }
+            shared.settle_while_down(charge, receipt).await
         })
     }
 
@@ -347,8 +457,12 @@ impl<P: Store, I: Store> Store for Fallback<P, I> {
             }
             let one = std::slice::from_ref(&charge);
             shared.seeded(one, shared.health.outage()).await;
+            let sent = shared.seen.now();
             let decision = shared.insurance.penalize(charge).await?;
             shared.carried.served_units(&charge, charge.cost);
+            shared
+                .seen
+                .note_blocks(one, std::slice::from_ref(&decision), sent);
             Ok(decision)
         })
     }
@@ -374,8 +488,9 @@ impl<P: Store, I: Store> Store for Fallback<P, I> {
                 return Ok(blocked.remove(0));
             }
             shared.seeded(one, shared.health.outage()).await;
+            let sent = shared.seen.now();
             let decision = shared.insurance.reserve(charge, max_wait).await?;
-            shared.carried.served(one, std::slice::from_ref(&decision));
+            shared.insurance_answered(one, std::slice::from_ref(&decision), sent);
             Ok(routed_one(decision, true))
         })
     }
