@@ -108,10 +108,16 @@ pub(crate) const KNOWN_FIXED: &[Case] = &[
     Case::MeterAfterRefund,
     Case::SettleAfterReload,
     Case::LeasesPenalty,
-    // Not `FallbackFlapping` yet: with its fix merged, seed 123629336 (Redis, a lease
-    // over a `Fallback` whose primary flaps, a token bucket with a penalty box, a
-    // reload) serves a request 30 s into a 60 s box. Switched on once that is fixed.
-    Case::CountWhenConcurrency,
+    // Not `FallbackFlapping` yet: seed 123629336 (Redis, a lease over a `Fallback`
+    // whose primary flaps, a token bucket whose box trips at the 2nd rejection) sees
+    // a rejection counted on the primary and the next on the insurance, and no trip:
+    // the documented narrowing (penalty counts short of a trip start afresh on the
+    // insurance, README "Failure modes") is not encoded in the model's rule yet.
+    // Not `CountWhenConcurrency` yet: with its fix merged (requests kept out only by
+    // outcomes still pending wait for them), seeds 13216385 (memory) and 606357468
+    // (Redis, a lease) see a `count_when` policy's box trip after fewer counted
+    // rejections than its rule: the model's count of offences does not yet follow
+    // the wait, or the layer counts one it should not. Open.
     Case::PenalizeUnderPlans,
     Case::HeldBudget,
 ];
