@@ -4,6 +4,14 @@
 //!
 //! `cargo test --all-features --test attack_matrix <module>::`
 
+// Real Redis servers, axum servers, limits files and metrics: built with those features.
+#![cfg(all(
+    feature = "axum",
+    feature = "config",
+    feature = "redis",
+    feature = "metrics"
+))]
+
 mod common;
 
 mod account;

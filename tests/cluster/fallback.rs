@@ -1,5 +1,6 @@
 //! `Fallback` over a Redis Cluster store: a primary failing half its calls still
 //! admits one quota per key in one process.
+#![cfg(feature = "redis")]
 
 use std::time::Duration;
 

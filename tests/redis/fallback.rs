@@ -2,6 +2,7 @@
 //! quota per process across a failover, hysteresis under a server that stalls past
 //! its deadline, blocks re-asserted on a server that comes back empty, and missed
 //! blocks replayed in the background before Redis decides again.
+#![cfg(feature = "redis")]
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
