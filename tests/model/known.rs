@@ -108,6 +108,7 @@ pub(crate) const KNOWN_FIXED: &[Case] = &[
     Case::MeterAfterRefund,
     Case::SettleAfterReload,
     Case::LeasesPenalty,
+    Case::SettleAcrossPlans,
     // Not `FallbackFlapping` yet: seed 123629336 (Redis, a lease over a `Fallback`
     // whose primary flaps, a token bucket whose box trips at the 2nd rejection) sees
     // a rejection counted on the primary and the next on the insurance, and no trip:

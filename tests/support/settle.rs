@@ -404,9 +404,17 @@ pub async fn a_settle_up_counts_in_full_under_a_larger_quota<S: Store>(
         let (limiter, name) = limiter(make_store(ManualClock::new(BASE)), algorithm, free);
         let key = Key::from("shared");
         let estimate = limiter.check_with(name, &key, 1, free).await?;
-        assert_eq!((estimate.allowed, estimate.remaining), (true, 3), "{algorithm}");
+        assert_eq!(
+            (estimate.allowed, estimate.remaining),
+            (true, 3),
+            "{algorithm}"
+        );
         let settled = limiter.settle(&estimate, &key, 7).await?;
-        assert_eq!((settled.allowed, settled.remaining), (true, 0), "{algorithm}");
+        assert_eq!(
+            (settled.allowed, settled.remaining),
+            (true, 0),
+            "{algorithm}"
+        );
         assert_eq!(settled.receipt().map(|r| r.cost()), Some(7), "{algorithm}");
         assert_eq!(
             limiter.peek_with(name, &key, pro).await?.remaining,

@@ -212,11 +212,11 @@ pub const SLIDING_WINDOW_COUNTERS_SETTLE: Scenario = Scenario {
         deny(64_000_000, 1, 0, 56_000_000, 56_000_000),
         // 9. the denial charged nothing
         settle_nothing(8, 1, deny(64_000_000, 1, 0, 56_000_000, 56_000_000)),
-        // 10. 30 → 10: what step 7 charged (25) comes back: s6 = 5, sum 6
-        settle(65_000_000, 7, 10, 6, 55_000_000),
+        // 10. 30 → 10: 20 of what step 7 charged (25) comes back: s6 = 10, sum 11
+        settle(65_000_000, 7, 10, 1, 55_000_000),
         // 11. 10 → 10: nothing changes
-        settle(65_000_000, 10, 10, 6, 55_000_000),
-        // 12. 10 → 0: nothing of the extra is left to give back; the estimate (5) stays
+        settle(65_000_000, 10, 10, 1, 55_000_000),
+        // 12. 10 → 0: the extra's last 5 come back; the estimate (5) stays: sum 6
         settle(65_000_000, 11, 0, 6, 55_000_000),
     ],
 };
