@@ -465,15 +465,20 @@ pub(crate) const MAX_COUNTED: u64 = 1 << 62;
 
 /// The most one settle charges on top of its estimate under `p`: what a penalty
 /// charges ([`max_penalty`]), and on the fixed window, the sliding window counters and
-/// the log, the capacity, since a charge that alone fills the capacity keeps its key
-/// denied while it counts (its window, sub-window or entry), however large it is; more
-/// would only let repeated settles grow a count towards the end of `u64` (and past
-/// the integers Lua holds exactly).
+/// the log, the largest capacity any quota has ([`Quota::MAX_COUNT`]), since a charge
+/// that alone fills the capacity keeps its key denied while it counts (its window,
+/// sub-window or entry), however large it is. Not the capacity of `p`'s own quota: the
+/// key's usage carries over to every quota of the same period (a per-caller quota of
+/// another count), so an extra capped at a small quota's capacity would forgive a
+/// larger quota the rest. More would only let repeated settles grow a count towards
+/// the end of `u64` (and past the integers Lua holds exactly).
+///
+/// [`Quota::MAX_COUNT`]: crate::Quota::MAX_COUNT
 pub(crate) fn max_settle_extra(p: &Params) -> u64 {
     match p.algorithm {
         Algorithm::FixedWindow
         | Algorithm::SlidingWindowCounters { .. }
-        | Algorithm::SlidingWindowLog => p.capacity,
+        | Algorithm::SlidingWindowLog => crate::Quota::MAX_COUNT,
         Algorithm::SlidingWindow
         | Algorithm::TokenBucket
         | Algorithm::Gcra

@@ -21,8 +21,11 @@ impl Limiter {
     ///   denied after the fact. One settle charges at most what a penalty does (GCRA
     ///   and the leaky bucket: a century of debt; the token bucket: 2^52 units; the
     ///   sliding window: `extra × period` below 2^53) and, on the fixed window, the
-    ///   sliding window counters and the log, at most the capacity (a charge that alone
-    ///   fills the capacity keeps the key denied while it counts, however large it is).
+    ///   sliding window counters and the log, at most
+    ///   [`Quota::MAX_COUNT`](crate::Quota::MAX_COUNT), the largest capacity of any
+    ///   quota (a charge that alone fills the capacity keeps the key denied while it
+    ///   counts, however large it is, under every quota of the key: a per-caller quota
+    ///   of a larger count sees the same usage).
     ///   Any `actual` is safe: nothing panics, wraps or overflows.
     /// - **Equal:** nothing changes.
     ///

@@ -13,7 +13,8 @@ use std::time::Duration;
 use support::settle::{
     ALGORITHMS, BASE, a_charge_under_a_changed_limit_gives_nothing_back,
     a_receipt_moved_in_a_lease_moves_nothing_once_the_lease_has_ended,
-    chains_never_give_back_another_charge, concurrent_settles, each_receipt_moves_its_charge_once,
+    a_settle_up_counts_in_full_under_a_larger_quota, chains_never_give_back_another_charge,
+    concurrent_settles, each_receipt_moves_its_charge_once,
     each_receipt_moves_its_charge_once_through_a_lease, extremes_saturate,
     receipts_from_before_a_reset_give_nothing_back,
 };
@@ -33,6 +34,12 @@ async fn a_chain_of_settles_never_gives_back_another_requests_charge() -> TestRe
 #[tokio::test]
 async fn an_estimate_of_1_settled_to_u64_max_saturates_into_a_bounded_debt() -> TestResult {
     extremes_saturate(MemoryStore::with_clock).await
+}
+
+#[tokio::test]
+async fn a_settle_up_under_a_small_quota_counts_in_full_under_a_larger_quota_of_the_key()
+-> TestResult {
+    a_settle_up_counts_in_full_under_a_larger_quota(MemoryStore::with_clock).await
 }
 
 #[tokio::test]

@@ -381,3 +381,58 @@ pub async fn a_charge_under_a_changed_limit_gives_nothing_back<S: Store>(
     }
     Ok(())
 }
+
+/// The algorithms that count a window's usage: their settle up is capped, and the cap
+/// must not depend on the quota the charge was made under.
+pub const WINDOWS: [Algorithm; 4] = [
+    Algorithm::FixedWindow,
+    Algorithm::SlidingWindow,
+    Algorithm::SlidingWindowCounters { buckets: 10 },
+    Algorithm::SlidingWindowLog,
+];
+
+/// One key under two quotas of one period (a free caller's 4 and a pro caller's 8 per
+/// 100 ms, by `check_with`): a free request's settle up to 7 counts all 7, past the
+/// free capacity, so the pro quota, which sees the same usage, has 1 left, not the 3
+/// a settle capped at the free capacity (4 of extra) would leave it.
+pub async fn a_settle_up_counts_in_full_under_a_larger_quota<S: Store>(
+    make_store: impl Fn(ManualClock) -> S,
+) -> TestResult {
+    let free = Quota::new(4, Duration::from_millis(100))?;
+    let pro = Quota::new(8, Duration::from_millis(100))?;
+    for algorithm in WINDOWS {
+        let (limiter, name) = limiter(make_store(ManualClock::new(BASE)), algorithm, free);
+        let key = Key::from("shared");
+        let estimate = limiter.check_with(name, &key, 1, free).await?;
+        assert_eq!(
+            (estimate.allowed, estimate.remaining),
+            (true, 3),
+            "{algorithm}"
+        );
+        let settled = limiter.settle(&estimate, &key, 7).await?;
+        assert_eq!(
+            (settled.allowed, settled.remaining),
+            (true, 0),
+            "{algorithm}"
+        );
+        assert_eq!(settled.receipt().map(|r| r.cost()), Some(7), "{algorithm}");
+        assert_eq!(
+            limiter.peek_with(name, &key, pro).await?.remaining,
+            1,
+            "{algorithm}: 7 of 8 used"
+        );
+        let last = limiter.check_with(name, &key, 1, pro).await?;
+        assert_eq!((last.allowed, last.remaining), (true, 0), "{algorithm}");
+        let over = limiter.check_with(name, &key, 1, pro).await?;
+        assert!(!over.allowed, "{algorithm}: 8 of 8 used");
+        // Back down to 1 from the settled decision: the whole extra comes back, once.
+        let back = limiter.settle(&settled, &key, 1).await?;
+        assert_eq!(back.remaining, 2, "{algorithm}: 1 + 1 of 4 stand");
+        assert_eq!(
+            limiter.peek_with(name, &key, pro).await?.remaining,
+            6,
+            "{algorithm}"
+        );
+    }
+    Ok(())
+}

@@ -10,7 +10,9 @@
 //! settles nothing. After a settle up, the receipt names the extra, where it was
 //! charged: a later settle gives back at most that extra, and the estimate before it
 //! stays counted (the limiter's favour). On the fixed window, the sliding window
-//! counters and the log one settle charges at most the capacity more.
+//! counters and the log one settle charges at most `Quota::MAX_COUNT` more (the
+//! largest capacity of any quota, so that the debt holds under a per-caller quota of
+//! a larger count too).
 
 use super::{Algorithm, Expect, Op, Scenario, Step, block, deny, ok, peek_op, queued, reset};
 
@@ -112,9 +114,9 @@ pub const FIXED_WINDOW_SETTLE: Scenario = Scenario {
         settle(62_000_000, 10, 0, 8, 58_000_000),
         // 13. 2 → 6: k = 6
         settle(62_000_000, 11, 6, 4, 58_000_000),
-        // 14. 6 → 1 000: 994 more, at most the capacity (10): k = 16
+        // 14. 6 → 1 000: 994 more, in full: k = 1 000
         settle(62_000_000, 13, 1_000, 0, 58_000_000),
-        // 15. 1 000 → 6: what step 14 charged (10) comes back, no more: k = 6
+        // 15. 1 000 → 6: what step 14 charged (994) comes back, no more: k = 6
         settle(63_000_000, 14, 6, 4, 57_000_000),
         // 16. k = 7
         ok(63_000_000, 1, 3, 57_000_000),
@@ -204,17 +206,17 @@ pub const SLIDING_WINDOW_COUNTERS_SETTLE: Scenario = Scenario {
         settle(61_000_000, 3, 1, 11, 9_000_000),
         // 6. s6 = 5, sum 6. reset: s6 leaves at 12 → 120 000 000
         ok(62_000_000, 5, 6, 58_000_000),
-        // 7. 5 → 30: 25 more, at most the capacity (12): s6 = 17, sum 18
+        // 7. 5 → 30: 25 more, in full: s6 = 30, sum 31
         settle(63_000_000, 6, 30, 0, 57_000_000),
-        // 8. room 11: s1 leaves at 7 (17), s6 at 12 → 120 000 000
+        // 8. room 11: s1 leaves at 7 (30), s6 at 12 → 120 000 000
         deny(64_000_000, 1, 0, 56_000_000, 56_000_000),
         // 9. the denial charged nothing
         settle_nothing(8, 1, deny(64_000_000, 1, 0, 56_000_000, 56_000_000)),
-        // 10. 30 → 10: what step 7 charged (12) comes back: s6 = 5, sum 6
-        settle(65_000_000, 7, 10, 6, 55_000_000),
+        // 10. 30 → 10: 20 of what step 7 charged (25) comes back: s6 = 10, sum 11
+        settle(65_000_000, 7, 10, 1, 55_000_000),
         // 11. 10 → 10: nothing changes
-        settle(65_000_000, 10, 10, 6, 55_000_000),
-        // 12. 10 → 0: nothing of the extra is left to give back; the estimate (5) stays
+        settle(65_000_000, 10, 10, 1, 55_000_000),
+        // 12. 10 → 0: the extra's last 5 come back; the estimate (5) stays: sum 6
         settle(65_000_000, 11, 0, 6, 55_000_000),
     ],
 };
@@ -243,14 +245,14 @@ pub const SLIDING_WINDOW_LOG_SETTLE: Scenario = Scenario {
         settle(11_000_000, 3, 1, 9, 2_000_000),
         // 6. [(3 s, 1), (12 s, 4)]; reset → 22 000 000
         ok(12_000_000, 4, 5, 10_000_000),
-        // 7. 4 → 20: 16 more, at most the capacity (10), an entry at 13 s:
-        // [(3 s, 1), (12 s, 4), (13 s, 10)], sum 15; reset → 23 000 000
+        // 7. 4 → 20: 16 more, in full, an entry at 13 s:
+        // [(3 s, 1), (12 s, 4), (13 s, 16)], sum 21; reset → 23 000 000
         settle(13_000_000, 6, 20, 0, 10_000_000),
-        // 8. (3 s) left at 13 s: sum 14; room 9 when (13 s, 10) leaves → 23 000 000
+        // 8. (3 s) left at 13 s: sum 20; room 9 when (13 s, 16) leaves → 23 000 000
         deny(14_000_000, 1, 0, 9_000_000, 9_000_000),
         // 9. the denial charged nothing
         settle_nothing(8, 3, deny(14_000_000, 1, 0, 9_000_000, 9_000_000)),
-        // 10. 20 → 4: step 7's entry (10) comes back, no more: [(12 s, 4)];
+        // 10. 20 → 4: step 7's entry (16) comes back, no more: [(12 s, 4)];
         // reset → 22 000 000
         settle(14_000_000, 7, 4, 6, 8_000_000),
         // 11. 4 → 0: nothing of the extra is left; the estimate (12 s, 4) stays
