@@ -98,6 +98,7 @@ pub(crate) enum Case {
     /// request of cost 2 (2/100 ms, shadowed, beside two fixed windows, one on a
     /// global key with plans) says `remaining` 1 in memory and 0 on Redis (seed
     /// 435532548 of `memory_and_redis_answer_alike`, 49 steps).
+    /// The same on a `LeakyBucket` denial of cost 2 (seed 394940202 of the 30-minute run).
     GcraCostTwoOnRedis,
 }
 
