@@ -142,7 +142,7 @@ async fn wait_for_turn(
                 let i = match (judged, poll) {
                     (Judged::Wait(i), _) => i,
                     (Judged::Refused, _) => {
-                        return refused_elsewhere(parked, targets, turn).await;
+                        return refused_elsewhere(parked, targets, Some(turn)).await;
                     }
                     // Nothing here could free enough: another process's charges may.
                     (Judged::Elsewhere, Some(poll)) if before(deadline, poll) => {
@@ -237,22 +237,21 @@ async fn judge_now(
             Verdict::Decide,
         ),
         Judged::Wait(_) => (None, Verdict::Refuse(refusal(checks, targets, looked))),
-        // Without the turn what is pending is not known: decided as usual.
-        Judged::Refused => match turn {
-            Some(turn) => refused_elsewhere(parked, targets, turn).await,
-            None => (None, Verdict::Decide),
-        },
+        Judged::Refused => refused_elsewhere(parked, targets, turn).await,
     }
 }
 
 /// A request another policy refuses for real while a target is kept out only by its
 /// pending charges: charged as a trial (the targets without their penalty boxes), so
 /// that the other policy's refusal counts as usual and the targets' is no offence. A
-/// request that also needs in-flight slots is decided as usual.
+/// request that also needs in-flight slots is decided as usual. Without its turn (the
+/// layer holds no more requests, another of its caller's is being decided) an
+/// admission is not tracked as pending: its charge counts as spent for the others,
+/// which is stricter, never looser.
 async fn refused_elsewhere(
     parked: &Parked,
     targets: &[(Target, u64)],
-    turn: Turn,
+    turn: Option<Turn>,
 ) -> (Option<Box<OutcomeHold>>, Verdict) {
     let Parked {
         shared,
@@ -261,18 +260,16 @@ async fn refused_elsewhere(
         claims,
         ..
     } = parked;
+    let hold = |turn: Option<Turn>| turn.map(|turn| Box::new(OutcomeHold::Deciding(turn)));
     if !claims.is_empty() {
-        return (Some(Box::new(OutcomeHold::Deciding(turn))), Verdict::Decide);
+        return (hold(turn), Verdict::Decide);
     }
     match trial(shared, view, checks, targets).await {
-        Ok(Tried::Admitted(taken)) => (
-            Some(Box::new(OutcomeHold::Deciding(turn))),
-            Verdict::Tried(taken),
-        ),
+        Ok(Tried::Admitted(taken)) => (hold(turn), Verdict::Tried(taken)),
         // Refused by the other policy (its refusal counted), or, should it have found
         // room since the look, by a target only: no offence either way.
         Ok(Tried::Refused(taken) | Tried::Raced(taken)) => (None, Verdict::Tried(taken)),
-        Err(_) => (Some(Box::new(OutcomeHold::Deciding(turn))), Verdict::Decide),
+        Err(_) => (hold(turn), Verdict::Decide),
     }
 }
 
