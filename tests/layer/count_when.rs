@@ -377,6 +377,66 @@ async fn a_login_whose_wait_for_outcomes_runs_out_is_refused_without_an_offence_
     wait_runs_out(store).await;
 }
 
+/// Every login, right or wrong: 5 a minute per address, no box of its own.
+fn logins() -> Policy {
+    Policy::new("logins", Quota::per_minute(5))
+        .expect("policy")
+        .key(key::peer_ip())
+        .on_route(Method::POST, "/login")
+        .expect("a route")
+}
+
+async fn another_policy_refuses(store: impl Store) {
+    let layer = RateLimitLayer::builder()
+        .policy(logins())
+        .policy(failed_logins())
+        .store(store)
+        .build()
+        .expect("layer");
+    let desk = Desk::new(false);
+    let app = Router::new()
+        .route("/login", post(login))
+        .with_state(desk.clone())
+        .layer(layer.clone());
+    let server = Arc::new(Server::start(app).await);
+    let right = at_once(&server, &["right"; 5]);
+    wait_until("five logins at the desk", || desk.reached() == (5, 0)).await;
+    // "logins" is spent for real; "failed-logins" only by the five still at the desk.
+    let refused = server.send(attempt("right")).await;
+    assert_eq!(refused.status, StatusCode::TOO_MANY_REQUESTS);
+    assert_ne!(refused.header("retry-after"), TEN_MINUTES);
+    let offences = layer
+        .limiter()
+        .offences("failed-logins", &office_key())
+        .await
+        .expect("offences");
+    assert_eq!((offences.trips, offences.blocked_for), (0, None));
+    desk.open();
+    assert_eq!(tally(right).await, (5, 0, 0));
+    wait_until("the outcomes known", || layer.awaiting_outcomes() == 0).await;
+    let offences = layer
+        .limiter()
+        .offences("failed-logins", &office_key())
+        .await
+        .expect("offences");
+    assert_eq!((offences.trips, offences.blocked_for), (0, None));
+    assert_eq!(desk.reached(), (5, 0));
+}
+
+/// Before: the sixth login, refused by "logins", counted as an offence of
+/// "failed-logins" too (no failure at all) and boxed the office for ten minutes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_login_another_policy_refuses_is_no_offence_of_the_failures_it_awaits_on_memory() {
+    another_policy_refuses(MemoryStore::with_clock(ManualClock::new(BASE))).await;
+}
+
+#[cfg(feature = "redis")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_login_another_policy_refuses_is_no_offence_of_the_failures_it_awaits_on_redis() {
+    let store = crate::shared_redis::redis_store("cw-other-refuses", ManualClock::new(BASE));
+    another_policy_refuses(store).await;
+}
+
 /// Per user (a header), so that each request is a caller of its own.
 fn failed_logins_per_user() -> Policy {
     failed_logins().key(key::header("x-user").expect("a header name"))

@@ -117,11 +117,18 @@ pub(crate) const KNOWN_FIXED: &[Case] = &[
     // a rejection counted on the primary and the next on the insurance, and no trip:
     // the documented narrowing (penalty counts short of a trip start afresh on the
     // insurance, README "Failure modes") is not encoded in the model's rule yet.
-    // Not `CountWhenConcurrency` yet: with its fix merged (requests kept out only by
-    // outcomes still pending wait for them), seeds 13216385 (memory) and 606357468
-    // (Redis, a lease) see a `count_when` policy's box trip after fewer counted
-    // rejections than its rule: the model's count of offences does not yet follow
-    // the wait, or the layer counts one it should not. Open.
+    // Not `CountWhenConcurrency` yet. Seed 13216385 (memory) was the layer: a request
+    // another policy (p1, wait mode) refused for real while the `count_when` policy
+    // p2 was full only of charges awaiting their outcome was charged as usual and
+    // p2's box counted it (boxed with no failure); fixed in `pending_outcomes/turn.rs`
+    // (a trial charge without p2's box), that seed replays clean, and a forced minute
+    // passes on memory and on Redis. Seed 606357468 (Redis, a lease, p0 metered
+    // `count_when` FixedWindow 2/10 s cost 2 with `Penalty::after(2)`, p1 wait mode)
+    // still trips p0's box at the first rejection the model counts (u2's last request):
+    // the layer counted one more. The model counts none of u2's burst (three 200s at
+    // once: 200, 429 with p0 and p1 denied and `Retry-After: 10`, 200 served with p1's
+    // decision `allowed: false`); a u2 request there took the trial path (p0 admitted,
+    // p1 refused). Where p0's extra offence is counted is not yet found.
     Case::PenalizeUnderPlans,
     Case::HeldBudget,
 ];

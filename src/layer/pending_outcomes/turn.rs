@@ -47,6 +47,9 @@ enum Judged {
     /// A target does not fit, and what is pending here could not free enough: a real
     /// refusal, unless charges pending in other processes are refunded.
     Elsewhere,
+    /// Another policy refuses it for real, while a target does not fit only for its
+    /// pending charges: that refusal is the other policy's, no offence of the target.
+    Refused,
 }
 
 /// Waits for the turn of `parked`'s request, which charges `targets`, starting from
@@ -98,7 +101,7 @@ async fn wait_for_turn(
                     || timeout_at(deadline, events.changed()).await.is_err()
                 {
                     // No turn in time: judged on a look of its own.
-                    return judge_now(shared, view, checks, targets, None).await;
+                    return judge_now(parked, targets, None).await;
                 }
             }
             TakeTurn::Mine(turn) => {
@@ -138,6 +141,9 @@ async fn wait_for_turn(
                 }
                 let i = match (judged, poll) {
                     (Judged::Wait(i), _) => i,
+                    (Judged::Refused, _) => {
+                        return refused_elsewhere(parked, targets, Some(turn)).await;
+                    }
                     // Nothing here could free enough: another process's charges may.
                     (Judged::Elsewhere, Some(poll)) if before(deadline, poll) => {
                         drop(turn);
@@ -159,7 +165,7 @@ async fn wait_for_turn(
                 if !hold_place(&mut place, shared, view, checks, targets)
                     || !outcome_known(events, seen, deadline).await
                 {
-                    return judge_now(shared, view, checks, targets, Some(looked)).await;
+                    return judge_now(parked, targets, Some(looked)).await;
                 }
             }
         }
@@ -198,12 +204,16 @@ async fn outcome_known(mut events: watch::Receiver<Events>, seen: u64, deadline:
 /// if one was just made, else a new one) and what nothing pending would change. A
 /// request to be decided takes its turn along when it is free.
 async fn judge_now(
-    shared: &Shared,
-    view: &View,
-    checks: &Checks,
+    parked: &Parked,
     targets: &[(Target, u64)],
     looked: Option<Decided>,
 ) -> (Option<Box<OutcomeHold>>, Verdict) {
+    let Parked {
+        shared,
+        view,
+        checks,
+        ..
+    } = parked;
     let looked = match looked {
         Some(looked) => looked,
         None => match look(shared, view, checks).await {
@@ -227,6 +237,39 @@ async fn judge_now(
             Verdict::Decide,
         ),
         Judged::Wait(_) => (None, Verdict::Refuse(refusal(checks, targets, looked))),
+        Judged::Refused => refused_elsewhere(parked, targets, turn).await,
+    }
+}
+
+/// A request another policy refuses for real while a target is kept out only by its
+/// pending charges: charged as a trial (the targets without their penalty boxes), so
+/// that the other policy's refusal counts as usual and the targets' is no offence. A
+/// request that also needs in-flight slots is decided as usual. Without its turn (the
+/// layer holds no more requests, another of its caller's is being decided) an
+/// admission is not tracked as pending: its charge counts as spent for the others,
+/// which is stricter, never looser.
+async fn refused_elsewhere(
+    parked: &Parked,
+    targets: &[(Target, u64)],
+    turn: Option<Turn>,
+) -> (Option<Box<OutcomeHold>>, Verdict) {
+    let Parked {
+        shared,
+        view,
+        checks,
+        claims,
+        ..
+    } = parked;
+    let hold = |turn: Option<Turn>| turn.map(|turn| Box::new(OutcomeHold::Deciding(turn)));
+    if !claims.is_empty() {
+        return (hold(turn), Verdict::Decide);
+    }
+    match trial(shared, view, checks, targets).await {
+        Ok(Tried::Admitted(taken)) => (hold(turn), Verdict::Tried(taken)),
+        // Refused by the other policy (its refusal counted), or, should it have found
+        // room since the look, by a target only: no offence either way.
+        Ok(Tried::Refused(taken) | Tried::Raced(taken)) => (None, Verdict::Tried(taken)),
+        Err(_) => (hold(turn), Verdict::Decide),
     }
 }
 
@@ -345,14 +388,16 @@ fn judge(
                 .get(t)
                 .is_some_and(|((name, key), _)| *name == decision.limit && *key == check.key)
     };
-    // A block, or a policy whose charges are not in question, refuses it whatever is
-    // pending: a real refusal.
-    let mut t = 0;
+    // A block refuses it whatever is pending: a real refusal. So does a policy whose
+    // charges are not in question, but not as an offence of a target kept out only by
+    // what is pending.
+    let (mut t, mut refused) = (0, false);
     for (check, decision) in checks.iter().zip(looked) {
         let target = is_target(t, check, decision);
-        if decision.blocked_for.is_some() || (!target && decision.remaining < check.cost) {
+        if decision.blocked_for.is_some() {
             return Judged::Decide;
         }
+        refused |= !target && decision.remaining < check.cost;
         t += usize::from(target);
     }
     let (mut wait, mut t) = (None, 0);
@@ -364,13 +409,21 @@ fn judge(
             let pending = turn.map_or(u64::MAX, |turn| turn.pending(t));
             if decision.remaining.saturating_add(pending) < check.cost {
                 // More than what is pending here could free.
-                return Judged::Elsewhere;
+                return if refused {
+                    Judged::Decide
+                } else {
+                    Judged::Elsewhere
+                };
             }
             wait.get_or_insert(t);
         }
         t += 1;
     }
-    wait.map_or(Judged::Fits, Judged::Wait)
+    match (refused, wait) {
+        (true, Some(_)) => Judged::Refused,
+        (true, None) => Judged::Decide,
+        (false, wait) => wait.map_or(Judged::Fits, Judged::Wait),
+    }
 }
 
 /// The refusal of a request that only pending charges kept out: its looks, each
